@@ -1,0 +1,1 @@
+"""Benchmark harness: gangsolve against per-pod and greedy-gang baselines."""
