@@ -1,1 +1,39 @@
-"""The optimization core: plain data in, placement out. No Kubernetes, YAML or I/O imports."""
+"""The optimization core: plain data in, placement out. No Kubernetes, YAML or I/O imports.
+
+    placement = solve(Cluster(nodes, gangs), SolveConfig(time_limit=2))
+    assert not validate(cluster, placement)
+"""
+
+from solver.model import (
+    GPU,
+    Cluster,
+    Gang,
+    GangResult,
+    Node,
+    Placement,
+    Pod,
+    Requirement,
+    SelectorTerm,
+    SolveConfig,
+    Taint,
+    Toleration,
+)
+from solver.solve import solve
+from solver.validate import validate
+
+__all__ = [
+    "GPU",
+    "Cluster",
+    "Gang",
+    "GangResult",
+    "Node",
+    "Placement",
+    "Pod",
+    "Requirement",
+    "SelectorTerm",
+    "SolveConfig",
+    "Taint",
+    "Toleration",
+    "solve",
+    "validate",
+]

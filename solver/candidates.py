@@ -1,0 +1,99 @@
+"""Candidate pruning: which nodes the model may use for each gang part.
+
+On a big cluster most nodes are interchangeable for a given pod class (same free capacity, same eligibility).
+Offering every gang every node only multiplies symmetric choices, so each part is offered a few nodes from each
+group of identical nodes, best-fit groups first, and consecutive gangs are offered different members of a group
+so that together they can still fill it. The greedy hint's nodes are always offered, so the hint stays feasible.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.greedy import Counts, node_scores
+from solver.model import SolveConfig
+from solver.problem import Problem
+
+
+class CandidatePicker:
+    def __init__(self, problem: Problem, config: SolveConfig) -> None:
+        self.problem = problem
+        self.config = config
+        self._groups: dict[int, list[np.ndarray]] = {}
+        self._offset: dict[tuple[int, int], int] = {}
+
+    def groups(self, cls: int) -> list[np.ndarray]:
+        """Nodes that can hold a pod of `cls`, grouped by identical free capacity, best-fit groups first."""
+        if cls not in self._groups:
+            problem = self.problem
+            nodes = np.flatnonzero(problem.fit[cls] > 0)
+            if len(nodes) == 0:
+                self._groups[cls] = []
+            else:
+                _, first, inverse = np.unique(problem.free[nodes], axis=0, return_index=True, return_inverse=True)
+                inverse = inverse.reshape(-1)
+                score = node_scores(problem, cls, problem.free)[nodes[first]]
+                order = np.lexsort((nodes[first], score))
+                members = [nodes[inverse == k] for k in range(len(first))]
+                self._groups[cls] = [members[k] for k in order]
+        return self._groups[cls]
+
+    def pick(self, cls: int, pods: int, mask: np.ndarray | None = None) -> np.ndarray:
+        problem = self.problem
+        limit = max(self.config.min_candidates, self.config.candidates_per_pod * pods)
+        groups = self.groups(cls)
+        total = sum(len(g) for g in groups) if mask is None else int(np.count_nonzero(mask & (problem.fit[cls] > 0)))
+        if total <= limit:
+            every = np.flatnonzero(problem.fit[cls] > 0)
+            return every if mask is None else every[mask[every]]
+        chosen: list[np.ndarray] = []
+        taken = 0
+        for k, members in enumerate(groups):
+            if mask is not None:
+                members = members[mask[members]]
+            if len(members) == 0:
+                continue
+            take = min(pods, len(members), limit - taken)
+            start = self._offset.get((cls, k), 0) % len(members)
+            chosen.append(np.take(members, range(start, start + take), mode="wrap"))
+            self._offset[(cls, k)] = start + take
+            taken += take
+            if taken >= limit:
+                break
+        return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def candidates(problem: Problem, hint: Counts, config: SolveConfig) -> dict[tuple[int, int], np.ndarray]:
+    """(gang, part) -> sorted node indices the model may place that part on."""
+    picker = CandidatePicker(problem, config)
+    result: dict[tuple[int, int], np.ndarray] = {}
+    for g, gang in enumerate(problem.gangs):
+        hinted = hint.get(g, {})
+        masks: list[np.ndarray | None] = [None]
+        if gang.colocate:
+            masks = _domain_masks(problem, g, hinted)
+        for p, part in enumerate(problem.parts[g]):
+            picked = [picker.pick(part.cls, len(part.pods), m) for m in masks]
+            picked.append(np.array([n for (q, n) in hinted if q == p], dtype=np.int64))
+            result[(g, p)] = np.unique(np.concatenate(picked)).astype(np.int64)
+    return result
+
+
+def _domain_masks(problem: Problem, g: int, hinted: dict, most: int = 4) -> list[np.ndarray]:
+    """For a co-located gang: the hint's domain and the few roomiest others, one node mask each."""
+    gang = problem.gangs[g]
+    domain = problem.domains(gang.colocate or "")
+    eligible = np.zeros(len(problem.nodes), dtype=bool)
+    for part in problem.parts[g]:
+        eligible |= problem.fit[part.cls] > 0
+    bound = [problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index]
+    if bound:
+        return [domain == domain[bound[0]]]
+    ids = domain[eligible & (domain >= 0)]
+    if len(ids) == 0:
+        return []
+    gpus = np.bincount(ids, weights=problem.free[eligible & (domain >= 0), problem.gpu])
+    pods = np.bincount(ids, weights=problem.free[eligible & (domain >= 0), problem.res_index["pods"]])
+    roomiest = list(np.lexsort((np.arange(len(gpus)), -pods, -gpus))[:most])
+    roomiest += [int(domain[n]) for (_, n) in hinted]
+    return [domain == d for d in sorted(set(int(d) for d in roomiest))]

@@ -1,0 +1,190 @@
+"""The CP-SAT model of one cycle and its lexicographic solve.
+
+Variables: x[g, p, n] = pods of gang g's part p on node n (integer, only on candidate nodes); placed[g] = gang g
+reaches its minimum. Constraints: all-or-nothing per gang, node capacity per resource, one label domain per
+co-located gang. Objectives in strict order, each a stage that holds the earlier stages' values: gangs placed
+per priority level (highest first), resources placed (GPUs first), then locality. Each stage starts from the
+best placement so far as a complete hint and keeps it when CP-SAT finds nothing better in its time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from solver import score
+from solver.greedy import Counts
+from solver.problem import Problem
+
+MAX, MIN = "max", "min"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    status: str  # CP-SAT's status, or SKIPPED when the hint already reaches the stage's bound
+    objective: int
+    bound: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {**self.__dict__, "seconds": round(self.seconds, 4)}
+
+
+class GangModel:
+    def __init__(self, problem: Problem, cands: dict[tuple[int, int], np.ndarray], hint: Counts) -> None:
+        self.problem = problem
+        self.model = cp_model.CpModel()
+        self.x: dict[tuple[int, int, int], cp_model.IntVar] = {}
+        self.ub: dict[tuple[int, int, int], int] = {}  # x's upper bounds (the proto's domain is awkward to read)
+        self.placed: dict[int, cp_model.IntVar] = {}
+        self.counts = hint
+        m = self.model
+        per_node: dict[int, list[tuple[cp_model.IntVar, int, np.ndarray]]] = {}
+
+        for g, gang in enumerate(problem.gangs):
+            room = sum(
+                int(np.minimum(problem.fit[part.cls][cands.get((g, p), [])], len(part.pods)).sum())
+                for p, part in enumerate(problem.parts[g])
+            )
+            if room < max(gang.need, 1):
+                continue  # its candidates cannot hold the gang's minimum: it stays pending
+            gang_vars = []
+            for p, part in enumerate(problem.parts[g]):
+                fit = problem.fit[part.cls]
+                part_vars = []
+                for n in cands.get((g, p), ()):
+                    n = int(n)
+                    ub = int(min(len(part.pods), fit[n]))
+                    var = m.new_int_var(0, ub, f"x_{g}_{p}_{n}")
+                    self.x[(g, p, n)] = var
+                    self.ub[(g, p, n)] = ub
+                    part_vars.append(var)
+                    per_node.setdefault(n, []).append((var, ub, problem.demand[part.cls]))
+                if sum(self.ub[(g, p, int(n))] for n in cands.get((g, p), ())) > len(part.pods):
+                    m.add(sum(part_vars) <= len(part.pods))
+                gang_vars += part_vars
+            if not gang_vars or not score.counted(problem, g):
+                continue  # extras of a gang already at its minimum are placed one by one
+            placed = m.new_bool_var(f"placed_{g}")
+            m.add(sum(gang_vars) >= gang.need * placed)
+            m.add(sum(gang_vars) <= len(gang.pods) * placed)
+            self.placed[g] = placed
+            if gang.colocate:
+                self._colocate(g, placed)
+
+        for n, terms in per_node.items():
+            for r in range(len(problem.resources)):
+                used = [(var, ub, int(d[r])) for var, ub, d in terms if d[r] > 0]
+                # Skip constraints that cannot bind: even every variable at its maximum fits.
+                if used and sum(ub * d for _v, ub, d in used) > problem.free[n, r]:
+                    m.add(sum(d * var for var, _ub, d in used) <= int(problem.free[n, r]))
+        self._hint()
+
+    def _colocate(self, g: int, placed: cp_model.IntVar) -> None:
+        domain = self.problem.domains(self.problem.gangs[g].colocate or "")
+        chosen: dict[int, cp_model.IntVar] = {}
+        for (gg, _p, n), var in self.x.items():
+            if gg != g:
+                continue
+            d = int(domain[n])
+            if d < 0:
+                self.model.add(var == 0)
+                continue
+            if d not in chosen:
+                chosen[d] = self.model.new_bool_var(f"domain_{g}_{d}")
+            self.model.add(var <= self.ub[(gg, _p, n)] * chosen[d])
+        self.model.add(sum(chosen.values()) == placed)
+
+    def _hint(self) -> None:
+        self.model.clear_hints()
+        for (g, p, n), var in self.x.items():
+            self.model.add_hint(var, self.counts.get(g, {}).get((p, n), 0))
+        for g, var in self.placed.items():
+            self.model.add_hint(var, int(g in self.counts))
+
+    # --- the stages -------------------------------------------------------------------------------------------
+
+    def level_expr(self, level: int) -> tuple[cp_model.LinearExpr, int]:
+        """Gangs placed at one priority level, and an upper bound: gangs whose candidates could hold them."""
+        gangs = [g for g in self.placed if self.problem.gangs[g].priority == level]
+        return sum(self.placed[g] for g in gangs), len(gangs)
+
+    def resource_expr(self, scale: int) -> tuple[cp_model.LinearExpr, int]:
+        """Resources placed, GPUs first; bounded above by every modelled pod placed."""
+        problem = self.problem
+        terms, room = [], {}
+        for (g, p, _n), var in self.x.items():
+            w = score.pod_weight(problem, problem.parts[g][p].cls, scale)
+            terms.append(w * var)
+            room[(g, p)] = room.get((g, p), 0) + self.ub[(g, p, _n)]
+        bound = sum(
+            score.pod_weight(problem, problem.parts[g][p].cls, scale) * min(k, len(problem.parts[g][p].pods))
+            for (g, p), k in room.items()
+        )
+        return sum(terms), bound
+
+    def locality_expr(self) -> tuple[cp_model.LinearExpr, int]:
+        """Nodes spanned per gang plus empty GPU nodes broken into; bounded below by one node per placed gang."""
+        problem, m = self.problem, self.model
+        empty = score.empty_gpu_nodes(problem)
+        on: dict[tuple[int, int], cp_model.IntVar] = {}
+        opened: dict[int, cp_model.IntVar] = {}
+        used = {(g, n) for g, c in self.counts.items() for (_p, n) in c}
+        for (g, p, n), var in self.x.items():
+            ub = self.ub[(g, p, n)]
+            if (g, n) not in on:
+                on[(g, n)] = m.new_bool_var(f"on_{g}_{n}")
+                m.add_hint(on[(g, n)], int((g, n) in used))
+            m.add(var <= ub * on[(g, n)])
+            if empty[n] and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0:
+                if n not in opened:
+                    opened[n] = m.new_bool_var(f"opened_{n}")
+                m.add(var <= ub * opened[n])
+        opened_now = {
+            n for g, c in self.counts.items() for (p, n) in c
+            if n in opened and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0
+        }
+        for n, var in opened.items():
+            m.add_hint(var, int(n in opened_now))
+        return sum(on.values()) + sum(opened.values()), len(self.counts)
+
+    def solve_stage(
+        self, name: str, expr: cp_model.LinearExpr, sense: str, current: int, bound: int, seconds: float, workers: int
+    ) -> Stage:
+        """Optimise `expr` from the current placement (worth `current`), then hold it at the value reached."""
+        started = time.perf_counter()
+        m = self.model
+        if current == bound:  # the hint is already optimal for this stage
+            m.add(expr >= current) if sense == MAX else m.add(expr <= current)
+            return Stage(name, "SKIPPED", current, bound, time.perf_counter() - started)
+        (m.maximize if sense == MAX else m.minimize)(expr)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(seconds, 0.01)
+        solver.parameters.num_workers = workers
+        solver.parameters.random_seed = 0
+        status = solver.solve(m)
+        value, best = current, bound
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            found = int(round(solver.objective_value))
+            best = int(round(solver.best_objective_bound))
+            if (found > current) if sense == MAX else (found < current):
+                value = found
+                self.counts = self._read(solver)
+                self._hint()
+        elif status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
+            # The hint is feasible by construction, so this is a modelling bug: surface it loudly.
+            raise RuntimeError(f"CP-SAT stage {name}: {solver.status_name(status)} although the hint is feasible")
+        m.add(expr >= value) if sense == MAX else m.add(expr <= value)
+        return Stage(name, solver.status_name(status), value, best, time.perf_counter() - started)
+
+    def _read(self, solver: cp_model.CpSolver) -> Counts:
+        counts: Counts = {}
+        for (g, p, n), var in self.x.items():
+            k = solver.value(var)
+            if k:
+                counts.setdefault(g, {})[(p, n)] = int(k)
+        return counts

@@ -1,0 +1,126 @@
+"""Why a gang stays pending, in words a user can act on: which resource is short and by how much, which
+constraint excluded which nodes, or which other gangs took the room this cycle."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from solver.greedy import Counts, place_colocated, place_gang
+from solver.model import PODS, Pod
+from solver.problem import Problem, exclusion
+
+_BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def quantity(resource: str, value: int) -> str:
+    """A readable Kubernetes quantity: cpu from millicores, memory-like resources from bytes."""
+    if resource == "cpu":
+        return str(value // 1000) if value % 1000 == 0 else f"{value}m"
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        for suffix, size in _BINARY:
+            if value >= size and value % size == 0:
+                return f"{value // size}{suffix}"
+        for suffix, size in _BINARY:
+            if value >= size:
+                return f"{value / size:.1f}{suffix}"
+    return str(value)
+
+
+def _where(pod: Pod) -> str:
+    parts = []
+    if pod.node_selector:
+        parts.append("nodeSelector " + ",".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items())))
+    if pod.affinity:
+        parts.append("required node affinity")
+    return "on nodes matching " + " and ".join(parts) if parts else "on schedulable nodes"
+
+
+def _exclusions(problem: Problem, g: int) -> str:
+    """Nodes no pod of the gang may use, grouped by the first constraint that rules them out."""
+    parts = problem.parts[g]
+    eligible = np.zeros(len(problem.nodes), dtype=bool)
+    for part in parts:
+        eligible |= problem.eligible[part.cls]
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    pod = parts[0].pods[0]
+    for n in np.flatnonzero(~eligible):
+        node = problem.nodes[n]
+        by_reason[exclusion(pod, node) or "its constraints"].append(node.name)
+    phrases = []
+    for reason, names in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        if reason.startswith("nodeSelector") and pod.node_selector:
+            continue  # already said by "on nodes matching nodeSelector ..."
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        phrases.append(f"{shown} excluded by {reason}" if len(names) == 1 else f"{len(names)} nodes ({shown}) excluded by {reason}")
+    return "; ".join(phrases)
+
+
+def _shortage(problem: Problem, g: int) -> str | None:
+    """The first resource the gang's minimum needs more of than the free total on its eligible nodes."""
+    gang = problem.gangs[g]
+    parts = sorted(problem.parts[g], key=lambda part: -part.pods[0].priority)
+    need = max(gang.need, 1)
+    required = np.zeros(len(problem.resources), dtype=np.int64)
+    available = np.zeros(len(problem.nodes), dtype=bool)
+    for part in parts:
+        k = min(need, len(part.pods))
+        required += problem.demand[part.cls] * k
+        available |= problem.eligible[part.cls]
+        need -= k
+        if need == 0:
+            break
+    free = np.maximum(problem.free[available], 0).sum(axis=0)
+    # Scarce resources first: GPUs, then extended resources, then the rest.
+    order = sorted(range(len(problem.resources)), key=lambda r: (r != problem.gpu, problem.resources[r] in (PODS, "cpu", "memory"), r))
+    for r in order:
+        if required[r] > free[r]:
+            name = problem.resources[r]
+            return (
+                f"needs {quantity(name, int(required[r]))} {name}, {quantity(name, int(free[r]))} free "
+                f"{_where(parts[0].pods[0])}"
+            )
+    return None
+
+
+def _single_pod(problem: Problem, g: int) -> str | None:
+    """A pod no eligible node can hold even when empty of other pending work."""
+    for part in problem.parts[g]:
+        if problem.fit[part.cls].any():
+            continue
+        eligible = problem.eligible[part.cls]
+        if not eligible.any():
+            return f"no node is eligible for pod {part.pods[0].name}"
+        demand = problem.demand[part.cls]
+        for r in np.flatnonzero(demand > 0):
+            largest = int(np.max(problem.free[eligible, r]))
+            if largest < demand[r]:
+                name = problem.resources[r]
+                return (
+                    f"pod {part.pods[0].name} needs {quantity(name, int(demand[r]))} {name}, "
+                    f"at most {quantity(name, max(largest, 0))} free on one node {_where(part.pods[0])}"
+                )
+    return None
+
+
+def explain(problem: Problem, g: int, counts: Counts) -> str:
+    gang = problem.gangs[g]
+    total = len(gang.pods) + len(gang.bound_nodes)
+    placed = sum(counts.get(g, {}).values())
+    if total < gang.min_member:
+        return f"gang has {total} pods, fewer than minMember {gang.min_member}: waiting for more members"
+    if placed:
+        return f"placed {placed} of {len(gang.pods)} pending pods (minMember reached); no room for the rest this cycle"
+    excluded = _exclusions(problem, g)
+    why = _shortage(problem, g) or _single_pod(problem, g)
+    if why is None:
+        alone = problem.free.copy()
+        fits = place_colocated(problem, g, alone) if gang.colocate else place_gang(problem, g, alone)
+        if fits is not None:
+            why = "fits the free capacity on its own, but gangs placed this cycle (higher priority or better fit) took it"
+        elif gang.colocate:
+            why = f"no single {gang.colocate} value has room for {max(gang.need, 1)} pods together"
+        else:
+            why = f"free capacity is fragmented: no packing of {max(gang.need, 1)} pods onto nodes fits"
+    return why + (f"; {excluded}" if excluded else "")

@@ -1,0 +1,142 @@
+"""The solver's input and output: plain, immutable data.
+
+Quantities are integers in the resource's base unit as the edge converted them: cpu in millicores, memory and
+storage in bytes, `pods` and extended resources (`nvidia.com/gpu`) in units. A pod's requests include `pods: 1`.
+Mappings inside these frozen dataclasses are never mutated after construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+GPU = "nvidia.com/gpu"
+PODS = "pods"
+
+Resources = Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""  # empty with operator Exists tolerates every taint
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One node selector requirement: a label (or field) key, an operator and its values."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.operator}"
+        return f"{self.key} {self.operator} ({','.join(self.values)})"
+
+
+@dataclass(frozen=True)
+class SelectorTerm:
+    """A required node affinity term: every expression must hold (terms are ORed)."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()  # only metadata.name is defined
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    used: Resources = field(default_factory=dict)  # requests of bound, unfinished pods
+
+    def free(self, resource: str) -> int:
+        return self.allocatable.get(resource, 0) - self.used.get(resource, 0)
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str  # namespace/name
+    requests: Resources
+    priority: int = 0
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: tuple[SelectorTerm, ...] = ()  # required terms; empty means no constraint
+    tolerations: tuple[Toleration, ...] = ()
+    order: int = 0  # queue position among equals (creation order)
+
+
+@dataclass(frozen=True)
+class Gang:
+    """Pods that only make progress together: place at least `min_member - len(bound_nodes)` or none."""
+
+    name: str  # namespace/name
+    pods: tuple[Pod, ...]  # pending members to place
+    min_member: int = 1
+    bound_nodes: tuple[str, ...] = ()  # nodes of members already bound and not finished
+    colocate: str | None = None  # node label key whose single value all members must share
+
+    @property
+    def need(self) -> int:
+        """Pending members that must be placed together for the gang to reach min_member."""
+        return max(0, self.min_member - len(self.bound_nodes))
+
+    @property
+    def priority(self) -> int:
+        return max((p.priority for p in self.pods), default=0)
+
+    @property
+    def order(self) -> int:
+        return min((p.order for p in self.pods), default=0)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[Node, ...]
+    gangs: tuple[Gang, ...]
+
+
+@dataclass(frozen=True)
+class SolveConfig:
+    time_limit: float = 2.0  # wall-clock seconds for the whole cycle
+    workers: int = 2
+    candidates_per_pod: int = 4  # candidate nodes kept per pending pod of a gang (pruning on big clusters)
+    min_candidates: int = 32
+    use_cpsat: bool = True  # False: the greedy allocator alone
+
+
+@dataclass(frozen=True)
+class GangResult:
+    name: str
+    placed: bool
+    min_member: int
+    pods: int  # members: pending plus bound
+    placed_pods: int  # pending members placed this cycle
+    priority: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    bindings: Mapping[str, str]  # pod -> node
+    gangs: tuple[GangResult, ...]
+    status: str  # OPTIMAL | FEASIBLE | GREEDY (CP-SAT found nothing better or was not run)
+    objective: int  # gangs placed
+    best_bound: int  # upper bound on gangs placed, given strict priority order
+    solve_seconds: float
+    stages: tuple[Mapping[str, object], ...] = ()  # per-stage solver statistics

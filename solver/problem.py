@@ -1,0 +1,160 @@
+"""One scheduling cycle as arrays: free capacity per node, pod classes, and where each class may go.
+
+Pods of a gang with the same requests and constraints are one *pod class*; the solver decides how many pods of
+a class go to a node, never which pod, which keeps the model small. Static constraints (cordon, readiness,
+taints, selectors, affinity) are evaluated once per distinct node signature, not per pod x node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
+from solver.constraints.taints import untolerated
+from solver.model import GPU, PODS, Cluster, Gang, Node, Pod
+
+
+def exclusion(pod: Pod, node: Node) -> str | None:
+    """Why `node` can never take `pod` whatever its free capacity, or None when it can."""
+    if node.unschedulable:
+        return "cordoned"
+    if not node.ready:
+        return "not Ready"
+    taint = untolerated(pod.tolerations, node.taints)
+    if taint is not None:
+        return f"taint {taint}"
+    mismatch = selector_mismatch(pod.node_selector, node.labels)
+    if mismatch is not None:
+        return f"nodeSelector {mismatch}"
+    if not affinity_holds(pod.affinity, node.name, node.labels):
+        return "required node affinity"
+    return None
+
+
+def _class_key(pod: Pod) -> tuple:
+    return (
+        tuple(sorted(pod.requests.items())),
+        tuple(sorted(pod.node_selector.items())),
+        pod.affinity,
+        pod.tolerations,
+    )
+
+
+@dataclass(frozen=True)
+class GangPart:
+    """The pending pods of one gang that share a pod class, in the order they should be placed."""
+
+    cls: int
+    pods: tuple[Pod, ...]
+
+
+class Problem:
+    """Arrays for one cycle. `free[n, r]` is node n's free amount of `resources[r]`; `demand[c, r]` one pod of
+    class c's request; `eligible[c, n]` whether class c may use node n at all; `fit[c, n]` how many pods of
+    class c node n holds on its own."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.nodes: Sequence[Node] = cluster.nodes
+        self.gangs: Sequence[Gang] = cluster.gangs
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self._domains: dict[str, np.ndarray] = {}
+
+        names = {PODS, GPU}
+        for node in self.nodes:
+            names.update(node.allocatable)
+        for gang in self.gangs:
+            for pod in gang.pods:
+                names.update(pod.requests)
+        self.resources = sorted(names)
+        self.res_index = {r: i for i, r in enumerate(self.resources)}
+        self.gpu = self.res_index[GPU]
+
+        shape = (len(self.nodes), len(self.resources))
+        self.allocatable = np.zeros(shape, dtype=np.int64)
+        self.free = np.zeros(shape, dtype=np.int64)
+        for i, node in enumerate(self.nodes):
+            for r, q in node.allocatable.items():
+                self.allocatable[i, self.res_index[r]] = q
+            for r, q in node.used.items():
+                self.free[i, self.res_index[r]] -= q
+        self.free += self.allocatable
+
+        # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
+        index: dict[tuple, int] = {}
+        self.class_pods: list[Pod] = []  # a representative pod per class
+        self.parts: list[tuple[GangPart, ...]] = []
+        for gang in self.gangs:
+            by_class: dict[int, list[Pod]] = {}
+            for pod in gang.pods:
+                key = _class_key(pod)
+                if key not in index:
+                    index[key] = len(self.class_pods)
+                    self.class_pods.append(pod)
+                by_class.setdefault(index[key], []).append(pod)
+            self.parts.append(
+                tuple(
+                    GangPart(c, tuple(sorted(ps, key=lambda p: (-p.priority, p.order, p.name))))
+                    for c, ps in sorted(by_class.items())
+                )
+            )
+
+        self.demand = np.zeros((len(self.class_pods), len(self.resources)), dtype=np.int64)
+        for c, pod in enumerate(self.class_pods):
+            for r, q in pod.requests.items():
+                self.demand[c, self.res_index[r]] = q
+            self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
+        self.eligible = self._eligibility()
+        self.fit = np.stack([self.fits(c, self.free) for c in range(len(self.class_pods))]) if self.class_pods else (
+            np.zeros((0, len(self.nodes)), dtype=np.int64)
+        )
+
+    def fits(self, cls: int, free: np.ndarray) -> np.ndarray:
+        """How many pods of class `cls` each node holds given `free` (0 where the class is not eligible)."""
+        need = self.demand[cls]
+        used = need > 0
+        count = np.min(np.maximum(free[:, used], 0) // need[used], axis=1)
+        return np.where(self.eligible[cls], count, 0)
+
+    def _eligibility(self) -> np.ndarray:
+        eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)
+        groups_by_keys: dict[tuple, dict[tuple, list[int]]] = {}
+        for c, pod in enumerate(self.class_pods):
+            keys = tuple(sorted(label_keys(pod.node_selector, pod.affinity)))
+            by_name = reads_node_name(pod.affinity)
+            groups = groups_by_keys.get((keys, by_name))
+            if groups is None:
+                groups = {}
+                for i, node in enumerate(self.nodes):
+                    sig = (
+                        node.unschedulable,
+                        node.ready,
+                        node.taints,
+                        tuple(node.labels.get(k) for k in keys),
+                        node.name if by_name else None,
+                    )
+                    groups.setdefault(sig, []).append(i)
+                groups_by_keys[(keys, by_name)] = groups
+            for members in groups.values():
+                if exclusion(pod, self.nodes[members[0]]) is None:
+                    eligible[c, members] = True
+        return eligible
+
+    def domains(self, key: str) -> np.ndarray:
+        """Per node, an integer id of its value for label `key` (-1 where the node lacks the label)."""
+        if key in self._domains:
+            return self._domains[key]
+        values: dict[str, int] = {}
+        ids = np.full(len(self.nodes), -1, dtype=np.int64)
+        for i, node in enumerate(self.nodes):
+            value = node.labels.get(key)
+            if value is not None:
+                ids[i] = values.setdefault(value, len(values))
+        self._domains[key] = ids
+        return ids
+
+    def gang_priority_levels(self) -> list[int]:
+        return sorted({g.priority for g in self.gangs}, reverse=True)

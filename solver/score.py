@@ -1,0 +1,57 @@
+"""The objective tiers, evaluated on a placement in plain Python: used to compare CP-SAT with its hint, to
+skip stages the hint already wins, and by the benchmarks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.greedy import Counts
+from solver.problem import Problem
+
+
+def counted(problem: Problem, g: int) -> bool:
+    """Gangs whose placement is an all-or-nothing decision this cycle (not yet at their minimum)."""
+    gang = problem.gangs[g]
+    return bool(gang.pods) and gang.need > 0
+
+
+def placed_at(problem: Problem, counts: Counts, level: int) -> int:
+    return sum(1 for g in counts if counted(problem, g) and problem.gangs[g].priority == level)
+
+
+def gpu_scale(problem: Problem) -> int:
+    """A weight for one GPU larger than all the cpu millicores any placement can add up to."""
+    cpu = problem.res_index.get("cpu")
+    if cpu is None:
+        return 1
+    return int(sum(problem.demand[part.cls, cpu] * len(part.pods) for parts in problem.parts for part in parts)) + 1
+
+
+def pod_weight(problem: Problem, cls: int, scale: int) -> int:
+    """Resources placed, GPUs first: one pod's weight in the resource tier."""
+    cpu = problem.res_index.get("cpu")
+    return int(problem.demand[cls, problem.gpu]) * scale + (int(problem.demand[cls, cpu]) if cpu is not None else 0)
+
+
+def resources(problem: Problem, counts: Counts, scale: int) -> int:
+    return sum(
+        k * pod_weight(problem, problem.parts[g][p].cls, scale) for g, c in counts.items() for (p, _n), k in c.items()
+    )
+
+
+def empty_gpu_nodes(problem: Problem) -> np.ndarray:
+    gpu = problem.gpu
+    return (problem.allocatable[:, gpu] > 0) & (problem.free[:, gpu] == problem.allocatable[:, gpu])
+
+
+def locality(problem: Problem, counts: Counts) -> int:
+    """Nodes spanned, summed over gangs, plus empty GPU nodes that GPU pods were put on (lower is better)."""
+    empty = empty_gpu_nodes(problem)
+    spanned = sum(len({n for (_p, n) in c}) for c in counts.values())
+    opened = {
+        n
+        for g, c in counts.items()
+        for (p, n) in c
+        if empty[n] and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0
+    }
+    return spanned + len(opened)

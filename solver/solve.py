@@ -1,0 +1,90 @@
+"""`solve(cluster, config) -> Placement`: one scheduling cycle, the same function live and offline."""
+
+from __future__ import annotations
+
+import time
+
+from solver import score
+from solver.candidates import candidates
+from solver.cpsat import MAX, MIN, GangModel, Stage
+from solver.explain import explain
+from solver.greedy import Counts, greedy
+from solver.model import Cluster, GangResult, Placement, SolveConfig
+from solver.problem import Problem
+
+# Leave this share of the time limit for building the answer after the last stage.
+_RESERVE = 0.1
+
+
+def solve(cluster: Cluster, config: SolveConfig | None = None) -> Placement:
+    config = config or SolveConfig()
+    started = time.perf_counter()
+    deadline = started + config.time_limit * (1 - _RESERVE)
+    problem = Problem(cluster)
+    counts = greedy(problem)
+    stages: list[Stage] = []
+    status = "GREEDY"
+    if config.use_cpsat and problem.gangs:
+        counts, stages = _optimise(problem, counts, config, deadline)
+        proven = all(s.status in ("OPTIMAL", "SKIPPED") for s in stages)
+        status = "OPTIMAL" if proven else "FEASIBLE"
+    return _placement(problem, counts, stages, status, time.perf_counter() - started)
+
+
+def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: float) -> tuple[Counts, list[Stage]]:
+    model = GangModel(problem, candidates(problem, hint, config), hint)
+    levels = problem.gang_priority_levels()
+    scale = score.gpu_scale(problem)
+    plan = [(f"priority {level}", MAX, level) for level in levels] + [("resources", MAX, None), ("locality", MIN, None)]
+    stages = []
+    for i, (name, sense, level) in enumerate(plan):
+        if level is not None:
+            expr, bound = model.level_expr(level)
+            current = score.placed_at(problem, model.counts, level)
+        elif name == "resources":
+            expr, bound = model.resource_expr(scale)
+            current = score.resources(problem, model.counts, scale)
+        else:
+            expr, bound = model.locality_expr()
+            current = score.locality(problem, model.counts)
+        seconds = (deadline - time.perf_counter()) / (len(plan) - i)
+        stages.append(model.solve_stage(name, expr, sense, current, bound, seconds, config.workers))
+    return model.counts, stages
+
+
+def _placement(problem: Problem, counts: Counts, stages: list[Stage], status: str, seconds: float) -> Placement:
+    bindings: dict[str, str] = {}
+    for g, gang_counts in counts.items():
+        for p, part in enumerate(problem.parts[g]):
+            pods = iter(part.pods)  # highest priority first
+            for n in sorted(n for (q, n) in gang_counts if q == p):
+                for _ in range(gang_counts[(p, n)]):
+                    bindings[next(pods).name] = problem.nodes[n].name
+    results = []
+    for g, gang in enumerate(problem.gangs):
+        placed_pods = sum(counts.get(g, {}).values())
+        placed = len(gang.bound_nodes) + placed_pods >= gang.min_member and (placed_pods > 0 or gang.need == 0)
+        reason = "" if placed_pods == len(gang.pods) else explain(problem, g, counts)
+        results.append(
+            GangResult(
+                name=gang.name,
+                placed=placed,
+                min_member=gang.min_member,
+                pods=len(gang.pods) + len(gang.bound_nodes),
+                placed_pods=placed_pods,
+                priority=gang.priority,
+                reason=reason,
+            )
+        )
+    levels = [s for s in stages if s.name.startswith("priority ")]
+    objective = sum(1 for g in counts if score.counted(problem, g))
+    best_bound = sum(s.bound for s in levels) if levels else objective
+    return Placement(
+        bindings=bindings,
+        gangs=tuple(results),
+        status=status,
+        objective=objective,
+        best_bound=max(best_bound, objective),
+        solve_seconds=seconds,
+        stages=tuple(s.as_dict() for s in stages),
+    )
