@@ -6,7 +6,7 @@ export UV_PYTHON_DOWNLOADS := never
 .PHONY: demo test sync
 
 demo: .venv/.synced
-	.venv/bin/gangsolve solve examples/tfjob-8.yaml
+	.venv/bin/gangsolve solve examples/tfjob-8.yaml --scheduler-name kube-batchd
 
 test: .venv/.synced
 	.venv/bin/python -m pytest
