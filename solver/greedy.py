@@ -21,6 +21,17 @@ def queue_order(problem: Problem) -> list[int]:
     return sorted(range(len(gangs)), key=lambda g: (-gangs[g].priority, gangs[g].order, gangs[g].name))
 
 
+def smallest_first_order(problem: Problem) -> list[int]:
+    """Gangs by priority, then by the least they need (GPUs, then their share of the cluster): when the aim
+    is the number of gangs placed, small gangs first is what a knapsack would do."""
+    gangs = problem.gangs
+    share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
+    return sorted(
+        range(len(gangs)),
+        key=lambda g: (-gangs[g].priority, int(problem.floor[g, problem.gpu]), float(share[g]), gangs[g].order, gangs[g].name),
+    )
+
+
 def node_scores(problem: Problem, cls: int, free: np.ndarray) -> np.ndarray:
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
@@ -101,11 +112,12 @@ def place_colocated(problem: Problem, g: int, free: np.ndarray, max_tries: int =
     return None
 
 
-def greedy(problem: Problem) -> Counts:
-    """Allocate gangs one at a time in queue order; a gang that cannot reach its minimum takes nothing."""
+def greedy(problem: Problem, order: list[int] | None = None) -> Counts:
+    """Allocate gangs one at a time (in queue order unless told otherwise); a gang that cannot reach its
+    minimum takes nothing."""
     free = problem.free.copy()
     result: Counts = {}
-    for g in queue_order(problem):
+    for g in queue_order(problem) if order is None else order:
         gang = problem.gangs[g]
         if not gang.pods:
             continue

@@ -108,6 +108,7 @@ class Problem:
                 self.demand[c, self.res_index[r]] = q
             self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
         self.eligible = self._eligibility()
+        self.floor = self._floors()
         self.fit = np.stack([self.fits(c, self.free) for c in range(len(self.class_pods))]) if self.class_pods else (
             np.zeros((0, len(self.nodes)), dtype=np.int64)
         )
@@ -118,6 +119,18 @@ class Problem:
         used = need > 0
         count = np.min(np.maximum(free[:, used], 0) // need[used], axis=1)
         return np.where(self.eligible[cls], count, 0)
+
+    def _floors(self) -> np.ndarray:
+        """floor[g, r]: the least of resource r any placement of gang g's minimum consumes (per resource, the
+        `need` smallest requests among its pending pods). Summed over placed gangs it cannot exceed the free
+        total, which gives the model knapsack cuts and the solver a cheap upper bound."""
+        floor = np.zeros((len(self.gangs), len(self.resources)), dtype=np.int64)
+        for g, gang in enumerate(self.gangs):
+            if not gang.pods or gang.need == 0:
+                continue
+            rows = np.concatenate([np.repeat(self.demand[part.cls][None, :], len(part.pods), axis=0) for part in self.parts[g]])
+            floor[g] = np.sort(rows, axis=0)[: gang.need].sum(axis=0)
+        return floor
 
     def _eligibility(self) -> np.ndarray:
         eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)

@@ -55,3 +55,10 @@ def locality(problem: Problem, counts: Counts) -> int:
         if empty[n] and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0
     }
     return spanned + len(opened)
+
+
+def rank(problem: Problem, counts: Counts, scale: int) -> tuple[int, ...]:
+    """The lexicographic worth of a placement: gangs placed per priority level (highest first), then
+    resources placed. Higher is better."""
+    levels = problem.gang_priority_levels()
+    return (*(placed_at(problem, counts, level) for level in levels), resources(problem, counts, scale))

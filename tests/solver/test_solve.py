@@ -1,0 +1,180 @@
+"""Scenario tables for the solver: what a cycle must decide, checked with the independent validator."""
+
+from solver import Cluster, Gang, SolveConfig, Toleration, solve, validate
+from solver.greedy import greedy
+from solver.problem import Problem
+from tests.builders import MASTER_TAINT, gang, node, pod
+
+
+def run(nodes, gangs, **config):
+    cluster = Cluster(tuple(nodes), tuple(gangs))
+    placement = solve(cluster, SolveConfig(**config))
+    assert validate(cluster, placement) == []
+    return placement
+
+
+def placed(placement):
+    return {g.name for g in placement.gangs if g.placed}
+
+
+def nodes_of(placement, prefix):
+    return {n for p, n in placement.bindings.items() if p.startswith(prefix)}
+
+
+def test_users_tfjob_lands_on_gpu_nodes_only():
+    nodes = [node("apollo25", cpu=24, taints=[MASTER_TAINT]), *(node(f"apollo6{i}", 28, gpus=4, labels={"gpu": "yes"}) for i in (1, 2))]
+    workers = gang("tf/worker", 7, gpus=1, cpu=2, memory_gi=4, node_selector={"gpu": "yes"})
+    ps = pod("tf/ps-0", cpu=2, node_selector={"gpu": "yes"})
+    job = Gang("tf/mnist", (ps, *workers.pods), 8)
+    p = run(nodes, [job])
+    assert placed(p) == {"tf/mnist"}
+    assert len(p.bindings) == 8
+    assert "apollo25" not in p.bindings.values()
+
+
+def test_gang_that_does_not_fit_takes_nothing_and_says_which_resource():
+    nodes = [node("apollo25", cpu=24, taints=[MASTER_TAINT]), *(node(f"apollo6{i}", 28, gpus=4, labels={"gpu": "yes"}) for i in (1, 2))]
+    job = gang("tf/mnist", 9, gpus=1, cpu=2, node_selector={"gpu": "yes"})
+    p = run(nodes, [job])
+    assert p.bindings == {}
+    (result,) = p.gangs
+    assert not result.placed
+    assert "needs 9 nvidia.com/gpu, 8 free" in result.reason
+    assert "apollo25 excluded by taint node-role.kubernetes.io/master:NoSchedule" in result.reason
+
+
+def test_two_gangs_never_half_placed():
+    # Each gang wants 6 of the 8 GPUs: a per-pod scheduler would split them and deadlock both.
+    nodes = [node(f"n{i}", gpus=4) for i in range(2)]
+    p = run(nodes, [gang("a", 6, gpus=1), gang("b", 6, gpus=1)])
+    assert len(placed(p)) == 1
+    loser = ({"a", "b"} - placed(p)).pop()
+    assert not any(name.startswith(loser) for name in p.bindings)
+
+
+def test_maximises_gangs_placed_where_greedy_does_not():
+    # Greedy places the oldest gang (2 x 3 GPUs) on both nodes and strands 1 GPU on each; placing the two
+    # 4-GPU gangs instead satisfies two gangs.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    gangs = [gang("a-first", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4)]
+    cluster = Cluster(tuple(nodes), tuple(gangs))
+    assert len(greedy(Problem(cluster))) == 1
+    p = run(nodes, gangs)
+    assert placed(p) == {"b", "c"}
+    assert p.objective == 2 and p.status == "OPTIMAL"
+
+
+def test_higher_priority_gang_is_never_traded_for_more_lower_ones():
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    gangs = [gang("low1", 1, gpus=4, priority=0), gang("low2", 1, gpus=4, priority=0), gang("high", 2, gpus=3, priority=100)]
+    p = run(nodes, gangs)
+    assert placed(p) == {"high"}
+
+
+def test_cordoned_and_not_ready_nodes_are_never_used():
+    nodes = [node("cordoned", gpus=8, unschedulable=True), node("down", gpus=8, ready=False), node("ok", gpus=2)]
+    p = run(nodes, [gang("g", 4, gpus=1)])
+    assert p.bindings == {}
+    assert "cordoned" in p.gangs[0].reason and "not Ready" in p.gangs[0].reason
+
+
+def test_toleration_lets_a_pod_onto_a_tainted_node():
+    nodes = [node("master", taints=[MASTER_TAINT])]
+    tolerating = gang("t", 1, tolerations=(Toleration("node-role.kubernetes.io/master", "Exists"),))
+    p = run(nodes, [tolerating, gang("plain", 1)])
+    assert placed(p) == {"t"}
+
+
+def test_capacity_held_by_bound_pods_counts():
+    busy = node("busy", gpus=4)
+    busy = type(busy)(busy.name, busy.allocatable, busy.labels, used={"nvidia.com/gpu": 3, "pods": 3})
+    p = run([busy], [gang("g", 2, gpus=1)])
+    assert p.bindings == {}
+
+
+def test_pod_slots_count():
+    p = run([node("n", pods=2)], [gang("g", 3, cpu=0.1)])
+    assert p.bindings == {}
+
+
+def test_extras_beyond_min_are_placed_when_they_fit():
+    p = run([node("n", gpus=4)], [gang("g", 6, min_member=2, gpus=1)])
+    (result,) = p.gangs
+    assert result.placed and result.placed_pods == 4
+    assert "placed 4 of 6" in result.reason
+
+
+def test_bound_members_count_toward_min():
+    # 3 of 4 members already run: the last one alone satisfies the gang.
+    g = gang("g", 1, min_member=4, gpus=1, bound_nodes=("n", "n", "n"))
+    p = run([node("n", gpus=4)], [g])
+    assert p.gangs[0].placed and len(p.bindings) == 1
+
+
+def test_gang_with_fewer_pods_than_min_waits_with_a_reason():
+    p = run([node("n", gpus=8)], [gang("g", 3, min_member=4, gpus=1)])
+    assert p.bindings == {}
+    assert "fewer than minMember 4" in p.gangs[0].reason
+
+
+def test_hard_colocation_on_one_node():
+    nodes = [node("n0", gpus=4), node("n1", gpus=4), node("n2", gpus=8)]
+    p = run(nodes, [gang("g", 6, gpus=1, colocate="kubernetes.io/hostname")])
+    assert nodes_of(p, "g") == {"n2"}
+
+
+def test_hard_colocation_in_one_zone():
+    nodes = [node(f"a{i}", gpus=4, labels={"zone": "a"}) for i in range(2)] + [node(f"b{i}", gpus=4, labels={"zone": "b"}) for i in range(3)]
+    p = run(nodes, [gang("g", 10, gpus=1, colocate="zone")])
+    assert nodes_of(p, "g") <= {"b0", "b1", "b2"} and len(p.bindings) == 10
+
+
+def test_colocation_that_no_domain_holds_stays_pending():
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    p = run(nodes, [gang("g", 6, gpus=1, colocate="kubernetes.io/hostname")])
+    assert p.bindings == {}
+    assert "kubernetes.io/hostname" in p.gangs[0].reason
+
+
+def test_resources_tier_prefers_the_gang_with_more_gpus():
+    # Only one of the two single-pod gangs fits; both count 1 gang, the 4-GPU one places more GPUs.
+    p = run([node("n", gpus=4, cpu=4)], [gang("cpu-heavy", 1, cpu=3), gang("gpu-heavy", 1, cpu=3, gpus=4)])
+    assert placed(p) == {"gpu-heavy"}
+
+
+def test_locality_prefers_fewer_nodes_and_partly_used_gpu_nodes():
+    partly = node("partly", gpus=8)
+    partly = type(partly)(partly.name, partly.allocatable, partly.labels, used={"nvidia.com/gpu": 4, "pods": 4})
+    nodes = [node("empty1", gpus=8), node("empty2", gpus=8), partly]
+    p = run(nodes, [gang("g", 4, gpus=1)])
+    assert nodes_of(p, "g") == {"partly"}
+
+
+def test_cpu_pods_keep_off_gpu_nodes_when_they_can():
+    p = run([node("gpu", gpus=8), node("cpu")], [gang("web", 2, cpu=1)])
+    assert nodes_of(p, "web") == {"cpu"}
+
+
+def test_higher_priority_pods_of_a_gang_are_placed_first():
+    pods = (pod("g-low", gpus=1, priority=1, order=0), pod("g-high", gpus=1, priority=9, order=1))
+    p = run([node("n", gpus=1)], [Gang("g", pods, 1)])
+    assert set(p.bindings) == {"g-high"}
+
+
+def test_empty_cluster_is_an_empty_plan():
+    p = run([], [])
+    assert p.bindings == {} and p.gangs == () and p.objective == 0
+
+
+def test_deterministic_for_a_given_input():
+    nodes = [node(f"n{i}", gpus=(4, 8)[i % 2]) for i in range(12)]
+    gangs = [gang(f"g{i}", 1 + i % 5, gpus=1 + i % 3, priority=i % 2) for i in range(20)]
+    first = run(nodes, gangs)
+    second = run(nodes, gangs)
+    assert first.bindings == second.bindings
+    assert [g.reason for g in first.gangs] == [g.reason for g in second.gangs]
+
+
+def test_greedy_only_mode_reports_greedy():
+    p = run([node("n", gpus=4)], [gang("g", 2, gpus=1)], use_cpsat=False)
+    assert p.status == "GREEDY" and placed(p) == {"g"}
