@@ -9,7 +9,6 @@ from rich.console import Console
 
 from gangsolve import __version__
 from gangsolve.errors import InputError
-from solver.model import SolveConfig
 
 DEFAULT_TIME_LIMIT = 2.0
 
@@ -40,6 +39,7 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
     from gangsolve import render
     from gangsolve.gangs import build_cluster
     from gangsolve.snapshot import read
+    from solver import SolveConfig
     from solver import solve as solve_cycle
 
     try:

@@ -1,0 +1,3 @@
+from gangsolve.cli import main
+
+main()

@@ -1,0 +1,132 @@
+"""Which pods are ours and which gang each joins: the six rules, minimums, bound members, namespaces."""
+
+import pytest
+
+from gangsolve.errors import InputError
+from gangsolve.gangs import build_cluster
+from gangsolve.snapshot import Snapshot
+from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
+
+
+def snapshot(*objs) -> Snapshot:
+    snap = Snapshot()
+    for o in objs:
+        snap.add(o)
+    return snap
+
+
+def gangs(*objs, **kw):
+    return {g.name: g for g in build_cluster(snapshot(*objs), **kw).gangs}
+
+
+def test_only_pending_pods_of_our_scheduler_are_placed():
+    result = gangs(
+        k8s_pod("ours"),
+        k8s_pod("theirs", scheduler="default-scheduler"),
+        k8s_pod("bound", node_name="n"),
+        k8s_pod("done", phase="Succeeded"),
+    )
+    assert list(result) == ["default/ours"]
+
+
+def test_rule1_scheduler_plugins_pod_group():
+    result = gangs(
+        k8s_pod_group("train", 3),
+        *(k8s_pod(f"w{i}", labels={"scheduling.x-k8s.io/pod-group": "train"}) for i in range(4)),
+    )
+    assert result["default/train"].min_member == 3 and len(result["default/train"].pods) == 4
+
+
+def test_rule2_volcano_annotation():
+    result = gangs(
+        k8s_pod_group("job", 2, volcano=True),
+        *(k8s_pod(f"w{i}", annotations={"scheduling.k8s.io/group-name": "job"}) for i in range(2)),
+    )
+    assert result["default/job"].min_member == 2
+
+
+def test_rule3_pdb_with_percentage():
+    result = gangs(
+        k8s_pdb("tf", "75%", {"job": "tf"}),
+        *(k8s_pod(f"w{i}", labels={"job": "tf"}) for i in range(4)),
+    )
+    assert result["default/tf"].min_member == 3
+
+
+def test_rule4_group_label():
+    pods = [k8s_pod(f"w{i}", labels={"team": "x"}, annotations={"gangsolve.io/min-available": "2"}) for i in range(3)]
+    assert gangs(*pods, group_label="team")["default/x"].min_member == 2
+
+
+def test_rule5_owner_and_rule6_alone():
+    result = gangs(k8s_pod("a", owner="job1"), k8s_pod("b", owner="job1"), k8s_pod("solo"))
+    assert len(result["default/job1"].pods) == 2 and result["default/job1"].min_member == 1
+    assert result["default/solo"].min_member == 1
+
+
+def test_rules_apply_in_order():
+    # A pod with both a PodGroup label and a PDB selecting it belongs to the PodGroup.
+    result = gangs(
+        k8s_pod_group("pg", 1),
+        k8s_pdb("pdb", 1, {"app": "x"}),
+        k8s_pod("p", labels={"app": "x", "scheduling.x-k8s.io/pod-group": "pg"}),
+    )
+    assert list(result) == ["default/pg"]
+
+
+def test_gangs_are_namespaced():
+    result = gangs(
+        *(k8s_pod(f"w{i}", ns=ns, owner="train") for ns in ("team-a", "team-b") for i in range(2)),
+    )
+    assert sorted(result) == ["team-a/train", "team-b/train"]
+
+
+def test_bound_members_count_and_hold_capacity():
+    cluster = build_cluster(snapshot(
+        k8s_node("n", gpus=8),
+        k8s_pod_group("train", 3),
+        *(k8s_pod(f"w{i}", gpus=1, node_name="n", phase="Running", labels={"scheduling.x-k8s.io/pod-group": "train"}) for i in range(2)),
+        k8s_pod("w2", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "train"}),
+        k8s_pod("other", gpus=4, node_name="n", phase="Running", scheduler="default-scheduler"),
+        k8s_pod("finished", gpus=2, node_name="n", phase="Succeeded"),
+    ))
+    (gang,) = cluster.gangs
+    assert gang.bound_nodes == ("n", "n") and gang.need == 1
+    assert cluster.nodes[0].used["nvidia.com/gpu"] == 6  # two members and the other scheduler's pod
+
+
+def test_colocate_annotation_on_pod_group():
+    result = gangs(
+        k8s_pod_group("pg", 1, annotations={"gangsolve.io/colocate": "topology.kubernetes.io/zone"}),
+        k8s_pod("p", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
+    )
+    assert result["default/pg"].colocate == "topology.kubernetes.io/zone"
+
+
+def test_queue_order_follows_creation_time():
+    result = gangs(k8s_pod("young", created="2026-01-02T00:00:00Z"), k8s_pod("old", created="2026-01-01T00:00:00Z"))
+    assert result["default/old"].order < result["default/young"].order
+
+
+@pytest.mark.parametrize(
+    "objs, message",
+    [
+        ([k8s_pod_group("pg", 0)], "PodGroup default/pg: spec.minMember: must be at least 1, got 0"),
+        ([k8s_pod_group("pg", "two")], "PodGroup default/pg: spec.minMember: expected a whole number, got 'two'"),
+        (
+            [k8s_pod("p", labels={"scheduling.x-k8s.io/pod-group": "gone"})],
+            "Pod default/p: metadata.labels.scheduling.x-k8s.io/pod-group: names PodGroup default/gone (scheduling.x-k8s.io), not in snapshot",
+        ),
+        ([k8s_pod("p", annotations={"gangsolve.io/min-available": "0"})], "Pod default/p: metadata.annotations.gangsolve.io/min-available: must be at least 1, got 0"),
+        ([k8s_pdb("b", "lots", {"a": "b"}), k8s_pod("p", labels={"a": "b"})], "PodDisruptionBudget default/b: spec.minAvailable: expected a number or a percentage, got 'lots'"),
+        ([k8s_pod("p", priorityClassName="missing")], "Pod default/p: spec.priorityClassName: PriorityClass 'missing' not in snapshot"),
+    ],
+)
+def test_bad_input_names_object_and_field(objs, message):
+    with pytest.raises(InputError) as err:
+        build_cluster(snapshot(*objs))
+    assert str(err.value) == message
+
+
+def test_missing_pod_group_waits_in_live_mode():
+    assert gangs(k8s_pod("p", labels={"scheduling.x-k8s.io/pod-group": "later"}), strict=False) == {}

@@ -1,0 +1,98 @@
+"""Kubernetes objects to solver types: quantities, effective requests, node state, constraints."""
+
+import pytest
+
+from gangsolve import objects
+from gangsolve.errors import InputError
+from gangsolve.quantity import parse_quantity, to_units
+from tests.builders import k8s_node, k8s_pod
+
+GI = 2**30
+
+
+@pytest.mark.parametrize(
+    "resource, text, units",
+    [
+        ("cpu", "500m", 500), ("cpu", "2", 2000), ("cpu", "0.1", 100), ("cpu", "1e3", 1_000_000), ("cpu", 1.5, 1500),
+        ("memory", "4Gi", 4 * GI), ("memory", "1G", 10**9), ("memory", "128974848", 128974848), ("memory", "1.5Ki", 1536),
+        ("nvidia.com/gpu", "8", 8), ("cpu", "100u", 1),  # fractions round up: never hand out less than asked
+    ],
+)
+def test_quantities(resource, text, units):
+    assert to_units(resource, text) == units
+
+
+@pytest.mark.parametrize("bad", ["abc", "4GiB", "", "1..2", "Gi", "--1", True])
+def test_bad_quantities_are_rejected(bad):
+    with pytest.raises(ValueError):
+        parse_quantity(bad)
+
+
+def test_effective_requests_sum_containers_raise_to_init_and_add_overhead():
+    pod = k8s_pod("p")
+    pod["spec"]["containers"] = [
+        {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+        {"name": "b", "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "2Gi", "nvidia.com/gpu": "1"}}},
+    ]
+    pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]
+    pod["spec"]["overhead"] = {"cpu": "100m"}
+    req = objects.pod_requests(pod)
+    # cpu: max(1 + 0.5, 4) + 0.1; memory: 1Gi + 2Gi (limit as request) > init 1Gi
+    assert req == {"cpu": 4100, "memory": 3 * GI, "nvidia.com/gpu": 1, "pods": 1}
+
+
+def test_sidecar_init_containers_add_to_the_whole_pod():
+    pod = k8s_pod("p", cpu="1", memory="1Gi")
+    pod["spec"]["initContainers"] = [
+        {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+        {"name": "setup", "resources": {"requests": {"cpu": "1500m"}}},
+    ]
+    # the peak is while setup runs beside the sidecar: 1.5 + 1 = 2.5, more than containers 1 + sidecar 1
+    assert objects.pod_requests(pod)["cpu"] == 2500
+
+
+def test_bad_request_names_pod_and_field():
+    pod = k8s_pod("worker-0", ns="team-a", cpu="lots")
+    with pytest.raises(InputError) as err:
+        objects.pod_requests(pod)
+    assert str(err.value) == "Pod team-a/worker-0: spec.containers[0].resources.requests.cpu: quantity 'lots' does not parse"
+
+
+def test_node_state():
+    n = objects.node(k8s_node("n", gpus=4, taints=[{"key": "k", "value": "v", "effect": "NoExecute"}], ready=False, unschedulable=True))
+    assert n.allocatable["nvidia.com/gpu"] == 4 and n.allocatable["pods"] == 110
+    assert not n.ready and n.unschedulable
+    assert str(n.taints[0]) == "k=v:NoExecute"
+
+
+def test_node_without_conditions_is_not_ready():
+    obj = k8s_node("n")
+    del obj["status"]["conditions"]
+    assert not objects.node(obj).ready
+
+
+def test_pod_constraints_and_priority_class():
+    obj = k8s_pod("p", nodeSelector={"gpu": "yes"}, tolerations=[{"operator": "Exists"}], priorityClassName="high")
+    obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+    ]}}}
+    pod = objects.pod(obj, {"high": {"value": 1000}}, order=3)
+    assert pod.name == "default/p" and pod.priority == 1000 and pod.order == 3
+    assert pod.node_selector == {"gpu": "yes"}
+    assert pod.tolerations[0].operator == "Exists" and pod.tolerations[0].key == ""
+    assert [len(t.match_expressions) for t in pod.affinity] == [1, 0]
+    assert pod.affinity[1].match_fields[0].values == ("n1",)
+
+
+def test_unknown_affinity_operator_names_the_field():
+    obj = k8s_pod("p")
+    obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]}}}
+    with pytest.raises(InputError, match=r"matchExpressions\[0\]\.operator"):
+        objects.pod(obj, {}, 0)
+
+
+def test_global_default_priority_class():
+    assert objects.priority(k8s_pod("p"), {"def": {"value": 7, "globalDefault": True}}) == 7
+    assert objects.priority(k8s_pod("p", priority=3), {"def": {"value": 7, "globalDefault": True}}) == 3
