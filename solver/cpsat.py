@@ -20,9 +20,12 @@ from solver.greedy import Counts
 from solver.problem import Problem
 
 MAX, MIN = "max", "min"
-# Deterministic time units per wall second granted: low enough that the deterministic limit, not the
-# clock, ends the search on this class of machine.
+# A stage's search ends on deterministic time (so a cycle is reproducible), DETERMINISTIC_SHARE units per
+# second granted; the clock may run CLOCK_SLACK times the grant before it cuts in, but never past the cycle's
+# deadline. CP-SAT does 0.3 to 0.6 units a wall second here, more when the machine is loaded.
 DETERMINISTIC_SHARE = 0.5
+CLOCK_SLACK = 3.0
+MIN_STAGE_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,14 @@ class Stage:
 
     def as_dict(self) -> dict[str, object]:
         return {**self.__dict__, "seconds": round(self.seconds, 4)}
+
+
+def _sum(variables: list) -> cp_model.LinearExpr:
+    return cp_model.LinearExpr.sum(variables)
+
+
+def _weighted(variables: list, coefficients: list[int]) -> cp_model.LinearExpr:
+    return cp_model.LinearExpr.weighted_sum(variables, coefficients)
 
 
 class GangModel:
@@ -68,13 +79,14 @@ class GangModel:
                     part_vars.append(var)
                     per_node.setdefault(n, []).append((var, ub, problem.demand[part.cls]))
                 if sum(self.ub[(g, p, int(n))] for n in cands.get((g, p), ())) > len(part.pods):
-                    m.add(sum(part_vars) <= len(part.pods))
+                    m.add(_sum(part_vars) <= len(part.pods))
                 gang_vars += part_vars
             if not gang_vars or not score.counted(problem, g):
                 continue  # extras of a gang already at its minimum are placed one by one
             placed = m.new_bool_var(f"placed_{g}")
-            m.add(sum(gang_vars) >= gang.need * placed)
-            m.add(sum(gang_vars) <= len(gang.pods) * placed)
+            total = _sum(gang_vars)
+            m.add(total >= gang.need * placed)
+            m.add(total <= len(gang.pods) * placed)
             self.placed[g] = placed
             if gang.colocate:
                 self._colocate(g, placed)
@@ -85,7 +97,7 @@ class GangModel:
                 used = [(var, ub, int(d[r])) for var, ub, d in terms if d[r] > 0]
                 # Skip constraints that cannot bind: even every variable at its maximum fits.
                 if used and sum(ub * d for _v, ub, d in used) > problem.free[n, r]:
-                    m.add(sum(d * var for var, _ub, d in used) <= int(problem.free[n, r]))
+                    m.add(_weighted([v for v, _ub, _d in used], [d for _v, _ub, d in used]) <= int(problem.free[n, r]))
         self._hint()
 
     def _knapsack_cuts(self) -> None:
@@ -108,7 +120,7 @@ class GangModel:
             for r in range(len(problem.resources)):
                 floors = [(g, int(problem.floor[g, r])) for g in inside if problem.floor[g, r] > 0]
                 if sum(f for _g, f in floors) > room[r]:
-                    self.model.add(sum(f * self.placed[g] for g, f in floors) <= int(room[r]))
+                    self.model.add(_weighted([self.placed[g] for g, _f in floors], [f for _g, f in floors]) <= int(room[r]))
 
     def _colocate(self, g: int, placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")
@@ -123,35 +135,38 @@ class GangModel:
             if d not in chosen:
                 chosen[d] = self.model.new_bool_var(f"domain_{g}_{d}")
             self.model.add(var <= self.ub[(gg, _p, n)] * chosen[d])
-        self.model.add(sum(chosen.values()) == placed)
+        self.model.add(_sum(list(chosen.values())) == placed)
 
-    def _hint(self) -> None:
+    def _hint(self, extra: dict[cp_model.IntVar, int] | None = None) -> None:
+        """A complete hint: every variable gets the current placement's value."""
         self.model.clear_hints()
-        for (g, p, n), var in self.x.items():
-            self.model.add_hint(var, self.counts.get(g, {}).get((p, n), 0))
-        for g, var in self.placed.items():
-            self.model.add_hint(var, int(g in self.counts))
+        values = {var.index: self.counts.get(g, {}).get((p, n), 0) for (g, p, n), var in self.x.items()}
+        values.update({var.index: int(g in self.counts) for g, var in self.placed.items()})
+        values.update({var.index: value for var, value in (extra or {}).items()})
+        hint = self.model.proto.solution_hint
+        hint.vars.extend(values.keys())
+        hint.values.extend(values.values())
 
     # --- the stages -------------------------------------------------------------------------------------------
 
     def level_expr(self, level: int) -> tuple[cp_model.LinearExpr, int]:
         """Gangs placed at one priority level, and an upper bound: gangs whose candidates could hold them."""
         gangs = [g for g in self.placed if self.problem.gangs[g].priority == level]
-        return sum(self.placed[g] for g in gangs), len(gangs)
+        return _sum([self.placed[g] for g in gangs]), len(gangs)
 
     def resource_expr(self, scale: int) -> tuple[cp_model.LinearExpr, int]:
         """Resources placed, GPUs first; bounded above by every modelled pod placed."""
         problem = self.problem
-        terms, room = [], {}
-        for (g, p, _n), var in self.x.items():
-            w = score.pod_weight(problem, problem.parts[g][p].cls, scale)
-            terms.append(w * var)
-            room[(g, p)] = room.get((g, p), 0) + self.ub[(g, p, _n)]
+        keys = list(self.x)
+        weights = [score.pod_weight(problem, problem.parts[g][p].cls, scale) for g, p, _n in keys]
+        room: dict[tuple[int, int], int] = {}
+        for g, p, n in keys:
+            room[(g, p)] = room.get((g, p), 0) + self.ub[(g, p, n)]
         bound = sum(
             score.pod_weight(problem, problem.parts[g][p].cls, scale) * min(k, len(problem.parts[g][p].pods))
             for (g, p), k in room.items()
         )
-        return sum(terms), bound
+        return _weighted([self.x[k] for k in keys], weights), bound
 
     def locality_expr(self) -> tuple[cp_model.LinearExpr, int]:
         """Nodes spanned per gang plus empty GPU nodes broken into; bounded below by one node per placed gang."""
@@ -159,43 +174,53 @@ class GangModel:
         empty = score.empty_gpu_nodes(problem)
         on: dict[tuple[int, int], cp_model.IntVar] = {}
         opened: dict[int, cp_model.IntVar] = {}
-        used = {(g, n) for g, c in self.counts.items() for (_p, n) in c}
         for (g, p, n), var in self.x.items():
             ub = self.ub[(g, p, n)]
             if (g, n) not in on:
                 on[(g, n)] = m.new_bool_var(f"on_{g}_{n}")
-                m.add_hint(on[(g, n)], int((g, n) in used))
             m.add(var <= ub * on[(g, n)])
             if empty[n] and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0:
                 if n not in opened:
                     opened[n] = m.new_bool_var(f"opened_{n}")
                 m.add(var <= ub * opened[n])
-        opened_now = {
-            n for g, c in self.counts.items() for (p, n) in c
-            if n in opened and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0
-        }
-        for n, var in opened.items():
-            m.add_hint(var, int(n in opened_now))
-        return sum(on.values()) + sum(opened.values()), len(self.counts)
+        used = {(g, n) for g, c in self.counts.items() for (_p, n) in c}
+        gpu_used = {n for g, c in self.counts.items() for (p, n) in c if problem.demand[problem.parts[g][p].cls, problem.gpu] > 0}
+        hint = {var: int(key in used) for key, var in on.items()}
+        hint.update({var: int(n in gpu_used) for n, var in opened.items()})
+        self._hint(hint)
+        return _sum([*on.values(), *opened.values()]), len(self.counts)
 
     def solve_stage(
-        self, name: str, expr: cp_model.LinearExpr, sense: str, current: int, bound: int, seconds: float, workers: int
+        self,
+        name: str,
+        expr: cp_model.LinearExpr,
+        sense: str,
+        current: int,
+        bound: int,
+        seconds: float,
+        deadline: float,
+        workers: int,
     ) -> Stage:
         """Optimise `expr` from the current placement (worth `current`), then hold it at the value reached."""
         started = time.perf_counter()
         m = self.model
-        if current == bound:  # the hint is already optimal for this stage
+        if current == bound or seconds < MIN_STAGE_SECONDS:  # already optimal, or no time left to improve
             m.add(expr >= current) if sense == MAX else m.add(expr <= current)
-            return Stage(name, "SKIPPED", current, bound, time.perf_counter() - started)
+            status = "SKIPPED" if current == bound else "NO_TIME"
+            return Stage(name, status, current, bound, time.perf_counter() - started)
         (m.maximize if sense == MAX else m.minimize)(expr)
         solver = cp_model.CpSolver()
         # Interleaved search with a deterministic-time budget gives the same answer for the same input;
         # the wall-clock limit is only the guarantee that a cycle ends on time on a slow machine.
-        solver.parameters.max_time_in_seconds = max(seconds, 0.01)
         solver.parameters.max_deterministic_time = max(seconds * DETERMINISTIC_SHARE, 0.005)
+        solver.parameters.max_time_in_seconds = max(min(seconds * CLOCK_SLACK, deadline - time.perf_counter()), 0.01)
         solver.parameters.num_workers = workers
         solver.parameters.interleave_search = True
         solver.parameters.random_seed = 0
+        # Full presolve (probing, repeated passes) took 0.85 s where one light pass took 0.15 s to the same
+        # proof at 1,000 nodes, and ate whole cycles at 5,000: the hint already gives the first solution.
+        solver.parameters.cp_model_probing_level = 0
+        solver.parameters.max_presolve_iterations = 1
         status = solver.solve(m)
         value, best = current, bound
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -37,9 +37,16 @@ def _where(pod: Pod) -> str:
     return "on nodes matching " + " and ".join(parts) if parts else "on schedulable nodes"
 
 
-def _exclusions(problem: Problem, g: int) -> str:
+def _exclusions(problem: Problem, g: int, cache: dict) -> str:
     """Nodes no pod of the gang may use, grouped by the first constraint that rules them out."""
     parts = problem.parts[g]
+    key = tuple(part.cls for part in parts)
+    if key not in cache:
+        cache[key] = _exclusions_of(problem, parts)
+    return cache[key]
+
+
+def _exclusions_of(problem: Problem, parts) -> str:
     eligible = np.zeros(len(problem.nodes), dtype=bool)
     for part in parts:
         eligible |= problem.eligible[part.cls]
@@ -104,7 +111,8 @@ def _single_pod(problem: Problem, g: int) -> str | None:
     return None
 
 
-def explain(problem: Problem, g: int, counts: Counts) -> str:
+def explain(problem: Problem, g: int, counts: Counts, cache: dict | None = None) -> str:
+    """`cache` (any dict, shared across the gangs of one cycle) saves re-deriving exclusions per pod class."""
     gang = problem.gangs[g]
     total = len(gang.pods) + len(gang.bound_nodes)
     placed = sum(counts.get(g, {}).values())
@@ -112,7 +120,7 @@ def explain(problem: Problem, g: int, counts: Counts) -> str:
         return f"gang has {total} pods, fewer than minMember {gang.min_member}: waiting for more members"
     if placed:
         return f"placed {placed} of {len(gang.pods)} pending pods (minMember reached); no room for the rest this cycle"
-    excluded = _exclusions(problem, g)
+    excluded = _exclusions(problem, g, {} if cache is None else cache)
     why = _shortage(problem, g) or _single_pod(problem, g)
     if why is None:
         alone = problem.free.copy()

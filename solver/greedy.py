@@ -32,18 +32,18 @@ def smallest_first_order(problem: Problem) -> list[int]:
     )
 
 
-def node_scores(problem: Problem, cls: int, free: np.ndarray) -> np.ndarray:
+def node_scores(problem: Problem, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
     demand = problem.demand[cls]
-    leftover = np.where(problem.allocatable > 0, (free - demand) / np.maximum(problem.allocatable, 1), 0.0)
-    score = leftover.sum(axis=1)
+    score = ((free[rows] - demand) * problem.inv_allocatable[rows]).sum(axis=1)
     gpu = problem.gpu
     if demand[gpu] > 0:
-        score = score + 10.0 * (free[:, gpu] - demand[gpu])
-    else:
-        score = score + 1e4 * (problem.allocatable[:, gpu] > 0)
-    return score
+        return score + 10.0 * (free[rows, gpu] - demand[gpu])
+    return score + 1e4 * (problem.allocatable[rows, gpu] > 0)
+
+
+_USED = 1e6  # locality: a node the gang already uses beats any best-fit difference
 
 
 def place_gang(problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None = None) -> dict | None:
@@ -58,22 +58,23 @@ def place_gang(problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray |
     for p, part in parts:
         left = len(part.pods)
         demand = problem.demand[part.cls]
+        # Scores for every node once per part; afterwards only the node just filled changes.
+        fit = problem.fits(part.cls, free)
+        if allowed is not None:
+            fit[~allowed] = 0
+        score = np.where(fit > 0, node_scores(problem, part.cls, free) - _USED * used_nodes, np.inf)
         while left > 0:
-            fit = problem.fits(part.cls, free)
-            if allowed is not None:
-                fit = np.where(allowed, fit, 0)
-            if not fit.any():
-                break
-            # Locality: prefer nodes this gang already uses, then the best-fit score.
-            score = node_scores(problem, part.cls, free) - 1e6 * used_nodes
-            score = np.where(fit > 0, score, np.inf)
             n = int(np.argmin(score))
+            if score[n] == np.inf:
+                break
             k = int(min(left, fit[n]))
             free[n] -= demand * k
             counts[(p, n)] = counts.get((p, n), 0) + k
             used_nodes[n] = True
             placed += k
             left -= k
+            fit[n] = problem.fits(part.cls, free, rows=[n])[0]
+            score[n] = node_scores(problem, part.cls, free, rows=[n])[0] - _USED if fit[n] > 0 else np.inf
     if placed < max(gang.need, 1):
         for (p, n), k in counts.items():
             free[n] += problem.demand[problem.parts[g][p].cls] * k

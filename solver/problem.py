@@ -82,6 +82,7 @@ class Problem:
             for r, q in node.used.items():
                 self.free[i, self.res_index[r]] -= q
         self.free += self.allocatable
+        self.inv_allocatable = np.divide(1.0, self.allocatable, out=np.zeros(shape), where=self.allocatable > 0)
 
         # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
         index: dict[tuple, int] = {}
@@ -113,12 +114,12 @@ class Problem:
             np.zeros((0, len(self.nodes)), dtype=np.int64)
         )
 
-    def fits(self, cls: int, free: np.ndarray) -> np.ndarray:
-        """How many pods of class `cls` each node holds given `free` (0 where the class is not eligible)."""
+    def fits(self, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:
+        """How many pods of class `cls` each node (of `rows`) holds given `free`; 0 where not eligible."""
         need = self.demand[cls]
         used = need > 0
-        count = np.min(np.maximum(free[:, used], 0) // need[used], axis=1)
-        return np.where(self.eligible[cls], count, 0)
+        count = np.min(np.maximum(free[rows][:, used], 0) // need[used], axis=1)
+        return np.where(self.eligible[cls][rows], count, 0)
 
     def _floors(self) -> np.ndarray:
         """floor[g, r]: the least of resource r any placement of gang g's minimum consumes (per resource, the
