@@ -26,9 +26,10 @@ from gangsolve.gangs import build_cluster
 from solver.model import GPU, Cluster, Gang, Node
 
 PERIOD = 60.0  # seconds of simulated time between cycles
-WINDOW = 120  # cycles during which jobs arrive
-MAX_CYCLES = 240  # then the queue drains for at most this long
-LOAD = 1.1  # offered GPU load over the window, as a share of the cluster's GPUs
+WINDOW = 180  # cycles during which jobs arrive
+WARM_UP = 60  # cycles before the cluster reaches its steady state (jobs run up to an hour)
+MAX_CYCLES = 300  # then the queue drains for at most this long
+LOAD = 1.3  # offered GPU load over the window, as a share of the cluster's GPUs
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,12 @@ def _annotate(arrival: float, duration: float) -> dict[str, str]:
 
 
 def synthetic_timeline(n_nodes: int = 100, seed: int = 7) -> list[dict]:
-    """The synthetic gang mix on an idle synthetic cluster; durations log-normal, median 20 minutes."""
+    """The synthetic gang mix on an idle synthetic cluster; durations log-normal, median 15 minutes, at most 1 h."""
     rng = np.random.default_rng(seed)
     nodes, shapes = synthetic_nodes(n_nodes)
     capacity = sum(s.gpus for s in shapes)
     gangs = synthetic_gangs(rng, 4 * n_nodes, gpu_cap=max(8, capacity // 4))
-    durations = np.clip(rng.lognormal(np.log(1200), 1.0, size=len(gangs)), 300, 4 * 3600)
+    durations = np.clip(rng.lognormal(np.log(900), 1.0, size=len(gangs)), 300, 3600)
     work = [d * sum(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in g[1:])
             for g, d in zip(gangs, durations, strict=True)]
     objs = [*PRIORITY_CLASSES, *nodes]
@@ -80,12 +81,12 @@ def synthetic_timeline(n_nodes: int = 100, seed: int = 7) -> list[dict]:
 
 def openb_timeline(every: int = 10, seed: int = 2023) -> list[dict]:
     """Every `every`-th OpenB node (the file is sorted by shape, so every shape stays), jobs of trace pods with
-    their trace durations (clipped to 1 minute .. 4 hours)."""
+    their trace durations (clipped to 1 minute .. 1 hour, so the cluster reaches a steady state in the window)."""
     rng = np.random.default_rng(seed)
     rows = openb.trace_nodes()[::every]
     capacity = sum(int(r["gpu"]) for r in rows)
     jobs = openb.group(rng, openb.sample(rng, 10 * capacity), gangs=True)
-    durations = [float(np.clip(job[0].duration, 60, 4 * 3600)) for job in jobs]
+    durations = [float(np.clip(job[0].duration, 60, 3600)) for job in jobs]
     work = [d * sum(tp.gpus for tp in job) for job, d in zip(jobs, durations, strict=True)]
     objs = openb.node_objects(rows)
     for j, (job, arrival) in enumerate(zip(jobs, _arrivals(rng, work, capacity), strict=False)):
@@ -97,9 +98,9 @@ TIMELINES = {
     t.name: t
     for t in (
         Timeline("timeline/synthetic-100nodes", synthetic_timeline,
-                 "100 synthetic nodes, idle at start; gang mix arriving at 110% GPU load for 2 h"),
+                 "100 synthetic nodes, idle at start; gang mix arriving at 130% GPU load for 3 h"),
         Timeline("timeline/openb", openb_timeline,
-                 "every 10th OpenB node (122 nodes); trace pods as gangs, trace durations, 110% GPU load for 2 h"),
+                 "every 10th OpenB node (122 nodes); trace pods as gangs, trace durations, 130% GPU load for 3 h"),
     )
 }
 TIMELINE_GRIDS = {"quick": ["timeline/synthetic-100nodes"], "full": list(TIMELINES)}
@@ -174,7 +175,8 @@ def summarize(jobs: list[Job], cycles: list[dict]) -> dict:
     finished = [j for j in started if j.end <= cycles[-1]["time"]]
     delays = [j.start - j.arrival for j in started]
     jct = [j.end - j.arrival for j in finished]
-    window = [c for c in cycles if c["time"] < WINDOW * PERIOD] or cycles
+    # Utilization in the steady state: after the warm-up, while jobs still arrive.
+    window = [c for c in cycles if WARM_UP * PERIOD <= c["time"] < WINDOW * PERIOD] or cycles
     seconds = [c["seconds"] for c in cycles]
     return {
         "jobs": len(jobs),
