@@ -206,8 +206,7 @@ def _draw(ax, results: dict, metric, ylabel: str, logy: bool = False) -> None:
     for (scheduler, family), points in _series(results, metric).items():
         xs, ys = zip(*points, strict=True)
         style = "-" if family == "synthetic" else ":"
-        ax.plot(xs, ys, style, marker=MARKERS.get(family, "x"), color=COLORS.get(scheduler),
-                label=f"{scheduler} ({family})")
+        ax.plot(xs, ys, style, marker=MARKERS.get(family, "x"), color=COLORS.get(scheduler))
     ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
@@ -216,13 +215,24 @@ def _draw(ax, results: dict, metric, ylabel: str, logy: bool = False) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
+def _legend(ax, results: dict) -> None:
+    """Colour says the scheduler, marker the scenario family."""
+    from matplotlib.lines import Line2D
+
+    schedulers = list(dict.fromkeys(r["scheduler"] for sc in results["scenarios"] for r in sc["runs"]))
+    families = list(dict.fromkeys(_family(sc["name"]) for sc in results["scenarios"]))
+    handles = [Line2D([], [], color=COLORS.get(s), label=s) for s in schedulers]
+    handles += [Line2D([], [], color="black", marker=MARKERS.get(f, "x"), linestyle="", label=f) for f in families]
+    ax.legend(handles=handles, fontsize=8)
+
+
 def plot(results: dict, out: Path) -> list[Path]:
     paths = []
     fig, axes = plt.subplots(1, 3, figsize=(17, 5))
     _draw(axes[0], results, lambda r: r["gangs_placed"] / r["gangs"] if r["gangs"] else None, "gangs placed / pending")
     _draw(axes[1], results, lambda r: r["gpu_useful"], "GPU allocation without stranded GPUs")
     _draw(axes[2], results, lambda r: r["stranded_gpus"] if r["gpus_total"] else None, "GPUs stranded by partial gangs")
-    axes[0].legend(fontsize=7)
+    _legend(axes[0], results)
     fig.suptitle("Placement quality against cluster size (one cycle)")
     fig.tight_layout()
     paths.append(out / "quality.png")
@@ -231,7 +241,7 @@ def plot(results: dict, out: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     _draw(ax, results, lambda r: r["cycle_p99"], "cycle time p99 (s)", logy=True)
-    ax.legend(fontsize=7)
+    _legend(ax, results)
     ax.set_title("Latency against cluster size")
     fig.tight_layout()
     paths.append(out / "latency.png")

@@ -135,19 +135,19 @@ def synthetic_gangs(rng: np.random.Generator, count: int, gpu_cap: int, start: f
     for j in range(count):
         name = f"job-{j:05d}"
         priority = str(rng.choice([HIGH, NORMAL, LOW], p=[0.15, 0.6, 0.25]))
-        kind = rng.choice(["tfjob", "gang", "h100", "colocated"], p=[0.25, 0.45, 0.15, 0.15])
+        kind = rng.choice(["tfjob", "gang", "h100", "colocated"], p=[0.3, 0.45, 0.1, 0.15])
         selector = tolerations = colocate = None
         if kind == "h100":
             gpus = int(rng.choice([4, 8]))
-            size = int(rng.integers(1, 5))
+            size = int(rng.integers(1, 9))
             selector, tolerations = {k8s.GPU_MODEL_LABEL: SHAPES[1].model}, [dict(H100_TAINT, operator="Equal")]
         elif kind == "colocated":
             gpus = int(rng.choice([1, 2, 4]))
-            size = int(rng.integers(2, 9))
+            size = int(rng.integers(2, 17))
             colocate = k8s.RACK_LABEL
         else:
             gpus = int(rng.choice([1, 2, 4, 8], p=[0.35, 0.25, 0.25, 0.15]))
-            size = int(rng.integers(1, 17)) if kind == "gang" else int(rng.integers(2, 13))
+            size = int(rng.integers(1, 17)) if kind == "gang" else int(rng.integers(4, 17))
         if kind in ("gang", "tfjob") and rng.random() < 0.3:
             selector = {k8s.GPU_MODEL_LABEL: str(rng.choice(OPEN_MODELS))}
         if selector and selector[k8s.GPU_MODEL_LABEL] in ("V100-SXM2-32GB", "T4"):
