@@ -68,7 +68,8 @@ def test_synthetic_cluster_has_the_issue_ingredients():
     assert any(g.colocate for g in cluster.gangs)
     assert any(any(GPU not in p.requests for p in g.pods) and any(GPU in p.requests for p in g.pods)
                for g in cluster.gangs)  # TFJob: parameter servers without GPUs, GPU workers
-    assert {len(g.pods) for g in cluster.gangs} >= {1, 2, 8}
+    sizes = {len(g.pods) for g in cluster.gangs}
+    assert min(sizes) <= 2 and max(sizes) >= 16  # gangs of 1-16 pods (plus a TFJob's parameter servers)
 
 
 def test_shape_counts_cover_every_shape_even_at_ten_nodes():
