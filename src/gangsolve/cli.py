@@ -7,6 +7,7 @@ import sys
 import click
 from rich.console import Console
 
+from bench.cli import bench_command
 from gangsolve import __version__
 from gangsolve.errors import InputError
 
@@ -51,6 +52,9 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
         sys.stdout.buffer.write(render.to_json(placement))
     else:
         render.print_table(placement, Console())
+
+
+cli.add_command(bench_command, name="bench")
 
 
 def main() -> None:

@@ -1,0 +1,137 @@
+"""`gangsolve bench`: every scheduler on the same snapshots, side by side in one run."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import tempfile
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench import objects as k8s
+from bench.runner import SCHEDULERS, Runner, add_gaps
+from bench.scenarios import GRIDS, SCENARIOS
+
+TIMELINE_TIME_LIMIT = 0.5  # per cycle: the time-based mode runs hundreds of cycles
+
+
+def _file_name(name: str) -> str:
+    return name.replace("/", "__") + ".json"
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console)
+
+
+def run_static(names: list[str], schedulers: list[str], time_limit: float | None, repeat: int, snapshots: Path,
+               console: Console) -> list[dict]:
+    results = []
+    with _progress(console) as progress, Runner() as runner:
+        task = progress.add_task("scenarios", total=len(names) * len(schedulers))
+        for name in names:
+            scenario = SCENARIOS[name]
+            progress.update(task, description=f"{name}: generating")
+            objs = scenario.build()
+            path = snapshots / _file_name(name)
+            path.write_bytes(k8s.dumps(objs))
+            limit = time_limit or scenario.time_limit
+            runs = []
+            for scheduler in schedulers:
+                progress.update(task, description=f"{name}: {scheduler}")
+                runs.append(runner.run(path, scheduler, limit, repeat))
+                progress.advance(task)
+            add_gaps(runs)
+            kinds = [o["kind"] for o in objs]
+            results.append({
+                "name": name, "description": scenario.description, "nodes": scenario.nodes,
+                "contended": scenario.contended, "time_limit": limit, "snapshot": path.name,
+                "objects": {"nodes": kinds.count("Node"), "pods": kinds.count("Pod"), "podgroups": kinds.count("PodGroup")},
+                "runs": runs,
+            })
+    return results
+
+
+def run_timelines(names: list[str], schedulers: list[str], time_limit: float, snapshots: Path,
+                  console: Console) -> list[dict]:
+    from bench.timeline import MAX_CYCLES, TIMELINES, simulate
+
+    results = []
+    with _progress(console) as progress:
+        for name in names:
+            objs = TIMELINES[name].build()
+            (snapshots / _file_name(name)).write_bytes(k8s.dumps(objs))
+            runs = []
+            for scheduler in schedulers:
+                task = progress.add_task(f"{name}: {scheduler}", total=MAX_CYCLES)
+                runs.append(simulate(objs, scheduler, time_limit, on_cycle=lambda t=task: progress.advance(t)))
+                progress.update(task, total=len(runs[-1]["cycles"]), completed=len(runs[-1]["cycles"]))
+            results.append({"name": name, "description": TIMELINES[name].description, "runs": runs})
+    return results
+
+
+@click.command()
+@click.option("--scenario", "names", multiple=True, metavar="NAME", help="A scenario to run (repeatable); see --list.")
+@click.option("--grid", type=click.Choice(sorted(GRIDS)), default=None,
+              help="A named set of scenarios [default: quick when no --scenario is given].")
+@click.option("--scheduler", "schedulers", multiple=True, type=click.Choice(list(SCHEDULERS)),
+              help="Only these schedulers (repeatable) [default: all].")
+@click.option("--time-limit", type=click.FloatRange(min=0.05), default=None,
+              help="gangsolve's seconds per cycle [default: each scenario's latency target; 0.5 in the timeline].")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Cycles per static run, for cycle time percentiles.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench/results"),
+              show_default=True, help="Where results.json, results.md and the PNG plots go.")
+@click.option("--write-snapshots", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also keep every scenario's snapshot here (JSON that `gangsolve solve` reads).")
+@click.option("--timeline", is_flag=True, help="Also run the time-based mode (jobs arrive, run and leave).")
+@click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
+def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, list_only) -> None:
+    """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
+    from bench import report  # matplotlib: loaded only when benchmarking
+    from bench.timeline import TIMELINE_GRIDS, TIMELINES
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
+    if list_only:
+        for name, sc in {**SCENARIOS, **TIMELINES}.items():
+            console.print(f"[bold]{name}[/]  {sc.description}")
+        for g, members in GRIDS.items():
+            console.print(f"grid [bold]{g}[/]: {', '.join(members + (TIMELINE_GRIDS[g] if timeline else []))}")
+        return
+    unknown = [n for n in names if n not in SCENARIOS and n not in TIMELINES]
+    if unknown:
+        raise click.BadParameter(f"unknown scenario {', '.join(unknown)} (see --list)", param_hint="--scenario")
+    if names and grid is None:
+        static, timed = [n for n in names if n in SCENARIOS], [n for n in names if n in TIMELINES]
+    else:
+        grid = grid or "quick"
+        static = list(dict.fromkeys([*GRIDS[grid], *(n for n in names if n in SCENARIOS)]))
+        timed = TIMELINE_GRIDS[grid] if timeline else []
+    schedulers = list(schedulers) or list(SCHEDULERS)
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        snapshots = write_snapshots or Path(tmp)
+        snapshots.mkdir(parents=True, exist_ok=True)
+        results = {
+            "command": "gangsolve " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "gangsolve bench",
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "ortools": version("ortools"),
+                        "platform": platform.platform()},
+            "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console),
+            "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
+        }
+    results["targets"] = report.check_targets(results)
+    report.print_table(results, console)
+    report.write_json(results, out / "results.json")
+    (out / "results.md").write_text(report.markdown(results))
+    paths = report.plot(results, out)
+    console.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(p) for p in paths))

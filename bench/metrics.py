@@ -1,0 +1,81 @@
+"""Placement quality from a cluster and the bindings a scheduler chose, the same way for every scheduler.
+
+A gang counts when it still needs pods to reach its minimum this cycle (as the solver's objective counts
+them). It is *placed* when it got at least that many pods, *partial* when it got some but fewer: a partial
+gang's pods hold resources (its GPUs are *stranded*) yet cannot start, which only per-pod scheduling does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from solver.model import GPU, Cluster
+from solver.validate import validate
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def quality(cluster: Cluster, bindings: dict[str, str]) -> dict:
+    by_gang: dict[str, list[tuple[str, int]]] = defaultdict(list)  # gang -> (node, GPUs) of its placed pods
+    pods = {pod.name: (gang, pod) for gang in cluster.gangs for pod in gang.pods}
+    for pod_name, node in bindings.items():
+        gang, pod = pods[pod_name]
+        by_gang[gang.name].append((node, pod.requests.get(GPU, 0)))
+
+    levels = sorted({g.priority for g in cluster.gangs}, reverse=True)
+    counted = [g for g in cluster.gangs if g.pods and g.need > 0]
+    placed_by_priority = {level: 0 for level in levels}
+    placed = partial = stranded = 0
+    spans = []
+    for gang in counted:
+        got = by_gang.get(gang.name, [])
+        if not got:
+            continue
+        if len(got) >= gang.need:
+            placed += 1
+            placed_by_priority[gang.priority] += 1
+            if gang.min_member > 1:
+                spans.append(len({n for n, _ in got} | set(gang.bound_nodes)))
+        else:
+            partial += 1
+            stranded += sum(gpus for _, gpus in got)
+
+    total_gpus = sum(n.allocatable.get(GPU, 0) for n in cluster.nodes)
+    running_gpus = sum(n.used.get(GPU, 0) for n in cluster.nodes)
+    placed_gpus = sum(gpus for got in by_gang.values() for _, gpus in got)
+    hard = [v for v in validate(cluster, bindings) if ": partial gang (" not in v]
+    return {
+        "gangs": len(counted),
+        "gangs_placed": placed,
+        "placed_by_priority": {str(level): placed_by_priority[level] for level in levels},
+        "pods": sum(len(g.pods) for g in cluster.gangs),
+        "pods_placed": len(bindings),
+        "gpus_total": total_gpus,
+        "gpus_running": running_gpus,
+        "gpus_placed": placed_gpus,
+        "gpus_demanded": sum(p.requests.get(GPU, 0) for g in cluster.gangs for p in g.pods),
+        "gpu_allocation": (running_gpus + placed_gpus) / total_gpus if total_gpus else None,
+        # Allocated to pods that can run: without the GPUs partial gangs strand.
+        "gpu_useful": (running_gpus + placed_gpus - stranded) / total_gpus if total_gpus else None,
+        "partial_gangs": partial,
+        "stranded_gpus": stranded,
+        "nodes_per_gang": float(np.mean(spans)) if spans else None,  # multi-pod gangs placed this cycle
+        "violations": hard,  # capacity, taints, selectors, co-location: must stay empty for every scheduler
+    }
+
+
+def priority_key(result: dict) -> tuple[int, ...]:
+    """Gangs placed per priority level, highest level first: compared lexicographically."""
+    return tuple(v for _level, v in sorted(result["placed_by_priority"].items(), key=lambda kv: -int(kv[0])))
+
+
+def gap(placed: int, bound: int | None) -> float | None:
+    """Share of the CP-SAT bound on gangs placed that a placement misses (negative: beats the bound, which only
+    a scheduler ignoring priority order can, as the bound holds the higher levels at their optimum)."""
+    if bound is None or bound == 0:
+        return None
+    return (bound - placed) / bound

@@ -1,0 +1,270 @@
+"""Results for people (a rich table, a markdown table, PNG plots) and programs (JSON), plus the target check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on CI or servers
+import matplotlib.pyplot as plt  # noqa: E402
+import orjson  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from bench.metrics import priority_key  # noqa: E402
+
+BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang")
+COLORS = {"per-pod-least": "tab:gray", "per-pod-most": "tab:brown", "greedy-gang": "tab:blue", "gangsolve": "tab:red"}
+MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _secs(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1000:.0f}ms" if x < 1 else f"{x:.2f}s"
+
+
+def _num(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+COLUMNS = (
+    "scenario", "scheduler", "gangs placed", "by priority", "pods placed", "GPU alloc", "useful",
+    "partial (GPUs)", "nodes/gang", "cycle p50", "cycle p99", "gap", "peak MiB",
+)
+
+
+def rows(results: dict) -> list[tuple[str, ...]]:
+    out = []
+    for sc in results["scenarios"]:
+        for r in sc["runs"]:
+            if "error" in r:
+                out.append((sc["name"], r["scheduler"], "error: " + r["error"][:60], *[""] * (len(COLUMNS) - 3)))
+                continue
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{r['gangs_placed']}/{r['gangs']}",
+                    "/".join(str(v) for v in priority_key(r)),
+                    f"{r['pods_placed']}/{r['pods']}",
+                    _pct(r["gpu_allocation"]),
+                    _pct(r["gpu_useful"]),
+                    f"{r['partial_gangs']} ({r['stranded_gpus']})",
+                    _num(r["nodes_per_gang"]),
+                    _secs(r["cycle_p50"]),
+                    _secs(r["cycle_p99"]),
+                    _pct(r.get("gap")),
+                    _num(r["peak_rss_mib"], "{:.0f}"),
+                )
+            )
+    return out
+
+
+def print_table(results: dict, console: Console) -> None:
+    table = Table(title="gangsolve bench: one scheduling cycle per scenario", title_justify="left")
+    for c in COLUMNS:
+        table.add_column(c, justify="left" if c in ("scenario", "scheduler") else "right")
+    last = None
+    for row in rows(results):
+        if last is not None and row[0] != last:
+            table.add_section()
+        style = "bold" if row[1] == "gangsolve" else None
+        table.add_row(*(row if row[0] != last else ("", *row[1:])), style=style)
+        last = row[0]
+    console.print(table)
+    if results.get("timeline"):
+        print_timeline(results["timeline"], console)
+    if results.get("targets"):
+        targets = Table(title="Targets", title_justify="left")
+        for c in ("target", "scenario", "measured", "met"):
+            targets.add_column(c)
+        for t in results["targets"]:
+            targets.add_row(t["target"], t["scenario"], t["measured"], "[green]yes[/]" if t["met"] else "[red]no[/]")
+        console.print(targets)
+
+
+TIMELINE_COLUMNS = (
+    "scenario", "scheduler", "jobs started", "finished", "queue delay p50", "p95", "JCT p50", "p95",
+    "GPU alloc (mean)", "useful (mean)", "cycle p50", "cycle p99",
+)
+
+
+def timeline_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
+    out = []
+    for sc in timeline:
+        for r in sc["runs"]:
+            s = r["summary"]
+            out.append(
+                (
+                    sc["name"], r["scheduler"], f"{s['started']}/{s['jobs']}", str(s["finished"]),
+                    _num(s["queue_delay_p50"], "{:.0f}s"), _num(s["queue_delay_p95"], "{:.0f}s"),
+                    _num(s["jct_p50"], "{:.0f}s"), _num(s["jct_p95"], "{:.0f}s"),
+                    _pct(s["gpu_allocation_mean"]), _pct(s["gpu_useful_mean"]),
+                    _secs(s["cycle_p50"]), _secs(s["cycle_p99"]),
+                )
+            )
+    return out
+
+
+def print_timeline(timeline: list[dict], console: Console) -> None:
+    table = Table(title="Time-based mode: jobs arrive, run and leave", title_justify="left")
+    for c in TIMELINE_COLUMNS:
+        table.add_column(c, justify="left" if c in ("scenario", "scheduler") else "right")
+    for row in timeline_rows(timeline):
+        table.add_row(*row, style="bold" if row[1] == "gangsolve" else None)
+    console.print(table)
+
+
+def markdown(results: dict) -> str:
+    def md(columns: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        return lines + ["| " + " | ".join(r) + " |" for r in body]
+
+    lines = md(COLUMNS, rows(results))
+    if results.get("timeline"):
+        lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
+    if results.get("targets"):
+        lines += ["", *md(("target", "scenario", "measured", "met"),
+                          [(t["target"], t["scenario"], t["measured"], "yes" if t["met"] else "**no**") for t in results["targets"]])]
+    return "\n".join(lines) + "\n"
+
+
+def write_json(results: dict, path: Path) -> None:
+    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
+
+
+# --- targets --------------------------------------------------------------------------------------------------
+
+
+def _run(sc: dict, scheduler: str) -> dict | None:
+    r = next((r for r in sc["runs"] if r["scheduler"] == scheduler), None)
+    return None if r is None or "error" in r else r
+
+
+def check_targets(results: dict) -> list[dict]:
+    """The issue's targets, measured on whatever scenarios ran; each says what it measured."""
+    out = []
+
+    def add(target: str, scenario: str, measured: str, met: bool) -> None:
+        out.append({"target": target, "scenario": scenario, "measured": measured, "met": bool(met)})
+
+    for sc in results["scenarios"]:
+        gs = _run(sc, "gangsolve")
+        if gs is None:
+            continue
+        for name in BASELINES:
+            base = _run(sc, name)
+            if base is not None:
+                mine, theirs = priority_key(gs), priority_key(base)
+                add(f"not below {name} (gangs placed per priority, highest first)", sc["name"],
+                    f"{'/'.join(map(str, mine))} vs {'/'.join(map(str, theirs))}", mine >= theirs)
+        greedy = _run(sc, "greedy-gang")
+        if sc["contended"] and greedy is not None and gs["gpus_total"]:
+            more = (gs["gpus_placed"] - greedy["gpus_placed"]) / max(greedy["gpus_placed"], 1)
+            add(">= +5% GPUs placed over greedy-gang (contended)", sc["name"],
+                f"{gs['gpus_placed']} vs {greedy['gpus_placed']} GPUs ({more:+.1%})", more >= 0.05)
+        if sc["nodes"] <= 1000 and gs.get("gap") is not None:
+            add("optimality gap <= 1% (<= 1,000 nodes)", sc["name"],
+                f"{gs['gangs_placed']} gangs, bound {gs['bound']} ({gs['gap']:.1%})", gs["gap"] <= 0.01)
+        if sc["name"] == "synthetic/1000nodes":
+            add("cycle p99 <= 1 s (1,000 nodes, 200 gangs)", sc["name"], _secs(gs["cycle_p99"]), gs["cycle_p99"] <= 1)
+        if sc["nodes"] >= 5000:
+            add("cycle p99 <= 5 s (5,000 nodes)", sc["name"],
+                f"{_secs(gs['cycle_p99'])}, {gs['gangs']} gangs, {gs['pods']} pending pods", gs["cycle_p99"] <= 5)
+            add("peak RSS <= 1 GiB (5,000 nodes)", sc["name"],
+                f"{gs['peak_rss_mib']:.0f} MiB, {sc['objects']['pods']} pods in snapshot", gs["peak_rss_mib"] <= 1024)
+    return out
+
+
+# --- plots ----------------------------------------------------------------------------------------------------
+
+
+def _family(name: str) -> str:
+    return name.split("/")[0]
+
+
+def _series(results: dict, metric) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(scheduler, family) -> [(nodes, value)] sorted by nodes."""
+    out: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for sc in results["scenarios"]:
+        for r in sc["runs"]:
+            if "error" in r:
+                continue
+            value = metric(r)
+            if value is not None:
+                out.setdefault((r["scheduler"], _family(sc["name"])), []).append((sc["nodes"], value))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _draw(ax, results: dict, metric, ylabel: str, logy: bool = False) -> None:
+    for (scheduler, family), points in _series(results, metric).items():
+        xs, ys = zip(*points, strict=True)
+        style = "-" if family == "synthetic" else ":"
+        ax.plot(xs, ys, style, marker=MARKERS.get(family, "x"), color=COLORS.get(scheduler))
+    ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _legend(ax, results: dict) -> None:
+    """Colour says the scheduler, marker the scenario family."""
+    from matplotlib.lines import Line2D
+
+    schedulers = list(dict.fromkeys(r["scheduler"] for sc in results["scenarios"] for r in sc["runs"]))
+    families = list(dict.fromkeys(_family(sc["name"]) for sc in results["scenarios"]))
+    handles = [Line2D([], [], color=COLORS.get(s), label=s) for s in schedulers]
+    handles += [Line2D([], [], color="black", marker=MARKERS.get(f, "x"), linestyle="", label=f) for f in families]
+    ax.legend(handles=handles, fontsize=8)
+
+
+def plot(results: dict, out: Path) -> list[Path]:
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    _draw(axes[0], results, lambda r: r["gangs_placed"] / r["gangs"] if r["gangs"] else None, "gangs placed / pending")
+    _draw(axes[1], results, lambda r: r["gpu_useful"], "GPU allocation without stranded GPUs")
+    _draw(axes[2], results, lambda r: r["stranded_gpus"] if r["gpus_total"] else None, "GPUs stranded by partial gangs")
+    _legend(axes[0], results)
+    fig.suptitle("Placement quality against cluster size (one cycle)")
+    fig.tight_layout()
+    paths.append(out / "quality.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    _draw(ax, results, lambda r: r["cycle_p99"], "cycle time p99 (s)", logy=True)
+    _legend(ax, results)
+    ax.set_title("Latency against cluster size")
+    fig.tight_layout()
+    paths.append(out / "latency.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    for sc in results.get("timeline") or []:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+        for r in sc["runs"]:
+            t = [c["time"] / 60 for c in r["cycles"]]
+            color = COLORS.get(r["scheduler"])
+            top.plot(t, [c["gpu_useful"] for c in r["cycles"]], color=color, label=f"{r['scheduler']} (running jobs)")
+            top.plot(t, [c["gpu_allocation"] for c in r["cycles"]], ":", color=color, label=f"{r['scheduler']} (allocated)")
+            bottom.plot(t, [c["pending"] for c in r["cycles"]], color=color, label=r["scheduler"])
+        top.set_ylabel("GPU utilization")
+        top.legend(fontsize=7)
+        bottom.set_ylabel("pending jobs")
+        bottom.set_xlabel("minutes")
+        top.set_title(f"{sc['name']}: GPU utilization and queue over time")
+        for ax in (top, bottom):
+            ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        paths.append(out / f"timeline-{sc['name'].split('/')[-1]}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

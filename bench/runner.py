@@ -1,0 +1,126 @@
+"""Running schedulers on scenario snapshots, each run in a fresh process so its peak memory is its own.
+
+A run reads the snapshot file exactly as `gangsolve solve` does (read -> build_cluster), then times the
+scheduler alone. Every scheduler sees the same file.
+
+Seam for the live mode (kwok + a real kube-scheduler, not built yet): a live scheduler is one more entry in
+SCHEDULERS that ignores the Cluster, applies the objects in `snapshot` to the control plane, waits for the
+bindings and returns them; metrics are computed from bindings alone, so nothing else changes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from bench import metrics
+from bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
+from bench.objects import SCHEDULER
+from solver.model import Cluster, SolveConfig
+
+# (cluster, snapshot path, time limit) -> (bindings, solver facts)
+Scheduler = Callable[[Cluster, str, float], tuple[dict[str, str], dict]]
+
+
+def _per_pod(strategy: str) -> Scheduler:
+    return lambda cluster, _snapshot, _limit: (per_pod(cluster, strategy), {})
+
+
+def _solve(use_cpsat: bool) -> Scheduler:
+    def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
+        from solver import solve
+
+        placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
+        return dict(placement.bindings), {
+            "status": placement.status,
+            "objective": placement.objective,
+            "best_bound": placement.best_bound if use_cpsat else None,
+            "stages": list(placement.stages),
+        }
+
+    return run
+
+
+SCHEDULERS: dict[str, Scheduler] = {
+    "per-pod-least": _per_pod(LEAST_ALLOCATED),  # kube-scheduler defaults
+    "per-pod-most": _per_pod(MOST_ALLOCATED),  # kube-scheduler configured to bin-pack
+    "greedy-gang": _solve(use_cpsat=False),  # kube-batch / Volcano allocate
+    "gangsolve": _solve(use_cpsat=True),
+}
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_one(snapshot: str, scheduler: str, time_limit: float, repeat: int = 1) -> dict:
+    """Load `snapshot`, schedule it `repeat` times (cycle times), measure the last placement."""
+    from gangsolve.gangs import build_cluster
+    from gangsolve.snapshot import read
+
+    started = time.perf_counter()
+    cluster = build_cluster(read(snapshot), SCHEDULER)
+    load_seconds = time.perf_counter() - started
+    rss_loaded = _rss_mib()
+    cycles = []
+    for _ in range(max(1, repeat)):
+        started = time.perf_counter()
+        bindings, facts = SCHEDULERS[scheduler](cluster, snapshot, time_limit)
+        cycles.append(time.perf_counter() - started)
+    return {
+        "scheduler": scheduler,
+        "time_limit": time_limit if scheduler == "gangsolve" else None,
+        "cycle_seconds": cycles,
+        "cycle_p50": metrics.percentile(cycles, 50),
+        "cycle_p99": metrics.percentile(cycles, 99),
+        "load_seconds": load_seconds,
+        "rss_loaded_mib": rss_loaded,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+        "nodes": len(cluster.nodes),
+        **metrics.quality(cluster, bindings),
+        **facts,
+    }
+
+
+class Runner:
+    """One child process per run, one run at a time (runs must not compete for the cores they are timed on)."""
+
+    def __init__(self) -> None:
+        # A fork server that has imported the solver already: each run starts in milliseconds, not seconds,
+        # and still with a fresh heap (its peak RSS counts the imports once, as a scheduler process would).
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "solver.solve"])
+        self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
+
+    def run(self, snapshot: Path, scheduler: str, time_limit: float, repeat: int) -> dict:
+        try:
+            return self.pool.submit(run_one, str(snapshot), scheduler, time_limit, repeat).result()
+        except Exception as exc:  # a crash in one run is a result to report, not the end of the benchmark
+            return {"scheduler": scheduler, "error": "".join(traceback.format_exception_only(exc)).strip()}
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def add_gaps(runs: list[dict]) -> None:
+    """Optimality gap of every scheduler's gangs placed against gangsolve's CP-SAT bound on the same snapshot."""
+    bound = next((r.get("best_bound") for r in runs if r.get("scheduler") == "gangsolve"), None)
+    for r in runs:
+        if "error" not in r:
+            r["bound"] = bound
+            r["gap"] = metrics.gap(r["gangs_placed"], bound)

@@ -1,0 +1,225 @@
+"""The named benchmark scenarios: each builds a list of Kubernetes objects from a seeded RNG.
+
+Names are `family/shape`: `synthetic/1000nodes`, `kube-perf/5000nodes-1000x3`, `openb/gangs`. Grids are the
+lists `gangsolve bench --grid quick|full` runs; `timeline/...` scenarios feed the time-based mode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench import objects as k8s
+from bench import openb
+
+HIGH, NORMAL, LOW = "high", "normal", "low"
+PRIORITY_CLASSES = [k8s.priority_class(HIGH, 1000), k8s.priority_class(NORMAL, 100), k8s.priority_class(LOW, 0)]
+H100_TAINT = {"key": "dedicated", "value": "h100", "effect": "NoSchedule"}
+RACK_SIZE = 8  # nodes per rack (the co-location domain)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    nodes: int  # cluster size, the x axis of the plots
+    build: Callable[[], list[dict]]
+    description: str
+    time_limit: float = 1.0  # gangsolve's cycle budget: the latency target at this size
+    contended: bool = True  # pending demand exceeds what fits (the +5% GPU target applies)
+
+
+# --- synthetic GPU clusters ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    share: float  # of the cluster's nodes
+    gpus: int
+    cores: int
+    memory_gib: int
+    model: str | None
+    tainted: bool = False
+
+
+SHAPES = (
+    Shape("a100", 0.20, 8, 96, 1024, "A100-SXM4-80GB"),
+    Shape("h100", 0.10, 8, 192, 2048, "H100-80GB-HBM3", tainted=True),  # a dedicated, tainted pool
+    Shape("v100", 0.20, 4, 48, 384, "V100-SXM2-32GB"),
+    Shape("t4", 0.15, 4, 32, 192, "T4"),
+    Shape("cpu", 0.35, 0, 64, 256, None),
+)
+OPEN_MODELS = ("A100-SXM4-80GB", "V100-SXM2-32GB", "T4")  # models a node selector may ask for
+
+
+def shape_counts(n: int) -> list[int]:
+    """Nodes per shape for a cluster of n (largest remainder, so small clusters still get every shape)."""
+    exact = [s.share * n for s in SHAPES]
+    counts = [math.floor(x) for x in exact]
+    for i in sorted(range(len(SHAPES)), key=lambda i: (counts[i] - exact[i], i))[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def synthetic_nodes(n: int) -> tuple[list[dict], list[Shape]]:
+    """Nodes in racks of 8 of one shape (racks are homogeneous, as bought), 3 zones."""
+    nodes, shapes = [], []
+    i = 0
+    for shape, count in zip(SHAPES, shape_counts(n), strict=True):
+        for _ in range(count):
+            rack = i // RACK_SIZE
+            labels = {k8s.RACK_LABEL: f"rack-{rack:04d}", k8s.ZONE_LABEL: f"zone-{rack % 3}"}
+            if shape.model:
+                labels[k8s.GPU_MODEL_LABEL] = shape.model
+            taints = [H100_TAINT] if shape.tainted else None
+            nodes.append(k8s.node(f"node-{i:05d}", shape.cores * 1000, shape.memory_gib * 1024, shape.gpus, labels, taints))
+            shapes.append(shape)
+            i += 1
+    return nodes, shapes
+
+
+def background(rng: np.random.Generator, nodes: list[dict], shapes: list[Shape], small_pods: float) -> list[dict]:
+    """Running pods that already hold capacity: GPU jobs on ~35% of the GPUs and small services everywhere
+    (`small_pods` per node on average), so the pending work meets a fragmented cluster."""
+    pods = []
+    for node, shape in zip(nodes, shapes, strict=True):
+        name = node["metadata"]["name"]
+        cores, mem = shape.cores * 1000, shape.memory_gib * 1024
+        gpus = 0
+        while shape.gpus and rng.random() < 0.55 and gpus < shape.gpus:
+            g = int(min(rng.choice([1, 2, 4]), shape.gpus - gpus))
+            c, m = g * 4000, g * 32 * 1024
+            if c > cores or m > mem:
+                break
+            pods.append(k8s.pod(f"bg-{name}-g{len(pods)}", c, m, g, node_name=name, scheduler_name="default-scheduler"))
+            cores, mem, gpus = cores - c, mem - m, gpus + g
+        for _ in range(rng.poisson(small_pods)):
+            c, m = int(rng.choice([100, 250, 500, 1000])), int(rng.choice([128, 256, 512, 1024]))
+            if c > cores or m > mem:
+                break
+            pods.append(k8s.pod(f"bg-{name}-s{len(pods)}", c, m, node_name=name, scheduler_name="default-scheduler"))
+            cores, mem = cores - c, mem - m
+    return pods
+
+
+def gang_objects(
+    name: str,
+    created: float,
+    pods: list[tuple[str, int, int, int]],
+    min_member: int,
+    priority: str,
+    selector: dict[str, str] | None = None,
+    tolerations: list[dict] | None = None,
+    colocate: str | None = None,
+    annotations: dict[str, str] | None = None,
+) -> list[dict]:
+    """A PodGroup and its pods; `pods` are (role, cpu milli, memory MiB, GPUs)."""
+    out = [k8s.pod_group(name, min_member, colocate, annotations)]
+    for i, (role, cpu, mem, gpus) in enumerate(pods):
+        out.append(
+            k8s.pod(
+                f"{name}-{role}-{i}", cpu, mem, gpus, created=created, group=name, priority_class=priority,
+                node_selector=selector if gpus else None, tolerations=tolerations if gpus else None,
+                colocate=colocate, labels={"job-role": role},
+            )
+        )
+    return out
+
+
+def synthetic_gangs(rng: np.random.Generator, count: int, gpu_cap: int, start: float = 0) -> list[list[dict]]:
+    """`count` gangs of the mix GPU clusters see; a gang asks for at most `gpu_cap` GPUs in all."""
+    gangs = []
+    for j in range(count):
+        name = f"job-{j:05d}"
+        priority = str(rng.choice([HIGH, NORMAL, LOW], p=[0.15, 0.6, 0.25]))
+        kind = rng.choice(["tfjob", "gang", "h100", "colocated"], p=[0.3, 0.45, 0.1, 0.15])
+        selector = tolerations = colocate = None
+        if kind == "h100":
+            gpus = int(rng.choice([4, 8]))
+            size = int(rng.integers(1, 9))
+            selector, tolerations = {k8s.GPU_MODEL_LABEL: SHAPES[1].model}, [dict(H100_TAINT, operator="Equal")]
+        elif kind == "colocated":
+            gpus = int(rng.choice([1, 2, 4]))
+            size = int(rng.integers(2, 17))
+            colocate = k8s.RACK_LABEL
+        else:
+            gpus = int(rng.choice([1, 2, 4, 8], p=[0.35, 0.25, 0.25, 0.15]))
+            size = int(rng.integers(1, 17)) if kind == "gang" else int(rng.integers(4, 17))
+        if kind in ("gang", "tfjob") and rng.random() < 0.3:
+            selector = {k8s.GPU_MODEL_LABEL: str(rng.choice(OPEN_MODELS))}
+        if selector and selector[k8s.GPU_MODEL_LABEL] in ("V100-SXM2-32GB", "T4"):
+            gpus = min(gpus, 4)  # those nodes have 4 GPUs
+        size = max(1, min(size, gpu_cap // gpus))
+        cores = int(rng.choice([4, 6, 8]))
+        pods = [("worker", gpus * cores * 1000, gpus * 48 * 1024, gpus)] * size
+        if kind == "tfjob":
+            pods = [("ps", 4000, 16 * 1024, 0)] * int(rng.integers(1, 3)) + pods
+        min_member = len(pods)
+        if kind == "gang" and size > 2 and rng.random() < 0.15:
+            min_member = math.ceil(size / 2)  # elastic: runs with half its workers
+        gangs.append(gang_objects(name, start + j, pods, min_member, priority, selector, tolerations, colocate))
+    return gangs
+
+
+def synthetic(n_nodes: int, n_gangs: int, seed: int, small_pods: float = 7.5) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    nodes, shapes = synthetic_nodes(n_nodes)
+    total_gpus = sum(s.gpus for s in shapes)
+    objs = [*PRIORITY_CLASSES, *nodes, *background(rng, nodes, shapes, small_pods)]
+    for gang in synthetic_gangs(rng, n_gangs, gpu_cap=max(8, total_gpus // 4)):
+        objs += gang
+    return objs
+
+
+# --- kube-scheduler's scheduler_perf shapes -----------------------------------------------------------------
+
+
+def kube_perf(n_nodes: int, n_gangs: int, pods_per_gang: int) -> list[dict]:
+    """scheduler_perf's gang workloads: its default node (4 cpu, 32Gi, 110 pods) and gang pod (100m cpu,
+    100Mi memory), minCount = pods per group, one priority."""
+    objs = [k8s.node(f"node-{i:05d}", 4000, 32 * 1024) for i in range(n_nodes)]
+    for g in range(n_gangs):
+        name = f"gang-group-{g:04d}"
+        objs += gang_objects(name, g, [("pod", 100, 100, 0)] * pods_per_gang, pods_per_gang, NORMAL)
+    return [*PRIORITY_CLASSES, *objs]
+
+
+# --- the registry ---------------------------------------------------------------------------------------------
+
+
+def _synthetic(n: int, gangs: int, limit: float) -> Scenario:
+    return Scenario(
+        f"synthetic/{n}nodes", n, lambda: synthetic(n, gangs, seed=n),
+        f"{n} nodes (4/8-GPU models, CPU-only, tainted H100 pool, background load), {gangs} pending gangs", limit,
+    )
+
+
+def _kube_perf(n: int, gangs: int, size: int, limit: float) -> Scenario:
+    return Scenario(
+        f"kube-perf/{n}nodes-{gangs}x{size}", n, lambda: kube_perf(n, gangs, size),
+        f"scheduler_perf gang shape: {n} nodes, {gangs} gangs x {size} pods", limit, contended=False,
+    )
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        _synthetic(10, 6, 1.0),
+        _synthetic(100, 20, 1.0),
+        _synthetic(1000, 200, 1.0),
+        _synthetic(5000, 1000, 5.0),
+        _kube_perf(100, 20, 3, 1.0),
+        _kube_perf(5000, 1000, 3, 5.0),
+        _kube_perf(5000, 3, 1000, 5.0),
+        Scenario("openb/pods", openb.NODES, lambda: openb.snapshot(gangs=False), openb.DESCRIPTION_PODS, 2.0),
+        Scenario("openb/gangs", openb.NODES, lambda: openb.snapshot(gangs=True), openb.DESCRIPTION_GANGS, 2.0),
+    )
+}
+
+GRIDS = {
+    "quick": ["synthetic/10nodes", "synthetic/100nodes", "synthetic/1000nodes", "kube-perf/100nodes-20x3", "openb/gangs"],
+    "full": list(SCENARIOS),
+}
