@@ -21,12 +21,13 @@ class CandidatePicker:
         self.config = config
         self._groups: dict[int, list[np.ndarray]] = {}
         self._offset: dict[tuple[int, int], int] = {}
+        self._fitting: dict[int, np.ndarray] = {}
 
     def groups(self, cls: int) -> list[np.ndarray]:
         """Nodes that can hold a pod of `cls`, grouped by identical free capacity, best-fit groups first."""
         if cls not in self._groups:
             problem = self.problem
-            nodes = np.flatnonzero(problem.fit[cls] > 0)
+            nodes = self.fitting(cls)
             if len(nodes) == 0:
                 self._groups[cls] = []
             else:
@@ -38,14 +39,20 @@ class CandidatePicker:
                 self._groups[cls] = [members[k] for k in order]
         return self._groups[cls]
 
+    def fitting(self, cls: int) -> np.ndarray:
+        if cls not in self._fitting:
+            self._fitting[cls] = np.flatnonzero(self.problem.fit[cls] > 0)
+        return self._fitting[cls]
+
     def pick(self, cls: int, pods: int, mask: np.ndarray | None = None) -> np.ndarray:
         problem = self.problem
         limit = max(self.config.min_candidates, self.config.candidates_per_pod * pods)
         groups = self.groups(cls)
-        total = sum(len(g) for g in groups) if mask is None else int(np.count_nonzero(mask & (problem.fit[cls] > 0)))
-        if total <= limit:
-            every = np.flatnonzero(problem.fit[cls] > 0)
-            return every if mask is None else every[mask[every]]
+        every = self.fitting(cls)
+        if mask is not None:
+            every = every[mask[every]]
+        if len(every) <= limit:
+            return every
         chosen: list[np.ndarray] = []
         taken = 0
         for k, members in enumerate(groups):

@@ -57,7 +57,7 @@ class GangModel:
         self.placed: dict[int, cp_model.IntVar] = {}
         self.counts = hint
         m = self.model
-        per_node: dict[int, list[tuple[cp_model.IntVar, int, np.ndarray]]] = {}
+        per_node: dict[int, list[tuple[int, int, int, int]]] = {}  # node -> (gang, part, class, x's bound)
 
         for g, gang in enumerate(problem.gangs):
             room = sum(
@@ -66,38 +66,36 @@ class GangModel:
             )
             if room < max(gang.need, 1):
                 continue  # its candidates cannot hold the gang's minimum: it stays pending
-            gang_vars = []
+            keys = []
             for p, part in enumerate(problem.parts[g]):
-                fit = problem.fit[part.cls]
-                part_vars = []
-                for n in cands.get((g, p), ()):
-                    n = int(n)
-                    ub = int(min(len(part.pods), fit[n]))
-                    var = m.new_int_var(0, ub, f"x_{g}_{p}_{n}")
-                    self.x[(g, p, n)] = var
+                nodes = cands.get((g, p), np.zeros(0, dtype=np.int64))
+                bounds = np.minimum(problem.fit[part.cls][nodes], len(part.pods))
+                for n, ub in zip(nodes.tolist(), bounds.tolist()):
+                    self.x[(g, p, n)] = m.new_int_var(0, ub, f"x_{g}_{p}_{n}")
                     self.ub[(g, p, n)] = ub
-                    part_vars.append(var)
-                    per_node.setdefault(n, []).append((var, ub, problem.demand[part.cls]))
-                if sum(self.ub[(g, p, int(n))] for n in cands.get((g, p), ())) > len(part.pods):
-                    m.add(_sum(part_vars) <= len(part.pods))
-                gang_vars += part_vars
-            if not gang_vars or not score.counted(problem, g):
+                    keys.append((g, p, n))
+                    per_node.setdefault(n, []).append((g, p, part.cls, ub))
+                if int(bounds.sum()) > len(part.pods):
+                    m.add(_sum([self.x[(g, p, n)] for n in nodes.tolist()]) <= len(part.pods))
+            if not keys or not score.counted(problem, g):
                 continue  # extras of a gang already at its minimum are placed one by one
             placed = m.new_bool_var(f"placed_{g}")
-            total = _sum(gang_vars)
+            total = _sum([self.x[k] for k in keys])
             m.add(total >= gang.need * placed)
             m.add(total <= len(gang.pods) * placed)
             self.placed[g] = placed
             if gang.colocate:
-                self._colocate(g, placed)
+                self._colocate(g, keys, placed)
 
         self._knapsack_cuts()
         for n, terms in per_node.items():
-            for r in range(len(problem.resources)):
-                used = [(var, ub, int(d[r])) for var, ub, d in terms if d[r] > 0]
-                # Skip constraints that cannot bind: even every variable at its maximum fits.
-                if used and sum(ub * d for _v, ub, d in used) > problem.free[n, r]:
-                    m.add(_weighted([v for v, _ub, _d in used], [d for _v, _ub, d in used]) <= int(problem.free[n, r]))
+            demand = problem.demand[[cls for _g, _p, cls, _ub in terms]]  # one row per variable on this node
+            most = np.array([ub for *_rest, ub in terms]) @ demand
+            # Only resources the node could run out of need a constraint.
+            for r in np.flatnonzero(most > problem.free[n]).tolist():
+                used = np.flatnonzero(demand[:, r] > 0).tolist()
+                variables = [self.x[(terms[i][0], terms[i][1], n)] for i in used]
+                m.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
         self._hint()
 
     def _knapsack_cuts(self) -> None:
@@ -122,19 +120,18 @@ class GangModel:
                 if sum(f for _g, f in floors) > room[r]:
                     self.model.add(_weighted([self.placed[g] for g, _f in floors], [f for _g, f in floors]) <= int(room[r]))
 
-    def _colocate(self, g: int, placed: cp_model.IntVar) -> None:
+    def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")
         chosen: dict[int, cp_model.IntVar] = {}
-        for (gg, _p, n), var in self.x.items():
-            if gg != g:
-                continue
+        for key in keys:
+            var, n = self.x[key], key[2]
             d = int(domain[n])
             if d < 0:
                 self.model.add(var == 0)
                 continue
             if d not in chosen:
                 chosen[d] = self.model.new_bool_var(f"domain_{g}_{d}")
-            self.model.add(var <= self.ub[(gg, _p, n)] * chosen[d])
+            self.model.add(var <= self.ub[key] * chosen[d])
         self.model.add(_sum(list(chosen.values())) == placed)
 
     def _hint(self, extra: dict[cp_model.IntVar, int] | None = None) -> None:
@@ -149,10 +146,13 @@ class GangModel:
 
     # --- the stages -------------------------------------------------------------------------------------------
 
-    def level_expr(self, level: int) -> tuple[cp_model.LinearExpr, int]:
-        """Gangs placed at one priority level, and an upper bound: gangs whose candidates could hold them."""
-        gangs = [g for g in self.placed if self.problem.gangs[g].priority == level]
-        return _sum([self.placed[g] for g in gangs]), len(gangs)
+    def level_gangs(self, level: int) -> list[int]:
+        return [g for g in self.placed if self.problem.gangs[g].priority == level]
+
+    def gangs_expr(self, weights: dict[int, int]) -> cp_model.LinearExpr:
+        """Gangs placed, weighted by priority level (levels absent from `weights` count 0)."""
+        gangs = [g for g in self.placed if self.problem.gangs[g].priority in weights]
+        return _weighted([self.placed[g] for g in gangs], [weights[self.problem.gangs[g].priority] for g in gangs])
 
     def resource_expr(self, scale: int) -> tuple[cp_model.LinearExpr, int]:
         """Resources placed, GPUs first; bounded above by every modelled pod placed."""

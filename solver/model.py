@@ -140,3 +140,4 @@ class Placement:
     best_bound: int  # upper bound on gangs placed, given strict priority order
     solve_seconds: float
     stages: tuple[Mapping[str, object], ...] = ()  # per-stage solver statistics
+    levels: tuple[Mapping[str, int], ...] = ()  # per priority level: gangs placed, bound, gangs modelled

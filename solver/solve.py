@@ -23,16 +23,17 @@ def solve(cluster: Cluster, config: SolveConfig | None = None) -> Placement:
     deadline = started + config.time_limit * (1 - _RESERVE)
     problem = Problem(cluster)
     scale = score.gpu_scale(problem)
-    # The queue-order greedy is the baseline never to fall below; smallest-first often places more gangs.
-    tries = [greedy(problem), greedy(problem, smallest_first_order(problem))]
-    counts = max(tries, key=lambda c: (score.rank(problem, c, scale), -score.locality(problem, c)))
+    counts = greedy(problem)  # queue order, as Volcano allocates: the baseline never to fall below
     stages: list[Stage] = []
     status = "GREEDY"
+    levels: dict = {}
     if config.use_cpsat and problem.gangs:
-        counts, stages = _optimise(problem, counts, config, deadline)
-        proven = all(s.status in ("OPTIMAL", "SKIPPED") for s in stages if s.name.startswith("priority "))
-        status = "OPTIMAL" if proven else "FEASIBLE"
-    return _placement(problem, counts, stages, status, time.perf_counter() - started)
+        # Smallest gangs first often places more; the better of the two seeds CP-SAT and stays the fallback.
+        small_first = greedy(problem, smallest_first_order(problem))
+        counts = max((counts, small_first), key=lambda c: (score.rank(problem, c, scale), -score.locality(problem, c)))
+        counts, stages, levels = _optimise(problem, counts, config, deadline)
+        status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
+    return _placement(problem, counts, stages, levels, status, time.perf_counter() - started)
 
 
 # Most of the time goes to the gang counts; the resource and locality tiers get capped shares, as their bounds
@@ -40,18 +41,35 @@ def solve(cluster: Cluster, config: SolveConfig | None = None) -> Placement:
 _TIER_SHARE = {"resources": 0.15, "locality": 0.05}
 
 
-def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: float) -> tuple[Counts, list[Stage]]:
+def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: float) -> tuple[Counts, list[Stage], dict]:
+    """The staged CP-SAT solve. Returns the placement, the stages, and per priority level (found, bound)."""
     model = GangModel(problem, candidates(problem, hint, config), hint)
     levels = problem.gang_priority_levels()
-    scale = score.gpu_scale(problem)
-    stages = []
-    for i, level in enumerate(levels):
-        expr, bound = model.level_expr(level)
-        current = score.placed_at(problem, model.counts, level)
-        later_tiers = sum(_TIER_SHARE.values()) * config.time_limit
-        seconds = (deadline - time.perf_counter() - later_tiers) / (len(levels) - i)
-        stages.append(model.solve_stage(f"priority {level}", expr, MAX, current, bound, seconds, deadline, config.workers))
+    stages: list[Stage] = []
+    maxima = {level: len(model.level_gangs(level)) for level in levels}
+    weights = _level_weights(levels, maxima)
+    # The gang counts come first: the later tiers get their share only out of time the counts leave.
+    later_tiers = min(sum(_TIER_SHARE.values()) * config.time_limit, 0.3 * (deadline - time.perf_counter()))
+    if weights is not None:
+        # One solve for every priority level: each level's weight exceeds everything below it can add up to.
+        expr = model.gangs_expr(weights)
+        current = sum(w * score.placed_at(problem, model.counts, level) for level, w in weights.items())
+        top = sum(w * maxima[level] for level, w in weights.items())
+        seconds = deadline - time.perf_counter() - later_tiers
+        stage = model.solve_stage("gangs", expr, MAX, current, top, seconds, deadline, config.workers)
+        stages.append(stage)
+        bounds = _decode(stage.bound, levels, weights, maxima)
+    else:  # too many levels for exact weights: one stage per level, highest first
+        bounds = {}
+        for i, level in enumerate(levels):
+            expr = model.gangs_expr({level: 1})
+            current = score.placed_at(problem, model.counts, level)
+            seconds = (deadline - time.perf_counter() - later_tiers) / (len(levels) - i)
+            stage = model.solve_stage(f"priority {level}", expr, MAX, current, maxima[level], seconds, deadline, config.workers)
+            stages.append(stage)
+            bounds[level] = stage.bound
 
+    scale = score.gpu_scale(problem)
     expr, bound = model.resource_expr(scale)
     seconds = min(deadline - time.perf_counter(), _TIER_SHARE["resources"] * config.time_limit)
     current = score.resources(problem, model.counts, scale)
@@ -64,10 +82,47 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
     else:
         expr, bound = model.locality_expr()
         stages.append(model.solve_stage("locality", expr, MIN, current, bound, seconds, deadline, config.workers))
-    return model.counts, stages
+    found = {level: score.placed_at(problem, model.counts, level) for level in levels}
+    return model.counts, stages, {level: (found[level], max(bounds[level], found[level]), maxima[level]) for level in levels}
 
 
-def _placement(problem: Problem, counts: Counts, stages: list[Stage], status: str, seconds: float) -> Placement:
+_MAX_WEIGHT = 2**40  # keep the weighted objective far from int64 and friendly to CP-SAT's LP
+
+
+def _level_weights(levels: list[int], maxima: dict[int, int]) -> dict[int, int] | None:
+    """Mixed-radix weights, lowest level 1: placing one more gang at a level outweighs any change below."""
+    weights, w = {}, 1
+    for level in reversed(levels):
+        weights[level] = w
+        w *= maxima[level] + 1
+    return weights if w <= _MAX_WEIGHT else None
+
+
+def _decode(bound: int, levels: list[int], weights: dict[int, int], maxima: dict[int, int]) -> dict[int, int]:
+    """The lexicographically largest per-level counts whose weighted sum stays within `bound`."""
+    out = {}
+    for level in levels:
+        out[level] = min(maxima[level], bound // weights[level])
+        bound -= out[level] * weights[level]
+    return out
+
+
+def _gang_bound(levels: dict) -> int:
+    """An upper bound on gangs placed by any placement at least as good in priority order: levels proven at
+    their count, the first open level at its bound, every level below at its most."""
+    total, open_level = 0, False
+    for found, bound, most in levels.values():
+        if open_level:
+            total += most
+        else:
+            total += bound
+            open_level = bound > found
+    return total
+
+
+def _placement(
+    problem: Problem, counts: Counts, stages: list[Stage], levels: dict, status: str, seconds: float
+) -> Placement:
     bindings: dict[str, str] = {}
     for g, gang_counts in counts.items():
         for p, part in enumerate(problem.parts[g]):
@@ -92,9 +147,8 @@ def _placement(problem: Problem, counts: Counts, stages: list[Stage], status: st
                 reason=reason,
             )
         )
-    levels = [s for s in stages if s.name.startswith("priority ")]
     objective = sum(1 for g in counts if score.counted(problem, g))
-    best_bound = sum(s.bound for s in levels) if levels else objective
+    best_bound = _gang_bound(levels) if levels else objective
     return Placement(
         bindings=bindings,
         gangs=tuple(results),
@@ -103,4 +157,5 @@ def _placement(problem: Problem, counts: Counts, stages: list[Stage], status: st
         best_bound=max(best_bound, objective),
         solve_seconds=seconds,
         stages=tuple(s.as_dict() for s in stages),
+        levels=tuple({"priority": level, "placed": f, "bound": b, "gangs": most} for level, (f, b, most) in levels.items()),
     )

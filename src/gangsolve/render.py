@@ -31,6 +31,7 @@ def as_dict(placement: Placement) -> dict:
         "bestBound": placement.best_bound,
         "solveSeconds": round(placement.solve_seconds, 4),
         "stages": list(placement.stages),
+        "levels": list(placement.levels),
     }
 
 
