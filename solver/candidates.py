@@ -70,10 +70,12 @@ class CandidatePicker:
         return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
 
 
-def candidates(problem: Problem, hint: Counts, config: SolveConfig) -> dict[tuple[int, int], np.ndarray]:
-    """(gang, part) -> sorted node indices the model may place that part on."""
+def candidates(problem: Problem, hint: Counts, config: SolveConfig) -> tuple[dict[tuple[int, int], np.ndarray], bool]:
+    """(gang, part) -> sorted node indices the model may place that part on; and whether any part was
+    offered fewer nodes than could hold it (then the model's bound holds for the pruned problem only)."""
     picker = CandidatePicker(problem, config)
     result: dict[tuple[int, int], np.ndarray] = {}
+    pruned = False
     for g, gang in enumerate(problem.gangs):
         hinted = hint.get(g, {})
         masks: list[np.ndarray | None] = [None]
@@ -83,7 +85,8 @@ def candidates(problem: Problem, hint: Counts, config: SolveConfig) -> dict[tupl
             picked = [picker.pick(part.cls, len(part.pods), m) for m in masks]
             picked.append(np.array([n for (q, n) in hinted if q == p], dtype=np.int64))
             result[(g, p)] = np.unique(np.concatenate(picked)).astype(np.int64)
-    return result
+            pruned = pruned or len(result[(g, p)]) < len(picker.fitting(part.cls))
+    return result, pruned
 
 
 def _domain_masks(problem: Problem, g: int, hinted: dict, most: int = 4) -> list[np.ndarray]:

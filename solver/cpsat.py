@@ -48,6 +48,57 @@ def _weighted(variables: list, coefficients: list[int]) -> cp_model.LinearExpr:
     return cp_model.LinearExpr.weighted_sum(variables, coefficients)
 
 
+def add_knapsack_cuts(model: cp_model.CpModel, problem: Problem, placed: dict[int, cp_model.IntVar]) -> None:
+    """Placed gangs whose eligible nodes all lie in a set E must fit, at their floor, in E's free total.
+    Implied by the per-node constraints, but it hands CP-SAT's relaxation the knapsack structure so it can
+    prove the number of gangs placed optimal instead of searching forever."""
+    gangs = list(placed)
+    masks = {}
+    for g in gangs:
+        mask = np.zeros(len(problem.nodes), dtype=bool)
+        for part in problem.parts[g]:
+            mask |= problem.eligible[part.cls]
+        masks[g] = mask
+    for area in {m.tobytes(): m for m in masks.values()}.values():
+        inside = [g for g in gangs if not (masks[g] & ~area).any()]
+        room = np.maximum(problem.free[area], 0).sum(axis=0)
+        for r in range(len(problem.resources)):
+            floors = [(g, int(problem.floor[g, r])) for g in inside if problem.floor[g, r] > 0]
+            if sum(f for _g, f in floors) > room[r]:
+                model.add(_weighted([placed[g] for g, _f in floors], [f for _g, f in floors]) <= int(room[r]))
+
+
+def possible_gangs(problem: Problem) -> list[int]:
+    """Gangs deciding all-or-nothing this cycle whose eligible nodes could hold their minimum on their own."""
+    return [
+        g
+        for g, gang in enumerate(problem.gangs)
+        if score.counted(problem, g)
+        and sum(int(np.minimum(problem.fit[part.cls], len(part.pods)).sum()) for part in problem.parts[g]) >= gang.need
+    ]
+
+
+def relaxed_bound(problem: Problem, weights: dict[int, int], seconds: float) -> int | None:
+    """An upper bound on the weighted gangs placed over the whole cluster, not just the candidates: gangs as
+    items of the knapsack cuts, no nodes. Pruning makes the main model's bound a bound on the pruned problem
+    only; this one holds for any placement. None when CP-SAT cannot bound it in time."""
+    model = cp_model.CpModel()
+    placed = {
+        g: model.new_bool_var(f"placed_{g}") for g in possible_gangs(problem) if problem.gangs[g].priority in weights
+    }
+    if not placed:
+        return 0
+    add_knapsack_cuts(model, problem, placed)
+    model.maximize(_weighted(list(placed.values()), [weights[problem.gangs[g].priority] for g in placed]))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(seconds, 0.01)
+    solver.parameters.num_workers = 1
+    status = solver.solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return int(solver.best_objective_bound)
+    return None
+
+
 class GangModel:
     def __init__(self, problem: Problem, cands: dict[tuple[int, int], np.ndarray], hint: Counts) -> None:
         self.problem = problem
@@ -87,7 +138,7 @@ class GangModel:
             if gang.colocate:
                 self._colocate(g, keys, placed)
 
-        self._knapsack_cuts()
+        add_knapsack_cuts(m, problem, self.placed)
         for n, terms in per_node.items():
             demand = problem.demand[[cls for _g, _p, cls, _ub in terms]]  # one row per variable on this node
             most = np.array([ub for *_rest, ub in terms]) @ demand
@@ -97,28 +148,6 @@ class GangModel:
                 variables = [self.x[(terms[i][0], terms[i][1], n)] for i in used]
                 m.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
         self._hint()
-
-    def _knapsack_cuts(self) -> None:
-        """Placed gangs whose eligible nodes all lie in a set E must fit, at their floor, in E's free total.
-        Implied by the per-node constraints, but it hands CP-SAT's relaxation the knapsack structure so
-        it can prove the number of gangs placed optimal instead of searching forever."""
-        problem = self.problem
-        gangs = list(self.placed)
-        if not gangs:
-            return
-        masks = {}
-        for g in gangs:
-            mask = np.zeros(len(problem.nodes), dtype=bool)
-            for part in problem.parts[g]:
-                mask |= problem.eligible[part.cls]
-            masks[g] = mask
-        for area in {m.tobytes(): m for m in masks.values()}.values():
-            inside = [g for g in gangs if not (masks[g] & ~area).any()]
-            room = np.maximum(problem.free[area], 0).sum(axis=0)
-            for r in range(len(problem.resources)):
-                floors = [(g, int(problem.floor[g, r])) for g in inside if problem.floor[g, r] > 0]
-                if sum(f for _g, f in floors) > room[r]:
-                    self.model.add(_weighted([self.placed[g] for g, _f in floors], [f for _g, f in floors]) <= int(room[r]))
 
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")

@@ -32,6 +32,14 @@ def smallest_first_order(problem: Problem) -> list[int]:
     )
 
 
+def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:
+    """Lower is better: kube-scheduler's MostAllocated, the node left most used across the resources the pod
+    asks for. Packs cpu and memory as tightly as GPUs, which wins where they run out first."""
+    demand = problem.demand[cls]
+    asked = demand > 0
+    return ((free[rows] - demand) * problem.inv_allocatable[rows])[:, asked].mean(axis=1)
+
+
 def node_scores(problem: Problem, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
@@ -46,7 +54,9 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows=slice(None)) 
 _USED = 1e6  # locality: a node the gang already uses beats any best-fit difference
 
 
-def place_gang(problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None = None) -> dict | None:
+def place_gang(
+    problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None = None, scorer=node_scores
+) -> dict | None:
     """Place gang g's pods on `free` (updated in place) best-fit. Returns the counts, or None (and `free`
     untouched) when fewer than the gang's need fit."""
     gang = problem.gangs[g]
@@ -62,7 +72,7 @@ def place_gang(problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray |
         fit = problem.fits(part.cls, free)
         if allowed is not None:
             fit[~allowed] = 0
-        score = np.where(fit > 0, node_scores(problem, part.cls, free) - _USED * used_nodes, np.inf)
+        score = np.where(fit > 0, scorer(problem, part.cls, free) - _USED * used_nodes, np.inf)
         while left > 0:
             n = int(np.argmin(score))
             if score[n] == np.inf:
@@ -74,7 +84,7 @@ def place_gang(problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray |
             placed += k
             left -= k
             fit[n] = problem.fits(part.cls, free, rows=[n])[0]
-            score[n] = node_scores(problem, part.cls, free, rows=[n])[0] - _USED if fit[n] > 0 else np.inf
+            score[n] = scorer(problem, part.cls, free, rows=[n])[0] - _USED if fit[n] > 0 else np.inf
     if placed < max(gang.need, 1):
         for (p, n), k in counts.items():
             free[n] += problem.demand[problem.parts[g][p].cls] * k
@@ -82,7 +92,7 @@ def place_gang(problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray |
     return counts
 
 
-def place_colocated(problem: Problem, g: int, free: np.ndarray, max_tries: int = 64) -> dict | None:
+def place_colocated(problem: Problem, g: int, free: np.ndarray, max_tries: int = 64, scorer=node_scores) -> dict | None:
     """A gang that must share one value of a node label: try the tightest domains that could hold it."""
     gang = problem.gangs[g]
     domain = problem.domains(gang.colocate or "")
@@ -107,22 +117,25 @@ def place_colocated(problem: Problem, g: int, free: np.ndarray, max_tries: int =
         order = np.lexsort((ok, size[ok], room[ok, problem.gpu]))
         candidates = [int(d) for d in ok[order][:max_tries]]
     for d in candidates:
-        counts = place_gang(problem, g, free, allowed=domain == d)
+        counts = place_gang(problem, g, free, allowed=domain == d, scorer=scorer)
         if counts is not None:
             return counts
     return None
 
 
-def greedy(problem: Problem, order: list[int] | None = None) -> Counts:
-    """Allocate gangs one at a time (in queue order unless told otherwise); a gang that cannot reach its
-    minimum takes nothing."""
+def greedy(problem: Problem, order: list[int] | None = None, scorer=node_scores) -> Counts:
+    """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
+    likes best; a gang that cannot reach its minimum takes nothing."""
     free = problem.free.copy()
     result: Counts = {}
     for g in queue_order(problem) if order is None else order:
         gang = problem.gangs[g]
         if not gang.pods:
             continue
-        counts = place_colocated(problem, g, free) if gang.colocate else place_gang(problem, g, free)
+        if gang.colocate:
+            counts = place_colocated(problem, g, free, scorer=scorer)
+        else:
+            counts = place_gang(problem, g, free, scorer=scorer)
         if counts is not None:
             result[g] = counts
     return result

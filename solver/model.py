@@ -115,8 +115,8 @@ class Cluster:
 class SolveConfig:
     time_limit: float = 2.0  # wall-clock seconds for the whole cycle
     workers: int = 1  # CP-SAT interleaves its strategies on these threads; 1 leaves a core for the event loop
-    candidates_per_pod: int = 4  # candidate nodes kept per pending pod of a gang (pruning on big clusters)
-    min_candidates: int = 32
+    candidates_per_pod: int = 3  # candidate nodes kept per pending pod of a gang (pruning on big clusters)
+    min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone
 
 

@@ -6,9 +6,9 @@ import time
 
 from solver import score
 from solver.candidates import candidates
-from solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage
+from solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs, relaxed_bound
 from solver.explain import explain
-from solver.greedy import Counts, greedy, smallest_first_order
+from solver.greedy import Counts, greedy, most_allocated, node_scores, smallest_first_order
 from solver.model import Cluster, GangResult, Placement, SolveConfig
 from solver.problem import Problem
 
@@ -28,12 +28,27 @@ def solve(cluster: Cluster, config: SolveConfig | None = None) -> Placement:
     status = "GREEDY"
     levels: dict = {}
     if config.use_cpsat and problem.gangs:
-        # Smallest gangs first often places more; the better of the two seeds CP-SAT and stays the fallback.
-        small_first = greedy(problem, smallest_first_order(problem))
-        counts = max((counts, small_first), key=lambda c: (score.rank(problem, c, scale), -score.locality(problem, c)))
+        counts = _best_hint(problem, counts, started, config, scale)
         counts, stages, levels = _optimise(problem, counts, config, deadline)
         status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
     return _placement(problem, counts, stages, levels, status, time.perf_counter() - started)
+
+
+# No single greedy wins everywhere: small gangs first places more where GPUs run out, queue order where big
+# pods need whole nodes, MostAllocated where cpu or memory runs out before GPUs (the OpenB trace).
+_HINT_SHARE = 0.3
+
+
+def _best_hint(problem: Problem, baseline: Counts, started: float, config: SolveConfig, scale: int) -> Counts:
+    """The best of several greedy variants, tried while they take under _HINT_SHARE of the time limit."""
+    best = baseline
+    key = lambda c: (score.rank(problem, c, scale), -score.locality(problem, c))  # noqa: E731
+    small = smallest_first_order(problem)
+    for order, scorer in ((small, node_scores), (None, most_allocated), (small, most_allocated)):
+        if time.perf_counter() - started > _HINT_SHARE * config.time_limit:
+            break
+        best = max((best, greedy(problem, order, scorer)), key=key)
+    return best
 
 
 # Most of the time goes to the gang counts; the resource and locality tiers get capped shares, as their bounds
@@ -43,10 +58,12 @@ _TIER_SHARE = {"resources": 0.15, "locality": 0.05}
 
 def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: float) -> tuple[Counts, list[Stage], dict]:
     """The staged CP-SAT solve. Returns the placement, the stages, and per priority level (found, bound)."""
-    model = GangModel(problem, candidates(problem, hint, config), hint)
+    cands, pruned = candidates(problem, hint, config)
+    model = GangModel(problem, cands, hint)
     levels = problem.gang_priority_levels()
     stages: list[Stage] = []
-    maxima = {level: len(model.level_gangs(level)) for level in levels}
+    possible = possible_gangs(problem)
+    maxima = {level: sum(1 for g in possible if problem.gangs[g].priority == level) for level in levels}
     weights = _level_weights(levels, maxima)
     # The gang counts come first: the later tiers get their share only out of time the counts leave.
     later_tiers = min(sum(_TIER_SHARE.values()) * config.time_limit, 0.3 * (deadline - time.perf_counter()))
@@ -58,7 +75,10 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
         seconds = deadline - time.perf_counter() - later_tiers
         stage = model.solve_stage("gangs", expr, MAX, current, top, seconds, deadline, config.workers)
         stages.append(stage)
-        bounds = _decode(stage.bound, levels, weights, maxima)
+        bound = stage.bound
+        if pruned and stage.status != "SKIPPED":
+            bound = relaxed_bound(problem, weights, _BOUND_SHARE * config.time_limit) or top
+        bounds = _decode(bound, levels, weights, maxima)
     else:  # too many levels for exact weights: one stage per level, highest first
         bounds = {}
         for i, level in enumerate(levels):
@@ -68,6 +88,8 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
             stage = model.solve_stage(f"priority {level}", expr, MAX, current, maxima[level], seconds, deadline, config.workers)
             stages.append(stage)
             bounds[level] = stage.bound
+            if pruned and stage.status != "SKIPPED":
+                bounds[level] = relaxed_bound(problem, {level: 1}, _BOUND_SHARE * config.time_limit) or maxima[level]
 
     scale = score.gpu_scale(problem)
     expr, bound = model.resource_expr(scale)
@@ -86,6 +108,7 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
     return model.counts, stages, {level: (found[level], max(bounds[level], found[level]), maxima[level]) for level in levels}
 
 
+_BOUND_SHARE = 0.05  # of the time limit, for the whole-cluster bound when candidates were pruned
 _MAX_WEIGHT = 2**40  # keep the weighted objective far from int64 and friendly to CP-SAT's LP
 
 
