@@ -41,8 +41,12 @@ from gangsolve.devcluster.pki import CertificateAuthority, CertPair, write_servi
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
-# Pod IPs that kwok writes into pod status. Nothing ever connects to them: kwok runs no containers.
+# Pod IPs that kwok writes into pod status. Nothing ever connects to them: kwok runs no containers. (They
+# cannot be loopback addresses: EndpointSlices reject those.)
 POD_CIDR = "10.128.0.0/12"
+# The InternalIP of every fake node. Loopback, so that anything asking a "kubelet" for logs or exec (the
+# apiserver on `kubectl logs`) is refused on this machine instead of reaching out to some network.
+NODE_IP = LOOPBACK
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 GPU_RESOURCE = "nvidia.com/gpu"
 LOG_TAIL_LINES = 40
@@ -174,9 +178,9 @@ class Component:
         if proc is None:
             return
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
+            _signal_group(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
             try:
-                proc.wait(timeout=grace)
+                proc.wait(timeout=max(grace, 0.1))
             except subprocess.TimeoutExpired:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
@@ -326,16 +330,21 @@ class ControlPlane:
             if comp.process is not None and not comp.alive():
                 raise comp.failure(f"exited with code {comp.process.returncode}")
 
-    def stop_apiserver(self) -> None:
-        """Stop kube-apiserver only (the rest keeps running and retries), e.g. for fault tests."""
-        self.components["kube-apiserver"].stop()
+    def stop_apiserver(self, *, grace: float = 3.0) -> None:
+        """Stop kube-apiserver only (the other components keep running and retry), e.g. for fault tests.
+
+        SIGTERM, then SIGKILL after `grace` seconds: with clients still connected kube-apiserver would
+        otherwise wait up to a minute for them. grace=0 kills it outright, like a crash.
+        """
+        self.components["kube-apiserver"].stop(grace=grace)
 
     def start_apiserver(self) -> None:
         """Start kube-apiserver again, on the same port with the same flags, and wait until ready."""
         self._start_and_wait("kube-apiserver", self._apiserver_ready)
 
-    def restart_apiserver(self) -> None:
-        self.stop_apiserver()
+    def restart_apiserver(self, *, grace: float = 3.0) -> None:
+        """stop_apiserver(grace=grace), then start_apiserver(): same port, same data (etcd keeps running)."""
+        self.stop_apiserver(grace=grace)
         self.start_apiserver()
 
     # ---------------------------------------------------------------- set-up
@@ -471,6 +480,7 @@ class ControlPlane:
                 # kwok renews each node's Lease, which the node lifecycle controller watches.
                 "--node-lease-duration-seconds=40",
                 f"--cidr={POD_CIDR}",
+                f"--node-ip={NODE_IP}",
             ])
 
     def _write_kubeconfig(self, path: Path, user: str, cert: CertPair) -> Path:
