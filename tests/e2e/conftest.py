@@ -33,7 +33,8 @@ def binaries() -> Binaries:
     try:
         return Binaries.locate()
     except BinariesMissing as e:
-        pytest.fail(str(e), pytrace=False)
+        missing = str(e)
+    pytest.fail(missing, pytrace=False)
 
 
 @pytest.fixture(scope="session")
