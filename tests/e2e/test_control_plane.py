@@ -124,6 +124,7 @@ def test_apiserver_restarts_on_demand_and_teardown_leaves_nothing(binaries: Bina
         # A crash (SIGKILL) rather than a graceful stop: the apiserver comes back all the same.
         cp.stop_apiserver(grace=0)
         assert cp.get("/api/v1/namespaces") is None
+        cp.check_alive()  # stopped on purpose: not reported as a crash
         cp.start_apiserver()
         assert cp.get("/api/v1/namespaces/before-restart") is not None
         cp.add_nodes(["after-crash"], timeout=90)

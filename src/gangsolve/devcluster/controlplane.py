@@ -151,6 +151,7 @@ class Component:
         self.env = dict(env) if env is not None else None
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.stopped = False  # stopped on purpose (not a crash)
 
     @property
     def pid(self) -> int | None:
@@ -163,6 +164,7 @@ class Component:
         if self.alive():
             raise ControlPlaneError(f"{self.name} is already running (pid {self.pid})")
         self.starts += 1
+        self.stopped = False
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== gangsolve: start #{self.starts}: {' '.join(self.argv)}\n".encode())
             log.flush()
@@ -177,6 +179,7 @@ class Component:
         proc = self.process
         if proc is None:
             return
+        self.stopped = True
         if proc.poll() is None:
             _signal_group(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
             try:
@@ -325,9 +328,9 @@ class ControlPlane:
         return {name: c.pid for name, c in self.components.items() if c.alive() and c.pid is not None}
 
     def check_alive(self) -> None:
-        """Raise ControlPlaneError (with the log tail) if a component has died."""
+        """Raise ControlPlaneError (with the log tail) if a component has died (not stopped on purpose)."""
         for comp in self.components.values():
-            if comp.process is not None and not comp.alive():
+            if comp.process is not None and not comp.stopped and not comp.alive():
                 raise comp.failure(f"exited with code {comp.process.returncode}")
 
     def stop_apiserver(self, *, grace: float = 3.0) -> None:
