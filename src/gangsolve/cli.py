@@ -4,17 +4,36 @@ from __future__ import annotations
 
 import sys
 
+import importlib
+
 import click
 from rich.console import Console
 
-from bench.cli import bench_command
 from gangsolve import __version__
 from gangsolve.errors import InputError
 
 DEFAULT_TIME_LIMIT = 2.0
 
+# Commands that live in other packages, imported only when used: `gangsolve --version` and `solve` must not
+# pay for the benchmark's plotting or the control plane's helpers.
+LAZY_COMMANDS = {
+    "bench": "bench.cli:bench_command",
+    "dev-cluster": "gangsolve.devcluster.cli:dev_cluster",
+}
 
-@click.group()
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup)
 @click.version_option(__version__, prog_name="gangsolve")
 def cli() -> None:
     """An optimizing gang scheduler for Kubernetes."""
@@ -54,7 +73,6 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
         render.print_table(placement, Console())
 
 
-cli.add_command(bench_command, name="bench")
 
 
 def main() -> None:
