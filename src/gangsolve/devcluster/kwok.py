@@ -17,7 +17,9 @@ import yaml
 # --manage-nodes-with-annotation-selector), so real nodes and other kwok instances are left alone.
 MANAGED_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
-_NODE_READY = """\
+# Refreshes the conditions now and then; liveness itself comes from the node Lease that kwok renews
+# (--node-lease-duration-seconds), which is what the node lifecycle controller watches.
+_NODE_HEARTBEAT = """\
 {{ $now := Now }}
 {{ $since := or .metadata.creationTimestamp $now }}
 conditions:
@@ -29,6 +31,9 @@ conditions:
   status: {{ .status | Quote }}
   type: {{ .type | Quote }}
 {{ end }}
+"""
+
+_NODE_READY = _NODE_HEARTBEAT + """\
 addresses:
 {{ with .status.addresses }}
 {{ YAML . 1 }}
@@ -70,22 +75,6 @@ nodeInfo:
   osImage: ""
   systemUUID: ""
 phase: Running
-"""
-
-# Refreshes the conditions now and then; liveness itself comes from the node Lease that kwok renews
-# (--node-lease-duration-seconds), which is what the node lifecycle controller watches.
-_NODE_HEARTBEAT = """\
-{{ $now := Now }}
-{{ $since := or .metadata.creationTimestamp $now }}
-conditions:
-{{ range NodeConditions }}
-- lastHeartbeatTime: {{ $now | Quote }}
-  lastTransitionTime: {{ $since | Quote }}
-  message: {{ .message | Quote }}
-  reason: {{ .reason | Quote }}
-  status: {{ .status | Quote }}
-  type: {{ .type | Quote }}
-{{ end }}
 """
 
 _POD_RUNNING = """\
