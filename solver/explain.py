@@ -3,13 +3,11 @@ constraint excluded which nodes, or which other gangs took the room this cycle."
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from solver.greedy import Counts, place_colocated, place_gang
 from solver.model import PODS, Pod
-from solver.problem import Problem, exclusion
+from solver.problem import Problem
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -50,15 +48,15 @@ def _exclusions_of(problem: Problem, parts) -> str:
     eligible = np.zeros(len(problem.nodes), dtype=bool)
     for part in parts:
         eligible |= problem.eligible[part.cls]
-    by_reason: dict[str, list[str]] = defaultdict(list)
     pod = parts[0].pods[0]
-    for n in np.flatnonzero(~eligible):
-        node = problem.nodes[n]
-        by_reason[exclusion(pod, node) or "its constraints"].append(node.name)
     phrases = []
-    for reason, names in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    by_reason = problem.excluded[parts[0].cls]
+    for reason, members in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         if reason.startswith("nodeSelector") and pod.node_selector:
             continue  # already said by "on nodes matching nodeSelector ..."
+        names = [problem.nodes[n].name for n in sorted(members) if not eligible[n]]  # no other part may use
+        if not names:
+            continue
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         phrases.append(f"{shown} excluded by {reason}" if len(names) == 1 else f"{len(names)} nodes ({shown}) excluded by {reason}")
     return "; ".join(phrases)
@@ -111,6 +109,15 @@ def _single_pod(problem: Problem, g: int) -> str | None:
     return None
 
 
+def fits_alone(problem: Problem, g: int) -> bool:
+    """Whether the gang's minimum fits the cycle's free capacity with no other gang placed."""
+    gang, parts = problem.gangs[g], problem.parts[g]
+    if len(parts) == 1 and not gang.colocate:  # one pod class: nodes are independent, so counting is exact
+        return int(np.minimum(problem.fit[parts[0].cls], len(parts[0].pods)).sum()) >= max(gang.need, 1)
+    alone = problem.free.copy()
+    return (place_colocated(problem, g, alone) if gang.colocate else place_gang(problem, g, alone)) is not None
+
+
 def explain(problem: Problem, g: int, counts: Counts, cache: dict | None = None) -> str:
     """`cache` (any dict, shared across the gangs of one cycle) saves re-deriving exclusions per pod class."""
     gang = problem.gangs[g]
@@ -123,9 +130,7 @@ def explain(problem: Problem, g: int, counts: Counts, cache: dict | None = None)
     excluded = _exclusions(problem, g, {} if cache is None else cache)
     why = _shortage(problem, g) or _single_pod(problem, g)
     if why is None:
-        alone = problem.free.copy()
-        fits = place_colocated(problem, g, alone) if gang.colocate else place_gang(problem, g, alone)
-        if fits is not None:
+        if fits_alone(problem, g):
             why = "fits the free capacity on its own, but gangs placed this cycle (higher priority or better fit) took it"
         elif gang.colocate:
             why = f"no single {gang.colocate} value has room for {max(gang.need, 1)} pods together"

@@ -134,6 +134,9 @@ class Problem:
         return floor
 
     def _eligibility(self) -> np.ndarray:
+        """Evaluates static constraints once per node signature; also files, per class, the nodes each
+        constraint excluded (`excluded[c][reason]`), which explanations read."""
+        self.excluded: list[dict[str, list[int]]] = []
         eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)
         groups_by_keys: dict[tuple, dict[tuple, list[int]]] = {}
         for c, pod in enumerate(self.class_pods):
@@ -152,9 +155,14 @@ class Problem:
                     )
                     groups.setdefault(sig, []).append(i)
                 groups_by_keys[(keys, by_name)] = groups
+            excluded: dict[str, list[int]] = {}
             for members in groups.values():
-                if exclusion(pod, self.nodes[members[0]]) is None:
+                why = exclusion(pod, self.nodes[members[0]])
+                if why is None:
                     eligible[c, members] = True
+                else:
+                    excluded.setdefault(why, []).extend(members)
+            self.excluded.append(excluded)
         return eligible
 
     def domains(self, key: str) -> np.ndarray:
