@@ -22,7 +22,7 @@ from bench import metrics, openb
 from bench import objects as k8s
 from bench.runner import SCHEDULERS
 from bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
-from gangsolve.gangs import build_cluster
+from gangsolve.gangs import STARVATION_SECONDS, build_cluster
 from solver.model import GPU, Cluster, Gang, Node
 
 PERIOD = 60.0  # seconds of simulated time between cycles
@@ -142,7 +142,7 @@ def simulate(objects: list[dict], scheduler: str, time_limit: float, on_cycle: C
             arrived += 1
         gangs = tuple(
             Gang(j.gang.name, tuple(p for p in j.gang.pods if p.name not in j.bound), j.gang.min_member,
-                 tuple(j.bound.values()), j.gang.colocate)
+                 tuple(j.bound.values()), j.gang.colocate, starving=now - j.arrival > STARVATION_SECONDS)
             for j in pending
         )
         cluster = Cluster(tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)), gangs)

@@ -17,6 +17,7 @@ from ortools.sat.python import cp_model
 
 from solver import score
 from solver.greedy import Counts
+from solver.model import Level
 from solver.problem import Problem
 
 MAX, MIN = "max", "min"
@@ -78,18 +79,18 @@ def possible_gangs(problem: Problem) -> list[int]:
     ]
 
 
-def relaxed_bound(problem: Problem, weights: dict[int, int], seconds: float) -> int | None:
+def relaxed_bound(problem: Problem, weights: dict[Level, int], seconds: float) -> int | None:
     """An upper bound on the weighted gangs placed over the whole cluster, not just the candidates: gangs as
     items of the knapsack cuts, no nodes. Pruning makes the main model's bound a bound on the pruned problem
     only; this one holds for any placement. None when CP-SAT cannot bound it in time."""
     model = cp_model.CpModel()
     placed = {
-        g: model.new_bool_var(f"placed_{g}") for g in possible_gangs(problem) if problem.gangs[g].priority in weights
+        g: model.new_bool_var(f"placed_{g}") for g in possible_gangs(problem) if problem.gangs[g].level in weights
     }
     if not placed:
         return 0
     add_knapsack_cuts(model, problem, placed)
-    model.maximize(_weighted(list(placed.values()), [weights[problem.gangs[g].priority] for g in placed]))
+    model.maximize(_weighted(list(placed.values()), [weights[problem.gangs[g].level] for g in placed]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(seconds, 0.01)
     solver.parameters.num_workers = 1
@@ -135,6 +136,8 @@ class GangModel:
             m.add(total >= gang.need * placed)
             m.add(total <= len(gang.pods) * placed)
             self.placed[g] = placed
+            if gang.starving and g in hint:
+                m.add(placed == 1)  # every hint placed starving gangs first, oldest first: keep them placed
             if gang.colocate:
                 self._colocate(g, keys, placed)
 
@@ -175,13 +178,13 @@ class GangModel:
 
     # --- the stages -------------------------------------------------------------------------------------------
 
-    def level_gangs(self, level: int) -> list[int]:
-        return [g for g in self.placed if self.problem.gangs[g].priority == level]
+    def level_gangs(self, level: Level) -> list[int]:
+        return [g for g in self.placed if self.problem.gangs[g].level == level]
 
-    def gangs_expr(self, weights: dict[int, int]) -> cp_model.LinearExpr:
+    def gangs_expr(self, weights: dict[Level, int]) -> cp_model.LinearExpr:
         """Gangs placed, weighted by priority level (levels absent from `weights` count 0)."""
-        gangs = [g for g in self.placed if self.problem.gangs[g].priority in weights]
-        return _weighted([self.placed[g] for g in gangs], [weights[self.problem.gangs[g].priority] for g in gangs])
+        gangs = [g for g in self.placed if self.problem.gangs[g].level in weights]
+        return _weighted([self.placed[g] for g in gangs], [weights[self.problem.gangs[g].level] for g in gangs])
 
     def resource_expr(self, scale: int) -> tuple[cp_model.LinearExpr, int]:
         """Resources placed, GPUs first; bounded above by every modelled pod placed."""

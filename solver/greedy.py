@@ -16,20 +16,27 @@ Counts = dict[int, dict[tuple[int, int], int]]
 
 
 def queue_order(problem: Problem) -> list[int]:
-    """Gangs in scheduling-queue order: priority first, then the oldest member, then name."""
+    """Gangs in scheduling-queue order: priority (starving gangs first within it), then the oldest member."""
     gangs = problem.gangs
-    return sorted(range(len(gangs)), key=lambda g: (-gangs[g].priority, gangs[g].order, gangs[g].name))
+    return sorted(range(len(gangs)), key=lambda g: (_desc(gangs[g].level), gangs[g].order, gangs[g].name))
+
+
+def _desc(level: tuple[int, int]) -> tuple[int, int]:
+    return (-level[0], -level[1])
 
 
 def smallest_first_order(problem: Problem) -> list[int]:
-    """Gangs by priority, then by the least they need (GPUs, then their share of the cluster): when the aim
-    is the number of gangs placed, small gangs first is what a knapsack would do."""
+    """Gangs by level, then by the least they need (GPUs, then their share of the cluster): when the aim is
+    the number of gangs placed, small gangs first is what a knapsack would do. Starving gangs keep their
+    queue order: they are owed a place, first come first served."""
     gangs = problem.gangs
     share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
-    return sorted(
-        range(len(gangs)),
-        key=lambda g: (-gangs[g].priority, int(problem.floor[g, problem.gpu]), float(share[g]), gangs[g].order, gangs[g].name),
-    )
+
+    def key(g: int) -> tuple:
+        size = (0, 0.0) if gangs[g].starving else (int(problem.floor[g, problem.gpu]), float(share[g]))
+        return (_desc(gangs[g].level), *size, gangs[g].order, gangs[g].name)
+
+    return sorted(range(len(gangs)), key=key)
 
 
 def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:

@@ -14,6 +14,7 @@ GPU = "nvidia.com/gpu"
 PODS = "pods"
 
 Resources = Mapping[str, int]
+Level = tuple[int, int]  # (priority, starving): the strict order gangs are placed in
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Gang:
     min_member: int = 1
     bound_nodes: tuple[str, ...] = ()  # nodes of members already bound and not finished
     colocate: str | None = None  # node label key whose single value all members must share
+    starving: bool = False  # waited past the starvation age: outranks gangs of its priority that have not
 
     @property
     def need(self) -> int:
@@ -99,6 +101,12 @@ class Gang:
     @property
     def priority(self) -> int:
         return max((p.priority for p in self.pods), default=0)
+
+    @property
+    def level(self) -> Level:
+        """The strict-order tier: priority first; within a priority, starving gangs before the rest (so
+        maximizing gangs placed cannot starve big gangs for ever)."""
+        return (self.priority, int(self.starving))
 
     @property
     def order(self) -> int:

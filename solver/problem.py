@@ -14,7 +14,7 @@ import numpy as np
 
 from solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from solver.constraints.taints import untolerated
-from solver.model import GPU, PODS, Cluster, Gang, Node, Pod
+from solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
 
 
 def exclusion(pod: Pod, node: Node) -> str | None:
@@ -178,5 +178,6 @@ class Problem:
         self._domains[key] = ids
         return ids
 
-    def gang_priority_levels(self) -> list[int]:
-        return sorted({g.priority for g in self.gangs}, reverse=True)
+    def gang_priority_levels(self) -> list[Level]:
+        """Every gang's level (priority, starving), highest first."""
+        return sorted({g.level for g in self.gangs}, reverse=True)

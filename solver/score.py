@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from solver.greedy import Counts
+from solver.model import Level
 from solver.problem import Problem
 
 
@@ -15,8 +16,8 @@ def counted(problem: Problem, g: int) -> bool:
     return bool(gang.pods) and gang.need > 0
 
 
-def placed_at(problem: Problem, counts: Counts, level: int) -> int:
-    return sum(1 for g in counts if counted(problem, g) and problem.gangs[g].priority == level)
+def placed_at(problem: Problem, counts: Counts, level: Level) -> int:
+    return sum(1 for g in counts if counted(problem, g) and problem.gangs[g].level == level)
 
 
 def gpu_scale(problem: Problem) -> int:

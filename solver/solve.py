@@ -9,7 +9,7 @@ from solver.candidates import candidates
 from solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs, relaxed_bound
 from solver.explain import explain
 from solver.greedy import Counts, greedy, most_allocated, node_scores, smallest_first_order
-from solver.model import Cluster, GangResult, Placement, SolveConfig
+from solver.model import Cluster, GangResult, Level, Placement, SolveConfig
 from solver.problem import Problem
 
 # Leave this share of the time limit for reading the solution and explaining pending gangs (about 0.4 s
@@ -63,7 +63,7 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
     levels = problem.gang_priority_levels()
     stages: list[Stage] = []
     possible = possible_gangs(problem)
-    maxima = {level: sum(1 for g in possible if problem.gangs[g].priority == level) for level in levels}
+    maxima = {level: sum(1 for g in possible if problem.gangs[g].level == level) for level in levels}
     weights = _level_weights(levels, maxima)
     # The gang counts come first: the later tiers get their share only out of time the counts leave.
     later_tiers = min(sum(_TIER_SHARE.values()) * config.time_limit, 0.3 * (deadline - time.perf_counter()))
@@ -85,7 +85,7 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
             expr = model.gangs_expr({level: 1})
             current = score.placed_at(problem, model.counts, level)
             seconds = (deadline - time.perf_counter() - later_tiers) / (len(levels) - i)
-            stage = model.solve_stage(f"priority {level}", expr, MAX, current, maxima[level], seconds, deadline, config.workers)
+            stage = model.solve_stage(f"priority {level[0]}{' starving' if level[1] else ''}", expr, MAX, current, maxima[level], seconds, deadline, config.workers)
             stages.append(stage)
             bounds[level] = stage.bound
             if pruned and stage.status != "SKIPPED":
@@ -112,7 +112,7 @@ _BOUND_SHARE = 0.05  # of the time limit, for the whole-cluster bound when candi
 _MAX_WEIGHT = 2**40  # keep the weighted objective far from int64 and friendly to CP-SAT's LP
 
 
-def _level_weights(levels: list[int], maxima: dict[int, int]) -> dict[int, int] | None:
+def _level_weights(levels: list[Level], maxima: dict[Level, int]) -> dict[Level, int] | None:
     """Mixed-radix weights, lowest level 1: placing one more gang at a level outweighs any change below."""
     weights, w = {}, 1
     for level in reversed(levels):
@@ -121,7 +121,7 @@ def _level_weights(levels: list[int], maxima: dict[int, int]) -> dict[int, int] 
     return weights if w <= _MAX_WEIGHT else None
 
 
-def _decode(bound: int, levels: list[int], weights: dict[int, int], maxima: dict[int, int]) -> dict[int, int]:
+def _decode(bound: int, levels: list[Level], weights: dict[Level, int], maxima: dict[Level, int]) -> dict[Level, int]:
     """The lexicographically largest per-level counts whose weighted sum stays within `bound`."""
     out = {}
     for level in levels:
@@ -180,5 +180,8 @@ def _placement(
         best_bound=max(best_bound, objective),
         solve_seconds=seconds,
         stages=tuple(s.as_dict() for s in stages),
-        levels=tuple({"priority": level, "placed": f, "bound": b, "gangs": most} for level, (f, b, most) in levels.items()),
+        levels=tuple(
+            {"priority": level[0], "starving": bool(level[1]), "placed": f, "bound": b, "gangs": most}
+            for level, (f, b, most) in levels.items()
+        ),
     )

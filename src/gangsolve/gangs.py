@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from gangsolve import objects
 from gangsolve.errors import InputError, describe
@@ -24,6 +25,9 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 MIN_AVAILABLE_ANNOTATION = "gangsolve.io/min-available"
 COLOCATE_ANNOTATION = "gangsolve.io/colocate"
+# A gang pending longer than this outranks the gangs of its priority that are not: maximizing the number of
+# gangs placed would otherwise pass over big gangs for as long as small ones keep arriving.
+STARVATION_SECONDS = 900.0
 
 
 @dataclass(frozen=True)
@@ -158,10 +162,25 @@ def display_name(key: GangKey) -> str:
     return f"{key.namespace}/{key.name.split(chr(0))[0]}"
 
 
+def _created(pod: dict) -> datetime | None:
+    stamp = pod["metadata"].get("creationTimestamp")
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        raise InputError(describe(pod), "metadata.creationTimestamp", f"not an RFC 3339 time: {stamp!r}") from None
+
+
 def build_cluster(
-    snap: Snapshot, scheduler_name: str = "gangsolve", group_label: str | None = None, strict: bool = True
+    snap: Snapshot,
+    scheduler_name: str = "gangsolve",
+    group_label: str | None = None,
+    strict: bool = True,
+    now: datetime | None = None,
+    starvation_seconds: float = STARVATION_SECONDS,
 ) -> Cluster:
-    """Every node with the capacity bound pods hold, and every gang with pending pods of our scheduler."""
+    """Every node with the capacity bound pods hold, and every gang with pending pods of our scheduler.
+    With `now` (the live scheduler's clock), gangs whose oldest pending pod was created more than
+    `starvation_seconds` earlier are marked starving."""
     for pg in snap.pod_groups.values():
         _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
     grouper = _Grouper(snap, group_label, strict)
@@ -199,6 +218,8 @@ def build_cluster(
         if name in names:  # e.g. a PodGroup and a Deployment of one name: keep both gangs apart
             name = f"{name} ({key.rule})"
         names.add(name)
+        created = [c for c in (_created(p) for _o, p in pods if not objects.is_bound(p)) if c is not None]
+        starving = bool(now and created and (now - min(created)).total_seconds() > starvation_seconds)
         gangs.append(
             Gang(
                 name=name,
@@ -206,6 +227,7 @@ def build_cluster(
                 min_member=grouper.min_member(key, objs),
                 bound_nodes=tuple(p["spec"]["nodeName"] for p in objs if objects.is_bound(p)),
                 colocate=grouper.colocate(key, objs),
+                starving=starving,
             )
         )
     return Cluster(tuple(nodes), tuple(gangs))

@@ -130,3 +130,21 @@ def test_bad_input_names_object_and_field(objs, message):
 
 def test_missing_pod_group_waits_in_live_mode():
     assert gangs(k8s_pod("p", labels={"scheduling.x-k8s.io/pod-group": "later"}), strict=False) == {}
+
+
+def test_gangs_pending_past_the_starvation_age_are_starving():
+    from datetime import datetime, timezone
+
+    now = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+    result = gangs(
+        k8s_pod("old", owner="a", created="2026-01-01T00:00:00Z"),
+        k8s_pod("new", owner="b", created="2026-01-01T00:59:00Z"),
+        now=now,
+    )
+    assert result["default/a"].starving and not result["default/b"].starving
+    assert not any(g.starving for g in gangs(k8s_pod("old", created="2026-01-01T00:00:00Z")).values())  # no clock, no age
+
+
+def test_bad_creation_timestamp_names_the_field():
+    with pytest.raises(InputError, match="metadata.creationTimestamp"):
+        build_cluster(snapshot(k8s_pod("p", created="yesterday")))

@@ -178,3 +178,20 @@ def test_deterministic_for_a_given_input():
 def test_greedy_only_mode_reports_greedy():
     p = run([node("n", gpus=4)], [gang("g", 2, gpus=1)], use_cpsat=False)
     assert p.status == "GREEDY" and placed(p) == {"g"}
+
+
+def test_a_starving_gang_outranks_more_gangs_of_its_priority():
+    # Two small gangs or the one big gang fit; the count alone prefers the two, unless the big one starves.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    small = [gang("s1", 1, gpus=4), gang("s2", 1, gpus=4)]
+    assert placed(run(nodes, [*small, gang("big", 2, gpus=3)])) == {"s1", "s2"}
+    starving = Gang("big", gang("big", 2, gpus=3).pods, 2, starving=True)
+    p = run(nodes, [*small, starving])
+    assert placed(p) == {"big"}
+    assert [lv["starving"] for lv in p.levels] == [True, False]
+
+
+def test_starving_never_outranks_a_higher_priority():
+    nodes = [node("n0", gpus=4)]
+    starving_low = Gang("old", gang("old", 1, gpus=4).pods, 1, starving=True)
+    assert placed(run(nodes, [starving_low, gang("high", 1, gpus=4, priority=5)])) == {"high"}
