@@ -3,15 +3,22 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test sync
+.PHONY: demo test sync binaries
 
 demo: .venv/.synced
 	.venv/bin/gangsolve solve examples/tfjob-8.yaml --scheduler-name kube-batchd
 
-test: .venv/.synced
+# The end-to-end tests run a real control plane: its binaries are built (once, into a cache outside the
+# repository; see docs/dev-cluster.md) before the tests.
+test: .venv/.synced binaries
 	.venv/bin/python -m pytest
 
 sync: .venv/.synced
+
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and helm at the versions
+# pinned in hack/versions.env; a no-op when the cache already has them.
+binaries:
+	bash hack/build-binaries.sh
 
 $(UV):
 	python3 -m venv .tools

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from bench.cli import bench_command
 from gangsolve import __version__
+from gangsolve.devcluster.cli import dev_cluster
 from gangsolve.errors import InputError
 
 DEFAULT_TIME_LIMIT = 2.0
@@ -55,6 +56,7 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
 
 
 cli.add_command(bench_command, name="bench")
+cli.add_command(dev_cluster, name="dev-cluster")
 
 
 def main() -> None:
