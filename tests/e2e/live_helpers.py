@@ -39,8 +39,10 @@ def poll(condition: Callable[[], Any], *, timeout: float = 60.0, interval: float
 class Gangsolve:
     """`python -m gangsolve run` against the control plane, its log in a file, metrics on a free port."""
 
-    def __init__(self, cp: ControlPlane, scheduler_name: str, log_dir: Path, *extra: str) -> None:
+    def __init__(self, cp: ControlPlane, scheduler_name: str, log_dir: Path, *extra: str,
+                 env: Mapping[str, str] | None = None) -> None:
         self.cp = cp
+        self.env = dict(env or {})
         self.scheduler_name = scheduler_name
         self.port = free_port()
         self.log_path = log_dir / f"gangsolve-{scheduler_name}-{self.port}.log"
@@ -50,7 +52,7 @@ class Gangsolve:
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait_ready: bool = True) -> Gangsolve:
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+        env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}", **self.env}
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         if wait_ready:
@@ -226,8 +228,9 @@ def gangsolve_factory(control_plane: ControlPlane, tmp_path: Path):
     started: list[Gangsolve] = []
     name = unique()
 
-    def start(*extra: str, scheduler_name: str | None = None, wait_ready: bool = True) -> Gangsolve:
-        g = Gangsolve(control_plane, scheduler_name or name, tmp_path, *extra)
+    def start(*extra: str, scheduler_name: str | None = None, wait_ready: bool = True,
+              env: Mapping[str, str] | None = None) -> Gangsolve:
+        g = Gangsolve(control_plane, scheduler_name or name, tmp_path, *extra, env=env)
         started.append(g)
         return g.start(wait_ready=wait_ready)
 
