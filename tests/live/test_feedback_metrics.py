@@ -60,3 +60,20 @@ def test_metric_names():
         'gangsolve_solver_status_total{status="OPTIMAL"}',
     ]:
         assert name in text, name
+
+
+def test_pods_naming_a_missing_pod_group_say_what_they_wait_for():
+    from gangsolve.live.cache import ClusterCache
+    from gangsolve.live.feedback import Feedback
+    from gangsolve.live.solver_actor import CycleResult, plan
+    from gangsolve.snapshot import Snapshot
+
+    snap = Snapshot(pods=[k8s_pod("a", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
+                          k8s_pod("b", annotations={"scheduling.k8s.io/group-name": "vg"}),
+                          k8s_pod("c", scheduler="someone-else", labels={"scheduling.x-k8s.io/pod-group": "pg"})])
+    cluster, placement = plan(snap, "gangsolve", None, 1)
+    fb = Feedback(None, ClusterCache(), Metrics(), identity="t", scheduler_name="gangsolve")
+    assert fb._waiting_for_pod_group(CycleResult(snap, cluster, placement)) == {
+        "default/a": "waiting for PodGroup default/pg (scheduling.x-k8s.io) to exist",
+        "default/b": "waiting for PodGroup default/vg (scheduling.volcano.sh) to exist",
+    }

@@ -26,6 +26,7 @@ from gangsolve.live.cache import ClusterCache
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult
+from gangsolve.objects import is_pending_for
 
 COMPONENT = "gangsolve"
 MAX_MESSAGE = 1024  # the API server caps an event's note at 1 kB
@@ -111,12 +112,13 @@ def _comparable(status: dict | None) -> dict:
 
 
 class Feedback:
-    def __init__(self, kube: Kube, cache: ClusterCache, metrics: Metrics, *, identity: str,
+    def __init__(self, kube: Kube, cache: ClusterCache, metrics: Metrics, *, identity: str, scheduler_name: str,
                  event_interval: float = 60.0, events_per_second: float = 20.0, concurrency: int = 8) -> None:
         self.kube = kube
         self.cache = cache
         self.metrics = metrics
         self.identity = identity
+        self.scheduler_name = scheduler_name
         self.events = EventLimiter(event_interval, events_per_second)
         self.limiter = anyio.CapacityLimiter(concurrency)
         self._latest: CycleResult | None = None
@@ -170,12 +172,30 @@ class Feedback:
             for p in gang.pods:
                 if p.name not in result.placement.bindings:
                     reasons[p.name] = res.reason or "waiting for the rest of the gang"
+        reasons.update(self._waiting_for_pod_group(result))
         async with anyio.create_task_group() as tg:
             for key, reason in reasons.items():
                 tg.start_soon(self._unschedulable, key, reason)
             tg.start_soon(self._pod_groups, reasons)
 
     # ------------------------------------------------------------------ pods
+
+    def _waiting_for_pod_group(self, result: CycleResult) -> dict[str, str]:
+        """Pending pods of ours that name a PodGroup not (yet) created: they join no gang, and say so."""
+        out = {}
+        groups = result.snapshot.pod_groups
+        for p in result.snapshot.pods:
+            if not is_pending_for(p, self.scheduler_name):
+                continue
+            meta = p["metadata"]
+            ns = meta.get("namespace", "")
+            label = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+            annotation = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
+            if label and ("scheduling.x-k8s.io", ns, label) not in groups:
+                out[f"{ns}/{meta['name']}"] = f"waiting for PodGroup {ns}/{label} (scheduling.x-k8s.io) to exist"
+            elif not label and annotation and ("scheduling.volcano.sh", ns, annotation) not in groups:
+                out[f"{ns}/{meta['name']}"] = f"waiting for PodGroup {ns}/{annotation} (scheduling.volcano.sh) to exist"
+        return out
 
     async def _unschedulable(self, key: str, message: str) -> None:
         pod = self.cache.pod(key)
@@ -195,6 +215,8 @@ class Feedback:
                     "lastProbeTime": None, "lastTransitionTime": now_rfc3339()}]}}
                 try:
                     await self.kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", patch, STRATEGIC_PATCH)
+                    if len(self._written_condition) > 100_000:
+                        self._written_condition.clear()
                     self._written_condition[uid] = message
                 except ApiError as exc:
                     if exc.status != 404:

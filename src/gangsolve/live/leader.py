@@ -13,6 +13,7 @@ import random
 import time
 from datetime import UTC, datetime
 
+import aiohttp
 import anyio
 
 from gangsolve.live import logs
@@ -127,6 +128,6 @@ class LeaderElector:
             if exc.status != 409:
                 logs.warning("lease update failed", error=str(exc))
             return False
-        except (OSError, TimeoutError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             logs.warning("lease update failed", error=f"{type(exc).__name__}: {exc}")
             return False

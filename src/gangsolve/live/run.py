@@ -49,6 +49,7 @@ class Scheduler:
                 lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
                 retry_period=cfg.retry_period, on_change=lambda leading: self.metrics.is_leader.set(int(leading)))
         self.feedback = Feedback(kube, self.cache, self.metrics, identity=cfg.identity,
+                                 scheduler_name=cfg.scheduler_name,
                                  event_interval=cfg.event_interval, events_per_second=cfg.events_per_second)
         self.binder = BinderActor(kube, self.cache, self.metrics, concurrency=cfg.bind_concurrency,
                                   may_bind=self.elector.valid if self.elector else (lambda: True),
