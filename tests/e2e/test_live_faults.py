@@ -111,3 +111,20 @@ def test_two_replicas_one_binds_and_the_other_takes_over(control_plane, make_nod
     poll(lambda: job_running(control_plane, namespace, "two", 4), timeout=30, what="the follower to take over")
     assert follower.metric("gangsolve_leader") == 1
     assert follower.metric("gangsolve_pods_bound_total") == 4
+
+
+def test_leader_that_cannot_renew_stops_and_exits(control_plane, make_nodes, namespace, tmp_path, gangsolve_factory):
+    """With kube-apiserver gone longer than the renew deadline, the leader stops (exit 1) rather than risk
+    binding beside a successor; /healthz says why before that."""
+    config = tmp_path / "gangsolve.yaml"
+    config.write_text(yaml.safe_dump({"leader-elect": True, "lease-namespace": namespace, "lease-duration": 4,
+                                      "renew-deadline": 2, "retry-period": 0.5}))
+    g = gangsolve_factory("--config", str(config))
+    poll(lambda: g.metric("gangsolve_leader") == 1, timeout=30, what="leadership")
+    control_plane.stop_apiserver(grace=0)
+    try:
+        poll(lambda: not g.alive(), timeout=20, what="the leader to exit")
+    finally:
+        control_plane.start_apiserver()
+    assert g.proc.returncode == 1
+    assert "lost the lease" in g.log()

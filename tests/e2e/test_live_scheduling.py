@@ -3,6 +3,7 @@ competing gangs, and kube-scheduler alongside."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from live_helpers import (
     assert_cluster_sound,
@@ -126,8 +127,8 @@ def test_waiting_job_is_placed_when_gpus_come_free(control_plane, make_nodes, na
 def test_competing_gangs_one_runs_whole_other_holds_nothing(control_plane, make_nodes, namespace, pod_group_crds,
                                                             gangsolve_factory):
     """Two 5-GPU gangs on 8 GPUs: a per-pod scheduler interleaving them binds 4 + 4 and both hang. gangsolve
-    runs one whole and leaves the other holding nothing; both PodGroup kinds report it."""
-    g = gangsolve_factory()
+    runs one whole and leaves the other holding nothing; both PodGroup kinds report it. (Logs as JSON here.)"""
+    g = gangsolve_factory("--log-format", "json")
     make_nodes(2, cpu="28", memory="128Gi", gpus=4, labels={"gangsolve.dev/test": namespace})
     selector = {"gangsolve.dev/test": namespace}
     create(control_plane, namespace, pod_group("scheduling.x-k8s.io", "alpha", 5))
@@ -158,6 +159,9 @@ def test_competing_gangs_one_runs_whole_other_holds_nothing(control_plane, make_
     assert ls["running"] == 0 and ls["conditions"][0]["type"] == "Unschedulable"
     assert "nvidia.com/gpu" in ls["conditions"][0]["message"], ls
     assert g.metric("gangsolve_pending_gangs") == 1
+    lines = [orjson.loads(line) for line in g.log().splitlines()]
+    assert {"ts", "level", "msg"} <= set(lines[0])
+    assert any(line["msg"] == "gang bound" and line["pods"] == 5 for line in lines)
 
 
 def test_beside_kube_scheduler_without_overcommit(control_plane, make_nodes, namespace, gangsolve_factory):

@@ -208,6 +208,8 @@ class Feedback:
         same = (current is not None and current.get("status") == "False"
                 and current.get("reason") == "Unschedulable" and current.get("message") == message)
         async with self.limiter:
+            if key in self.cache.assumed or (self.cache.pod(key) or {}).get("spec", {}).get("nodeName"):
+                return  # placed by a newer cycle meanwhile: its binding sets PodScheduled=True
             if not same and self._written_condition.get(uid) != message:
                 ns, _, name = key.partition("/")
                 patch = {"status": {"conditions": [{
