@@ -138,3 +138,14 @@ def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
     cluster, placement = plan(snap, "gangsolve", None, 1, skipped)
     assert [str(e) for e in skipped] == ["PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"]
     assert placement.bindings == {"default/ok": "n1"}  # b waits for a readable PodGroup
+
+    from gangsolve.live.cache import ClusterCache
+    from gangsolve.live.feedback import Feedback
+    from gangsolve.live.solver_actor import CycleResult
+
+    fb = Feedback(None, ClusterCache(), Metrics(), identity="t", scheduler_name="gangsolve")
+    result = CycleResult(snap, cluster, placement,
+                         tuple((e.obj, str(e)) for e in skipped))
+    assert fb._waiting_for_pod_group(result) == {"default/b": (
+        "PodGroup default/bad (scheduling.x-k8s.io) cannot be read: "
+        "PodGroup default/bad: spec.minMember: expected a whole number, got 'many'")}

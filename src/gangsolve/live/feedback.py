@@ -184,17 +184,26 @@ class Feedback:
         """Pending pods of ours that name a PodGroup not (yet) created: they join no gang, and say so."""
         out = {}
         groups = result.snapshot.pod_groups
+        unreadable = dict(result.skipped)
         for p in result.snapshot.pods:
             if not is_pending_for(p, self.scheduler_name):
                 continue
             meta = p["metadata"]
-            ns = meta.get("namespace", "")
+            ns, key = meta.get("namespace", ""), f"{meta.get('namespace', '')}/{meta['name']}"
+            if f"Pod {key}" in unreadable:
+                out[key] = f"cannot be scheduled: {unreadable[f'Pod {key}']}"
+                continue
             label = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
             annotation = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
-            if label and ("scheduling.x-k8s.io", ns, label) not in groups:
-                out[f"{ns}/{meta['name']}"] = f"waiting for PodGroup {ns}/{label} (scheduling.x-k8s.io) to exist"
-            elif not label and annotation and ("scheduling.volcano.sh", ns, annotation) not in groups:
-                out[f"{ns}/{meta['name']}"] = f"waiting for PodGroup {ns}/{annotation} (scheduling.volcano.sh) to exist"
+            wanted = (("scheduling.x-k8s.io", label) if label else
+                      ("scheduling.volcano.sh", annotation) if annotation else None)
+            if wanted is None:
+                continue
+            problem = unreadable.get(f"PodGroup {ns}/{wanted[1]}")
+            if problem:
+                out[key] = f"PodGroup {ns}/{wanted[1]} ({wanted[0]}) cannot be read: {problem}"
+            elif (wanted[0], ns, wanted[1]) not in groups:
+                out[key] = f"waiting for PodGroup {ns}/{wanted[1]} ({wanted[0]}) to exist"
         return out
 
     async def _unschedulable(self, key: str, message: str) -> None:

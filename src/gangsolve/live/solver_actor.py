@@ -32,6 +32,7 @@ class CycleResult:
     snapshot: Snapshot
     cluster: Cluster
     placement: Placement
+    skipped: tuple[tuple[str, str], ...] = ()  # objects left out as unreadable: (`Kind ns/name`, error)
 
 
 def without(snapshot: Snapshot, culprit: str) -> Snapshot:
@@ -146,7 +147,7 @@ class SolverActor:
             pending_pods += len(gang.pods) - result.placed_pods
         m.pending_gangs.set(pending_gangs)
         m.pending_pods.set(pending_pods)
-        out = CycleResult(snapshot, cluster, placement)
+        out = CycleResult(snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
         self.on_result(out)
         m.cycle_duration.observe(time.perf_counter() - started)
         (logs.info if cluster.gangs else logs.debug)("cycle", n=self.cycles, gangs=len(cluster.gangs), placed=placement.objective,
