@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -82,21 +83,29 @@ def run(ctx: click.Context, config_file: str | None, **flags) -> None:
         fail(str(exc))
 
     import anyio
+    from kubernetes_asyncio.config import ConfigException
 
+    from gangsolve.live.leader import LeadershipLost
     from gangsolve.live.run import main as run_main
 
+    if cfg.kubeconfig and not os.path.isfile(cfg.kubeconfig):
+        fail(f"kubeconfig {cfg.kubeconfig}: no such file")
     try:
         code = anyio.run(run_main, cfg)
     except KeyboardInterrupt:
         code = 0
-    except BaseException as exc:  # noqa: BLE001 - one line and a non-zero status, not a traceback
+    except BaseException as exc:  # noqa: BLE001 - a clear last log line and a non-zero status
         if isinstance(exc, SystemExit):
             raise
         from gangsolve.live import logs
 
         leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc]
+        if any(isinstance(leaf, ConfigException) for leaf in leaves):
+            fail(f"kubeconfig: {next(leaf for leaf in leaves if isinstance(leaf, ConfigException))}")
         for leaf in leaves:
-            logs.logger.error("exiting", exc_info=leaf, extra={"fields": {"error": f"{type(leaf).__name__}: {leaf}"}})
+            expected = isinstance(leaf, LeadershipLost)
+            logs.logger.error("exiting", exc_info=None if expected else leaf,
+                              extra={"fields": {"error": f"{type(leaf).__name__}: {leaf}"}})
         code = 1
     sys.exit(code)
 
@@ -110,6 +119,8 @@ def export(kubeconfig: str | None, output: str) -> None:
 
     from gangsolve.live.export import export as run_export
 
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        fail(f"kubeconfig {kubeconfig}: no such file")
     try:
         data = anyio.run(run_export, kubeconfig)
     except Exception as exc:  # noqa: BLE001

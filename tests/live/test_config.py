@@ -61,3 +61,10 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path):
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"error: config {path}: time-limit: expected a number > 0, got 'soon'"]
+
+
+def test_cli_missing_kubeconfig_exits_2(tmp_path):
+    for command in ("run", "export"):
+        result = CliRunner().invoke(cli, [command, "--kubeconfig", str(tmp_path / "nope")])
+        assert result.exit_code == 2
+        assert result.stderr.strip() == f"error: kubeconfig {tmp_path / 'nope'}: no such file"
