@@ -94,6 +94,39 @@ async def test_default_scheduler_binds_pod_and_kwok_runs_it(control_plane: Contr
     assert "default-scheduler" in reporters, events.items
 
 
+def test_controller_manager_keeps_pdb_status_collects_garbage_and_makes_service_accounts(
+        control_plane: ControlPlane, make_nodes, namespace: str, kubectl) -> None:
+    make_nodes(1)
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "worker", "labels": {"app": "w"}},
+         "spec": {"containers": [{"name": "c", "image": "registry.invalid/w:1"}]}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "w"},
+         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "w"}}}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}},
+    ]}))
+    ns = f"/api/v1/namespaces/{namespace}"
+    owner = control_plane.get(f"{ns}/configmaps/owner")
+    assert owner is not None
+    control_plane.request("POST", f"{ns}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dependent", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]}})
+
+    def pdb_healthy() -> bool:
+        pdb = control_plane.get(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/w")
+        status = (pdb or {}).get("status", {})
+        return status.get("currentHealthy") == 1 and status.get("expectedPods") == 1
+    control_plane.wait_for(pdb_healthy, timeout=60, what="PDB status (disruption controller)",
+                           component="kube-controller-manager")
+
+    control_plane.request("DELETE", f"{ns}/configmaps/owner")
+    control_plane.wait_for(lambda: control_plane.get(f"{ns}/configmaps/dependent") is None, timeout=60,
+                           what="the garbage collector to delete the dependent", component="kube-controller-manager")
+    # The namespace fixture waited for the `default` ServiceAccount; its root CA bundle is published too.
+    control_plane.wait_for(lambda: control_plane.get(f"{ns}/configmaps/kube-root-ca.crt") is not None,
+                           timeout=60, what="kube-root-ca.crt", component="kube-controller-manager")
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)

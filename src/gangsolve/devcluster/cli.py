@@ -46,11 +46,13 @@ def up(nodes: int, cpu: str, memory: str, gpus: int, pods: int, labels: tuple[st
     def say(msg: str) -> None:
         click.echo(f"[dev-cluster] {msg}", err=True)
 
-    # SIGTERM (e.g. from a supervisor) tears down like Ctrl-C does.
-    def on_term(signum: int, frame: FrameType | None) -> None:
+    # Ctrl-C and SIGTERM (e.g. from a supervisor) tear down. SIGINT is set explicitly too: a shell starts
+    # background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt.
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     cp = ControlPlane(scheduler=scheduler, workdir=workdir, keep_workdir=workdir is not None, log=say)
     try:
         cp.start()
@@ -73,6 +75,9 @@ def up(nodes: int, cpu: str, memory: str, gpus: int, pods: int, labels: tuple[st
         cp.stop(failed=True)
         sys.exit(1)
     finally:
+        # A second Ctrl-C must not cut the teardown short and leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cp.stop()
         say("stopped")
 

@@ -288,23 +288,38 @@ class ControlPlane:
             raise ControlPlaneError("control plane already started")
         binaries = self.binaries  # fail before creating anything when binaries are missing
         t0 = time.monotonic()
-        self._started = True
-        atexit.register(self.stop)
-        try:
-            self._prepare(binaries)
-            self._start_and_wait("etcd", self._etcd_ready)
-            self._start_and_wait("kube-apiserver", self._apiserver_ready)
-            self._start_and_wait("kube-controller-manager", self._component_ready("kube-controller-manager"))
-            if self.with_scheduler:
-                self._start_and_wait("kube-scheduler", self._component_ready("kube-scheduler"))
-            if self.with_kwok:
-                self._start_kwok()
-            self._wait_for_default_service_account("default")
-        except BaseException:
-            self.stop(failed=True)
-            raise
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            self._started = True
+            atexit.register(self.stop)
+            try:
+                self._start_all(binaries)
+                break
+            except ControlPlaneError as e:
+                # Free ports are picked before the components bind them; another cluster on the machine
+                # may take one in between. Then start over on new ports.
+                retry = "address already in use" in str(e) and attempt < attempts
+                self.stop(failed=not retry)
+                if not retry:
+                    raise
+                self._log(f"a port was taken meanwhile ({str(e).splitlines()[0]}); retrying on new ports")
+                self.components = {}
+            except BaseException:
+                self.stop(failed=True)
+                raise
         self._log(f"control plane ready in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig}")
         return self
+
+    def _start_all(self, binaries: Binaries) -> None:
+        self._prepare(binaries)
+        self._start_and_wait("etcd", self._etcd_ready)
+        self._start_and_wait("kube-apiserver", self._apiserver_ready)
+        self._start_and_wait("kube-controller-manager", self._component_ready("kube-controller-manager"))
+        if self.with_scheduler:
+            self._start_and_wait("kube-scheduler", self._component_ready("kube-scheduler"))
+        if self.with_kwok:
+            self._start_kwok()
+        self._wait_for_default_service_account("default")
 
     def stop(self, *, failed: bool = False) -> None:
         """Stop every component (reverse start order) and remove the temporary directory.
@@ -363,6 +378,7 @@ class ControlPlane:
         wd = self.workdir
         pki_dir = wd / "pki"
         log_dir = wd / "logs"
+        shutil.rmtree(wd / "etcd", ignore_errors=True)  # every start is a new cluster
         for d in (pki_dir, log_dir, wd / "etcd"):
             d.mkdir(parents=True, exist_ok=True)
 
