@@ -39,8 +39,10 @@ def poll(condition: Callable[[], Any], *, timeout: float = 60.0, interval: float
 class Gangsolve:
     """`python -m gangsolve run` against the control plane, its log in a file, metrics on a free port."""
 
-    def __init__(self, cp: ControlPlane, scheduler_name: str, log_dir: Path, *extra: str) -> None:
+    def __init__(self, cp: ControlPlane, scheduler_name: str, log_dir: Path, *extra: str,
+                 env: Mapping[str, str] | None = None) -> None:
         self.cp = cp
+        self.env = dict(env or {})
         self.scheduler_name = scheduler_name
         self.port = free_port()
         self.log_path = log_dir / f"gangsolve-{scheduler_name}-{self.port}.log"
@@ -50,7 +52,7 @@ class Gangsolve:
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait_ready: bool = True) -> Gangsolve:
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+        env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}", **self.env}
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         if wait_ready:
@@ -170,7 +172,7 @@ def unique(prefix: str = "gangsolve") -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
-def assert_cluster_sound(cp: ControlPlane) -> None:
+def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> None:
     """Read the whole cluster through the API: no node overcommitted on any resource, and no gang (by the
     project's own grouping rules) with some but fewer than its minimum members bound."""
     snap = Snapshot()
@@ -200,7 +202,7 @@ def assert_cluster_sound(cp: ControlPlane) -> None:
             continue
         for r, q in res.items():
             assert q <= nodes[node].allocatable.get(r, 0), f"node {node} overcommitted on {r}: {q}"
-    grouper = _Grouper(snap, None, strict=False)
+    grouper = _Grouper(snap, group_label, strict=False)
     gangs: dict[Any, list[dict]] = {}
     for p in live:
         if p["spec"].get("schedulerName", "default-scheduler") == "default-scheduler":
@@ -226,16 +228,65 @@ def gangsolve_factory(control_plane: ControlPlane, tmp_path: Path):
     started: list[Gangsolve] = []
     name = unique()
 
-    def start(*extra: str, scheduler_name: str | None = None, wait_ready: bool = True) -> Gangsolve:
-        g = Gangsolve(control_plane, scheduler_name or name, tmp_path, *extra)
+    def start(*extra: str, scheduler_name: str | None = None, wait_ready: bool = True,
+              env: Mapping[str, str] | None = None) -> Gangsolve:
+        g = Gangsolve(control_plane, scheduler_name or name, tmp_path, *extra, env=env)
         started.append(g)
         return g.start(wait_ready=wait_ready)
 
     start.scheduler_name = name  # type: ignore[attr-defined]
     yield start
     try:
-        assert_cluster_sound(control_plane)
+        labels = [g.args[g.args.index("--group-label") + 1] for g in started if "--group-label" in g.args]
+        assert_cluster_sound(control_plane, labels[0] if labels else None)
     finally:
         for g in started:
             g.stop()
             print(f"---- gangsolve log {g.log_path.name}\n{g.log()[-6000:]}")
+
+
+def _crd(group: str, version: str, short: str) -> dict:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"podgroups.{group}"},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup",
+                      "shortNames": [short]},
+            "versions": [{"name": version, "served": True, "storage": True, "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {"type": "object",
+                                                         "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+    }
+
+
+POD_GROUP_APIS = {"scheduling.x-k8s.io": "v1alpha1", "scheduling.volcano.sh": "v1beta1"}
+
+
+@pytest.fixture(scope="session")
+def pod_group_crds(control_plane: ControlPlane) -> None:
+    """The two PodGroup CRDs (scheduler-plugins' and Volcano's), schema-less, with the status subresource."""
+    for group, version in POD_GROUP_APIS.items():
+        try:
+            control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                  _crd(group, version, "pg" if group.endswith("x-k8s.io") else "vpg"))
+        except ApiError as e:
+            if e.status != 409:
+                raise
+    def served(group: str, version: str) -> bool:
+        try:
+            return control_plane.get(f"/apis/{group}/{version}/podgroups") is not None
+        except ApiError:  # 429 while the new storage initializes
+            return False
+
+    for group, version in POD_GROUP_APIS.items():
+        poll(lambda g=group, v=version: served(g, v), timeout=60, what=f"the {group} PodGroup API")
+
+
+def pod_group(group: str, name: str, min_member: int) -> dict:
+    return {"apiVersion": f"{group}/{POD_GROUP_APIS[group]}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": min_member}}
+
+
+def get_pod_group(cp: ControlPlane, namespace: str, group: str, name: str) -> dict | None:
+    return cp.get(f"/apis/{group}/{POD_GROUP_APIS[group]}/namespaces/{namespace}/podgroups/{name}")

@@ -11,6 +11,9 @@ from live_helpers import (
     delete_pod,
     events,
     gangsolve_factory,  # noqa: F401 - fixture
+    get_pod_group,
+    pod_group,
+    pod_group_crds,  # noqa: F401 - fixture
     pod,
     pods,
     poll,
@@ -118,3 +121,64 @@ def test_waiting_job_is_placed_when_gpus_come_free(control_plane, make_nodes, na
     assert sorted(p["metadata"]["name"] for p in got) == sorted(second)
     assert {p["spec"]["nodeName"] for p in got} <= set(gpu_nodes)
     assert g.alive()
+
+
+def test_competing_gangs_one_runs_whole_other_holds_nothing(control_plane, make_nodes, namespace, pod_group_crds,
+                                                            gangsolve_factory):
+    """Two 5-GPU gangs on 8 GPUs: a per-pod scheduler interleaving them binds 4 + 4 and both hang. gangsolve
+    runs one whole and leaves the other holding nothing; both PodGroup kinds report it."""
+    g = gangsolve_factory()
+    make_nodes(2, cpu="28", memory="128Gi", gpus=4, labels={"gangsolve.dev/test": namespace})
+    selector = {"gangsolve.dev/test": namespace}
+    create(control_plane, namespace, pod_group("scheduling.x-k8s.io", "alpha", 5))
+    create(control_plane, namespace, pod_group("scheduling.volcano.sh", "beta", 5))
+    for i in range(5):  # interleaved, as two job controllers would create them
+        create(control_plane, namespace, pod(f"alpha-{i}", scheduler=g.scheduler_name, gpus=1, node_selector=selector,
+                                             labels={"scheduling.x-k8s.io/pod-group": "alpha", "job": "alpha"}))
+        create(control_plane, namespace, pod(f"beta-{i}", scheduler=g.scheduler_name, gpus=1, node_selector=selector,
+                                             labels={"job": "beta"},
+                                             annotations={"scheduling.k8s.io/group-name": "beta"}))
+
+    def settled():
+        alpha, beta = (len(running(pods(control_plane, namespace, f"job={j}"))) for j in ("alpha", "beta"))
+        return (alpha, beta) if {alpha, beta} == {0, 5} else None
+
+    alpha, _beta = poll(settled, timeout=60, what="one whole gang running")
+    winner, loser = (("alpha", "scheduling.x-k8s.io"), ("beta", "scheduling.volcano.sh"))[:: 1 if alpha else -1]
+    assert not bound(pods(control_plane, namespace, f"job={loser[0]}"))
+
+    def statuses():
+        w, lo = (get_pod_group(control_plane, namespace, grp, name) for name, grp in (winner, loser))
+        ws, ls = (w or {}).get("status") or {}, (lo or {}).get("status") or {}
+        return (ws, ls) if ws.get("phase") == "Running" and ws.get("running") == 5 and ls.get("phase") == "Pending" \
+            else None
+
+    ws, ls = poll(statuses, timeout=30, what="PodGroup status of both gangs")
+    assert ws["conditions"][0]["type"] == "Scheduled"
+    assert ls["running"] == 0 and ls["conditions"][0]["type"] == "Unschedulable"
+    assert "nvidia.com/gpu" in ls["conditions"][0]["message"], ls
+    assert g.metric("gangsolve_pending_gangs") == 1
+
+
+def test_beside_kube_scheduler_without_overcommit(control_plane, make_nodes, namespace, gangsolve_factory):
+    g = gangsolve_factory("--group-label", "job")  # the five pods share no owner: a label makes them one gang
+    nodes = make_nodes(2, cpu="28", memory="128Gi", gpus=4, labels={"gangsolve.dev/test": namespace})
+    selector = {"gangsolve.dev/test": namespace}
+    create(control_plane, namespace, pod("default-0", scheduler="default-scheduler", gpus=2, node_selector=selector))
+    poll(lambda: running(pods(control_plane, namespace)), timeout=60, what="kube-scheduler's pod to run")
+    for i in range(5):
+        create(control_plane, namespace, pod(f"gang-{i}", scheduler=g.scheduler_name, gpus=1, node_selector=selector,
+                                             labels={"job": "gang"},
+                                             annotations={"gangsolve.io/min-available": "5"}))
+    poll(lambda: len(running(pods(control_plane, namespace, "job=gang"))) == 5, timeout=60, what="our gang to run")
+    # One GPU is left: kube-scheduler's next 2-GPU pod must stay pending, and gangsolve leaves it alone.
+    create(control_plane, namespace, pod("default-1", scheduler="default-scheduler", gpus=2, node_selector=selector))
+    create(control_plane, namespace, pod("default-2", scheduler="default-scheduler", gpus=1, node_selector=selector))
+    poll(lambda: any(p["metadata"]["name"] == "default-2" for p in running(pods(control_plane, namespace))),
+         timeout=60, what="kube-scheduler's 1-GPU pod to run")
+    late = next(p for p in pods(control_plane, namespace) if p["metadata"]["name"] == "default-1")
+    assert not late["spec"].get("nodeName")
+    reporters = {e["reportingController"] for e in events(control_plane, namespace, "Scheduled")}
+    assert reporters == {"gangsolve", "default-scheduler"}
+    assert {p["spec"]["nodeName"] for p in bound(pods(control_plane, namespace))} <= set(nodes)
+    assert_cluster_sound(control_plane, "job")

@@ -11,6 +11,7 @@ process bound is remembered, and the API server refuses to bind a pod that has a
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 
@@ -21,6 +22,11 @@ from gangsolve.live.cache import ClusterCache
 from gangsolve.live.kube import ApiError, Kube
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import GangPlan
+
+
+# A failpoint for fault tests: seconds to wait before each Binding call, so a test can act while a gang is
+# being bound. Never set in production.
+_FAULT_BIND_DELAY = float(os.environ.get("GANGSOLVE_FAULT_BIND_DELAY", "0") or 0)
 
 
 class BinderActor:
@@ -106,6 +112,8 @@ class BinderActor:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": ns, "uid": uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         async with self.limiter:
+            if _FAULT_BIND_DELAY:
+                await anyio.sleep(_FAULT_BIND_DELAY)
             if not self.may_bind():
                 failures.append(key)
                 self.cache.forget(key)

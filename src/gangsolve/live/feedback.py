@@ -87,7 +87,7 @@ def pod_group_status(pg: dict, members: list[dict], reason: str, existing: dict 
     running = sum(1 for p in live if (p.get("status") or {}).get("phase") == "Running")
     ok = scheduled >= min_member
     if group == "scheduling.volcano.sh":
-        phase = "Running" if ok else ("Inqueue" if live else "Pending")
+        phase = "Running" if ok else "Pending"
     else:
         phase = "Running" if running >= min_member else ("Scheduled" if ok else "Pending")
     cond_type = "Scheduled" if ok else "Unschedulable"
