@@ -38,7 +38,12 @@ async def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         k8s_config.load_incluster_config(client_configuration=cfg)
     else:
-        await k8s_config.load_kube_config(client_configuration=cfg)
+        default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+        if not os.path.exists(default):
+            raise k8s_config.ConfigException(
+                "none found: pass --kubeconfig, set KUBECONFIG, or run inside a cluster"
+            )
+        await k8s_config.load_kube_config(config_file=default, client_configuration=cfg)
     return cfg
 
 
