@@ -94,7 +94,10 @@ def run_timelines(names: list[str], schedulers: list[str], time_limit: float, sn
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
 def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, list_only) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
-    from bench import report  # matplotlib: loaded only when benchmarking
+    try:
+        from bench import report  # matplotlib: loaded only when benchmarking
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(f"gangsolve bench needs the 'bench' extra ({exc.name} is missing): pip install 'gangsolve[bench]'") from None
     from bench.timeline import TIMELINE_GRIDS, TIMELINES
 
     console = Console()

@@ -120,6 +120,7 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
     names = {re.split(r"==| @ ", line)[0].lower() for line in freeze.splitlines()}
     assert {"gangsolve", "ortools", "kubernetes-asyncio", "prometheus-client"} <= names
     assert not names & {"pytest", "hypothesis"}, "dev dependencies leaked into the image"
+    assert "matplotlib" not in names, "the bench extra (plots) leaked into the scheduler image"
 
     # Run it as the image does: not from the checkout, HOME unwritable, nothing written into the environment.
     run_env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
