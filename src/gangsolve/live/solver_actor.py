@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import anyio
 
@@ -53,7 +54,9 @@ def plan(snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_
     `minMember: many`) is left out of the cycle and reported in `skipped`: it must not stop everyone else."""
     for _attempt in range(100):
         try:
-            cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False)
+            # The live clock marks gangs pending past the starvation age, so big gangs are not passed over.
+            now = datetime.now(timezone.utc)
+            cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False, now=now)
             break
         except InputError as exc:
             if skipped is None:
