@@ -181,26 +181,23 @@ EOF
   publish etcd
 }
 
-build_kwok() {
+# A binary whose module can be `go install`ed as is: NAME VERSION PACKAGE LDFLAGS.
+go_install() {
   local out
-  out=$(stage_dir kwok)
+  out=$(stage_dir "$1")
   rm -rf "${out}" && mkdir -p "${out}"
-  log "kwok: compiling ${KWOK_VERSION}"
-  (cd "${WORK_DIR}" && GOBIN="${out}" go install -trimpath \
-    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}" \
-    "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}")
-  publish kwok
+  log "$1: compiling $2"
+  (cd "${WORK_DIR}" && GOBIN="${out}" go install -trimpath -ldflags "-s -w $4" "$3@$2")
+  publish "$1"
+}
+
+build_kwok() {
+  go_install kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}"
 }
 
 build_helm() {
-  local out
-  out=$(stage_dir helm)
-  rm -rf "${out}" && mkdir -p "${out}"
-  log "helm: compiling ${HELM_VERSION}"
-  (cd "${WORK_DIR}" && GOBIN="${out}" go install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
-    "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}")
-  publish helm
+  go_install helm "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm \
+    "-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 }
 
 total_start=${SECONDS}
