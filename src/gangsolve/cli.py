@@ -73,6 +73,70 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
         render.print_table(placement, Console())
 
 
+@cli.command()
+@click.option("--kubeconfig", default=None, help="Kubeconfig file; in-cluster config when omitted (else $KUBECONFIG).")
+@click.option("--scheduler-name", default="gangsolve", show_default=True, help="Schedule pending pods with this schedulerName.")
+@click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
+@click.option("--config", "config_file", default=None, help="YAML file of settings (keys are the flag names).")
+@click.option("--leader-elect/--no-leader-elect", default=False, help="Elect a leader on a Lease before scheduling.")
+@click.option("--metrics-addr", default="0.0.0.0:10251", show_default=True,
+              help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.")
+@click.option("--time-limit", type=float, default=2.0, show_default=True, help="Seconds per solve.")
+@click.option("--lease-namespace", default="kube-system", show_default=True)
+@click.option("--lease-name", default="gangsolve", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+@click.pass_context
+def run(ctx: click.Context, config_file: str | None, **flags) -> None:
+    """Schedule gangs on a live cluster, beside kube-scheduler (pods naming --scheduler-name only)."""
+    from click.core import ParameterSource
+
+    from gangsolve.live.config import ConfigError, build
+
+    given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) != ParameterSource.DEFAULT}
+    try:
+        cfg = build(config_file, given)
+    except ConfigError as exc:
+        fail(str(exc))
+
+    import anyio
+
+    from gangsolve.live.run import main as run_main
+
+    try:
+        code = anyio.run(run_main, cfg)
+    except KeyboardInterrupt:
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - one line and a non-zero status, not a traceback
+        if isinstance(exc, SystemExit):
+            raise
+        from gangsolve.live import logs
+
+        leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc]
+        for leaf in leaves:
+            logs.logger.error("exiting", exc_info=leaf, extra={"fields": {"error": f"{type(leaf).__name__}: {leaf}"}})
+        code = 1
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--kubeconfig", default=None, help="Kubeconfig file; in-cluster config when omitted (else $KUBECONFIG).")
+@click.option("--output", "-o", "output", default="-", show_default=True, help="File to write, - for stdout.")
+def export(kubeconfig: str | None, output: str) -> None:
+    """Write the cluster's nodes, pods, PDBs, PodGroups and PriorityClasses as a snapshot `gangsolve solve` reads."""
+    import anyio
+
+    from gangsolve.live.export import export as run_export
+
+    try:
+        data = anyio.run(run_export, kubeconfig)
+    except Exception as exc:  # noqa: BLE001
+        fail(f"export: {type(exc).__name__}: {exc}")
+    if output == "-":
+        sys.stdout.buffer.write(data)
+    else:
+        with open(output, "wb") as f:
+            f.write(data)
 
 
 def main() -> None:

@@ -1,0 +1,111 @@
+"""A thin JSON client on kubernetes-asyncio: its configuration and auth (kubeconfig, in-cluster, token
+refresh), but raw dicts in and out. Objects stay in the API's own shape (camelCase), as snapshots have them,
+and responses the generated models cannot read (a Binding's) are no problem."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: bytes | str = b"", method: str = "", path: str = "") -> None:
+        self.status = status
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        try:
+            self.reason = orjson.loads(text).get("reason", "") if text else ""
+            self.message = orjson.loads(text).get("message", text) if text else ""
+        except (orjson.JSONDecodeError, AttributeError):
+            self.reason, self.message = "", text
+        super().__init__(f"{method} {path}: HTTP {status} {self.reason}: {self.message[:500]}".strip())
+
+
+async def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
+    """The given kubeconfig; else in-cluster config; else $KUBECONFIG / ~/.kube/config."""
+    cfg = k8s_client.Configuration()
+    if kubeconfig:
+        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        k8s_config.load_incluster_config(client_configuration=cfg)
+    else:
+        await k8s_config.load_kube_config(client_configuration=cfg)
+    return cfg
+
+
+class Kube:
+    """`await kube.get('/api/v1/nodes')`; `async with kube.stream(path, query) as lines:` for watches."""
+
+    def __init__(self, api: k8s_client.ApiClient, request_timeout: float = 30.0) -> None:
+        self.api = api
+        self.request_timeout = request_timeout
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None, connections: int = 32) -> Kube:
+        cfg = await load_configuration(kubeconfig)
+        cfg.connection_pool_maxsize = connections
+        return cls(k8s_client.ApiClient(cfg))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _raw(self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None,
+                   content_type: str = JSON, timeout: aiohttp.ClientTimeout | float | None = None
+                   ) -> aiohttp.ClientResponse:
+        headers = {"Accept": JSON, "Content-Type": content_type}
+        return await self.api.call_api(
+            path, method, query_params=list((query or {}).items()), header_params=headers, body=body,
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=timeout if timeout is not None else self.request_timeout,
+        )
+
+    async def request(self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None,
+                      content_type: str = JSON) -> dict:
+        resp = await self._raw(method, path, query, body, content_type)
+        try:
+            data = await resp.read()
+        finally:
+            resp.release()
+        if not 200 <= resp.status < 300:
+            raise ApiError(resp.status, data, method, path)
+        return orjson.loads(data) if data else {}
+
+    async def get(self, path: str, **query: Any) -> dict:
+        return await self.request("GET", path, query)
+
+    async def post(self, path: str, body: Any) -> dict:
+        return await self.request("POST", path, body=body)
+
+    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict:
+        return await self.request("PATCH", path, body=body, content_type=content_type)
+
+    async def put(self, path: str, body: Any) -> dict:
+        return await self.request("PUT", path, body=body)
+
+    async def delete(self, path: str) -> dict:
+        return await self.request("DELETE", path)
+
+    async def watch_lines(self, path: str, query: Mapping[str, Any], read_timeout: float) -> AsyncIterator[dict]:
+        """The events of one watch request, decoded, until the server ends it."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=read_timeout)
+        resp = await self._raw("GET", path, {**query, "watch": "true"}, timeout=timeout)
+        try:
+            if resp.status != 200:
+                raise ApiError(resp.status, await resp.read(), "WATCH", path)
+            while True:
+                line = await resp.content.readline()
+                if not line:
+                    return
+                if line.strip():
+                    yield orjson.loads(line)
+        finally:
+            resp.release()

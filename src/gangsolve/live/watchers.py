@@ -1,0 +1,161 @@
+"""List then watch one kind of object, forever, and send what changes to the snapshot actor.
+
+Each watcher lists (paginated), sends the full list as one `Resync` (so deletions missed while away are
+seen), then watches from the list's resourceVersion with bookmarks. A watch that ends is resumed from the
+last resourceVersion seen, so no update is missed; `410 Gone` (too old) means list again. Connection errors
+back off exponentially (with jitter). A kind whose API is not served (a PodGroup CRD not installed) sends an
+empty Resync and is looked for again every `missing_recheck` seconds.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import aiohttp
+import anyio
+from anyio.abc import ObjectSendStream
+
+from gangsolve.live import logs
+from gangsolve.live.kube import ApiError, Kube
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str  # the key the cache files objects under: Pod, Node, PodDisruptionBudget, PodGroup, PriorityClass
+    api_version: str
+    path: str  # the cluster-wide collection
+    optional: bool = False  # a CRD that may be missing
+    field_selector: str = ""
+
+
+RESOURCES = (
+    # Finished pods hold no capacity; kube-scheduler's informer leaves them out the same way.
+    Resource("Pod", "v1", "/api/v1/pods", field_selector="status.phase!=Succeeded,status.phase!=Failed"),
+    Resource("Node", "v1", "/api/v1/nodes"),
+    Resource("PodDisruptionBudget", "policy/v1", "/apis/policy/v1/poddisruptionbudgets"),
+    Resource("PriorityClass", "scheduling.k8s.io/v1", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+    Resource("PodGroup", "scheduling.x-k8s.io/v1alpha1", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True),
+    Resource("PodGroup", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/podgroups", optional=True),
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    resource: Resource
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: dict
+
+
+@dataclass(frozen=True)
+class Resync:
+    resource: Resource
+    objects: list[dict] = field(default_factory=list)
+
+
+class Backoff:
+    def __init__(self, initial: float = 0.2, maximum: float = 10.0) -> None:
+        self.initial, self.maximum, self.current = initial, maximum, initial
+
+    def reset(self) -> None:
+        self.current = self.initial
+
+    async def sleep(self) -> None:
+        await anyio.sleep(self.current * random.uniform(0.8, 1.2))
+        self.current = min(self.maximum, self.current * 2)
+
+
+class Watcher:
+    def __init__(self, kube: Kube, resource: Resource, send: ObjectSendStream, *, watch_timeout: int = 300,
+                 page_size: int = 500, missing_recheck: float = 30.0, on_error=None) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.send = send
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.missing_recheck = missing_recheck
+        self.synced = anyio.Event()
+        self.on_error = on_error or (lambda kind, reason: None)
+        self.missing = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.resource.kind}.{self.resource.api_version}"
+
+    def _query(self) -> dict:
+        return {"fieldSelector": self.resource.field_selector} if self.resource.field_selector else {}
+
+    async def list(self) -> tuple[list[dict], str]:
+        items: list[dict] = []
+        cont = ""
+        while True:
+            query = {**self._query(), "limit": self.page_size}
+            if cont:
+                query["continue"] = cont
+            page = await self.kube.get(self.resource.path, **query)
+            kind = page.get("kind", "List").removesuffix("List")
+            for obj in page.get("items") or []:
+                obj.setdefault("kind", kind)
+                obj.setdefault("apiVersion", self.resource.api_version)
+                items.append(obj)
+            cont = (page.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                return items, page["metadata"]["resourceVersion"]
+
+    async def run(self) -> None:
+        backoff = Backoff()
+        rv: str | None = None
+        async with self.send:
+            while True:
+                try:
+                    if rv is None:
+                        items, rv = await self.list()
+                        if self.missing:
+                            logs.info("watching again", kind=self.name)
+                        self.missing = False
+                        await self.send.send(Resync(self.resource, items))
+                        self.synced.set()
+                    rv = await self._watch(rv)
+                    backoff.reset()
+                except ApiError as exc:
+                    if exc.status == 410:  # our resourceVersion is too old: list again
+                        logs.info("watch expired, relisting", kind=self.name)
+                        rv = None
+                        continue
+                    if exc.status == 404 and self.resource.optional:
+                        if not self.missing:
+                            logs.info("kind not served, will look again", kind=self.name)
+                            await self.send.send(Resync(self.resource, []))
+                        self.missing = True
+                        self.synced.set()
+                        rv = None
+                        await anyio.sleep(self.missing_recheck)
+                        continue
+                    self.on_error(self.name, str(exc.status))
+                    logs.warning("watch failed", kind=self.name, error=str(exc))
+                    if exc.status in (401, 403):
+                        rv = None
+                    await backoff.sleep()
+                except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                    self.on_error(self.name, type(exc).__name__)
+                    logs.warning("watch connection lost", kind=self.name, error=f"{type(exc).__name__}: {exc}")
+                    await backoff.sleep()
+
+    async def _watch(self, rv: str) -> str | None:
+        """One watch request; returns the resourceVersion to resume from (None: list again)."""
+        query = {**self._query(), "resourceVersion": rv, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": self.watch_timeout}
+        async for event in self.kube.watch_lines(self.resource.path, query, read_timeout=self.watch_timeout + 30):
+            etype, obj = event.get("type"), event.get("object") or {}
+            if etype == "ERROR":
+                code = obj.get("code")
+                if code == 410:
+                    logs.info("watch expired, relisting", kind=self.name)
+                    return None
+                raise ApiError(int(code or 500), obj.get("message", ""), "WATCH", self.resource.path)
+            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+            if etype == "BOOKMARK":
+                continue
+            obj.setdefault("apiVersion", self.resource.api_version)
+            await self.send.send(Event(self.resource, etype, obj))
+        return rv

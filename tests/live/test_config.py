@@ -1,0 +1,63 @@
+"""`gangsolve run` settings: defaults < config file < flags; every mistake is one line naming the key."""
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gangsolve.cli import cli
+from gangsolve.live.config import Config, ConfigError, build
+
+
+def write(tmp_path, data) -> str:
+    path = tmp_path / "gangsolve.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(path)
+
+
+def test_defaults():
+    cfg = build()
+    assert cfg == Config(identity=cfg.identity)
+    assert cfg.scheduler_name == "gangsolve" and not cfg.leader_elect and cfg.metrics_host_port == ("0.0.0.0", 10251)
+
+
+def test_file_then_flags(tmp_path):
+    path = write(tmp_path, {"scheduler-name": "from-file", "time-limit": 5, "leader-elect": True,
+                            "group-label": "job", "log-format": "json"})
+    cfg = build(path, {"scheduler_name": "from-flag"})
+    assert cfg.scheduler_name == "from-flag"
+    assert cfg.time_limit == 5.0 and cfg.leader_elect and cfg.group_label == "job" and cfg.log_format == "json"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"schedulername": "x"}, "schedulername: unknown key"),
+        ({"time-limit": "soon"}, "time-limit: expected a number > 0, got 'soon'"),
+        ({"time-limit": 0}, "time-limit: expected a number > 0, got 0"),
+        ({"bind-concurrency": 2.5}, "bind-concurrency: expected a whole number >= 1"),
+        ({"leader-elect": "yes"}, "leader-elect: expected true or false, got 'yes'"),
+        ({"metrics-addr": "localhost"}, "metrics-addr: expected HOST:PORT, got 'localhost'"),
+        ({"log-format": "xml"}, "log-format: expected one of text, json, got 'xml'"),
+        ({"leader-elect": True, "lease-duration": 5, "renew-deadline": 5}, "renew-deadline: must be shorter"),
+        ("- a list", "expected a mapping of settings, got list"),
+        ("key: [unclosed", "invalid YAML"),
+    ],
+)
+def test_bad_file_names_the_key(tmp_path, data, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        build(write(tmp_path, data))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        build(str(tmp_path / "nope.yaml"))
+
+
+def test_cli_bad_config_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, {"time-limit": "soon"})
+    result = CliRunner().invoke(cli, ["run", "--config", path])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"error: config {path}: time-limit: expected a number > 0, got 'soon'"]
