@@ -123,3 +123,18 @@ async def test_a_gang_that_does_not_fit_is_reported_not_planned():
     assert plans == []
     (gang,) = results[0].placement.gangs
     assert not gang.placed and "nvidia.com/gpu" in gang.reason
+
+
+def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
+    from gangsolve.live.solver_actor import plan
+    from gangsolve.snapshot import Snapshot
+    from tests.builders import k8s_pod_group
+
+    bad = k8s_pod_group("bad", "many")
+    snap = Snapshot(nodes=[k8s_node("n1", gpus=4)],
+                    pods=[k8s_pod("ok", gpus=1), k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
+                    pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad})
+    skipped = []
+    cluster, placement = plan(snap, "gangsolve", None, 1, skipped)
+    assert [str(e) for e in skipped] == ["PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"]
+    assert placement.bindings == {"default/ok": "n1"}  # b waits for a readable PodGroup

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from gangsolve.errors import InputError
+from gangsolve.errors import InputError, describe
 from gangsolve.gangs import build_cluster
 from gangsolve.live import logs
 from gangsolve.live.cache import ClusterCache
@@ -34,10 +34,38 @@ class CycleResult:
     placement: Placement
 
 
-def plan(snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float
-         ) -> tuple[Cluster, Placement]:
-    """The pure part of a cycle, run in a worker thread."""
-    cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False)
+def without(snapshot: Snapshot, culprit: str) -> Snapshot:
+    """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`)."""
+    keep = lambda o: describe(o) != culprit  # noqa: E731
+    return Snapshot(
+        nodes=[o for o in snapshot.nodes if keep(o)],
+        pods=[o for o in snapshot.pods if keep(o)],
+        pdbs=[o for o in snapshot.pdbs if keep(o)],
+        pod_groups={k: o for k, o in snapshot.pod_groups.items() if keep(o)},
+        priority_classes={k: o for k, o in snapshot.priority_classes.items() if keep(o)},
+    )
+
+
+def plan(snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float,
+         skipped: list[InputError] | None = None) -> tuple[Cluster, Placement]:
+    """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
+    `minMember: many`) is left out of the cycle and reported in `skipped`: it must not stop everyone else."""
+    for _attempt in range(100):
+        try:
+            cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False)
+            break
+        except InputError as exc:
+            if skipped is None:
+                raise
+            skipped.append(exc)
+            smaller = without(snapshot, exc.obj)
+            if len(smaller.pods) + len(smaller.nodes) + len(smaller.pdbs) + len(smaller.pod_groups) + \
+                    len(smaller.priority_classes) == len(snapshot.pods) + len(snapshot.nodes) + \
+                    len(snapshot.pdbs) + len(snapshot.pod_groups) + len(snapshot.priority_classes):
+                raise  # nothing to leave out: give up on this cycle
+            snapshot = smaller
+    else:
+        raise InputError("snapshot", "", "too many unreadable objects")
     return cluster, solve(cluster, SolveConfig(time_limit=time_limit))
 
 
@@ -81,13 +109,17 @@ class SolverActor:
     async def cycle(self) -> CycleResult | None:
         started = time.perf_counter()
         snapshot = self.cache.snapshot()
+        skipped: list[InputError] = []
         try:
             cluster, placement = await anyio.to_thread.run_sync(
-                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit)
-        except InputError as exc:  # one bad object must not stop scheduling for everyone
+                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit, skipped)
+        except InputError as exc:
             logs.error("cycle failed", error=str(exc))
             self.metrics.schedule_attempts.labels("error").inc()
             return None
+        for exc in skipped:
+            logs.warning("object left out of the cycle", object=exc.obj, error=str(exc))
+            self.metrics.schedule_attempts.labels("error").inc()
         self.cycles += 1
         m = self.metrics
         m.solve_duration.observe(placement.solve_seconds)
