@@ -1,5 +1,9 @@
 """Live mode: the same kwok cluster and workload on the real control plane, once per scheduler.
 
+Schedulers: `kube-scheduler` (the pinned release, default configuration), `kube-scheduler-gang` (the same with
+its native gang scheduling: GenericWorkload gate on, a scheduling.k8s.io/v1beta1 PodGroup with a gang policy
+per gang, pods pointing at it through spec.schedulingGroup) and `gangsolve` (`gangsolve run`).
+
 Each run gets a fresh ControlPlane (etcd, kube-apiserver, kube-controller-manager, kwok; kube-scheduler only
 when it is the scheduler under test), so no run shares capacity, caches or leftovers with another. A run:
 
@@ -339,7 +343,32 @@ class GangsolveRun:
             self._log.close()
 
 
-LIVE_SCHEDULERS = ("kube-scheduler", "gangsolve")
+# kube-scheduler's own gang scheduling (KEP-4671; beta and off by default in the pinned v1.37): the
+# scheduling.k8s.io/v1beta1 PodGroup API and its GangScheduling plugin, both behind the GenericWorkload gate.
+NATIVE_GANG_GATE = "--feature-gates=GenericWorkload=true"
+NATIVE_GANG_API = "scheduling.k8s.io/v1beta1"
+LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
+
+
+def native_pod_groups(cluster, pending: list[dict]) -> list[dict]:
+    """kube-scheduler's native PodGroup (gang policy, minCount = the gang's minimum) for every gang of more than
+    one pod, and each pending pod pointed at its group through spec.schedulingGroup (changes `pending`)."""
+    groups, pod_group = [], {}
+    for gang in cluster.gangs:
+        if len(gang.pods) < 2:
+            continue
+        name = "gang-" + gang.name.split("/", 1)[1]
+        groups.append({
+            "apiVersion": NATIVE_GANG_API, "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": k8s.NAMESPACE},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": gang.need}}, "preemptionPolicy": "Never"},
+        })
+        pod_group.update({p.name.split("/", 1)[1]: name for p in gang.pods})
+    for pod in pending:
+        name = pod_group.get(pod["metadata"]["name"])
+        if name:
+            pod["spec"] = {**pod["spec"], "schedulingGroup": {"podGroupName": name}}
+    return groups
 
 
 def run_live(scenario: LiveScenario, scheduler: str, *, log_dir: Path, quiet: float = 10.0, timeout: float = 300.0,
@@ -352,9 +381,16 @@ def run_live(scenario: LiveScenario, scheduler: str, *, log_dir: Path, quiet: fl
     pending = pending_pods(objs, scheduler_name)
     log_dir.mkdir(parents=True, exist_ok=True)
     gs: GangsolveRun | None = None
-    with ControlPlane(scheduler=scheduler == "kube-scheduler", log=log) as cp:
+    native = scheduler == "kube-scheduler-gang"
+    flags = {}
+    if native:
+        flags = {"extra_apiserver_args": [NATIVE_GANG_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
+                 "extra_scheduler_args": [NATIVE_GANG_GATE], "extra_controller_manager_args": [NATIVE_GANG_GATE]}
+    with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
         try:
             prepare(cp, objs, log)
+            if native:
+                create_all(cp, native_pod_groups(cluster, pending))
             if scheduler == "gangsolve":
                 gs = GangsolveRun(cp, limit, log_dir / f"{scenario.name.replace('/', '__')}-gangsolve.log")
                 gs.start()

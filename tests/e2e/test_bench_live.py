@@ -1,5 +1,5 @@
 """The live benchmark mode on a tiny scenario: the users' two TFJobs (12 GPUs asked, 8 there), once on a plane
-with kube-scheduler and once with `gangsolve run`. Asserts what the bindings read back from the API show, never
+with kube-scheduler, once with its native gang scheduling (GenericWorkload), once with `gangsolve run`. Asserts what the bindings read back from the API show, never
 how long anything took."""
 
 from __future__ import annotations
@@ -48,6 +48,14 @@ def test_gangsolve_runs_one_tfjob_whole(live_results):
     assert len(gs["bound_over_time"]) == gs["pods_placed"]
     assert gs["all_placeable_running_seconds"] is not None  # kwok started every pod of the placed job
     assert gs["gangsolve_metrics"]["gangsolve_pods_bound_total"] == gs["pods_placed"]
+
+
+def test_native_gang_scheduling_never_half_places(live_results):
+    # kube-scheduler with GenericWorkload on and a scheduling.k8s.io PodGroup (gang, minCount) per job.
+    native = runs(live_results)["kube-scheduler-gang"]
+    assert native["partial_gangs"] == 0 and native["stranded_gpus"] == 0
+    assert native["gangs_complete"] == 1
+    assert native["violations"] == [] and native["background_pods_lost"] == 0
 
 
 def test_report_and_target_read_the_live_runs(live_results):
