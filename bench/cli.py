@@ -33,6 +33,8 @@ def _progress(console: Console) -> Progress:
 def run_static(names: list[str], schedulers: list[str], time_limit: float | None, repeat: int, snapshots: Path,
                console: Console) -> list[dict]:
     results = []
+    if not names:
+        return results
     with _progress(console) as progress, Runner() as runner:
         task = progress.add_task("scenarios", total=len(names) * len(schedulers))
         for name in names:
@@ -76,6 +78,25 @@ def run_timelines(names: list[str], schedulers: list[str], time_limit: float, sn
     return results
 
 
+def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console) -> list[dict]:
+    from bench.live import LIVE_SCHEDULERS, run_scenarios
+
+    if not names:
+        return []
+    with _progress(console) as progress:
+        task = progress.add_task("live", total=len(names) * len(LIVE_SCHEDULERS))
+
+        def started(name: str, scheduler: str) -> None:
+            if progress.tasks[0].description != "live":
+                progress.advance(task)
+            progress.update(task, description=f"{name}: {scheduler} (live)")
+
+        results = run_scenarios(names, list(LIVE_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet,
+                                on_run=started)
+        progress.update(task, completed=len(names) * len(LIVE_SCHEDULERS))
+    return results
+
+
 @click.command()
 @click.option("--scenario", "names", multiple=True, metavar="NAME", help="A scenario to run (repeatable); see --list.")
 @click.option("--grid", type=click.Choice(sorted(GRIDS)), default=None,
@@ -91,28 +112,36 @@ def run_timelines(names: list[str], schedulers: list[str], time_limit: float, sn
 @click.option("--write-snapshots", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also keep every scenario's snapshot here (JSON that `gangsolve solve` reads).")
 @click.option("--timeline", is_flag=True, help="Also run the time-based mode (jobs arrive, run and leave).")
+@click.option("--live", is_flag=True,
+              help="Also run the live mode: each scheduler on its own real control plane with kwok nodes (needs "
+                   "`make binaries`; minutes). Alone, it runs only the live scenarios.")
+@click.option("--live-quiet", type=click.FloatRange(min=1), default=10.0, show_default=True,
+              help="Live mode: a run ends when no pod was bound or started for this many seconds.")
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
-def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, list_only) -> None:
+def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, live, live_quiet,
+                  list_only) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     try:
         from bench import report  # matplotlib: loaded only when benchmarking
     except ModuleNotFoundError as exc:
         raise click.ClickException(f"gangsolve bench needs the 'bench' extra ({exc.name} is missing): pip install 'gangsolve[bench]'") from None
+    from bench.live import LIVE_GRID, LIVE_SCENARIOS
     from bench.timeline import TIMELINE_GRIDS, TIMELINES
 
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
     if list_only:
-        for name, sc in {**SCENARIOS, **TIMELINES}.items():
+        for name, sc in {**SCENARIOS, **TIMELINES, **LIVE_SCENARIOS}.items():
             console.print(f"[bold]{name}[/]  {sc.description}")
         for g, members in GRIDS.items():
             console.print(f"grid [bold]{g}[/]: {', '.join(members + (TIMELINE_GRIDS[g] if timeline else []))}")
         return
-    unknown = [n for n in names if n not in SCENARIOS and n not in TIMELINES]
+    unknown = [n for n in names if n not in SCENARIOS and n not in TIMELINES and n not in LIVE_SCENARIOS]
     if unknown:
         raise click.BadParameter(f"unknown scenario {', '.join(unknown)} (see --list)", param_hint="--scenario")
-    if names and grid is None:
+    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRID if live else [])
+    if (names or live) and grid is None:
         static, timed = [n for n in names if n in SCENARIOS], [n for n in names if n in TIMELINES]
     else:
         grid = grid or "quick"
@@ -131,6 +160,7 @@ def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapsh
                         "platform": platform.platform()},
             "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console),
             "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
+            "live": run_live(live_names, time_limit, live_quiet, out / "live-logs", console),
         }
     results["targets"] = report.check_targets(results)
     report.print_table(results, console)

@@ -15,7 +15,7 @@ from rich.table import Table  # noqa: E402
 from bench.metrics import priority_key  # noqa: E402
 
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang")
-COLORS = {"per-pod-least": "tab:gray", "per-pod-most": "tab:brown", "greedy-gang": "tab:blue", "gangsolve": "tab:red"}
+COLORS = {"kube-scheduler": "tab:gray", "kube-scheduler-gang": "tab:green", "per-pod-least": "tab:gray", "per-pod-most": "tab:brown", "greedy-gang": "tab:blue", "gangsolve": "tab:red"}
 MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}
 
 
@@ -77,9 +77,12 @@ def print_table(results: dict, console: Console) -> None:
         style = "bold" if row[1] == "gangsolve" else None
         table.add_row(*(row if row[0] != last else ("", *row[1:])), style=style)
         last = row[0]
-    console.print(table)
+    if results["scenarios"]:
+        console.print(table)
     if results.get("timeline"):
         print_timeline(results["timeline"], console)
+    if results.get("live"):
+        print_live(results["live"], console)
     if results.get("targets"):
         targets = Table(title="Targets", title_justify="left")
         for c in ("target", "scenario", "measured", "met"):
@@ -121,14 +124,56 @@ def print_timeline(timeline: list[dict], console: Console) -> None:
     console.print(table)
 
 
+LIVE_COLUMNS = (
+    "scenario", "scheduler", "pods bound", "pods/s", "first bind", "last bind", "all placeable running",
+    "gangs complete", "partial (GPUs)", "GPU alloc", "useful", "violations",
+)
+
+
+def live_rows(live: list[dict]) -> list[tuple[str, ...]]:
+    out = []
+    for sc in live:
+        for r in sc["runs"]:
+            if "error" in r:
+                out.append((sc["name"], r["scheduler"], "error: " + r["error"].splitlines()[0][:80],
+                            *[""] * (len(LIVE_COLUMNS) - 3)))
+                continue
+            out.append(
+                (
+                    sc["name"], r["scheduler"], f"{r['pods_placed']}/{r['pending_pods']}", _num(r["pods_per_second"]),
+                    _secs(r["first_bind_seconds"]), _secs(r["last_bind_seconds"]),
+                    _secs(r["all_placeable_running_seconds"]), f"{r['gangs_complete']}/{r['gangs']}",
+                    f"{r['partial_gangs']} ({r['stranded_gpus']})", _pct(r["gpu_allocation"]), _pct(r["gpu_useful"]),
+                    str(len(r["violations"]) + r.get("background_pods_lost", 0)),
+                )
+            )
+    return out
+
+
+def print_live(live: list[dict], console: Console) -> None:
+    table = Table(title="Live mode: the real control plane (kwok nodes), times from the first pod created",
+                  title_justify="left")
+    for c in LIVE_COLUMNS:
+        table.add_column(c, justify="left" if c in ("scenario", "scheduler") else "right")
+    last = None
+    for row in live_rows(live):
+        if last is not None and row[0] != last:
+            table.add_section()
+        table.add_row(*(row if row[0] != last else ("", *row[1:])), style="bold" if row[1] == "gangsolve" else None)
+        last = row[0]
+    console.print(table)
+
+
 def markdown(results: dict) -> str:
     def md(columns: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         return lines + ["| " + " | ".join(r) + " |" for r in body]
 
-    lines = md(COLUMNS, rows(results))
+    lines = md(COLUMNS, rows(results)) if results["scenarios"] else []
     if results.get("timeline"):
         lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
+    if results.get("live"):
+        lines += ["", *md(LIVE_COLUMNS, live_rows(results["live"]))]
     if results.get("targets"):
         lines += ["", *md(("target", "scenario", "measured", "met"),
                           [(t["target"], t["scenario"], t["measured"], "yes" if t["met"] else "**no**") for t in results["targets"]])]
@@ -154,6 +199,15 @@ def check_targets(results: dict) -> list[dict]:
     def add(target: str, scenario: str, measured: str, met: bool) -> None:
         out.append({"target": target, "scenario": scenario, "measured": measured, "met": bool(met)})
 
+    for sc in results.get("live") or []:
+        gs, ks = _run(sc, "gangsolve"), _run(sc, "kube-scheduler")
+        if gs is None or ks is None:
+            continue
+        ok = (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0)
+        partial_ok = gs["partial_gangs"] == 0 and not gs["violations"] and not gs.get("background_pods_lost")
+        add("live: pods bound/s >= kube-scheduler's, 0 partial gangs where it leaves some", sc["name"],
+            f"{_num(gs['pods_per_second'])} vs {_num(ks['pods_per_second'])} pods/s; partial gangs "
+            f"{gs['partial_gangs']} vs {ks['partial_gangs']}", ok and partial_ok)
     for sc in results["scenarios"]:
         gs = _run(sc, "gangsolve")
         if gs is None:
@@ -227,7 +281,9 @@ def _legend(ax, results: dict) -> None:
 
 
 def plot(results: dict, out: Path) -> list[Path]:
-    paths = []
+    paths = plot_live(results.get("live") or [], out)
+    if not results["scenarios"] and not results.get("timeline"):
+        return paths
     fig, axes = plt.subplots(1, 3, figsize=(17, 5))
     _draw(axes[0], results, lambda r: r["gangs_placed"] / r["gangs"] if r["gangs"] else None, "gangs placed / pending")
     _draw(axes[1], results, lambda r: r["gpu_useful"], "GPU allocation without stranded GPUs")
@@ -265,6 +321,28 @@ def plot(results: dict, out: Path) -> list[Path]:
             ax.grid(True, alpha=0.3)
         fig.tight_layout()
         paths.append(out / f"timeline-{sc['name'].split('/')[-1]}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def plot_live(live: list[dict], out: Path) -> list[Path]:
+    """Pods bound against time since the first pod was created, one plot per live scenario."""
+    paths = []
+    for sc in live:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for r in sc["runs"]:
+            if "error" in r or not r["bound_over_time"]:
+                continue
+            times = [0.0, *r["bound_over_time"]]
+            ax.step(times, range(len(times)), where="post", color=COLORS.get(r["scheduler"]), label=r["scheduler"])
+        ax.set_xlabel("seconds since the first pending pod was created")
+        ax.set_ylabel("pods bound")
+        ax.set_title(f"{sc['name']}: bindings over time")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(out / f"live-{sc['name'].split('/')[-1]}.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     return paths

@@ -3,9 +3,9 @@
 A run reads the snapshot file exactly as `gangsolve solve` does (read -> build_cluster), then times the
 scheduler alone. Every scheduler sees the same file.
 
-Seam for the live mode (kwok + a real kube-scheduler, not built yet): a live scheduler is one more entry in
-SCHEDULERS that ignores the Cluster, applies the objects in `snapshot` to the control plane, waits for the
-bindings and returns them; metrics are computed from bindings alone, so nothing else changes.
+The live mode (kwok + a real kube-scheduler or `gangsolve run`) is `bench/live.py`: it needs its own
+timing (bindings over wall-clock time), so it is not an entry here, but it measures its final bindings with
+the same `metrics.quality`.
 """
 
 from __future__ import annotations

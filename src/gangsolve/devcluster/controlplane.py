@@ -249,6 +249,8 @@ class ControlPlane:
         startup_timeout: float = 90.0,
         job_pods_complete_after_ms: int | None = None,
         extra_apiserver_args: Sequence[str] = (),
+        extra_scheduler_args: Sequence[str] = (),
+        extra_controller_manager_args: Sequence[str] = (),
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.with_scheduler = scheduler
@@ -259,6 +261,8 @@ class ControlPlane:
         self.startup_timeout = startup_timeout
         self.job_pods_complete_after_ms = job_pods_complete_after_ms
         self.extra_apiserver_args = list(extra_apiserver_args)
+        self.extra_scheduler_args = list(extra_scheduler_args)  # e.g. --feature-gates for alpha/beta plugins
+        self.extra_controller_manager_args = list(extra_controller_manager_args)
         self._log = log or (lambda _msg: None)
         self.components: dict[str, Component] = {}
         self.workdir: Path | None = None
@@ -474,6 +478,7 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--controllers=*",
             "--profiling=false",
+            *self.extra_controller_manager_args,
         ])
         if self.with_scheduler:
             comp("kube-scheduler", [
@@ -486,6 +491,7 @@ class ControlPlane:
                 f"--cert-dir={wd / 'scheduler-certs'}",
                 "--leader-elect=false",
                 "--profiling=false",
+                *self.extra_scheduler_args,
             ])
         if self.with_kwok:
             stages = kwok_config.write_config(
