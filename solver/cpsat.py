@@ -2,9 +2,10 @@
 
 Variables: x[g, p, n] = pods of gang g's part p on node n (integer, only on candidate nodes); placed[g] = gang g
 reaches its minimum. Constraints: all-or-nothing per gang, node capacity per resource, one label domain per
-co-located gang. Objectives in strict order, each a stage that holds the earlier stages' values: gangs placed
-per priority level (highest first), resources placed (GPUs first), then locality. Each stage starts from the
-best placement so far as a complete hint and keeps it when CP-SAT finds nothing better in its time.
+co-located gang, starving gangs the hint placed stay placed. Objectives in strict order, each a stage that
+holds the earlier stages' values: gangs placed per level (priority, then starving; one weighted stage when
+exact weights fit), resources placed (GPUs first), then locality. Each stage starts from the best placement
+so far as a complete hint and keeps it when CP-SAT finds nothing better in its time.
 """
 
 from __future__ import annotations
@@ -177,9 +178,6 @@ class GangModel:
         hint.values.extend(values.values())
 
     # --- the stages -------------------------------------------------------------------------------------------
-
-    def level_gangs(self, level: Level) -> list[int]:
-        return [g for g in self.placed if self.problem.gangs[g].level == level]
 
     def gangs_expr(self, weights: dict[Level, int]) -> cp_model.LinearExpr:
         """Gangs placed, weighted by priority level (levels absent from `weights` count 0)."""
