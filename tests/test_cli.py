@@ -98,3 +98,20 @@ def test_bad_input_is_one_line_exit_2_nothing_on_stdout(text, message):
 def test_missing_file():
     proc = subprocess.run([sys.executable, "-m", "gangsolve", "solve", "nope.yaml"], capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot read nope.yaml" in proc.stderr and proc.stdout == ""
+
+
+def test_now_marks_long_pending_gangs_starving():
+    # An old 4-GPU gang and two new 1-GPU gangs compete for 4 GPUs: by count the two new ones win,
+    # unless the old one has waited past the starvation age.
+    docs = [
+        k8s_node("n", gpus=4),
+        k8s_pod("old", gpus=4, owner="old", created="2026-01-01T00:00:00Z"),
+        k8s_pod("new", gpus=1, owner="new", created="2026-01-01T00:55:00Z"),
+        k8s_pod("new2", gpus=1, owner="new2", created="2026-01-01T00:56:00Z"),
+    ]
+    text = yaml.safe_dump_all(docs)
+    fresh = orjson.loads(solve("-", "-o", "json", input=text).stdout)
+    assert set(fresh["bindings"]) == {"default/new", "default/new2"}  # two gangs beat one
+    aged = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=text).stdout)
+    assert set(aged["bindings"]) == {"default/old"}  # waited an hour: it goes first
+    assert [lv["starving"] for lv in aged["levels"]] == [True, False]

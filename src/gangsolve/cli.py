@@ -6,6 +6,7 @@ import os
 import sys
 
 import importlib
+from datetime import timezone
 
 import click
 from rich.console import Console
@@ -55,7 +56,14 @@ def fail(message: str) -> None:
     help="Seconds for the whole cycle; the best plan found by then is returned.",
 )
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str) -> None:
+@click.option(
+    "--now", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]), default=None,
+    help="The cycle's clock (RFC 3339): gangs pending longer than 15 minutes by then rank as starving, as in "
+    "the live scheduler. Without it, no gang is starving.",
+)
+def solve(
+    snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str, now
+) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import render
     from gangsolve.gangs import build_cluster
@@ -64,7 +72,9 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
     from solver import solve as solve_cycle
 
     try:
-        cluster = build_cluster(read(snapshot), scheduler_name, group_label)
+        if now is not None and now.tzinfo is None:
+            now = now.replace(tzinfo=timezone.utc)  # the Z form parses naive
+        cluster = build_cluster(read(snapshot), scheduler_name, group_label, now=now)
     except InputError as exc:
         fail(str(exc))
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit))
