@@ -89,16 +89,22 @@ async def test_nothing_is_bound_without_leadership():
     assert kube.bindings == []
 
 
-@pytest.mark.asyncio
-async def test_a_cycle_assumes_placed_gangs_and_the_next_cycle_does_not_place_them_again():
-    c = cluster_cache(n_pods=3, gpus=4)
+def solver_actor(cache):
+    """A SolverActor whose plans and cycle results are collected in lists."""
     plans, results = [], []
 
     async def placed(plan):
         plans.append(plan)
 
-    actor = SolverActor(c, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=1, debounce=0,
+    actor = SolverActor(cache, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=1, debounce=0,
                         resync_period=1, on_placed=placed, on_result=results.append)
+    return actor, plans, results
+
+
+@pytest.mark.asyncio
+async def test_a_cycle_assumes_placed_gangs_and_the_next_cycle_does_not_place_them_again():
+    c = cluster_cache(n_pods=3, gpus=4)
+    actor, plans, results = solver_actor(c)
     await actor.cycle()
     (plan,) = plans
     assert sorted(k for k, _u, _n in plan.pods) == ["default/w0", "default/w1", "default/w2"]
@@ -112,13 +118,7 @@ async def test_a_cycle_assumes_placed_gangs_and_the_next_cycle_does_not_place_th
 @pytest.mark.asyncio
 async def test_a_gang_that_does_not_fit_is_reported_not_planned():
     c = cluster_cache(n_pods=5, gpus=4)
-    plans, results = [], []
-
-    async def placed(plan):
-        plans.append(plan)
-
-    actor = SolverActor(c, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=1, debounce=0,
-                        resync_period=1, on_placed=placed, on_result=results.append)
+    actor, plans, results = solver_actor(c)
     await actor.cycle()
     assert plans == []
     (gang,) = results[0].placement.gangs
