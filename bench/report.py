@@ -66,17 +66,22 @@ def rows(results: dict) -> list[tuple[str, ...]]:
     return out
 
 
-def print_table(results: dict, console: Console) -> None:
-    table = Table(title="gangsolve bench: one scheduling cycle per scenario", title_justify="left")
-    for c in COLUMNS:
+def _by_scenario(title: str, columns: tuple[str, ...], body: list[tuple[str, ...]]) -> Table:
+    """A table with one section per scenario, its name shown once, gangsolve's rows in bold."""
+    table = Table(title=title, title_justify="left")
+    for c in columns:
         table.add_column(c, justify="left" if c in ("scenario", "scheduler") else "right")
     last = None
-    for row in rows(results):
+    for row in body:
         if last is not None and row[0] != last:
             table.add_section()
-        style = "bold" if row[1] == "gangsolve" else None
-        table.add_row(*(row if row[0] != last else ("", *row[1:])), style=style)
+        table.add_row(*(row if row[0] != last else ("", *row[1:])), style="bold" if row[1] == "gangsolve" else None)
         last = row[0]
+    return table
+
+
+def print_table(results: dict, console: Console) -> None:
+    table = _by_scenario("gangsolve bench: one scheduling cycle per scenario", COLUMNS, rows(results))
     if results["scenarios"]:
         console.print(table)
     if results.get("timeline"):
@@ -116,12 +121,7 @@ def timeline_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
 
 
 def print_timeline(timeline: list[dict], console: Console) -> None:
-    table = Table(title="Time-based mode: jobs arrive, run and leave", title_justify="left")
-    for c in TIMELINE_COLUMNS:
-        table.add_column(c, justify="left" if c in ("scenario", "scheduler") else "right")
-    for row in timeline_rows(timeline):
-        table.add_row(*row, style="bold" if row[1] == "gangsolve" else None)
-    console.print(table)
+    console.print(_by_scenario("Time-based mode: jobs arrive, run and leave", TIMELINE_COLUMNS, timeline_rows(timeline)))
 
 
 LIVE_COLUMNS = (
@@ -151,17 +151,8 @@ def live_rows(live: list[dict]) -> list[tuple[str, ...]]:
 
 
 def print_live(live: list[dict], console: Console) -> None:
-    table = Table(title="Live mode: the real control plane (kwok nodes), times from the first pod created",
-                  title_justify="left")
-    for c in LIVE_COLUMNS:
-        table.add_column(c, justify="left" if c in ("scenario", "scheduler") else "right")
-    last = None
-    for row in live_rows(live):
-        if last is not None and row[0] != last:
-            table.add_section()
-        table.add_row(*(row if row[0] != last else ("", *row[1:])), style="bold" if row[1] == "gangsolve" else None)
-        last = row[0]
-    console.print(table)
+    title = "Live mode: the real control plane (kwok nodes), times from the first pod created"
+    console.print(_by_scenario(title, LIVE_COLUMNS, live_rows(live)))
 
 
 def markdown(results: dict) -> str:
