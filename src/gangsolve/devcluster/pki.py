@@ -44,31 +44,39 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
+def _builder(subject: x509.Name, issuer: x509.Name, public_key, *, ca: bool) -> x509.CertificateBuilder:
+    """What CA and leaf certificates share: names, key, serial, validity (from five minutes ago, for clock
+    skew), basic constraints and key usage (a CA also signs certificates and CRLs)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=ca, crl_sign=ca, content_commitment=False,
+                key_encipherment=False, data_encipherment=False, key_agreement=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+
+
 class CertificateAuthority:
     """A self-signed CA that issues serving and client certificates into `directory`."""
 
     def __init__(self, directory: Path, common_name: str = "gangsolve-dev-cluster-ca") -> None:
         self.directory = directory
-        now = dt.datetime.now(dt.timezone.utc)
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = _name(common_name)
         self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                    key_encipherment=False, data_encipherment=False, key_agreement=False,
-                    encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
+            _builder(name, name, self._key.public_key(), ca=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False)
             .sign(self._key, hashes.SHA256())
         )
@@ -91,7 +99,6 @@ class CertificateAuthority:
         client: bool = False,
     ) -> CertPair:
         """Sign a leaf certificate; serving if it has names or IPs, client if `client`."""
-        now = dt.datetime.now(dt.timezone.utc)
         key = ec.generate_private_key(ec.SECP256R1())
         usages = []
         if server_names or server_ips:
@@ -99,22 +106,7 @@ class CertificateAuthority:
         if client:
             usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(common_name, organization))
-            .issuer_name(self._cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
-                    content_commitment=False, data_encipherment=False, key_agreement=False,
-                    encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
+            _builder(_name(common_name, organization), self._cert.subject, key.public_key(), ca=False)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
