@@ -13,14 +13,17 @@ ARG UV_VERSION=0.13.9
 RUN pip install --no-cache-dir uv==${UV_VERSION}
 ENV GANGSOLVE_VENV=/opt/gangsolve PYTHON=/usr/local/bin/python3
 WORKDIR /src
-# Dependencies first: this layer is rebuilt only when the lock file changes.
+# Dependencies first: this layer is rebuilt only when the lock file changes. solver/ and bench/ are members
+# of the project's workspace: their pyproject.toml files are all the lock file needs here. The image
+# installs gangsolve and gangsolve-solver; nothing of gangsolve-bench (harness, dev cluster, plots).
 COPY pyproject.toml uv.lock ./
+COPY solver/pyproject.toml solver/
+COPY bench/pyproject.toml bench/
 COPY hack/install-image-deps.sh hack/
 RUN --mount=type=cache,target=/root/.cache/uv hack/install-image-deps.sh --deps-only "$GANGSOLVE_VENV"
 COPY README.md ./
 COPY src src
 COPY solver solver
-COPY bench bench
 RUN --mount=type=cache,target=/root/.cache/uv hack/install-image-deps.sh "$GANGSOLVE_VENV"
 
 FROM ${PYTHON_IMAGE}

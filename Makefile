@@ -25,5 +25,5 @@ $(UV):
 	.tools/bin/pip install --quiet uv==$(UV_VERSION)
 
 .venv/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --all-extras
+	$(UV) sync --frozen --all-extras --all-packages
 	touch $@

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.model import GPU, Cluster
-from solver.problem import Problem
+from gangsolve.solver.model import GPU, Cluster
+from gangsolve.solver.problem import Problem
 
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"

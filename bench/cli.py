@@ -14,9 +14,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import objects as k8s
-from bench.runner import SCHEDULERS, Runner, add_gaps
-from bench.scenarios import GRIDS, SCENARIOS
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.runner import SCHEDULERS, Runner, add_gaps
+from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 
 TIMELINE_TIME_LIMIT = 0.5  # per cycle: the time-based mode runs hundreds of cycles
 
@@ -62,7 +62,7 @@ def run_static(names: list[str], schedulers: list[str], time_limit: float | None
 
 def run_timelines(names: list[str], schedulers: list[str], time_limit: float, snapshots: Path,
                   console: Console) -> list[dict]:
-    from bench.timeline import MAX_CYCLES, TIMELINES, simulate
+    from gangsolve.bench.timeline import MAX_CYCLES, TIMELINES, simulate
 
     results = []
     with _progress(console) as progress:
@@ -79,7 +79,7 @@ def run_timelines(names: list[str], schedulers: list[str], time_limit: float, sn
 
 
 def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console) -> list[dict]:
-    from bench.live import LIVE_SCHEDULERS, run_scenarios
+    from gangsolve.bench.live import LIVE_SCHEDULERS, run_scenarios
 
     if not names:
         return []
@@ -121,12 +121,9 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
 def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, live, live_quiet,
                   list_only) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
-    try:
-        from bench import report  # matplotlib: loaded only when benchmarking
-    except ModuleNotFoundError as exc:
-        raise click.ClickException(f"gangsolve bench needs the 'bench' extra ({exc.name} is missing): pip install 'gangsolve[bench]'") from None
-    from bench.live import LIVE_GRID, LIVE_SCENARIOS
-    from bench.timeline import TIMELINE_GRIDS, TIMELINES
+    from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
+    from gangsolve.bench.live import LIVE_GRID, LIVE_SCENARIOS
+    from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
 
     console = Console()
     if not console.is_terminal:

@@ -37,11 +37,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import metrics
-from bench import objects as k8s
-from bench import scenarios as sc
-from gangsolve.devcluster import ApiError, ControlPlane, NodeSpec
-from gangsolve.devcluster.controlplane import GPU_RESOURCE, _tls_context, free_port
+from gangsolve.bench import metrics
+from gangsolve.bench import objects as k8s
+from gangsolve.bench import scenarios as sc
+from gangsolve.bench.devcluster import ApiError, ControlPlane, NodeSpec
+from gangsolve.bench.devcluster.controlplane import GPU_RESOURCE, _tls_context, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -296,7 +296,7 @@ class GangsolveRun:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+        env = dict(os.environ)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         deadline = time.monotonic() + timeout

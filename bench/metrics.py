@@ -11,8 +11,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from solver.model import GPU, Cluster
-from solver.validate import validate
+from gangsolve.solver.model import GPU, Cluster
+from gangsolve.solver.validate import validate
 
 
 def percentile(values: list[float], q: float) -> float | None:

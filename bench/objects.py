@@ -13,7 +13,7 @@ import orjson
 
 from gangsolve.gangs import COLOCATE_ANNOTATION, POD_GROUP_LABEL, build_cluster
 from gangsolve.snapshot import Snapshot, parse
-from solver.model import GPU, Cluster
+from gangsolve.solver.model import GPU, Cluster
 
 SCHEDULER = "gangsolve"
 NAMESPACE = "bench"

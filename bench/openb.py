@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import objects as k8s
-from bench.baselines import LEAST_ALLOCATED, per_pod
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.baselines import LEAST_ALLOCATED, per_pod
 
 DATA = Path(__file__).parent / "data"
 NODES = 1213

@@ -12,7 +12,7 @@ import orjson  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.metrics import priority_key  # noqa: E402
+from gangsolve.bench.metrics import priority_key  # noqa: E402
 
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang")
 COLORS = {"kube-scheduler": "tab:gray", "kube-scheduler-gang": "tab:green", "per-pod-least": "tab:gray", "per-pod-most": "tab:brown", "greedy-gang": "tab:blue", "gangsolve": "tab:red"}

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from bench import metrics
-from bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
-from bench.objects import SCHEDULER
-from solver.model import Cluster, SolveConfig
+from gangsolve.bench import metrics
+from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
+from gangsolve.bench.objects import SCHEDULER
+from gangsolve.solver.model import Cluster, SolveConfig
 
 # (cluster, snapshot path, time limit) -> (bindings, solver facts)
 Scheduler = Callable[[Cluster, str, float], tuple[dict[str, str], dict]]
@@ -33,7 +33,7 @@ def _per_pod(strategy: str) -> Scheduler:
 
 def _solve(use_cpsat: bool) -> Scheduler:
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
-        from solver import solve
+        from gangsolve.solver import solve
 
         placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
         return dict(placement.bindings), {
@@ -98,7 +98,7 @@ class Runner:
         # A fork server that has imported the solver already: each run starts in milliseconds, not seconds,
         # and still with a fresh heap (its peak RSS counts the imports once, as a scheduler process would).
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "solver.solve"])
+        context.set_forkserver_preload(["gangsolve.bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "gangsolve.solver.solve"])
         self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
 
     def run(self, snapshot: Path, scheduler: str, time_limit: float, repeat: int) -> dict:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench import objects as k8s
-from bench import openb
+from gangsolve.bench import objects as k8s
+from gangsolve.bench import openb
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
 PRIORITY_CLASSES = [k8s.priority_class(HIGH, 1000), k8s.priority_class(NORMAL, 100), k8s.priority_class(LOW, 0)]

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from bench import metrics, openb
-from bench import objects as k8s
-from bench.runner import SCHEDULERS
-from bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
+from gangsolve.bench import metrics, openb
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.runner import SCHEDULERS
+from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
 from gangsolve.gangs import STARVATION_SECONDS, build_cluster
-from solver.model import GPU, Cluster, Gang, Node
+from gangsolve.solver.model import GPU, Cluster, Gang, Node
 
 PERIOD = 60.0  # seconds of simulated time between cycles
 WINDOW = 180  # cycles during which jobs arrive

@@ -4,11 +4,12 @@
 # RUN lines outside Docker into a fresh environment, so what the test proves is what the image gets.
 #
 #   hack/install-image-deps.sh --deps-only VENV   # third-party dependencies only (a cacheable image layer)
-#   hack/install-image-deps.sh VENV               # ... and gangsolve itself, as a regular (non-editable) wheel
+#   hack/install-image-deps.sh VENV               # ... and gangsolve and gangsolve-solver, as regular wheels
 #
-# Run from the project root (needs pyproject.toml and uv.lock; the full install also README.md, src/,
-# solver/ and bench/). Environment: UV (default: uv on PATH), PYTHON (default: python3), the interpreter the
-# environment is made from. Bytecode is compiled at install time, so nothing is written at run time and
+# Run from the project root. Needs pyproject.toml, uv.lock and the workspace members' pyproject.toml files
+# (solver/, bench/); the full install also README.md, src/ and solver/ (bench/ stays out of the image).
+# Environment: UV (default: uv on PATH), PYTHON (default: python3), the interpreter the environment is
+# made from. Bytecode is compiled at install time, so nothing is written at run time and
 # the environment works on a read-only root filesystem.
 set -euo pipefail
 
@@ -32,6 +33,6 @@ export UV_LINK_MODE=copy
 
 args=(sync --frozen --no-dev --no-editable --compile-bytecode --python "${python}")
 if ((deps_only)); then
-  args+=(--no-install-project)
+  args+=(--no-install-workspace)
 fi
 "${uv}" "${args[@]}"

@@ -4,7 +4,7 @@
     assert not validate(cluster, placement)
 """
 
-from solver.model import (
+from gangsolve.solver.model import (
     GPU,
     Cluster,
     Gang,
@@ -18,8 +18,8 @@ from solver.model import (
     Taint,
     Toleration,
 )
-from solver.solve import solve
-from solver.validate import validate
+from gangsolve.solver.solve import solve
+from gangsolve.solver.validate import validate
 
 __all__ = [
     "GPU",

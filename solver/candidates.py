@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.greedy import Counts, node_scores
-from solver.model import SolveConfig
-from solver.problem import Problem
+from gangsolve.solver.greedy import Counts, node_scores
+from gangsolve.solver.model import SolveConfig
+from gangsolve.solver.problem import Problem
 
 
 class CandidatePicker:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from solver import score
-from solver.greedy import Counts
-from solver.model import Level
-from solver.problem import Problem
+from gangsolve.solver import score
+from gangsolve.solver.greedy import Counts
+from gangsolve.solver.model import Level
+from gangsolve.solver.problem import Problem
 
 MAX, MIN = "max", "min"
 # A stage's search ends on deterministic time (so a cycle is reproducible), DETERMINISTIC_SHARE units per

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.greedy import Counts, place_colocated, place_gang
-from solver.model import PODS, Pod
-from solver.problem import Problem
+from gangsolve.solver.greedy import Counts, place_colocated, place_gang
+from gangsolve.solver.model import PODS, Pod
+from gangsolve.solver.problem import Problem
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.problem import Problem
+from gangsolve.solver.problem import Problem
 
 # counts[gang][(part, node)] = pods of that gang part on that node
 Counts = dict[int, dict[tuple[int, int], int]]

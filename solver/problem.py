@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
-from solver.constraints.taints import untolerated
-from solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
+from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
+from gangsolve.solver.constraints.taints import untolerated
+from gangsolve.solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
 
 
 def exclusion(pod: Pod, node: Node) -> str | None:

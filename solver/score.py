@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.greedy import Counts
-from solver.model import Level
-from solver.problem import Problem
+from gangsolve.solver.greedy import Counts
+from gangsolve.solver.model import Level
+from gangsolve.solver.problem import Problem
 
 
 def counted(problem: Problem, g: int) -> bool:

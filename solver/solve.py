@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-from solver import score
-from solver.candidates import candidates
-from solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs, relaxed_bound
-from solver.explain import explain
-from solver.greedy import Counts, greedy, most_allocated, node_scores, smallest_first_order
-from solver.model import Cluster, GangResult, Level, Placement, SolveConfig
-from solver.problem import Problem
+from gangsolve.solver import score
+from gangsolve.solver.candidates import candidates
+from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs, relaxed_bound
+from gangsolve.solver.explain import explain
+from gangsolve.solver.greedy import Counts, greedy, most_allocated, node_scores, smallest_first_order
+from gangsolve.solver.model import Cluster, GangResult, Level, Placement, SolveConfig
+from gangsolve.solver.problem import Problem
 
 # Leave this share of the time limit for reading the solution and explaining pending gangs (about 0.4 s
 # at 5,000 nodes and 1,000 gangs).

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from solver.model import Cluster, Placement
-from solver.problem import exclusion
+from gangsolve.solver.model import Cluster, Placement
+from gangsolve.solver.problem import exclusion
 
 
 def validate(cluster: Cluster, bindings: Placement | dict[str, str]) -> list[str]:

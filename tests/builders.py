@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from solver.model import GPU, Gang, Node, Pod, Taint
+from gangsolve.solver.model import GPU, Gang, Node, Pod, Taint
 
 GI = 2**30
 

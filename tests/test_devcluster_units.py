@@ -9,10 +9,10 @@ import pytest
 import yaml
 from cryptography import x509
 
-from gangsolve.devcluster import GPU_RESOURCE, Binaries, BinariesMissing, NodeSpec, Taint
-from gangsolve.devcluster import kwok as kwok_config
-from gangsolve.devcluster.binaries import cache_dir, find_versions_file, read_versions
-from gangsolve.devcluster.pki import CertificateAuthority, write_service_account_keys
+from gangsolve.bench.devcluster import GPU_RESOURCE, Binaries, BinariesMissing, NodeSpec, Taint
+from gangsolve.bench.devcluster import kwok as kwok_config
+from gangsolve.bench.devcluster.binaries import cache_dir, find_versions_file, read_versions
+from gangsolve.bench.devcluster.pki import CertificateAuthority, write_service_account_keys
 
 REPO = Path(__file__).resolve().parents[1]
 

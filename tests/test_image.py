@@ -99,8 +99,8 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
             for source in sources:
                 target = context / dest / (Path(source).name if dest.endswith("/") else "")
                 if (ROOT / source).is_dir():
-                    shutil.copytree(ROOT / source, context / dest,
-                                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results"))
+                    shutil.copytree(ROOT / source, context / dest, dirs_exist_ok=True,
+                                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results", "*.egg-info"))
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(ROOT / source, target)
@@ -118,9 +118,10 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
     freeze = subprocess.run([str(uv), "pip", "freeze", "--python", str(venv / "bin" / "python")],
                             capture_output=True, text=True, check=True, env=env).stdout
     names = {re.split(r"==| @ ", line)[0].lower() for line in freeze.splitlines()}
-    assert {"gangsolve", "ortools", "kubernetes-asyncio", "prometheus-client"} <= names
+    assert {"gangsolve", "gangsolve-solver", "ortools", "kubernetes-asyncio", "prometheus-client"} <= names
     assert not names & {"pytest", "hypothesis"}, "dev dependencies leaked into the image"
-    assert "matplotlib" not in names, "the bench extra (plots) leaked into the scheduler image"
+    leaked = names & {"gangsolve-bench", "matplotlib", "cryptography"}
+    assert not leaked, f"the bench extra (harness, dev cluster, plots) leaked into the scheduler image: {leaked}"
 
     # Run it as the image does: not from the checkout, HOME unwritable, nothing written into the environment.
     run_env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
@@ -138,6 +139,10 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
     assert [g["placed"] for g in plan["gangs"]] == [True]
     assert _tree(venv) == before, "running gangsolve wrote into its environment (bytecode not precompiled?)"
     assert not list(workdir.iterdir())
+    # The harness is not there, and asking for it says how to get it, in one line.
+    bench = subprocess.run(["gangsolve", "bench", "--list"], cwd=workdir, env=run_env, capture_output=True,
+                           text=True)
+    assert bench.returncode == 2 and "gangsolve[bench]" in bench.stderr and "Traceback" not in bench.stderr
     # The image's entrypoint, `gangsolve run`, is there.
     entry = subprocess.run(["gangsolve", "run", "--help"], cwd=workdir, env=run_env, capture_output=True,
                            text=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from solver.model import Requirement, SelectorTerm
+from gangsolve.solver.model import Requirement, SelectorTerm
 
 
 def _as_int(value: str | None) -> int | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from solver.model import Taint, Toleration
+from gangsolve.solver.model import Taint, Toleration
 
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")  # PreferNoSchedule only lowers a score
 

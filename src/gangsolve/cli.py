@@ -19,8 +19,8 @@ DEFAULT_TIME_LIMIT = 2.0
 # Commands that live in other packages, imported only when used: `gangsolve --version` and `solve` must not
 # pay for the benchmark's plotting or the control plane's helpers.
 LAZY_COMMANDS = {
-    "bench": "bench.cli:bench_command",
-    "dev-cluster": "gangsolve.devcluster.cli:dev_cluster",
+    "bench": "gangsolve.bench.cli:bench_command",
+    "dev-cluster": "gangsolve.bench.devcluster.cli:dev_cluster",
 }
 
 
@@ -31,7 +31,12 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in LAZY_COMMANDS:
             module, attr = LAZY_COMMANDS[name].split(":")
-            return getattr(importlib.import_module(module), attr)
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except ModuleNotFoundError as exc:
+                if not (exc.name or "").startswith(("gangsolve.bench", "matplotlib", "cryptography")):
+                    raise
+                fail(f"gangsolve {name} needs the bench extra ({exc.name} is missing): pip install 'gangsolve[bench]'")
         return super().get_command(ctx, name)
 
 
@@ -68,8 +73,8 @@ def solve(
     from gangsolve import render
     from gangsolve.gangs import build_cluster
     from gangsolve.snapshot import read
-    from solver import SolveConfig
-    from solver import solve as solve_cycle
+    from gangsolve.solver import SolveConfig
+    from gangsolve.solver import solve as solve_cycle
 
     try:
         if now is not None and now.tzinfo is None:

@@ -19,7 +19,7 @@ from datetime import datetime
 from gangsolve import objects
 from gangsolve.errors import InputError, describe
 from gangsolve.snapshot import Snapshot
-from solver.model import Cluster, Gang, Node
+from gangsolve.solver.model import Cluster, Gang, Node
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"

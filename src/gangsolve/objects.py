@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from gangsolve.errors import InputError, describe
 from gangsolve.quantity import to_units
-from solver.model import PODS, Node, Pod, Requirement, SelectorTerm, Taint, Toleration
+from gangsolve.solver.model import PODS, Node, Pod, Requirement, SelectorTerm, Taint, Toleration
 
 FINISHED = ("Succeeded", "Failed")  # pods in these phases hold no capacity
 

@@ -8,7 +8,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from solver.model import Placement
+from gangsolve.solver.model import Placement
 
 
 def as_dict(placement: Placement) -> dict:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench import objects as k8s
-from bench.scenarios import PRIORITY_CLASSES, gang_objects
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.scenarios import PRIORITY_CLASSES, gang_objects
 
 
 def gpu_nodes(count: int, gpus: int = 4, **labels: str) -> list[dict]:

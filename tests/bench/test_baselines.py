@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
-from bench import objects as k8s
-from bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
-from bench.metrics import quality
-from bench.scenarios import SCENARIOS
-from solver import validate
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
+from gangsolve.bench.metrics import quality
+from gangsolve.bench.scenarios import SCENARIOS
+from gangsolve.solver import validate
 
 STRATEGIES = [LEAST_ALLOCATED, MOST_ALLOCATED]
 

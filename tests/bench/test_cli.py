@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from click.testing import CliRunner
 
-from bench.runner import SCHEDULERS
+from gangsolve.bench.runner import SCHEDULERS
 from gangsolve.cli import cli
 from gangsolve.gangs import build_cluster
 from gangsolve.snapshot import read

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
-from bench import objects as k8s
-from bench.metrics import gap, percentile, priority_key, quality
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.metrics import gap, percentile, priority_key, quality
 
 
 def test_partial_gang_strands_its_gpus():

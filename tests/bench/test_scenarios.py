@@ -6,14 +6,14 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from bench import objects as k8s
-from bench.scenarios import GRIDS, SCENARIOS, shape_counts
-from bench.timeline import TIMELINE_GRIDS, TIMELINES
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.scenarios import GRIDS, SCENARIOS, shape_counts
+from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
 from gangsolve.cli import cli
 from gangsolve.gangs import build_cluster
 from gangsolve.snapshot import read
-from solver import validate
-from solver.model import GPU, PODS
+from gangsolve.solver import validate
+from gangsolve.solver.model import GPU, PODS
 
 SMALL = ["synthetic/10nodes", "synthetic/100nodes", "kube-perf/100nodes-20x3", "openb/gangs"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
-from bench import objects as k8s
-from bench.timeline import PERIOD, simulate
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.timeline import PERIOD, simulate
 
 
 def job(name: str, pods: int, gpus: int, arrival: float, duration: float) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Fixtures for end-to-end tests against the real local control plane (gangsolve.devcluster).
+"""Fixtures for end-to-end tests against the real local control plane (gangsolve.bench.devcluster).
 
 - `control_plane`: one ControlPlane for the whole session (etcd, kube-apiserver, kube-controller-manager,
   kube-scheduler, kwok). Missing binaries make every e2e test fail (never skip) with the fix: `make binaries`.
@@ -21,7 +21,7 @@ import pytest_asyncio
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from gangsolve.devcluster import Binaries, BinariesMissing, ControlPlane, NodeSpec
+from gangsolve.bench.devcluster import Binaries, BinariesMissing, ControlPlane, NodeSpec
 
 
 def _say(msg: str) -> None:

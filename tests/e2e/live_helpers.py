@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gangsolve import objects
-from gangsolve.devcluster import ApiError, ControlPlane
-from gangsolve.devcluster.controlplane import free_port
+from gangsolve.bench.devcluster import ApiError, ControlPlane
+from gangsolve.bench.devcluster.controlplane import free_port
 from gangsolve.gangs import _Grouper
 from gangsolve.snapshot import Snapshot
 
@@ -52,7 +52,7 @@ class Gangsolve:
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait_ready: bool = True) -> Gangsolve:
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}", **self.env}
+        env = {**os.environ, **self.env}
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         if wait_ready:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench import report
-from bench.live import LIVE_SCENARIOS, LIVE_SCHEDULERS, run_scenarios
+from gangsolve.bench import report
+from gangsolve.bench.live import LIVE_SCENARIOS, LIVE_SCHEDULERS, run_scenarios
 
 pytestmark = pytest.mark.e2e
 

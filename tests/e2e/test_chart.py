@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gangsolve.devcluster import GPU_RESOURCE, ApiError, Binaries, ControlPlane
-from gangsolve.devcluster.controlplane import free_port
+from gangsolve.bench.devcluster import GPU_RESOURCE, ApiError, Binaries, ControlPlane
+from gangsolve.bench.devcluster.controlplane import free_port
 
 pytestmark = pytest.mark.e2e
 

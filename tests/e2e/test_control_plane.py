@@ -13,7 +13,7 @@ import anyio
 import pytest
 from kubernetes_asyncio import client as k8s_client
 
-from gangsolve.devcluster import GPU_RESOURCE, Binaries, ControlPlane
+from gangsolve.bench.devcluster import GPU_RESOURCE, Binaries, ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ def test_export_then_solve_offline(control_plane, make_nodes, namespace, tmp_pat
     master, gpu_nodes = users_cluster(make_nodes, namespace)
     tfjob(control_plane, namespace, scheduler, namespace, workers=7)
     out = tmp_path / "snap.json"
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
+    env = dict(os.environ)
     run = subprocess.run([sys.executable, "-m", "gangsolve", "export", "--kubeconfig", str(control_plane.kubeconfig),
                           "-o", str(out)], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert run.returncode == 0, run.stderr

@@ -21,7 +21,7 @@ from live_helpers import (
     running,
 )
 
-from gangsolve.devcluster import ControlPlane
+from gangsolve.bench.devcluster import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from solver.constraints.affinity import affinity_holds, requirement_holds, selector_mismatch
-from solver.constraints.taints import untolerated
-from solver.model import Requirement, SelectorTerm, Taint, Toleration
+from gangsolve.solver.constraints.affinity import affinity_holds, requirement_holds, selector_mismatch
+from gangsolve.solver.constraints.taints import untolerated
+from gangsolve.solver.model import Requirement, SelectorTerm, Taint, Toleration
 
 MASTER = Taint("node-role.kubernetes.io/master", "", "NoSchedule")
 

@@ -5,10 +5,10 @@ worse than the greedy gang allocator (priority levels first, then gangs placed, 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver import Cluster, Gang, Requirement, SelectorTerm, SolveConfig, Taint, Toleration, solve, validate
-from solver import score
-from solver.greedy import Counts, greedy
-from solver.problem import Problem
+from gangsolve.solver import Cluster, Gang, Requirement, SelectorTerm, SolveConfig, Taint, Toleration, solve, validate
+from gangsolve.solver import score
+from gangsolve.solver.greedy import Counts, greedy
+from gangsolve.solver.problem import Problem
 from tests.builders import node, pod
 
 MODELS = ("a100", "v100", "t4")

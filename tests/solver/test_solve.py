@@ -1,8 +1,8 @@
 """Scenario tables for the solver: what a cycle must decide, checked with the independent validator."""
 
-from solver import Cluster, Gang, SolveConfig, Toleration, solve, validate
-from solver.greedy import greedy
-from solver.problem import Problem
+from gangsolve.solver import Cluster, Gang, SolveConfig, Toleration, solve, validate
+from gangsolve.solver.greedy import greedy
+from gangsolve.solver.problem import Problem
 from tests.builders import MASTER_TAINT, gang, node, pod
 
 

@@ -16,7 +16,7 @@ from gangsolve.live import logs
 from gangsolve.live.cache import ClusterCache
 from gangsolve.live.metrics import Metrics
 from gangsolve.snapshot import Snapshot
-from solver import Cluster, Placement, SolveConfig, solve
+from gangsolve.solver import Cluster, Placement, SolveConfig, solve
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """A real local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 kwok) for gangsolve's tests and demos. See docs/dev-cluster.md."""
 
-from gangsolve.devcluster.binaries import Binaries, BinariesMissing
-from gangsolve.devcluster.controlplane import (
+from gangsolve.bench.devcluster.binaries import Binaries, BinariesMissing
+from gangsolve.bench.devcluster.controlplane import (
     GPU_RESOURCE,
     ApiError,
     ControlPlane,

@@ -10,8 +10,8 @@ from types import FrameType
 
 import click
 
-from gangsolve.devcluster.binaries import Binaries, BinariesMissing, cache_dir, read_versions
-from gangsolve.devcluster.controlplane import ControlPlane, ControlPlaneError, NodeSpec
+from gangsolve.bench.devcluster.binaries import Binaries, BinariesMissing, cache_dir, read_versions
+from gangsolve.bench.devcluster.controlplane import ControlPlane, ControlPlaneError, NodeSpec
 
 
 @click.group()

@@ -35,9 +35,9 @@ from typing import Any
 
 import yaml
 
-from gangsolve.devcluster import kwok as kwok_config
-from gangsolve.devcluster.binaries import Binaries
-from gangsolve.devcluster.pki import CertificateAuthority, CertPair, write_service_account_keys
+from gangsolve.bench.devcluster import kwok as kwok_config
+from gangsolve.bench.devcluster.binaries import Binaries
+from gangsolve.bench.devcluster.pki import CertificateAuthority, CertPair, write_service_account_keys
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
