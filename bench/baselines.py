@@ -37,7 +37,7 @@ def queue(problem: Problem) -> list[tuple[int, int]]:
 
 def node_scores(problem: Problem, cls: int, free: np.ndarray, nodes: np.ndarray, strategy: str) -> np.ndarray:
     """NodeResourcesFit scores (0..100, integers as kube-scheduler computes them) of `nodes` for one pod."""
-    cols = [problem.res_index[r] for r in SCORED[strategy] if r in problem.res_index]
+    cols = np.array([problem.res_index[r] for r in SCORED[strategy] if r in problem.res_index], dtype=np.int64)
     capacity = problem.allocatable[np.ix_(nodes, cols)]
     requested = capacity - free[np.ix_(nodes, cols)] + problem.demand[cls, cols]
     safe = np.maximum(capacity, 1)

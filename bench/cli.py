@@ -6,7 +6,8 @@ import os
 import platform
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 
@@ -26,13 +27,15 @@ def _file_name(name: str) -> str:
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console)
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
 
 
-def run_static(names: list[str], schedulers: list[str], time_limit: float | None, repeat: int, snapshots: Path,
-               console: Console) -> list[dict]:
-    results = []
+def run_static(
+    names: list[str], schedulers: list[str], time_limit: float | None, repeat: int, snapshots: Path, console: Console
+) -> list[dict]:
+    results: list[dict] = []
     if not names:
         return results
     with _progress(console) as progress, Runner() as runner:
@@ -51,17 +54,28 @@ def run_static(names: list[str], schedulers: list[str], time_limit: float | None
                 progress.advance(task)
             add_gaps(runs)
             kinds = [o["kind"] for o in objs]
-            results.append({
-                "name": name, "description": scenario.description, "nodes": scenario.nodes,
-                "contended": scenario.contended, "time_limit": limit, "snapshot": path.name,
-                "objects": {"nodes": kinds.count("Node"), "pods": kinds.count("Pod"), "podgroups": kinds.count("PodGroup")},
-                "runs": runs,
-            })
+            results.append(
+                {
+                    "name": name,
+                    "description": scenario.description,
+                    "nodes": scenario.nodes,
+                    "contended": scenario.contended,
+                    "time_limit": limit,
+                    "snapshot": path.name,
+                    "objects": {
+                        "nodes": kinds.count("Node"),
+                        "pods": kinds.count("Pod"),
+                        "podgroups": kinds.count("PodGroup"),
+                    },
+                    "runs": runs,
+                }
+            )
     return results
 
 
-def run_timelines(names: list[str], schedulers: list[str], time_limit: float, snapshots: Path,
-                  console: Console) -> list[dict]:
+def run_timelines(
+    names: list[str], schedulers: list[str], time_limit: float, snapshots: Path, console: Console
+) -> list[dict]:
     from gangsolve.bench.timeline import MAX_CYCLES, TIMELINES, simulate
 
     results = []
@@ -72,7 +86,7 @@ def run_timelines(names: list[str], schedulers: list[str], time_limit: float, sn
             runs = []
             for scheduler in schedulers:
                 task = progress.add_task(f"{name}: {scheduler}", total=MAX_CYCLES)
-                runs.append(simulate(objs, scheduler, time_limit, on_cycle=lambda t=task: progress.advance(t)))
+                runs.append(simulate(objs, scheduler, time_limit, on_cycle=partial(progress.advance, task)))
                 progress.update(task, total=len(runs[-1]["cycles"]), completed=len(runs[-1]["cycles"]))
             results.append({"name": name, "description": TIMELINES[name].description, "runs": runs})
     return results
@@ -91,35 +105,72 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
                 progress.advance(task)
             progress.update(task, description=f"{name}: {scheduler} (live)")
 
-        results = run_scenarios(names, list(LIVE_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet,
-                                on_run=started)
+        results = run_scenarios(
+            names, list(LIVE_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet, on_run=started
+        )
         progress.update(task, completed=len(names) * len(LIVE_SCHEDULERS))
     return results
 
 
 @click.command()
 @click.option("--scenario", "names", multiple=True, metavar="NAME", help="A scenario to run (repeatable); see --list.")
-@click.option("--grid", type=click.Choice(sorted(GRIDS)), default=None,
-              help="A named set of scenarios [default: quick when no --scenario is given].")
-@click.option("--scheduler", "schedulers", multiple=True, type=click.Choice(list(SCHEDULERS)),
-              help="Only these schedulers (repeatable) [default: all].")
-@click.option("--time-limit", type=click.FloatRange(min=0.05), default=None,
-              help="gangsolve's seconds per cycle [default: each scenario's latency target; 0.5 in the timeline].")
-@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Cycles per static run, for cycle time percentiles.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench/results"),
-              show_default=True, help="Where results.json, results.md and the PNG plots go.")
-@click.option("--write-snapshots", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Also keep every scenario's snapshot here (JSON that `gangsolve solve` reads).")
+@click.option(
+    "--grid",
+    type=click.Choice(sorted(GRIDS)),
+    default=None,
+    help="A named set of scenarios [default: quick when no --scenario is given].",
+)
+@click.option(
+    "--scheduler",
+    "schedulers",
+    multiple=True,
+    type=click.Choice(list(SCHEDULERS)),
+    help="Only these schedulers (repeatable) [default: all].",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0.05),
+    default=None,
+    help="gangsolve's seconds per cycle [default: each scenario's latency target; 0.5 in the timeline].",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Cycles per static run, for cycle time percentiles.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench/results"),
+    show_default=True,
+    help="Where results.json, results.md and the PNG plots go.",
+)
+@click.option(
+    "--write-snapshots",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also keep every scenario's snapshot here (JSON that `gangsolve solve` reads).",
+)
 @click.option("--timeline", is_flag=True, help="Also run the time-based mode (jobs arrive, run and leave).")
-@click.option("--live", is_flag=True,
-              help="Also run the live mode: each scheduler on its own real control plane with kwok nodes (needs "
-                   "`make binaries`; minutes). Alone, it runs only the live scenarios.")
-@click.option("--live-quiet", type=click.FloatRange(min=1), default=10.0, show_default=True,
-              help="Live mode: a run ends when no pod was bound or started for this many seconds.")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Also run the live mode: each scheduler on its own real control plane with kwok nodes (needs "
+    "`make binaries`; minutes). Alone, it runs only the live scenarios.",
+)
+@click.option(
+    "--live-quiet",
+    type=click.FloatRange(min=1),
+    default=10.0,
+    show_default=True,
+    help="Live mode: a run ends when no pod was bound or started for this many seconds.",
+)
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
-def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, live, live_quiet,
-                  list_only) -> None:
+def bench_command(
+    names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, live, live_quiet, list_only
+) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
     from gangsolve.bench.live import LIVE_GRID, LIVE_SCENARIOS
@@ -129,8 +180,11 @@ def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapsh
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
     if list_only:
-        for name, sc in {**SCENARIOS, **TIMELINES, **LIVE_SCENARIOS}.items():
-            console.print(f"[bold]{name}[/]  {sc.description}")
+        described: dict[str, str] = {
+            name: s.description for registry in (SCENARIOS, TIMELINES, LIVE_SCENARIOS) for name, s in registry.items()
+        }
+        for name, description in described.items():
+            console.print(f"[bold]{name}[/]  {description}")
         for g, members in GRIDS.items():
             console.print(f"grid [bold]{g}[/]: {', '.join(members + (TIMELINE_GRIDS[g] if timeline else []))}")
         return
@@ -152,9 +206,13 @@ def bench_command(names, grid, schedulers, time_limit, repeat, out, write_snapsh
         snapshots.mkdir(parents=True, exist_ok=True)
         results = {
             "command": "gangsolve " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "gangsolve bench",
-            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "ortools": version("ortools"),
-                        "platform": platform.platform()},
+            "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "ortools": version("ortools"),
+                "platform": platform.platform(),
+            },
             "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console),
             "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
             "live": run_live(live_names, time_limit, live_quiet, out / "live-logs", console),

@@ -23,6 +23,7 @@ cores); compare schedulers measured in the same run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gangsolve.bench import metrics
 from gangsolve.bench import objects as k8s
@@ -64,15 +66,31 @@ def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, s
     """A TFJob as its operator creates it: a parameter server and 1-GPU workers, grouped by a PDB with
     minAvailable = all of them (the kube-batch convention), no PodGroup."""
     pdb = {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
         "metadata": {"name": name, "namespace": k8s.NAMESPACE},
         "spec": {"minAvailable": workers + 1, "selector": {"matchLabels": {"tf-job-name": name}}},
     }
-    pods = [k8s.pod(f"{name}-ps-0", 2000, 4096, created=created,
-                    labels={"tf-job-name": name, "tf-replica-type": "ps"}, node_selector=selector)]
+    pods = [
+        k8s.pod(
+            f"{name}-ps-0",
+            2000,
+            4096,
+            created=created,
+            labels={"tf-job-name": name, "tf-replica-type": "ps"},
+            node_selector=selector,
+        )
+    ]
     pods += [
-        k8s.pod(f"{name}-worker-{i}", 2000, 4096, 1, created=created,
-                labels={"tf-job-name": name, "tf-replica-type": "worker"}, node_selector=selector)
+        k8s.pod(
+            f"{name}-worker-{i}",
+            2000,
+            4096,
+            1,
+            created=created,
+            labels={"tf-job-name": name, "tf-replica-type": "worker"},
+            node_selector=selector,
+        )
         for i in range(workers)
     ]
     return [pdb, *pods]
@@ -81,8 +99,13 @@ def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, s
 def users_tfjob() -> list[dict]:
     """The users' cluster (a tainted GPU-less control-plane node, two 4-GPU nodes) and two TFJobs asking for
     12 GPUs of its 8: one fits, the other must wait whole."""
-    master = k8s.node("master", 24000, 128 * 1024, labels={"node-role.kubernetes.io/master": ""},
-                      taints=[{"key": "node-role.kubernetes.io/master", "value": "", "effect": "NoSchedule"}])
+    master = k8s.node(
+        "master",
+        24000,
+        128 * 1024,
+        labels={"node-role.kubernetes.io/master": ""},
+        taints=[{"key": "node-role.kubernetes.io/master", "value": "", "effect": "NoSchedule"}],
+    )
     gpu = [k8s.node(f"gpu-{i}", 28000, 128 * 1024, 4, labels={"gpu": "yes"}) for i in range(2)]
     selector = {"gpu": "yes"}
     return [master, *gpu, *tfjob_objects("mnist", 7, 0, selector), *tfjob_objects("resnet", 5, 1, selector)]
@@ -91,11 +114,20 @@ def users_tfjob() -> list[dict]:
 LIVE_SCENARIOS: dict[str, LiveScenario] = {
     s.name: s
     for s in (
-        LiveScenario("live/tfjob", 3, users_tfjob,
-                     "the users' cluster: tainted control-plane node + 2x 4-GPU nodes; TFJobs of 8 and 6 pods "
-                     "(7 + 5 GPUs) grouped by PDB"),
-        LiveScenario("live/synthetic-100nodes", 100, lambda: sc.synthetic(100, 40, seed=100),
-                     "synthetic/100nodes' cluster and background, 40 pending gangs", 1.0),
+        LiveScenario(
+            "live/tfjob",
+            3,
+            users_tfjob,
+            "the users' cluster: tainted control-plane node + 2x 4-GPU nodes; TFJobs of 8 and 6 pods "
+            "(7 + 5 GPUs) grouped by PDB",
+        ),
+        LiveScenario(
+            "live/synthetic-100nodes",
+            100,
+            lambda: sc.synthetic(100, 40, seed=100),
+            "synthetic/100nodes' cluster and background, 40 pending gangs",
+            1.0,
+        ),
     )
 }
 LIVE_GRID = ["live/tfjob", "live/synthetic-100nodes"]
@@ -108,29 +140,51 @@ def node_spec(node: dict) -> NodeSpec:
     alloc = node["status"]["allocatable"]
     labels = {k: v for k, v in node["metadata"].get("labels", {}).items() if k != "kubernetes.io/hostname"}
     return NodeSpec(
-        node["metadata"]["name"], cpu=alloc["cpu"], memory=alloc["memory"], pods=int(alloc.get("pods", 110)),
-        gpus=int(alloc.get(GPU_RESOURCE, 0)), labels=labels, taints=list(node.get("spec", {}).get("taints") or []),
+        node["metadata"]["name"],
+        cpu=alloc["cpu"],
+        memory=alloc["memory"],
+        pods=int(alloc.get("pods", 110)),
+        gpus=int(alloc.get(GPU_RESOURCE, 0)),
+        labels=labels,
+        taints=list(node.get("spec", {}).get("taints") or []),
     )
 
 
 def pod_group_crd() -> dict:
     """scheduler-plugins' PodGroup CRD (scheduling.x-k8s.io), schema-less, with the status subresource."""
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
         "spec": {
-            "group": "scheduling.x-k8s.io", "scope": "Namespaced",
-            "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup",
-                      "shortNames": ["pg"]},
-            "versions": [{"name": "v1alpha1", "served": True, "storage": True, "subresources": {"status": {}},
-                          "schema": {"openAPIV3Schema": {"type": "object",
-                                                         "x-kubernetes-preserve-unknown-fields": True}}}],
+            "group": "scheduling.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "PodGroup",
+                "listKind": "PodGroupList",
+                "plural": "podgroups",
+                "singular": "podgroup",
+                "shortNames": ["pg"],
+            },
+            "versions": [
+                {
+                    "name": "v1alpha1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
         },
     }
 
 
-PLURALS = {"Pod": "pods", "PodDisruptionBudget": "poddisruptionbudgets", "PodGroup": "podgroups",
-           "PriorityClass": "priorityclasses"}
+PLURALS = {
+    "Pod": "pods",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "PodGroup": "podgroups",
+    "PriorityClass": "priorityclasses",
+}
 
 
 def create(cp: ControlPlane, obj: dict) -> dict:
@@ -183,8 +237,9 @@ def prepare(cp: ControlPlane, objs: list[dict], log: Callable[[str], None]) -> N
     kinds = {o["kind"] for o in objs}
     if "PodGroup" in kinds:
         cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
-        cp.wait_for(lambda: _served(cp, "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), timeout=60,
-                    what="the PodGroup API")
+        cp.wait_for(
+            lambda: _served(cp, "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), timeout=60, what="the PodGroup API"
+        )
     nodes = [o for o in objs if o["kind"] == "Node"]
     log(f"creating {len(nodes)} kwok nodes")
     cp.add_nodes([node_spec(n) for n in nodes], timeout=180)
@@ -193,8 +248,13 @@ def prepare(cp: ControlPlane, objs: list[dict], log: Callable[[str], None]) -> N
     if background:
         log(f"creating {len(background)} background pods")
         create_all(cp, background)
-        cp.wait_for(lambda: _all_running(cp, len(background)), timeout=300, interval=1.0,
-                    what="background pods Running", component="kwok")
+        cp.wait_for(
+            lambda: _all_running(cp, len(background)),
+            timeout=300,
+            interval=1.0,
+            what="background pods Running",
+            component="kwok",
+        )
 
 
 def _served(cp: ControlPlane, path: str) -> bool:
@@ -213,8 +273,13 @@ def pending_pods(objs: list[dict], scheduler_name: str) -> list[dict]:
     for o in objs:
         if o["kind"] == "Pod" and not o["spec"].get("nodeName"):
             labels = {**o["metadata"].get("labels", {}), PENDING_LABEL: "true"}
-            out.append({**o, "metadata": {**o["metadata"], "labels": labels},
-                        "spec": {**o["spec"], "schedulerName": scheduler_name}})
+            out.append(
+                {
+                    **o,
+                    "metadata": {**o["metadata"], "labels": labels},
+                    "spec": {**o["spec"], "schedulerName": scheduler_name},
+                }
+            )
     return out
 
 
@@ -257,8 +322,10 @@ class BindWatch(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            url = (f"{self.cp.server}/api/v1/namespaces/{k8s.NAMESPACE}/pods?watch=1&allowWatchBookmarks=true"
-                   f"&labelSelector={PENDING_LABEL}%3Dtrue&resourceVersion={self.rv}&timeoutSeconds=5")
+            url = (
+                f"{self.cp.server}/api/v1/namespaces/{k8s.NAMESPACE}/pods?watch=1&allowWatchBookmarks=true"
+                f"&labelSelector={PENDING_LABEL}%3Dtrue&resourceVersion={self.rv}&timeoutSeconds=5"
+            )
             try:
                 with urllib.request.urlopen(url, timeout=15, context=self.ctx) as resp:
                     for line in resp:
@@ -275,10 +342,8 @@ class BindWatch(threading.Thread):
             except (urllib.error.URLError, OSError, ValueError):
                 self.errors += 1
                 time.sleep(0.2)
-                try:
+                with contextlib.suppress(Exception):  # the apiserver is busy: try the watch again
                     self._relist()
-                except Exception:  # the apiserver is busy: try the watch again
-                    pass
 
 
 # --- one run --------------------------------------------------------------------------------------------------
@@ -290,15 +355,26 @@ class GangsolveRun:
     def __init__(self, cp: ControlPlane, time_limit: float, log_path: Path) -> None:
         self.port = free_port()
         self.log_path = log_path
-        self.args = [sys.executable, "-m", "gangsolve", "run", "--kubeconfig", str(cp.kubeconfig),
-                     "--scheduler-name", k8s.SCHEDULER, "--metrics-addr", f"127.0.0.1:{self.port}",
-                     "--time-limit", str(time_limit)]
+        self.args = [
+            sys.executable,
+            "-m",
+            "gangsolve",
+            "run",
+            "--kubeconfig",
+            str(cp.kubeconfig),
+            "--scheduler-name",
+            k8s.SCHEDULER,
+            "--metrics-addr",
+            f"127.0.0.1:{self.port}",
+            "--time-limit",
+            str(time_limit),
+        ]
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
         env = dict(os.environ)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         deadline = time.monotonic() + timeout
         while self.get("/readyz")[0] != 200:
             if self.proc.poll() is not None:
@@ -322,10 +398,8 @@ class GangsolveRun:
         for line in self.get("/metrics")[1].splitlines():
             if line and not line.startswith("#") and "{" not in line:
                 name, _, value = line.rpartition(" ")
-                try:
+                with contextlib.suppress(ValueError):
                     out[name] = float(value)
-                except ValueError:
-                    pass
         return out
 
     def log_tail(self, chars: int = 4000) -> str:
@@ -339,8 +413,6 @@ class GangsolveRun:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        if hasattr(self, "_log"):
-            self._log.close()
 
 
 # kube-scheduler's own gang scheduling (KEP-4671; beta and off by default in the pinned v1.37): the
@@ -358,11 +430,14 @@ def native_pod_groups(cluster, pending: list[dict]) -> list[dict]:
         if len(gang.pods) < 2:
             continue
         name = "gang-" + gang.name.split("/", 1)[1]
-        groups.append({
-            "apiVersion": NATIVE_GANG_API, "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": k8s.NAMESPACE},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": gang.need}}, "preemptionPolicy": "Never"},
-        })
+        groups.append(
+            {
+                "apiVersion": NATIVE_GANG_API,
+                "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": k8s.NAMESPACE},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": gang.need}}, "preemptionPolicy": "Never"},
+            }
+        )
         pod_group.update({p.name.split("/", 1)[1]: name for p in gang.pods})
     for pod in pending:
         name = pod_group.get(pod["metadata"]["name"])
@@ -371,8 +446,16 @@ def native_pod_groups(cluster, pending: list[dict]) -> list[dict]:
     return groups
 
 
-def run_live(scenario: LiveScenario, scheduler: str, *, log_dir: Path, quiet: float = 10.0, timeout: float = 300.0,
-             time_limit: float | None = None, log: Callable[[str], None] = lambda _m: None) -> dict:
+def run_live(
+    scenario: LiveScenario,
+    scheduler: str,
+    *,
+    log_dir: Path,
+    quiet: float = 10.0,
+    timeout: float = 300.0,
+    time_limit: float | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict:
     """One scheduler on a fresh control plane: the measured run as a dict (see the module docstring)."""
     objs = scenario.build()
     cluster = k8s.to_cluster(objs)
@@ -382,10 +465,13 @@ def run_live(scenario: LiveScenario, scheduler: str, *, log_dir: Path, quiet: fl
     log_dir.mkdir(parents=True, exist_ok=True)
     gs: GangsolveRun | None = None
     native = scheduler == "kube-scheduler-gang"
-    flags = {}
+    flags: dict[str, Any] = {}
     if native:
-        flags = {"extra_apiserver_args": [NATIVE_GANG_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
-                 "extra_scheduler_args": [NATIVE_GANG_GATE], "extra_controller_manager_args": [NATIVE_GANG_GATE]}
+        flags = {
+            "extra_apiserver_args": [NATIVE_GANG_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
+            "extra_scheduler_args": [NATIVE_GANG_GATE],
+            "extra_controller_manager_args": [NATIVE_GANG_GATE],
+        }
     with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
         try:
             prepare(cp, objs, log)
@@ -414,23 +500,46 @@ def run_live(scenario: LiveScenario, scheduler: str, *, log_dir: Path, quiet: fl
                 if settled or idle >= quiet or now - watch.t0 >= timeout:
                     break
             watch.stop.set()
-            final = {f"{k8s.NAMESPACE}/{p['metadata']['name']}": p["spec"]["nodeName"]
-                     for p in list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
-                     if p["spec"].get("nodeName")}
+            final = {
+                f"{k8s.NAMESPACE}/{p['metadata']['name']}": p["spec"]["nodeName"]
+                for p in list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
+                if p["spec"].get("nodeName")
+            }
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
         finally:
             if gs is not None:
                 gs.stop()
-    result = summarize(scheduler, cluster, final, watch, created, len(pending), gs_metrics,
-                       timed_out=now - watch.t0 >= timeout, time_limit=limit if scheduler == "gangsolve" else None)
+    result = summarize(
+        scheduler,
+        cluster,
+        final,
+        watch,
+        created,
+        len(pending),
+        gs_metrics,
+        timed_out=now - watch.t0 >= timeout,
+        time_limit=limit if scheduler == "gangsolve" else None,
+    )
     # The metrics assume the background still holds its capacity: say so if anything evicted some of it.
-    result["background_pods_lost"] = sum(1 for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")) - background
+    result["background_pods_lost"] = (
+        sum(1 for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")) - background
+    )
     return result
 
 
-def summarize(scheduler: str, cluster, final: dict[str, str], watch: BindWatch, created: float, pending: int,
-              gs_metrics: dict[str, float], *, timed_out: bool, time_limit: float | None) -> dict:
+def summarize(
+    scheduler: str,
+    cluster,
+    final: dict[str, str],
+    watch: BindWatch,
+    created: float,
+    pending: int,
+    gs_metrics: dict[str, float],
+    *,
+    timed_out: bool,
+    time_limit: float | None,
+) -> dict:
     quality = metrics.quality(cluster, final)
     gangs = {g.name: g for g in cluster.gangs}
     pods_of = {p.name: g.name for g in cluster.gangs for p in g.pods}
@@ -446,7 +555,8 @@ def summarize(scheduler: str, cluster, final: dict[str, str], watch: BindWatch, 
 
     # Every gang that ends up running, all its pods Running: the time the last of them got there.
     runs = [watch.running.get(short(p)) for name in complete for p in by_gang[name]]
-    all_running = max(runs) if runs and None not in runs else None
+    times = [t for t in runs if t is not None]
+    all_running = max(times) if times and len(times) == len(runs) else None
     out = {
         "scheduler": scheduler,
         "time_limit": time_limit,
@@ -463,13 +573,21 @@ def summarize(scheduler: str, cluster, final: dict[str, str], watch: BindWatch, 
         **quality,
     }
     if gs_metrics:
-        out["gangsolve_metrics"] = {k: v for k, v in gs_metrics.items() if k.startswith("gangsolve_") and not k.endswith("_created")}
+        out["gangsolve_metrics"] = {
+            k: v for k, v in gs_metrics.items() if k.startswith("gangsolve_") and not k.endswith("_created")
+        }
     return out
 
 
-def run_scenarios(names: list[str], schedulers: list[str], log_dir: Path, time_limit: float | None = None,
-                  quiet: float = 10.0, log: Callable[[str], None] = lambda _m: None,
-                  on_run: Callable[[str, str], None] = lambda _s, _r: None) -> list[dict]:
+def run_scenarios(
+    names: list[str],
+    schedulers: list[str],
+    log_dir: Path,
+    time_limit: float | None = None,
+    quiet: float = 10.0,
+    log: Callable[[str], None] = lambda _m: None,
+    on_run: Callable[[str, str], None] = lambda _s, _r: None,
+) -> list[dict]:
     results = []
     for name in names:
         scenario = LIVE_SCENARIOS[name]
@@ -479,15 +597,22 @@ def run_scenarios(names: list[str], schedulers: list[str], log_dir: Path, time_l
         for scheduler in schedulers:
             on_run(name, scheduler)
             try:
-                runs.append(run_live(scenario, scheduler, log_dir=log_dir, quiet=quiet, time_limit=time_limit,
-                                     log=log))
+                runs.append(run_live(scenario, scheduler, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log))
             except Exception as exc:  # a failed run is a result to report, not the end of the benchmark
                 runs.append({"scheduler": scheduler, "error": f"{type(exc).__name__}: {exc}"[:4000]})
-        results.append({
-            "name": name, "description": scenario.description, "nodes": scenario.nodes,
-            "objects": {"nodes": kinds.count("Node"), "pods": kinds.count("Pod"),
-                        "pending_pods": sum(1 for o in objs if o["kind"] == "Pod" and not o["spec"].get("nodeName")),
-                        "podgroups": kinds.count("PodGroup"), "pdbs": kinds.count("PodDisruptionBudget")},
-            "runs": runs,
-        })
+        results.append(
+            {
+                "name": name,
+                "description": scenario.description,
+                "nodes": scenario.nodes,
+                "objects": {
+                    "nodes": kinds.count("Node"),
+                    "pods": kinds.count("Pod"),
+                    "pending_pods": sum(1 for o in objs if o["kind"] == "Pod" and not o["spec"].get("nodeName")),
+                    "podgroups": kinds.count("PodGroup"),
+                    "pdbs": kinds.count("PodDisruptionBudget"),
+                },
+                "runs": runs,
+            }
+        )
     return results

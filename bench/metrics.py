@@ -28,7 +28,7 @@ def quality(cluster: Cluster, bindings: dict[str, str]) -> dict:
 
     levels = sorted({g.priority for g in cluster.gangs}, reverse=True)
     counted = [g for g in cluster.gangs if g.pods and g.need > 0]
-    placed_by_priority = {level: 0 for level in levels}
+    placed_by_priority = dict.fromkeys(levels, 0)
     placed = partial = stranded = 0
     spans = []
     for gang in counted:

@@ -7,7 +7,7 @@ production (snapshot -> build_cluster -> Cluster) and any scenario can be saved 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import orjson
 
@@ -17,7 +17,7 @@ from gangsolve.solver.model import GPU, Cluster
 
 SCHEDULER = "gangsolve"
 NAMESPACE = "bench"
-EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 GPU_MODEL_LABEL = "nvidia.com/gpu.product"
 RACK_LABEL = "topology.gangsolve.io/rack"
 ZONE_LABEL = "topology.kubernetes.io/zone"

@@ -50,7 +50,11 @@ def trace_pods() -> tuple[TracePod, ...]:
         rows = list(csv.DictReader(f))
     return tuple(
         TracePod(
-            r["name"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["num_gpu"]), r["gpu_spec"],
+            r["name"],
+            int(r["cpu_milli"]),
+            int(r["memory_mib"]),
+            int(r["num_gpu"]),
+            r["gpu_spec"],
             max(0, int(r["deletion_time"] or r["creation_time"]) - int(r["creation_time"])),
         )
         for r in rows
@@ -113,7 +117,9 @@ def group(rng: np.random.Generator, pods: list[TracePod], gangs: bool) -> list[l
     return jobs
 
 
-def job_objects(name: str, job: list[TracePod], created: float, annotations: dict[str, str] | None = None) -> list[dict]:
+def job_objects(
+    name: str, job: list[TracePod], created: float, annotations: dict[str, str] | None = None
+) -> list[dict]:
     if len(job) == 1 and not annotations:
         return [pod_object(name, job[0], created)]  # a plain pod: its own gang of one
     pods = [pod_object(f"{name}-{i}", tp, created, group=name) for i, tp in enumerate(job)]

@@ -7,15 +7,22 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on CI or servers
-import matplotlib.pyplot as plt  # noqa: E402
-import orjson  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import matplotlib.pyplot as plt
+import orjson
+from rich.console import Console
+from rich.table import Table
 
-from gangsolve.bench.metrics import priority_key  # noqa: E402
+from gangsolve.bench.metrics import priority_key
 
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang")
-COLORS = {"kube-scheduler": "tab:gray", "kube-scheduler-gang": "tab:green", "per-pod-least": "tab:gray", "per-pod-most": "tab:brown", "greedy-gang": "tab:blue", "gangsolve": "tab:red"}
+COLORS = {
+    "kube-scheduler": "tab:gray",
+    "kube-scheduler-gang": "tab:green",
+    "per-pod-least": "tab:gray",
+    "per-pod-most": "tab:brown",
+    "greedy-gang": "tab:blue",
+    "gangsolve": "tab:red",
+}
 MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}
 
 
@@ -34,8 +41,19 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
 
 
 COLUMNS = (
-    "scenario", "scheduler", "gangs placed", "by priority", "pods placed", "GPU alloc", "useful",
-    "partial (GPUs)", "nodes/gang", "cycle p50", "cycle p99", "gap", "peak MiB",
+    "scenario",
+    "scheduler",
+    "gangs placed",
+    "by priority",
+    "pods placed",
+    "GPU alloc",
+    "useful",
+    "partial (GPUs)",
+    "nodes/gang",
+    "cycle p50",
+    "cycle p99",
+    "gap",
+    "peak MiB",
 )
 
 
@@ -98,35 +116,64 @@ def print_table(results: dict, console: Console) -> None:
 
 
 TIMELINE_COLUMNS = (
-    "scenario", "scheduler", "jobs started", "finished", "queue delay p50", "p95", "JCT p50", "p95",
-    "GPU alloc (mean)", "useful (mean)", "cycle p50", "cycle p99",
+    "scenario",
+    "scheduler",
+    "jobs started",
+    "finished",
+    "queue delay p50",
+    "p95",
+    "JCT p50",
+    "p95",
+    "GPU alloc (mean)",
+    "useful (mean)",
+    "cycle p50",
+    "cycle p99",
 )
 
 
 def timeline_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
-    out = []
+    out: list[tuple[str, ...]] = []
     for sc in timeline:
         for r in sc["runs"]:
             s = r["summary"]
             out.append(
                 (
-                    sc["name"], r["scheduler"], f"{s['started']}/{s['jobs']}", str(s["finished"]),
-                    _num(s["queue_delay_p50"], "{:.0f}s"), _num(s["queue_delay_p95"], "{:.0f}s"),
-                    _num(s["jct_p50"], "{:.0f}s"), _num(s["jct_p95"], "{:.0f}s"),
-                    _pct(s["gpu_allocation_mean"]), _pct(s["gpu_useful_mean"]),
-                    _secs(s["cycle_p50"]), _secs(s["cycle_p99"]),
+                    sc["name"],
+                    r["scheduler"],
+                    f"{s['started']}/{s['jobs']}",
+                    str(s["finished"]),
+                    _num(s["queue_delay_p50"], "{:.0f}s"),
+                    _num(s["queue_delay_p95"], "{:.0f}s"),
+                    _num(s["jct_p50"], "{:.0f}s"),
+                    _num(s["jct_p95"], "{:.0f}s"),
+                    _pct(s["gpu_allocation_mean"]),
+                    _pct(s["gpu_useful_mean"]),
+                    _secs(s["cycle_p50"]),
+                    _secs(s["cycle_p99"]),
                 )
             )
     return out
 
 
 def print_timeline(timeline: list[dict], console: Console) -> None:
-    console.print(_by_scenario("Time-based mode: jobs arrive, run and leave", TIMELINE_COLUMNS, timeline_rows(timeline)))
+    console.print(
+        _by_scenario("Time-based mode: jobs arrive, run and leave", TIMELINE_COLUMNS, timeline_rows(timeline))
+    )
 
 
 LIVE_COLUMNS = (
-    "scenario", "scheduler", "pods bound", "pods/s", "first bind", "last bind", "all placeable running",
-    "gangs complete", "partial (GPUs)", "GPU alloc", "useful", "violations",
+    "scenario",
+    "scheduler",
+    "pods bound",
+    "pods/s",
+    "first bind",
+    "last bind",
+    "all placeable running",
+    "gangs complete",
+    "partial (GPUs)",
+    "GPU alloc",
+    "useful",
+    "violations",
 )
 
 
@@ -135,15 +182,28 @@ def live_rows(live: list[dict]) -> list[tuple[str, ...]]:
     for sc in live:
         for r in sc["runs"]:
             if "error" in r:
-                out.append((sc["name"], r["scheduler"], "error: " + r["error"].splitlines()[0][:80],
-                            *[""] * (len(LIVE_COLUMNS) - 3)))
+                out.append(
+                    (
+                        sc["name"],
+                        r["scheduler"],
+                        "error: " + r["error"].splitlines()[0][:80],
+                        *[""] * (len(LIVE_COLUMNS) - 3),
+                    )
+                )
                 continue
             out.append(
                 (
-                    sc["name"], r["scheduler"], f"{r['pods_placed']}/{r['pending_pods']}", _num(r["pods_per_second"]),
-                    _secs(r["first_bind_seconds"]), _secs(r["last_bind_seconds"]),
-                    _secs(r["all_placeable_running_seconds"]), f"{r['gangs_complete']}/{r['gangs']}",
-                    f"{r['partial_gangs']} ({r['stranded_gpus']})", _pct(r["gpu_allocation"]), _pct(r["gpu_useful"]),
+                    sc["name"],
+                    r["scheduler"],
+                    f"{r['pods_placed']}/{r['pending_pods']}",
+                    _num(r["pods_per_second"]),
+                    _secs(r["first_bind_seconds"]),
+                    _secs(r["last_bind_seconds"]),
+                    _secs(r["all_placeable_running_seconds"]),
+                    f"{r['gangs_complete']}/{r['gangs']}",
+                    f"{r['partial_gangs']} ({r['stranded_gpus']})",
+                    _pct(r["gpu_allocation"]),
+                    _pct(r["gpu_useful"]),
                     str(len(r["violations"]) + r.get("background_pods_lost", 0)),
                 )
             )
@@ -166,8 +226,16 @@ def markdown(results: dict) -> str:
     if results.get("live"):
         lines += ["", *md(LIVE_COLUMNS, live_rows(results["live"]))]
     if results.get("targets"):
-        lines += ["", *md(("target", "scenario", "measured", "met"),
-                          [(t["target"], t["scenario"], t["measured"], "yes" if t["met"] else "**no**") for t in results["targets"]])]
+        lines += [
+            "",
+            *md(
+                ("target", "scenario", "measured", "met"),
+                [
+                    (t["target"], t["scenario"], t["measured"], "yes" if t["met"] else "**no**")
+                    for t in results["targets"]
+                ],
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -196,9 +264,13 @@ def check_targets(results: dict) -> list[dict]:
             continue
         ok = (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0)
         partial_ok = gs["partial_gangs"] == 0 and not gs["violations"] and not gs.get("background_pods_lost")
-        add("live: pods bound/s >= kube-scheduler's, 0 partial gangs where it leaves some", sc["name"],
+        add(
+            "live: pods bound/s >= kube-scheduler's, 0 partial gangs where it leaves some",
+            sc["name"],
             f"{_num(gs['pods_per_second'])} vs {_num(ks['pods_per_second'])} pods/s; partial gangs "
-            f"{gs['partial_gangs']} vs {ks['partial_gangs']}", ok and partial_ok)
+            f"{gs['partial_gangs']} vs {ks['partial_gangs']}",
+            ok and partial_ok,
+        )
     for sc in results["scenarios"]:
         gs = _run(sc, "gangsolve")
         if gs is None:
@@ -207,23 +279,43 @@ def check_targets(results: dict) -> list[dict]:
             base = _run(sc, name)
             if base is not None:
                 mine, theirs = priority_key(gs), priority_key(base)
-                add(f"not below {name} (gangs placed per priority, highest first)", sc["name"],
-                    f"{'/'.join(map(str, mine))} vs {'/'.join(map(str, theirs))}", mine >= theirs)
+                add(
+                    f"not below {name} (gangs placed per priority, highest first)",
+                    sc["name"],
+                    f"{'/'.join(map(str, mine))} vs {'/'.join(map(str, theirs))}",
+                    mine >= theirs,
+                )
         greedy = _run(sc, "greedy-gang")
         if sc["contended"] and greedy is not None and gs["gpus_total"]:
             more = (gs["gpus_placed"] - greedy["gpus_placed"]) / max(greedy["gpus_placed"], 1)
-            add(">= +5% GPUs placed over greedy-gang (contended)", sc["name"],
-                f"{gs['gpus_placed']} vs {greedy['gpus_placed']} GPUs ({more:+.1%})", more >= 0.05)
+            add(
+                ">= +5% GPUs placed over greedy-gang (contended)",
+                sc["name"],
+                f"{gs['gpus_placed']} vs {greedy['gpus_placed']} GPUs ({more:+.1%})",
+                more >= 0.05,
+            )
         if sc["nodes"] <= 1000 and gs.get("gap") is not None:
-            add("optimality gap <= 1% (<= 1,000 nodes)", sc["name"],
-                f"{gs['gangs_placed']} gangs, bound {gs['bound']} ({gs['gap']:.1%})", gs["gap"] <= 0.01)
+            add(
+                "optimality gap <= 1% (<= 1,000 nodes)",
+                sc["name"],
+                f"{gs['gangs_placed']} gangs, bound {gs['bound']} ({gs['gap']:.1%})",
+                gs["gap"] <= 0.01,
+            )
         if sc["name"] == "synthetic/1000nodes":
             add("cycle p99 <= 1 s (1,000 nodes, 200 gangs)", sc["name"], _secs(gs["cycle_p99"]), gs["cycle_p99"] <= 1)
         if sc["nodes"] >= 5000:
-            add("cycle p99 <= 5 s (5,000 nodes)", sc["name"],
-                f"{_secs(gs['cycle_p99'])}, {gs['gangs']} gangs, {gs['pods']} pending pods", gs["cycle_p99"] <= 5)
-            add("peak RSS <= 1 GiB (5,000 nodes)", sc["name"],
-                f"{gs['peak_rss_mib']:.0f} MiB, {sc['objects']['pods']} pods in snapshot", gs["peak_rss_mib"] <= 1024)
+            add(
+                "cycle p99 <= 5 s (5,000 nodes)",
+                sc["name"],
+                f"{_secs(gs['cycle_p99'])}, {gs['gangs']} gangs, {gs['pods']} pending pods",
+                gs["cycle_p99"] <= 5,
+            )
+            add(
+                "peak RSS <= 1 GiB (5,000 nodes)",
+                sc["name"],
+                f"{gs['peak_rss_mib']:.0f} MiB, {sc['objects']['pods']} pods in snapshot",
+                gs["peak_rss_mib"] <= 1024,
+            )
     return out
 
 
@@ -301,7 +393,9 @@ def plot(results: dict, out: Path) -> list[Path]:
             t = [c["time"] / 60 for c in r["cycles"]]
             color = COLORS.get(r["scheduler"])
             top.plot(t, [c["gpu_useful"] for c in r["cycles"]], color=color, label=f"{r['scheduler']} (running jobs)")
-            top.plot(t, [c["gpu_allocation"] for c in r["cycles"]], ":", color=color, label=f"{r['scheduler']} (allocated)")
+            top.plot(
+                t, [c["gpu_allocation"] for c in r["cycles"]], ":", color=color, label=f"{r['scheduler']} (allocated)"
+            )
             bottom.plot(t, [c["pending"] for c in r["cycles"]], color=color, label=r["scheduler"])
         top.set_ylabel("GPU utilization")
         top.legend(fontsize=7)

@@ -98,7 +98,9 @@ class Runner:
         # A fork server that has imported the solver already: each run starts in milliseconds, not seconds,
         # and still with a fresh heap (its peak RSS counts the imports once, as a scheduler process would).
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["gangsolve.bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "gangsolve.solver.solve"])
+        context.set_forkserver_preload(
+            ["gangsolve.bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "gangsolve.solver.solve"]
+        )
         self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
 
     def run(self, snapshot: Path, scheduler: str, time_limit: float, repeat: int) -> dict:

@@ -75,7 +75,9 @@ def synthetic_nodes(n: int) -> tuple[list[dict], list[Shape]]:
             if shape.model:
                 labels[k8s.GPU_MODEL_LABEL] = shape.model
             taints = [H100_TAINT] if shape.tainted else None
-            nodes.append(k8s.node(f"node-{i:05d}", shape.cores * 1000, shape.memory_gib * 1024, shape.gpus, labels, taints))
+            nodes.append(
+                k8s.node(f"node-{i:05d}", shape.cores * 1000, shape.memory_gib * 1024, shape.gpus, labels, taints)
+            )
             shapes.append(shape)
             i += 1
     return nodes, shapes
@@ -84,7 +86,7 @@ def synthetic_nodes(n: int) -> tuple[list[dict], list[Shape]]:
 def background(rng: np.random.Generator, nodes: list[dict], shapes: list[Shape], small_pods: float) -> list[dict]:
     """Running pods that already hold capacity: GPU jobs on ~35% of the GPUs and small services everywhere
     (`small_pods` per node on average), so the pending work meets a fragmented cluster."""
-    pods = []
+    pods: list[dict] = []
     for node, shape in zip(nodes, shapes, strict=True):
         name = node["metadata"]["name"]
         cores, mem = shape.cores * 1000, shape.memory_gib * 1024
@@ -121,9 +123,17 @@ def gang_objects(
     for i, (role, cpu, mem, gpus) in enumerate(pods):
         out.append(
             k8s.pod(
-                f"{name}-{role}-{i}", cpu, mem, gpus, created=created, group=name, priority_class=priority,
-                node_selector=selector if gpus else None, tolerations=tolerations if gpus else None,
-                colocate=colocate, labels={"job-role": role},
+                f"{name}-{role}-{i}",
+                cpu,
+                mem,
+                gpus,
+                created=created,
+                group=name,
+                priority_class=priority,
+                node_selector=selector if gpus else None,
+                tolerations=tolerations if gpus else None,
+                colocate=colocate,
+                labels={"job-role": role},
             )
         )
     return out
@@ -136,11 +146,14 @@ def synthetic_gangs(rng: np.random.Generator, count: int, gpu_cap: int, start: f
         name = f"job-{j:05d}"
         priority = str(rng.choice([HIGH, NORMAL, LOW], p=[0.15, 0.6, 0.25]))
         kind = rng.choice(["tfjob", "gang", "h100", "colocated"], p=[0.3, 0.45, 0.1, 0.15])
-        selector = tolerations = colocate = None
+        selector: dict[str, str] | None = None
+        tolerations: list[dict] | None = None
+        colocate: str | None = None
         if kind == "h100":
             gpus = int(rng.choice([4, 8]))
             size = int(rng.integers(1, 9))
-            selector, tolerations = {k8s.GPU_MODEL_LABEL: SHAPES[1].model}, [dict(H100_TAINT, operator="Equal")]
+            selector = {k8s.GPU_MODEL_LABEL: str(SHAPES[1].model)}
+            tolerations = [dict(H100_TAINT, operator="Equal")]
         elif kind == "colocated":
             gpus = int(rng.choice([1, 2, 4]))
             size = int(rng.integers(2, 17))
@@ -192,15 +205,22 @@ def kube_perf(n_nodes: int, n_gangs: int, pods_per_gang: int) -> list[dict]:
 
 def _synthetic(n: int, gangs: int, limit: float) -> Scenario:
     return Scenario(
-        f"synthetic/{n}nodes", n, lambda: synthetic(n, gangs, seed=n),
-        f"{n} nodes (4/8-GPU models, CPU-only, tainted H100 pool, background load), {gangs} pending gangs", limit,
+        f"synthetic/{n}nodes",
+        n,
+        lambda: synthetic(n, gangs, seed=n),
+        f"{n} nodes (4/8-GPU models, CPU-only, tainted H100 pool, background load), {gangs} pending gangs",
+        limit,
     )
 
 
 def _kube_perf(n: int, gangs: int, size: int, limit: float) -> Scenario:
     return Scenario(
-        f"kube-perf/{n}nodes-{gangs}x{size}", n, lambda: kube_perf(n, gangs, size),
-        f"scheduler_perf gang shape: {n} nodes, {gangs} gangs x {size} pods", limit, contended=False,
+        f"kube-perf/{n}nodes-{gangs}x{size}",
+        n,
+        lambda: kube_perf(n, gangs, size),
+        f"scheduler_perf gang shape: {n} nodes, {gangs} gangs x {size} pods",
+        limit,
+        contended=False,
     )
 
 
@@ -220,6 +240,12 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 GRIDS = {
-    "quick": ["synthetic/10nodes", "synthetic/100nodes", "synthetic/1000nodes", "kube-perf/100nodes-20x3", "openb/gangs"],
+    "quick": [
+        "synthetic/10nodes",
+        "synthetic/100nodes",
+        "synthetic/1000nodes",
+        "kube-perf/100nodes-20x3",
+        "openb/gangs",
+    ],
     "full": list(SCENARIOS),
 }

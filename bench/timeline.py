@@ -68,8 +68,10 @@ def synthetic_timeline(n_nodes: int = 100, seed: int = 7) -> list[dict]:
     capacity = sum(s.gpus for s in shapes)
     gangs = synthetic_gangs(rng, 4 * n_nodes, gpu_cap=max(8, capacity // 4))
     durations = np.clip(rng.lognormal(np.log(900), 1.0, size=len(gangs)), 300, 3600)
-    work = [d * sum(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in g[1:])
-            for g, d in zip(gangs, durations, strict=True)]
+    work = [
+        d * sum(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in g[1:])
+        for g, d in zip(gangs, durations, strict=True)
+    ]
     objs = [*PRIORITY_CLASSES, *nodes]
     for gang, arrival, duration in zip(gangs, _arrivals(rng, work, capacity), durations, strict=False):
         gang[0]["metadata"].setdefault("annotations", {}).update(_annotate(arrival, duration))
@@ -97,10 +99,16 @@ def openb_timeline(every: int = 10, seed: int = 2023) -> list[dict]:
 TIMELINES = {
     t.name: t
     for t in (
-        Timeline("timeline/synthetic-100nodes", synthetic_timeline,
-                 "100 synthetic nodes, idle at start; gang mix arriving at 130% GPU load for 3 h"),
-        Timeline("timeline/openb", openb_timeline,
-                 "every 10th OpenB node (122 nodes); trace pods as gangs, trace durations, 130% GPU load for 3 h"),
+        Timeline(
+            "timeline/synthetic-100nodes",
+            synthetic_timeline,
+            "100 synthetic nodes, idle at start; gang mix arriving at 130% GPU load for 3 h",
+        ),
+        Timeline(
+            "timeline/openb",
+            openb_timeline,
+            "every 10th OpenB node (122 nodes); trace pods as gangs, trace durations, 130% GPU load for 3 h",
+        ),
     )
 }
 TIMELINE_GRIDS = {"quick": ["timeline/synthetic-100nodes"], "full": list(TIMELINES)}
@@ -117,7 +125,9 @@ def jobs_of(objects: list[dict]) -> tuple[list[Node], list[Job]]:
     return list(cluster.nodes), sorted(jobs, key=lambda j: (j.arrival, j.gang.name))
 
 
-def simulate(objects: list[dict], scheduler: str, time_limit: float, on_cycle: Callable[[], None] | None = None) -> dict:
+def simulate(
+    objects: list[dict], scheduler: str, time_limit: float, on_cycle: Callable[[], None] | None = None
+) -> dict:
     nodes, jobs = jobs_of(objects)
     schedule = SCHEDULERS[scheduler]
     index = {n.name: i for i, n in enumerate(nodes)}
@@ -130,10 +140,13 @@ def simulate(objects: list[dict], scheduler: str, time_limit: float, on_cycle: C
         for r, q in requests[pod].items():
             u[r] = u.get(r, 0) + sign * q
 
-    arrived, pending, running, cycles = 0, [], [], []
+    arrived = 0
+    pending: list[Job] = []
+    running: list[Job] = []
+    cycles: list[dict] = []
     for cycle in range(MAX_CYCLES):
         now = cycle * PERIOD
-        for job in [j for j in running if j.end <= now]:
+        for job in [j for j in running if j.end is not None and j.end <= now]:
             running.remove(job)
             for pod, node in job.bound.items():
                 hold(pod, node, -1)
@@ -141,8 +154,14 @@ def simulate(objects: list[dict], scheduler: str, time_limit: float, on_cycle: C
             pending.append(jobs[arrived])
             arrived += 1
         gangs = tuple(
-            Gang(j.gang.name, tuple(p for p in j.gang.pods if p.name not in j.bound), j.gang.min_member,
-                 tuple(j.bound.values()), j.gang.colocate, starving=now - j.arrival > STARVATION_SECONDS)
+            Gang(
+                j.gang.name,
+                tuple(p for p in j.gang.pods if p.name not in j.bound),
+                j.gang.min_member,
+                tuple(j.bound.values()),
+                j.gang.colocate,
+                starving=now - j.arrival > STARVATION_SECONDS,
+            )
             for j in pending
         )
         cluster = Cluster(tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)), gangs)
@@ -160,28 +179,40 @@ def simulate(objects: list[dict], scheduler: str, time_limit: float, on_cycle: C
             running.append(job)
         allocated = sum(u.get(GPU, 0) for u in used)
         useful = sum(requests[p].get(GPU, 0) for j in running for p in j.bound)
-        cycles.append({"time": now, "seconds": seconds, "pending": len(pending), "running": len(running),
-                       "gpu_allocation": allocated / total_gpus, "gpu_useful": useful / total_gpus})
+        cycles.append(
+            {
+                "time": now,
+                "seconds": seconds,
+                "pending": len(pending),
+                "running": len(running),
+                "gpu_allocation": allocated / total_gpus,
+                "gpu_useful": useful / total_gpus,
+            }
+        )
         if on_cycle:
             on_cycle()
         if arrived == len(jobs) and not running and (not pending or not bindings):
             break  # drained, or stuck: nothing runs that could free capacity and nothing new arrives
-    return {"scheduler": scheduler, "time_limit": time_limit if scheduler == "gangsolve" else None,
-            "summary": summarize(jobs, cycles), "cycles": cycles}
+    return {
+        "scheduler": scheduler,
+        "time_limit": time_limit if scheduler == "gangsolve" else None,
+        "summary": summarize(jobs, cycles),
+        "cycles": cycles,
+    }
 
 
 def summarize(jobs: list[Job], cycles: list[dict]) -> dict:
-    started = [j for j in jobs if j.start is not None]
-    finished = [j for j in started if j.end <= cycles[-1]["time"]]
-    delays = [j.start - j.arrival for j in started]
-    jct = [j.end - j.arrival for j in finished]
+    started = [(j, j.start) for j in jobs if j.start is not None]
+    ends = [(j, j.end) for j, _s in started if j.end is not None and j.end <= cycles[-1]["time"]]
+    delays = [start - j.arrival for j, start in started]
+    jct = [end - j.arrival for j, end in ends]
     # Utilization in the steady state: after the warm-up, while jobs still arrive.
     window = [c for c in cycles if WARM_UP * PERIOD <= c["time"] < WINDOW * PERIOD] or cycles
     seconds = [c["seconds"] for c in cycles]
     return {
         "jobs": len(jobs),
         "started": len(started),
-        "finished": len(finished),
+        "finished": len(ends),
         "queue_delay_p50": metrics.percentile(delays, 50),
         "queue_delay_p95": metrics.percentile(delays, 95),
         "jct_p50": metrics.percentile(jct, 50),

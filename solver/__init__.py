@@ -1,7 +1,7 @@
 """The optimization core: plain data in, placement out. No Kubernetes, YAML or I/O imports.
 
-    placement = solve(Cluster(nodes, gangs), SolveConfig(time_limit=2))
-    assert not validate(cluster, placement)
+placement = solve(Cluster(nodes, gangs), SolveConfig(time_limit=2))
+assert not validate(cluster, placement)
 """
 
 from gangsolve.solver.model import (

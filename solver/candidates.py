@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gangsolve.solver.greedy import Counts, node_scores
+from gangsolve.solver.greedy import Counts, GangCounts, node_scores
 from gangsolve.solver.model import SolveConfig
 from gangsolve.solver.problem import Problem
 
@@ -45,7 +45,6 @@ class CandidatePicker:
         return self._fitting[cls]
 
     def pick(self, cls: int, pods: int, mask: np.ndarray | None = None) -> np.ndarray:
-        problem = self.problem
         limit = max(self.config.min_candidates, self.config.candidates_per_pod * pods)
         groups = self.groups(cls)
         every = self.fitting(cls)
@@ -80,7 +79,7 @@ def candidates(problem: Problem, hint: Counts, config: SolveConfig) -> tuple[dic
         hinted = hint.get(g, {})
         masks: list[np.ndarray | None] = [None]
         if gang.colocate:
-            masks = _domain_masks(problem, g, hinted)
+            masks = list(_domain_masks(problem, g, hinted))
         for p, part in enumerate(problem.parts[g]):
             picked = [picker.pick(part.cls, len(part.pods), m) for m in masks]
             picked.append(np.array([n for (q, n) in hinted if q == p], dtype=np.int64))
@@ -89,7 +88,7 @@ def candidates(problem: Problem, hint: Counts, config: SolveConfig) -> tuple[dic
     return result, pruned
 
 
-def _domain_masks(problem: Problem, g: int, hinted: dict, most: int = 4) -> list[np.ndarray]:
+def _domain_masks(problem: Problem, g: int, hinted: GangCounts, most: int = 4) -> list[np.ndarray]:
     """For a co-located gang: the hint's domain and the few roomiest others, one node mask each."""
     gang = problem.gangs[g]
     domain = problem.domains(gang.colocate or "")
@@ -106,4 +105,4 @@ def _domain_masks(problem: Problem, g: int, hinted: dict, most: int = 4) -> list
     pods = np.bincount(ids, weights=problem.free[eligible & (domain >= 0), problem.res_index["pods"]])
     roomiest = list(np.lexsort((np.arange(len(gpus)), -pods, -gpus))[:most])
     roomiest += [int(domain[n]) for (_, n) in hinted]
-    return [domain == d for d in sorted(set(int(d) for d in roomiest))]
+    return [domain == d for d in sorted({int(d) for d in roomiest})]

@@ -42,11 +42,11 @@ class Stage:
         return {**self.__dict__, "seconds": round(self.seconds, 4)}
 
 
-def _sum(variables: list) -> cp_model.LinearExpr:
+def _sum(variables: list[cp_model.IntVar]) -> cp_model.LinearExpr:
     return cp_model.LinearExpr.sum(variables)
 
 
-def _weighted(variables: list, coefficients: list[int]) -> cp_model.LinearExpr:
+def _weighted(variables: list[cp_model.IntVar], coefficients: list[int]) -> cp_model.LinearExpr:
     return cp_model.LinearExpr.weighted_sum(variables, coefficients)
 
 
@@ -123,7 +123,7 @@ class GangModel:
             for p, part in enumerate(problem.parts[g]):
                 nodes = cands.get((g, p), np.zeros(0, dtype=np.int64))
                 bounds = np.minimum(problem.fit[part.cls][nodes], len(part.pods))
-                for n, ub in zip(nodes.tolist(), bounds.tolist()):
+                for n, ub in zip(nodes.tolist(), bounds.tolist(), strict=True):
                     self.x[(g, p, n)] = m.new_int_var(0, ub, f"x_{g}_{p}_{n}")
                     self.ub[(g, p, n)] = ub
                     keys.append((g, p, n))
@@ -169,7 +169,7 @@ class GangModel:
 
     def _hint(self, extra: dict[cp_model.IntVar, int] | None = None) -> None:
         """A complete hint: every variable gets the current placement's value."""
-        self.model.clear_hints()
+        self.model.clear_hints()  # type: ignore[no-untyped-call]  # ortools ships this one unannotated
         values = {var.index: self.counts.get(g, {}).get((p, n), 0) for (g, p, n), var in self.x.items()}
         values.update({var.index: int(g in self.counts) for g, var in self.placed.items()})
         values.update({var.index: value for var, value in (extra or {}).items()})
@@ -214,7 +214,12 @@ class GangModel:
                     opened[n] = m.new_bool_var(f"opened_{n}")
                 m.add(var <= ub * opened[n])
         used = {(g, n) for g, c in self.counts.items() for (_p, n) in c}
-        gpu_used = {n for g, c in self.counts.items() for (p, n) in c if problem.demand[problem.parts[g][p].cls, problem.gpu] > 0}
+        gpu_used = {
+            n
+            for g, c in self.counts.items()
+            for (p, n) in c
+            if problem.demand[problem.parts[g][p].cls, problem.gpu] > 0
+        }
         hint = {var: int(key in used) for key, var in on.items()}
         hint.update({var: int(n in gpu_used) for n, var in opened.items()})
         self._hint(hint)
@@ -236,8 +241,8 @@ class GangModel:
         m = self.model
         if current == bound or seconds < MIN_STAGE_SECONDS:  # already optimal, or no time left to improve
             m.add(expr >= current) if sense == MAX else m.add(expr <= current)
-            status = "SKIPPED" if current == bound else "NO_TIME"
-            return Stage(name, status, current, bound, time.perf_counter() - started)
+            skipped = "SKIPPED" if current == bound else "NO_TIME"
+            return Stage(name, skipped, current, bound, time.perf_counter() - started)
         (m.maximize if sense == MAX else m.minimize)(expr)
         solver = cp_model.CpSolver()
         # Interleaved search with a deterministic-time budget gives the same answer for the same input;
@@ -254,8 +259,8 @@ class GangModel:
         status = solver.solve(m)
         value, best = current, bound
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            found = int(round(solver.objective_value))
-            best = int(round(solver.best_objective_bound))
+            found = round(solver.objective_value)
+            best = round(solver.best_objective_bound)
             if (found > current) if sense == MAX else (found < current):
                 value = found
                 self.counts = self._read(solver)

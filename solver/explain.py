@@ -7,7 +7,7 @@ import numpy as np
 
 from gangsolve.solver.greedy import Counts, place_colocated, place_gang
 from gangsolve.solver.model import PODS, Pod
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import GangPart, Problem
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -35,7 +35,7 @@ def _where(pod: Pod) -> str:
     return "on nodes matching " + " and ".join(parts) if parts else "on schedulable nodes"
 
 
-def _exclusions(problem: Problem, g: int, cache: dict) -> str:
+def _exclusions(problem: Problem, g: int, cache: dict[tuple[int, ...], str]) -> str:
     """Nodes no pod of the gang may use, grouped by the first constraint that rules them out."""
     parts = problem.parts[g]
     key = tuple(part.cls for part in parts)
@@ -44,7 +44,7 @@ def _exclusions(problem: Problem, g: int, cache: dict) -> str:
     return cache[key]
 
 
-def _exclusions_of(problem: Problem, parts) -> str:
+def _exclusions_of(problem: Problem, parts: tuple[GangPart, ...]) -> str:
     eligible = np.zeros(len(problem.nodes), dtype=bool)
     for part in parts:
         eligible |= problem.eligible[part.cls]
@@ -58,7 +58,9 @@ def _exclusions_of(problem: Problem, parts) -> str:
         if not names:
             continue
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        phrases.append(f"{shown} excluded by {reason}" if len(names) == 1 else f"{len(names)} nodes ({shown}) excluded by {reason}")
+        phrases.append(
+            f"{shown} excluded by {reason}" if len(names) == 1 else f"{len(names)} nodes ({shown}) excluded by {reason}"
+        )
     return "; ".join(phrases)
 
 
@@ -78,7 +80,10 @@ def _shortage(problem: Problem, g: int) -> str | None:
             break
     free = np.maximum(problem.free[available], 0).sum(axis=0)
     # Scarce resources first: GPUs, then extended resources, then the rest.
-    order = sorted(range(len(problem.resources)), key=lambda r: (r != problem.gpu, problem.resources[r] in (PODS, "cpu", "memory"), r))
+    order = sorted(
+        range(len(problem.resources)),
+        key=lambda r: (r != problem.gpu, problem.resources[r] in (PODS, "cpu", "memory"), r),
+    )
     for r in order:
         if required[r] > free[r]:
             name = problem.resources[r]
@@ -118,7 +123,7 @@ def fits_alone(problem: Problem, g: int) -> bool:
     return (place_colocated(problem, g, alone) if gang.colocate else place_gang(problem, g, alone)) is not None
 
 
-def explain(problem: Problem, g: int, counts: Counts, cache: dict | None = None) -> str:
+def explain(problem: Problem, g: int, counts: Counts, cache: dict[tuple[int, ...], str] | None = None) -> str:
     """`cache` (any dict, shared across the gangs of one cycle) saves re-deriving exclusions per pod class."""
     gang = problem.gangs[g]
     total = len(gang.pods) + len(gang.bound_nodes)
@@ -131,7 +136,9 @@ def explain(problem: Problem, g: int, counts: Counts, cache: dict | None = None)
     why = _shortage(problem, g) or _single_pod(problem, g)
     if why is None:
         if fits_alone(problem, g):
-            why = "fits the free capacity on its own, but gangs placed this cycle (higher priority or better fit) took it"
+            why = (
+                "fits the free capacity on its own, but gangs placed this cycle (higher priority or better fit) took it"
+            )
         elif gang.colocate:
             why = f"no single {gang.colocate} value has room for {max(gang.need, 1)} pods together"
         else:

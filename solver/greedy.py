@@ -7,12 +7,21 @@ baseline of the benchmarks.
 
 from __future__ import annotations
 
+from typing import Protocol, TypeAlias
+
 import numpy as np
 
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Problem, Rows
 
-# counts[gang][(part, node)] = pods of that gang part on that node
-Counts = dict[int, dict[tuple[int, int], int]]
+# gang_counts[(part, node)] = pods of that gang part on that node; counts[gang] = that gang's
+GangCounts: TypeAlias = dict[tuple[int, int], int]
+Counts: TypeAlias = dict[int, GangCounts]
+
+
+class Scorer(Protocol):
+    """Scores nodes (of `rows`) for one pod of class `cls` given the free capacity; lower is better."""
+
+    def __call__(self, problem: Problem, cls: int, free: np.ndarray, rows: Rows = ...) -> np.ndarray: ...
 
 
 def queue_order(problem: Problem) -> list[int]:
@@ -32,38 +41,41 @@ def smallest_first_order(problem: Problem) -> list[int]:
     gangs = problem.gangs
     share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
 
-    def key(g: int) -> tuple:
+    def key(g: int) -> tuple[object, ...]:
         size = (0, 0.0) if gangs[g].starving else (int(problem.floor[g, problem.gpu]), float(share[g]))
         return (_desc(gangs[g].level), *size, gangs[g].order, gangs[g].name)
 
     return sorted(range(len(gangs)), key=key)
 
 
-def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:
+def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
     """Lower is better: kube-scheduler's MostAllocated, the node left most used across the resources the pod
     asks for. Packs cpu and memory as tightly as GPUs, which wins where they run out first."""
     demand = problem.demand[cls]
     asked = demand > 0
-    return ((free[rows] - demand) * problem.inv_allocatable[rows])[:, asked].mean(axis=1)
+    scores: np.ndarray = ((free[rows] - demand) * problem.inv_allocatable[rows])[:, asked].mean(axis=1)
+    return scores
 
 
-def node_scores(problem: Problem, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:
+def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
     demand = problem.demand[cls]
-    score = ((free[rows] - demand) * problem.inv_allocatable[rows]).sum(axis=1)
+    score: np.ndarray = ((free[rows] - demand) * problem.inv_allocatable[rows]).sum(axis=1)
     gpu = problem.gpu
     if demand[gpu] > 0:
-        return score + 10.0 * (free[rows, gpu] - demand[gpu])
-    return score + 1e4 * (problem.allocatable[rows, gpu] > 0)
+        score += 10.0 * (free[rows, gpu] - demand[gpu])
+    else:
+        score += 1e4 * (problem.allocatable[rows, gpu] > 0)
+    return score
 
 
 _USED = 1e6  # locality: a node the gang already uses beats any best-fit difference
 
 
 def place_gang(
-    problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None = None, scorer=node_scores
-) -> dict | None:
+    problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None = None, scorer: Scorer = node_scores
+) -> GangCounts | None:
     """Place gang g's pods on `free` (updated in place) best-fit. Returns the counts, or None (and `free`
     untouched) when fewer than the gang's need fit."""
     gang = problem.gangs[g]
@@ -99,7 +111,9 @@ def place_gang(
     return counts
 
 
-def place_colocated(problem: Problem, g: int, free: np.ndarray, max_tries: int = 64, scorer=node_scores) -> dict | None:
+def place_colocated(
+    problem: Problem, g: int, free: np.ndarray, max_tries: int = 64, scorer: Scorer = node_scores
+) -> GangCounts | None:
     """A gang that must share one value of a node label: try the tightest domains that could hold it."""
     gang = problem.gangs[g]
     domain = problem.domains(gang.colocate or "")
@@ -130,7 +144,7 @@ def place_colocated(problem: Problem, g: int, free: np.ndarray, max_tries: int =
     return None
 
 
-def greedy(problem: Problem, order: list[int] | None = None, scorer=node_scores) -> Counts:
+def greedy(problem: Problem, order: list[int] | None = None, scorer: Scorer = node_scores) -> Counts:
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
     likes best; a gang that cannot reach its minimum takes nothing."""
     free = problem.free.copy()

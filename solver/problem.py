@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 
 from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from gangsolve.solver.constraints.taints import untolerated
 from gangsolve.solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
+
+# Node rows an array operation reads: all of them, or some.
+Rows: TypeAlias = slice | Sequence[int] | np.ndarray
 
 
 def exclusion(pod: Pod, node: Node) -> str | None:
@@ -34,7 +38,7 @@ def exclusion(pod: Pod, node: Node) -> str | None:
     return None
 
 
-def _class_key(pod: Pod) -> tuple:
+def _class_key(pod: Pod) -> tuple[object, ...]:
     return (
         tuple(sorted(pod.requests.items())),
         tuple(sorted(pod.node_selector.items())),
@@ -85,7 +89,7 @@ class Problem:
         self.inv_allocatable = np.divide(1.0, self.allocatable, out=np.zeros(shape), where=self.allocatable > 0)
 
         # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
-        index: dict[tuple, int] = {}
+        index: dict[tuple[object, ...], int] = {}
         self.class_pods: list[Pod] = []  # a representative pod per class
         self.parts: list[tuple[GangPart, ...]] = []
         for gang in self.gangs:
@@ -110,11 +114,13 @@ class Problem:
             self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
         self.eligible = self._eligibility()
         self.floor = self._floors()
-        self.fit = np.stack([self.fits(c, self.free) for c in range(len(self.class_pods))]) if self.class_pods else (
-            np.zeros((0, len(self.nodes)), dtype=np.int64)
+        self.fit = (
+            np.stack([self.fits(c, self.free) for c in range(len(self.class_pods))])
+            if self.class_pods
+            else (np.zeros((0, len(self.nodes)), dtype=np.int64))
         )
 
-    def fits(self, cls: int, free: np.ndarray, rows=slice(None)) -> np.ndarray:
+    def fits(self, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
         """How many pods of class `cls` each node (of `rows`) holds given `free`; 0 where not eligible."""
         need = self.demand[cls]
         used = need > 0
@@ -129,7 +135,9 @@ class Problem:
         for g, gang in enumerate(self.gangs):
             if not gang.pods or gang.need == 0:
                 continue
-            rows = np.concatenate([np.repeat(self.demand[part.cls][None, :], len(part.pods), axis=0) for part in self.parts[g]])
+            rows = np.concatenate(
+                [np.repeat(self.demand[part.cls][None, :], len(part.pods), axis=0) for part in self.parts[g]]
+            )
             floor[g] = np.sort(rows, axis=0)[: gang.need].sum(axis=0)
         return floor
 
@@ -138,7 +146,7 @@ class Problem:
         constraint excluded (`excluded[c][reason]`), which explanations read."""
         self.excluded: list[dict[str, list[int]]] = []
         eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)
-        groups_by_keys: dict[tuple, dict[tuple, list[int]]] = {}
+        groups_by_keys: dict[tuple[object, ...], dict[tuple[object, ...], list[int]]] = {}
         for c, pod in enumerate(self.class_pods):
             keys = tuple(sorted(label_keys(pod.node_selector, pod.affinity)))
             by_name = reads_node_name(pod.affinity)

@@ -42,7 +42,8 @@ def resources(problem: Problem, counts: Counts, scale: int) -> int:
 
 def empty_gpu_nodes(problem: Problem) -> np.ndarray:
     gpu = problem.gpu
-    return (problem.allocatable[:, gpu] > 0) & (problem.free[:, gpu] == problem.allocatable[:, gpu])
+    empty: np.ndarray = (problem.allocatable[:, gpu] > 0) & (problem.free[:, gpu] == problem.allocatable[:, gpu])
+    return empty
 
 
 def locality(problem: Problem, counts: Counts) -> int:

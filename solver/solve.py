@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TypeAlias
 
 from gangsolve.solver import score
 from gangsolve.solver.candidates import candidates
@@ -11,6 +12,9 @@ from gangsolve.solver.explain import explain
 from gangsolve.solver.greedy import Counts, greedy, most_allocated, node_scores, smallest_first_order
 from gangsolve.solver.model import Cluster, GangResult, Level, Placement, SolveConfig
 from gangsolve.solver.problem import Problem
+
+# Per priority level: (gangs placed, upper bound on them, gangs that could be placed at all).
+LevelCounts: TypeAlias = dict[Level, tuple[int, int, int]]
 
 # Leave this share of the time limit for reading the solution and explaining pending gangs (about 0.4 s
 # at 5,000 nodes and 1,000 gangs).
@@ -28,7 +32,7 @@ def solve(cluster: Cluster, config: SolveConfig | None = None) -> Placement:
     greedy_seconds = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"
-    levels: dict = {}
+    levels: LevelCounts = {}
     if config.use_cpsat and problem.gangs:
         counts = _best_hint(problem, counts, started, greedy_seconds, config, scale)
         counts, stages, levels = _optimise(problem, counts, config, deadline)
@@ -46,7 +50,10 @@ def _best_hint(
 ) -> Counts:
     """The best of several greedy variants, tried while they take under _HINT_SHARE of the time limit."""
     best = baseline
-    key = lambda c: (score.rank(problem, c, scale), -score.locality(problem, c))  # noqa: E731
+
+    def key(counts: Counts) -> tuple[tuple[int, ...], int]:
+        return score.rank(problem, counts, scale), -score.locality(problem, counts)
+
     small = smallest_first_order(problem)
     for order, scorer in ((small, most_allocated), (None, most_allocated), (small, node_scores)):
         if time.perf_counter() - started + took > _HINT_SHARE * config.time_limit:
@@ -62,7 +69,9 @@ def _best_hint(
 _TIER_SHARE = {"resources": 0.15, "locality": 0.05}
 
 
-def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: float) -> tuple[Counts, list[Stage], dict]:
+def _optimise(
+    problem: Problem, hint: Counts, config: SolveConfig, deadline: float
+) -> tuple[Counts, list[Stage], LevelCounts]:
     """The staged CP-SAT solve. Returns the placement, the stages, and per priority level (found, bound)."""
     cands, pruned = candidates(problem, hint, config)
     model = GangModel(problem, cands, hint)
@@ -91,7 +100,16 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
             expr = model.gangs_expr({level: 1})
             current = score.placed_at(problem, model.counts, level)
             seconds = (deadline - time.perf_counter() - later_tiers) / (len(levels) - i)
-            stage = model.solve_stage(f"priority {level[0]}{' starving' if level[1] else ''}", expr, MAX, current, maxima[level], seconds, deadline, config.workers)
+            stage = model.solve_stage(
+                f"priority {level[0]}{' starving' if level[1] else ''}",
+                expr,
+                MAX,
+                current,
+                maxima[level],
+                seconds,
+                deadline,
+                config.workers,
+            )
             stages.append(stage)
             bounds[level] = stage.bound
             if pruned and stage.status != "SKIPPED":
@@ -111,7 +129,11 @@ def _optimise(problem: Problem, hint: Counts, config: SolveConfig, deadline: flo
         expr, bound = model.locality_expr()
         stages.append(model.solve_stage("locality", expr, MIN, current, bound, seconds, deadline, config.workers))
     found = {level: score.placed_at(problem, model.counts, level) for level in levels}
-    return model.counts, stages, {level: (found[level], max(bounds[level], found[level]), maxima[level]) for level in levels}
+    return (
+        model.counts,
+        stages,
+        {level: (found[level], max(bounds[level], found[level]), maxima[level]) for level in levels},
+    )
 
 
 _BOUND_SHARE = 0.05  # of the time limit, for the whole-cluster bound when candidates were pruned
@@ -136,7 +158,7 @@ def _decode(bound: int, levels: list[Level], weights: dict[Level, int], maxima: 
     return out
 
 
-def _gang_bound(levels: dict) -> int:
+def _gang_bound(levels: LevelCounts) -> int:
     """An upper bound on gangs placed by any placement at least as good in priority order: levels proven at
     their count, the first open level at its bound, every level below at its most."""
     total, open_level = 0, False
@@ -150,7 +172,7 @@ def _gang_bound(levels: dict) -> int:
 
 
 def _placement(
-    problem: Problem, counts: Counts, stages: list[Stage], levels: dict, status: str, seconds: float
+    problem: Problem, counts: Counts, stages: list[Stage], levels: LevelCounts, status: str, seconds: float
 ) -> Placement:
     bindings: dict[str, str] = {}
     for g, gang_counts in counts.items():
@@ -160,7 +182,7 @@ def _placement(
                 for _ in range(gang_counts[(p, n)]):
                     bindings[next(pods).name] = problem.nodes[n].name
     results = []
-    explained: dict = {}
+    explained: dict[tuple[int, ...], str] = {}
     for g, gang in enumerate(problem.gangs):
         placed_pods = sum(counts.get(g, {}).values())
         placed = len(gang.bound_nodes) + placed_pods >= gang.min_member and (placed_pods > 0 or gang.need == 0)

@@ -7,7 +7,9 @@ from gangsolve.solver.model import GPU, Gang, Node, Pod, Taint
 GI = 2**30
 
 
-def node(name: str, cpu: int = 32, gpus: int = 0, memory_gi: int = 256, pods: int = 110, labels=None, taints=(), **kw) -> Node:
+def node(
+    name: str, cpu: int = 32, gpus: int = 0, memory_gi: int = 256, pods: int = 110, labels=None, taints=(), **kw
+) -> Node:
     allocatable = {"cpu": cpu * 1000, "memory": memory_gi * GI, "pods": pods}
     if gpus:
         allocatable[GPU] = gpus
@@ -35,37 +37,67 @@ MASTER_TAINT = Taint("node-role.kubernetes.io/master", "", "NoSchedule")
 # --- Kubernetes objects ---------------------------------------------------------------------------------------
 
 
-def k8s_node(name: str, cpu="32", memory="256Gi", gpus=None, pods="110", labels=None, taints=None, ready=True, unschedulable=False) -> dict:
+def k8s_node(
+    name: str,
+    cpu="32",
+    memory="256Gi",
+    gpus=None,
+    pods="110",
+    labels=None,
+    taints=None,
+    ready=True,
+    unschedulable=False,
+) -> dict:
     allocatable = {"cpu": cpu, "memory": memory, "pods": pods}
     if gpus is not None:
         allocatable["nvidia.com/gpu"] = str(gpus)
-    obj = {
+    return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
         "spec": {"taints": taints or [], "unschedulable": unschedulable},
-        "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
-    return obj
 
 
 def k8s_pod(
-    name: str, ns: str = "default", cpu="1", memory="1Gi", gpus=None, scheduler="gangsolve", node_name=None,
-    phase="Pending", labels=None, annotations=None, owner=None, priority=None, created=None, **spec
+    name: str,
+    ns: str = "default",
+    cpu="1",
+    memory="1Gi",
+    gpus=None,
+    scheduler="gangsolve",
+    node_name=None,
+    phase="Pending",
+    labels=None,
+    annotations=None,
+    owner=None,
+    priority=None,
+    created=None,
+    **spec,
 ) -> dict:
     requests = {"cpu": cpu, "memory": memory}
     if gpus is not None:
         requests["nvidia.com/gpu"] = str(gpus)
     meta = {"name": name, "namespace": ns, "labels": labels or {}, "annotations": annotations or {}}
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": f"uid-{owner}", "controller": True}]
+        meta["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": f"uid-{owner}", "controller": True}
+        ]
     if created:
         meta["creationTimestamp"] = created
     obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": {"schedulerName": scheduler, "containers": [{"name": "main", "resources": {"requests": requests}}], **spec},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "main", "resources": {"requests": requests}}],
+            **spec,
+        },
         "status": {"phase": phase},
     }
     if node_name:

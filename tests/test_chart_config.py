@@ -25,12 +25,19 @@ def test_every_config_key_the_chart_allows_is_a_scheduler_setting(tmp_path: Path
     props = schema["properties"]["config"]["properties"]
     values = {key: _sample(prop, schema["definitions"]) for key, prop in props.items()}
     # The chart adds the Lease's name and namespace itself.
-    values.update({"lease-name": "gs-gangsolve", "lease-namespace": "gangsolve-system", "lease-duration": 15,
-                   "renew-deadline": 10})
+    values.update(
+        {
+            "lease-name": "gs-gangsolve",
+            "lease-namespace": "gangsolve-system",
+            "lease-duration": 15,
+            "renew-deadline": 10,
+        }
+    )
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(values))
     cfg = config.build(str(path))
-    assert cfg.lease_namespace == "gangsolve-system" and cfg.time_limit == 1.5
+    assert cfg.lease_namespace == "gangsolve-system"
+    assert cfg.time_limit == 1.5
 
 
 def test_default_values_config_is_accepted() -> None:

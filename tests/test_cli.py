@@ -26,9 +26,19 @@ def test_users_tfjob_all_eight_on_gpu_nodes():
     assert len(plan["bindings"]) == 8
     assert set(plan["bindings"].values()) <= {"apollo61", "apollo62"}
     assert plan["gangs"] == [
-        {"name": "default/mnist", "placed": True, "minMember": 8, "pods": 8, "placedPods": 8, "priority": 0, "reason": ""}
+        {
+            "name": "default/mnist",
+            "placed": True,
+            "minMember": 8,
+            "pods": 8,
+            "placedPods": 8,
+            "priority": 0,
+            "reason": "",
+        }
     ]
-    assert plan["status"] == "OPTIMAL" and plan["objective"] == 1 and plan["bestBound"] == 1
+    assert plan["status"] == "OPTIMAL"
+    assert plan["objective"] == 1
+    assert plan["bestBound"] == 1
     assert isinstance(plan["solveSeconds"], float)
 
 
@@ -44,13 +54,15 @@ def test_users_tfjob_with_nine_workers_places_nothing_and_names_the_gpu():
 
 def test_default_scheduler_name_leaves_kube_batchd_pods_alone():
     plan = orjson.loads(solve(str(EXAMPLES / "tfjob-8.yaml"), "-o", "json").stdout)
-    assert plan["bindings"] == {} and plan["gangs"] == []
+    assert plan["bindings"] == {}
+    assert plan["gangs"] == []
 
 
 def test_table_output_for_people():
     result = solve(str(EXAMPLES / "tfjob-10.yaml"), "--scheduler-name", "kube-batchd")
     assert result.exit_code == 0
-    assert "default/mnist" in result.stdout and "0/1 gangs placed" in result.stdout
+    assert "default/mnist" in result.stdout
+    assert "0/1 gangs placed" in result.stdout
 
 
 def test_stdin_and_multi_document_yaml():
@@ -66,7 +78,8 @@ def test_json_list_snapshot():
 
 def test_empty_snapshot_is_an_empty_plan():
     plan = orjson.loads(solve("-", "-o", "json", input="").stdout)
-    assert plan["bindings"] == {} and plan["gangs"] == []
+    assert plan["bindings"] == {}
+    assert plan["gangs"] == []
 
 
 def test_other_kinds_are_ignored():
@@ -75,12 +88,21 @@ def test_other_kinds_are_ignored():
 
 
 @pytest.mark.parametrize(
-    "text, message",
+    ("text", "message"),
     [
         ("kind: [unclosed", "error: snapshot: invalid YAML/JSON at line 2, column 1"),
-        (yaml.safe_dump(k8s_list(k8s_pod("p", cpu="2x"))), "error: Pod default/p: spec.containers[0].resources.requests.cpu: quantity '2x' does not parse"),
-        (yaml.safe_dump(k8s_list(k8s_node("n"), k8s_node("n"))), "error: Node n: metadata.name: duplicate object in snapshot"),
-        (yaml.safe_dump(k8s_list(k8s_node("n", gpus="many"))), "error: Node n: status.allocatable.nvidia.com/gpu: quantity 'many' does not parse"),
+        (
+            yaml.safe_dump(k8s_list(k8s_pod("p", cpu="2x"))),
+            "error: Pod default/p: spec.containers[0].resources.requests.cpu: quantity '2x' does not parse",
+        ),
+        (
+            yaml.safe_dump(k8s_list(k8s_node("n"), k8s_node("n"))),
+            "error: Node n: metadata.name: duplicate object in snapshot",
+        ),
+        (
+            yaml.safe_dump(k8s_list(k8s_node("n", gpus="many"))),
+            "error: Node n: status.allocatable.nvidia.com/gpu: quantity 'many' does not parse",
+        ),
         (yaml.safe_dump(k8s_list({"kind": "Pod", "metadata": {}})), "error: Pod <unnamed>: metadata.name: missing"),
     ],
 )
@@ -97,7 +119,9 @@ def test_bad_input_is_one_line_exit_2_nothing_on_stdout(text, message):
 
 def test_missing_file():
     proc = subprocess.run([sys.executable, "-m", "gangsolve", "solve", "nope.yaml"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "cannot read nope.yaml" in proc.stderr and proc.stdout == ""
+    assert proc.returncode == 2
+    assert "cannot read nope.yaml" in proc.stderr
+    assert proc.stdout == ""
 
 
 def test_now_marks_long_pending_gangs_starving():

@@ -69,8 +69,11 @@ def _makefile_uv_version() -> str:
 
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in path.rglob("*") if p.is_file() and not p.is_symlink()}
+    return {
+        str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in path.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
@@ -82,8 +85,7 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
     context = tmp_path / "src"
     context.mkdir()
     venv = tmp_path / "opt" / "gangsolve"
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"VIRTUAL_ENV", "PYTHONPATH", "UV_PROJECT_ENVIRONMENT"}}
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "UV_PROJECT_ENVIRONMENT"}}
     env["UV"] = str(uv)
     ran: list[str] = []
     for instr, args in _build_stage(ROOT / "Dockerfile"):
@@ -99,8 +101,12 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
             for source in sources:
                 target = context / dest / (Path(source).name if dest.endswith("/") else "")
                 if (ROOT / source).is_dir():
-                    shutil.copytree(ROOT / source, context / dest, dirs_exist_ok=True,
-                                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results", "*.egg-info"))
+                    shutil.copytree(
+                        ROOT / source,
+                        context / dest,
+                        dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results", "*.egg-info"),
+                    )
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(ROOT / source, target)
@@ -115,8 +121,13 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
     # The environment holds gangsolve and the locked runtime dependencies, without the dev group.
     version = subprocess.run([str(uv), "--version"], capture_output=True, text=True, check=True).stdout
     assert version.split()[1] == _makefile_uv_version()
-    freeze = subprocess.run([str(uv), "pip", "freeze", "--python", str(venv / "bin" / "python")],
-                            capture_output=True, text=True, check=True, env=env).stdout
+    freeze = subprocess.run(
+        [str(uv), "pip", "freeze", "--python", str(venv / "bin" / "python")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     names = {re.split(r"==| @ ", line)[0].lower() for line in freeze.splitlines()}
     assert {"gangsolve", "gangsolve-solver", "ortools", "kubernetes-asyncio", "prometheus-client"} <= names
     assert not names & {"pytest", "hypothesis"}, "dev dependencies leaked into the image"
@@ -128,22 +139,37 @@ def test_image_install_steps_give_a_working_gangsolve(tmp_path: Path) -> None:
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     before = _tree(venv)
-    out = subprocess.run(["gangsolve", "--version"], cwd=workdir, env=run_env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["gangsolve", "--version"], cwd=workdir, env=run_env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "gangsolve, version 0.1.0"
     solved = subprocess.run(
-        ["gangsolve", "solve", str(ROOT / "examples" / "tfjob-8.yaml"), "--scheduler-name", "kube-batchd",
-         "-o", "json"], cwd=workdir, env=run_env, capture_output=True, text=True, check=True)
+        [
+            "gangsolve",
+            "solve",
+            str(ROOT / "examples" / "tfjob-8.yaml"),
+            "--scheduler-name",
+            "kube-batchd",
+            "-o",
+            "json",
+        ],
+        cwd=workdir,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     plan = json.loads(solved.stdout)
-    assert len(plan["bindings"]) == 8 and "apollo25" not in plan["bindings"].values()
+    assert len(plan["bindings"]) == 8
+    assert "apollo25" not in plan["bindings"].values()
     assert [g["placed"] for g in plan["gangs"]] == [True]
     assert _tree(venv) == before, "running gangsolve wrote into its environment (bytecode not precompiled?)"
     assert not list(workdir.iterdir())
     # The harness is not there, and asking for it says how to get it, in one line.
-    bench = subprocess.run(["gangsolve", "bench", "--list"], cwd=workdir, env=run_env, capture_output=True,
-                           text=True)
-    assert bench.returncode == 2 and "gangsolve[bench]" in bench.stderr and "Traceback" not in bench.stderr
+    bench = subprocess.run(["gangsolve", "bench", "--list"], cwd=workdir, env=run_env, capture_output=True, text=True)
+    assert bench.returncode == 2
+    assert "gangsolve[bench]" in bench.stderr
+    assert "Traceback" not in bench.stderr
     # The image's entrypoint, `gangsolve run`, is there.
-    entry = subprocess.run(["gangsolve", "run", "--help"], cwd=workdir, env=run_env, capture_output=True,
-                           text=True)
+    entry = subprocess.run(["gangsolve", "run", "--help"], cwd=workdir, env=run_env, capture_output=True, text=True)
     assert entry.returncode == 0, entry.stderr

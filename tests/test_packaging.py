@@ -12,8 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # distribution folder -> (the folder its packages map from, the import name of that folder)
-DISTRIBUTIONS = {".": ("src/gangsolve", "gangsolve"), "solver": ("solver", "gangsolve.solver"),
-                 "bench": ("bench", "gangsolve.bench")}
+DISTRIBUTIONS = {
+    ".": ("src/gangsolve", "gangsolve"),
+    "solver": ("solver", "gangsolve.solver"),
+    "bench": ("bench", "gangsolve.bench"),
+}
 
 
 def _declared(dist: str) -> set[str]:
@@ -50,8 +53,9 @@ def _imports(folder: str) -> dict[str, set[str]]:
 
 
 def test_the_edge_and_live_scheduler_never_import_the_harness() -> None:
-    offenders = {f: sorted(n for n in names if n.startswith("gangsolve.bench"))
-                 for f, names in _imports("src/gangsolve").items()}
+    offenders = {
+        f: sorted(n for n in names if n.startswith("gangsolve.bench")) for f, names in _imports("src/gangsolve").items()
+    }
     assert {f: n for f, n in offenders.items() if n} == {}
 
 

@@ -40,8 +40,7 @@ def find_versions_file() -> Path:
         if candidate.is_file():
             return candidate
     raise BinariesMissing(
-        "hack/versions.env not found above this package; run from a gangsolve checkout "
-        "or set GANGSOLVE_VERSIONS_ENV"
+        "hack/versions.env not found above this package; run from a gangsolve checkout or set GANGSOLVE_VERSIONS_ENV"
     )
 
 

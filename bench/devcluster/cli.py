@@ -26,15 +26,32 @@ def dev_cluster() -> None:
 @click.option("--gpus", default=8, show_default=True, help="nvidia.com/gpu capacity of each node.")
 @click.option("--pods", default=110, show_default=True, help="Pod capacity of each node.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label every node (repeatable).")
-@click.option("--taint", "taints", multiple=True, metavar="KEY[=VALUE]:EFFECT",
-              help="Taint every node (repeatable).")
+@click.option("--taint", "taints", multiple=True, metavar="KEY[=VALUE]:EFFECT", help="Taint every node (repeatable).")
 @click.option("--node-prefix", default="kwok-node-", show_default=True)
-@click.option("--scheduler/--no-scheduler", default=True, show_default=True,
-              help="Run the default kube-scheduler (turn off when gangsolve should bind every pod).")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Keep certificates, data, logs and the kubeconfig here (default: a temp dir, removed).")
-def up(nodes: int, cpu: str, memory: str, gpus: int, pods: int, labels: tuple[str, ...],
-       taints: tuple[str, ...], node_prefix: str, scheduler: bool, workdir: Path | None) -> None:
+@click.option(
+    "--scheduler/--no-scheduler",
+    default=True,
+    show_default=True,
+    help="Run the default kube-scheduler (turn off when gangsolve should bind every pod).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep certificates, data, logs and the kubeconfig here (default: a temp dir, removed).",
+)
+def up(
+    nodes: int,
+    cpu: str,
+    memory: str,
+    gpus: int,
+    pods: int,
+    labels: tuple[str, ...],
+    taints: tuple[str, ...],
+    node_prefix: str,
+    scheduler: bool,
+    workdir: Path | None,
+) -> None:
     """Start the control plane with fake nodes, print its kubeconfig, and run until Ctrl-C."""
     label_map = {}
     for item in labels:
@@ -56,8 +73,12 @@ def up(nodes: int, cpu: str, memory: str, gpus: int, pods: int, labels: tuple[st
     cp = ControlPlane(scheduler=scheduler, workdir=workdir, keep_workdir=workdir is not None, log=say)
     try:
         cp.start()
-        specs = [NodeSpec(f"{node_prefix}{i}", cpu=cpu, memory=memory, gpus=gpus, pods=pods,
-                          labels=label_map, taints=list(taints)) for i in range(nodes)]
+        specs = [
+            NodeSpec(
+                f"{node_prefix}{i}", cpu=cpu, memory=memory, gpus=gpus, pods=pods, labels=label_map, taints=list(taints)
+            )
+            for i in range(nodes)
+        ]
         if specs:
             cp.add_nodes(specs)
             say(f"{len(specs)} kwok nodes Ready")
@@ -94,6 +115,5 @@ def binaries() -> None:
     except BinariesMissing as e:
         click.echo(str(e), err=True)
         sys.exit(1)
-    for name in ("kube_apiserver", "kube_controller_manager", "kube_scheduler", "kubectl", "etcd",
-                 "kwok", "helm"):
+    for name in ("kube_apiserver", "kube_controller_manager", "kube_scheduler", "kubectl", "etcd", "kwok", "helm"):
         click.echo(f"{name.replace('_', '-')}: {getattr(b, name)}")

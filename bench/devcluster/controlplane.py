@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -142,8 +143,14 @@ class NodeSpec:
 class Component:
     """One child process: own process group, output to a log file, SIGTERM then SIGKILL on stop."""
 
-    def __init__(self, name: str, argv: Sequence[str | os.PathLike[str]], log_dir: Path, cwd: Path,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str | os.PathLike[str]],
+        log_dir: Path,
+        cwd: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.argv = [str(a) for a in argv]
         self.log_path = log_dir / f"{name}.log"
@@ -171,8 +178,13 @@ class Component:
             # start_new_session: own process group, so a terminal's Ctrl-C reaches only us and teardown can
             # signal the whole group.
             self.process = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.cwd, env=self.env, start_new_session=True,
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                env=self.env,
+                start_new_session=True,
             )
 
     def stop(self, grace: float = 10.0) -> None:
@@ -204,10 +216,8 @@ class Component:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _tls_context(ca: Path | None, client: CertPair | None) -> ssl.SSLContext:
@@ -396,15 +406,19 @@ class ControlPlane:
         ca = CertificateAuthority(pki_dir)
         self.ca = ca.pair
         serving = ca.issue(
-            "apiserver", common_name="kube-apiserver",
-            server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                          "kubernetes.default.svc.cluster.local"),
+            "apiserver",
+            common_name="kube-apiserver",
+            server_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
             server_ips=(LOOPBACK, "10.96.0.1"),
         )
-        self.admin_cert = ca.issue("admin", common_name="gangsolve-admin", organization="system:masters",
-                                   client=True)
-        kcm_cert = ca.issue("kube-controller-manager", common_name="system:kube-controller-manager",
-                            client=True)
+        self.admin_cert = ca.issue("admin", common_name="gangsolve-admin", organization="system:masters", client=True)
+        kcm_cert = ca.issue("kube-controller-manager", common_name="system:kube-controller-manager", client=True)
         sched_cert = ca.issue("kube-scheduler", common_name="system:kube-scheduler", client=True)
         sa = write_service_account_keys(pki_dir)
         self.token = secrets.token_hex(24)
@@ -413,10 +427,10 @@ class ControlPlane:
         tokens.chmod(0o600)
 
         self.kubeconfig = self._write_kubeconfig(wd / "kubeconfig", "gangsolve-admin", self.admin_cert)
-        kcm_kubeconfig = self._write_kubeconfig(pki_dir / "kube-controller-manager.kubeconfig",
-                                                "kube-controller-manager", kcm_cert)
-        sched_kubeconfig = self._write_kubeconfig(pki_dir / "kube-scheduler.kubeconfig",
-                                                  "kube-scheduler", sched_cert)
+        kcm_kubeconfig = self._write_kubeconfig(
+            pki_dir / "kube-controller-manager.kubeconfig", "kube-controller-manager", kcm_cert
+        )
+        sched_kubeconfig = self._write_kubeconfig(pki_dir / "kube-scheduler.kubeconfig", "kube-scheduler", sched_cert)
         self._ctx = _tls_context(ca.pair.cert, self.admin_cert)
 
         def comp(name: str, argv: list[str | os.PathLike[str]]) -> None:
@@ -424,89 +438,105 @@ class ControlPlane:
 
         peer = f"http://{LOOPBACK}:{self.etcd_peer_port}"
         client_url = f"http://{LOOPBACK}:{self.etcd_port}"
-        comp("etcd", [
-            binaries.etcd,
-            "--name=default",
-            f"--data-dir={wd / 'etcd'}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}",
-            "--initial-cluster-state=new",
-            # A test cluster is thrown away afterwards: durability is not worth the fsync latency.
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ])
-        comp("kube-apiserver", [
-            binaries.kube_apiserver,
-            f"--etcd-servers={client_url}",
-            f"--bind-address={LOOPBACK}",
-            f"--advertise-address={LOOPBACK}",
-            f"--secure-port={self.apiserver_port}",
-            f"--cert-dir={wd / 'apiserver-certs'}",
-            f"--tls-cert-file={serving.cert}",
-            f"--tls-private-key-file={serving.key}",
-            f"--client-ca-file={ca.pair.cert}",
-            f"--token-auth-file={tokens}",
-            "--authorization-mode=RBAC",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={sa.cert}",
-            f"--service-account-signing-key-file={sa.key}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--allow-privileged=true",
-            # The `kubernetes` Service would point at 127.0.0.1, which endpoints may not hold; no pod here
-            # needs to reach the apiserver through it.
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-            *self.extra_apiserver_args,
-        ])
-        comp("kube-controller-manager", [
-            binaries.kube_controller_manager,
-            f"--kubeconfig={kcm_kubeconfig}",
-            f"--authentication-kubeconfig={kcm_kubeconfig}",
-            f"--authorization-kubeconfig={kcm_kubeconfig}",
-            f"--bind-address={LOOPBACK}",
-            f"--secure-port={self.kcm_port}",
-            f"--cert-dir={wd / 'kcm-certs'}",
-            "--leader-elect=false",
-            "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={sa.key}",
-            f"--root-ca-file={ca.pair.cert}",
-            f"--cluster-signing-cert-file={ca.pair.cert}",
-            f"--cluster-signing-key-file={ca.pair.key}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--controllers=*",
-            "--profiling=false",
-            *self.extra_controller_manager_args,
-        ])
-        if self.with_scheduler:
-            comp("kube-scheduler", [
-                binaries.kube_scheduler,
-                f"--kubeconfig={sched_kubeconfig}",
-                f"--authentication-kubeconfig={sched_kubeconfig}",
-                f"--authorization-kubeconfig={sched_kubeconfig}",
+        comp(
+            "etcd",
+            [
+                binaries.etcd,
+                "--name=default",
+                f"--data-dir={wd / 'etcd'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--initial-cluster-state=new",
+                # A test cluster is thrown away afterwards: durability is not worth the fsync latency.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        comp(
+            "kube-apiserver",
+            [
+                binaries.kube_apiserver,
+                f"--etcd-servers={client_url}",
                 f"--bind-address={LOOPBACK}",
-                f"--secure-port={self.scheduler_port}",
-                f"--cert-dir={wd / 'scheduler-certs'}",
-                "--leader-elect=false",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={self.apiserver_port}",
+                f"--cert-dir={wd / 'apiserver-certs'}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={ca.pair.cert}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                # The `kubernetes` Service would point at 127.0.0.1, which endpoints may not hold; no pod here
+                # needs to reach the apiserver through it.
+                "--endpoint-reconciler-type=none",
                 "--profiling=false",
-                *self.extra_scheduler_args,
-            ])
+                *self.extra_apiserver_args,
+            ],
+        )
+        comp(
+            "kube-controller-manager",
+            [
+                binaries.kube_controller_manager,
+                f"--kubeconfig={kcm_kubeconfig}",
+                f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={self.kcm_port}",
+                f"--cert-dir={wd / 'kcm-certs'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={sa.key}",
+                f"--root-ca-file={ca.pair.cert}",
+                f"--cluster-signing-cert-file={ca.pair.cert}",
+                f"--cluster-signing-key-file={ca.pair.key}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--controllers=*",
+                "--profiling=false",
+                *self.extra_controller_manager_args,
+            ],
+        )
+        if self.with_scheduler:
+            comp(
+                "kube-scheduler",
+                [
+                    binaries.kube_scheduler,
+                    f"--kubeconfig={sched_kubeconfig}",
+                    f"--authentication-kubeconfig={sched_kubeconfig}",
+                    f"--authorization-kubeconfig={sched_kubeconfig}",
+                    f"--bind-address={LOOPBACK}",
+                    f"--secure-port={self.scheduler_port}",
+                    f"--cert-dir={wd / 'scheduler-certs'}",
+                    "--leader-elect=false",
+                    "--profiling=false",
+                    *self.extra_scheduler_args,
+                ],
+            )
         if self.with_kwok:
             stages = kwok_config.write_config(
-                wd / "kwok.yaml", job_pods_complete_after_ms=self.job_pods_complete_after_ms)
+                wd / "kwok.yaml", job_pods_complete_after_ms=self.job_pods_complete_after_ms
+            )
             key, value = kwok_config.MANAGED_ANNOTATION
-            comp("kwok", [
-                binaries.kwok,
-                f"--kubeconfig={self.kubeconfig}",
-                f"--config={stages}",
-                f"--manage-nodes-with-annotation-selector={key}={value}",
-                # kwok renews each node's Lease, which the node lifecycle controller watches.
-                "--node-lease-duration-seconds=40",
-                f"--cidr={POD_CIDR}",
-                f"--node-ip={NODE_IP}",
-            ])
+            comp(
+                "kwok",
+                [
+                    binaries.kwok,
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--config={stages}",
+                    f"--manage-nodes-with-annotation-selector={key}={value}",
+                    # kwok renews each node's Lease, which the node lifecycle controller watches.
+                    "--node-lease-duration-seconds=40",
+                    f"--cidr={POD_CIDR}",
+                    f"--node-ip={NODE_IP}",
+                ],
+            )
 
     def _write_kubeconfig(self, path: Path, user: str, cert: CertPair) -> Path:
         def b64(p: Path) -> str:
@@ -515,10 +545,15 @@ class ControlPlane:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "gangsolve-dev", "cluster": {
-                "server": self.server, "certificate-authority-data": b64(self.ca.cert)}}],
-            "users": [{"name": user, "user": {
-                "client-certificate-data": b64(cert.cert), "client-key-data": b64(cert.key)}}],
+            "clusters": [
+                {
+                    "name": "gangsolve-dev",
+                    "cluster": {"server": self.server, "certificate-authority-data": b64(self.ca.cert)},
+                }
+            ],
+            "users": [
+                {"name": user, "user": {"client-certificate-data": b64(cert.cert), "client-key-data": b64(cert.key)}}
+            ],
             "contexts": [{"name": "gangsolve-dev", "context": {"cluster": "gangsolve-dev", "user": user}}],
             "current-context": "gangsolve-dev",
             "preferences": {},
@@ -580,8 +615,15 @@ class ControlPlane:
             component="kube-controller-manager",
         )
 
-    def wait_for(self, condition: Callable[[], bool], *, timeout: float = 60.0, what: str = "condition",
-                 component: str | None = None, interval: float = 0.2) -> None:
+    def wait_for(
+        self,
+        condition: Callable[[], bool],
+        *,
+        timeout: float = 60.0,
+        what: str = "condition",
+        component: str | None = None,
+        interval: float = 0.2,
+    ) -> None:
         """Poll `condition` until true; on timeout raise with the named component's log tail."""
         deadline = time.monotonic() + timeout
         while True:
@@ -597,8 +639,9 @@ class ControlPlane:
 
     # ---------------------------------------------------------------- a small REST client
 
-    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None,
-                content_type: str = "application/json") -> dict[str, Any]:
+    def request(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None, content_type: str = "application/json"
+    ) -> dict[str, Any]:
         """Call the apiserver as admin; `path` like /api/v1/nodes. Raises ApiError on HTTP errors."""
         if self._ctx is None:
             raise ControlPlaneError("control plane not started")
@@ -625,23 +668,32 @@ class ControlPlane:
         except (urllib.error.URLError, OSError):
             return None
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         """Run the pinned kubectl against this control plane."""
         return subprocess.run(
             [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, check=check, timeout=timeout,
+            input=input,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
         )
 
     # ---------------------------------------------------------------- namespaces and nodes
 
-    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None,
-                         wait: bool = True) -> None:
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None, wait: bool = True) -> None:
         """Create a namespace and (by default) wait until pods can be created in it."""
-        self.request("POST", "/api/v1/namespaces", {
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": dict(labels or {})},
-        })
+        self.request(
+            "POST",
+            "/api/v1/namespaces",
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": name, "labels": dict(labels or {})},
+            },
+        )
         if wait:
             self._wait_for_default_service_account(name, timeout=60)
 
@@ -652,8 +704,7 @@ class ControlPlane:
             if e.status != 404:
                 raise
 
-    def add_nodes(self, nodes: Iterable[NodeSpec | str], *, wait: bool = True,
-                  timeout: float = 60.0) -> list[str]:
+    def add_nodes(self, nodes: Iterable[NodeSpec | str], *, wait: bool = True, timeout: float = 60.0) -> list[str]:
         """Create fake nodes managed by kwok; by default wait until each is Ready and schedulable."""
         if not self.with_kwok:
             raise ControlPlaneError("this control plane runs without kwok: nobody would make nodes Ready")
@@ -663,8 +714,12 @@ class ControlPlane:
             self.request("POST", "/api/v1/nodes", spec.manifest())
             names.append(spec.name)
         if wait:
-            self.wait_for(lambda: all(self.node_schedulable(n) for n in names), timeout=timeout,
-                          what=f"nodes {', '.join(names)} to become Ready", component="kwok")
+            self.wait_for(
+                lambda: all(self.node_schedulable(n) for n in names),
+                timeout=timeout,
+                what=f"nodes {', '.join(names)} to become Ready",
+                component="kwok",
+            )
         return names
 
     def add_node(self, name: str, **kwargs: Any) -> str:
@@ -683,8 +738,9 @@ class ControlPlane:
         node = self.get(f"/api/v1/nodes/{name}")
         if node is None:
             return False
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in node.get("status", {}).get("conditions", []))
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])
+        )
         lifecycle_taints = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
         tainted = any(t.get("key") in lifecycle_taints for t in node.get("spec", {}).get("taints", []) or [])
         return ready and not tainted

@@ -33,7 +33,9 @@ conditions:
 {{ end }}
 """
 
-_NODE_READY = _NODE_HEARTBEAT + """\
+_NODE_READY = (
+    _NODE_HEARTBEAT
+    + """\
 addresses:
 {{ with .status.addresses }}
 {{ YAML . 1 }}
@@ -76,6 +78,7 @@ nodeInfo:
   systemUUID: ""
 phase: Running
 """
+)
 
 _POD_RUNNING = """\
 {{ $now := Now }}
@@ -125,7 +128,8 @@ hostIPs:
 - ip: {{ . | Quote }}
 {{ end }}
 {{ end }}
-{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )
+     ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
 podIP: {{ index . 0 | Quote }}
 podIPs:
 {{ range . }}
@@ -166,8 +170,14 @@ phase: Succeeded
 """
 
 
-def _stage(name: str, kind: str, match: list[dict[str, Any]], nxt: dict[str, Any],
-           delay_ms: int | None = None, jitter_ms: int | None = None) -> dict[str, Any]:
+def _stage(
+    name: str,
+    kind: str,
+    match: list[dict[str, Any]],
+    nxt: dict[str, Any],
+    delay_ms: int | None = None,
+    jitter_ms: int | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "resourceRef": {"apiGroup": "v1", "kind": kind},
         "selector": {"matchExpressions": match},
@@ -194,21 +204,25 @@ def stages(*, job_pods_complete_after_ms: int | None = None) -> list[dict[str, A
     """
     result = [
         _stage(
-            "gangsolve-node-ready", "Node",
+            "gangsolve-node-ready",
+            "Node",
             [{"key": _READY_STATUS, "operator": "NotIn", "values": ["True"]}],
             {"statusTemplate": _NODE_READY},
         ),
         _stage(
-            "gangsolve-node-heartbeat", "Node",
+            "gangsolve-node-heartbeat",
+            "Node",
             [
                 {"key": ".status.phase", "operator": "In", "values": ["Running"]},
                 {"key": _READY_STATUS, "operator": "In", "values": ["True"]},
             ],
             {"statusTemplate": _NODE_HEARTBEAT},
-            delay_ms=600_000, jitter_ms=610_000,
+            delay_ms=600_000,
+            jitter_ms=610_000,
         ),
         _stage(
-            "gangsolve-pod-running", "Pod",
+            "gangsolve-pod-running",
+            "Pod",
             [
                 {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
                 {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
@@ -217,7 +231,8 @@ def stages(*, job_pods_complete_after_ms: int | None = None) -> list[dict[str, A
             {"statusTemplate": _POD_RUNNING},
         ),
         _stage(
-            "gangsolve-pod-delete", "Pod",
+            "gangsolve-pod-delete",
+            "Pod",
             [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
             {"delete": True},
         ),
@@ -225,7 +240,8 @@ def stages(*, job_pods_complete_after_ms: int | None = None) -> list[dict[str, A
     if job_pods_complete_after_ms is not None:
         result.append(
             _stage(
-                "gangsolve-job-pod-succeeded", "Pod",
+                "gangsolve-job-pod-succeeded",
+                "Pod",
                 [
                     {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
                     {"key": ".status.phase", "operator": "In", "values": ["Running"]},

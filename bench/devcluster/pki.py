@@ -47,7 +47,7 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 def _builder(subject: x509.Name, issuer: x509.Name, public_key, *, ca: bool) -> x509.CertificateBuilder:
     """What CA and leaf certificates share: names, key, serial, validity (from five minutes ago, for clock
     skew), basic constraints and key usage (a CA also signs certificates and CRLs)."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -59,9 +59,15 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key, *, ca: bool) -> 
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=ca, crl_sign=ca, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -108,9 +114,7 @@ class CertificateAuthority:
         builder = (
             _builder(_name(common_name, organization), self._cert.subject, key.public_key(), ca=False)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
-            )
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False)
         )
         if server_names or server_ips:
             alt = [x509.DNSName(n) for n in server_names] + [
@@ -133,8 +137,6 @@ def write_service_account_keys(directory: Path) -> CertPair:
     pair = CertPair(directory / "sa.pub", directory / "sa.key")
     _write_key(key, pair.key)
     pair.cert.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pair

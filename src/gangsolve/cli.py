@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-
-import importlib
-from datetime import timezone
+from datetime import UTC
 
 import click
 from rich.console import Console
@@ -57,18 +56,21 @@ def fail(message: str) -> None:
 @click.option("--scheduler-name", default="gangsolve", show_default=True, help="Schedule pods with this schedulerName.")
 @click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
 @click.option(
-    "--time-limit", type=click.FloatRange(min=0.05), default=DEFAULT_TIME_LIMIT, show_default=True,
+    "--time-limit",
+    type=click.FloatRange(min=0.05),
+    default=DEFAULT_TIME_LIMIT,
+    show_default=True,
     help="Seconds for the whole cycle; the best plan found by then is returned.",
 )
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option(
-    "--now", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]), default=None,
+    "--now",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]),
+    default=None,
     help="The cycle's clock (RFC 3339): gangs pending longer than 15 minutes by then rank as starving, as in "
     "the live scheduler. Without it, no gang is starving.",
 )
-def solve(
-    snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str, now
-) -> None:
+def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str, now) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import render
     from gangsolve.gangs import build_cluster
@@ -78,7 +80,7 @@ def solve(
 
     try:
         if now is not None and now.tzinfo is None:
-            now = now.replace(tzinfo=timezone.utc)  # the Z form parses naive
+            now = now.replace(tzinfo=UTC)  # the Z form parses naive
         cluster = build_cluster(read(snapshot), scheduler_name, group_label, now=now)
     except InputError as exc:
         fail(str(exc))
@@ -91,17 +93,25 @@ def solve(
 
 @cli.command()
 @click.option("--kubeconfig", default=None, help="Kubeconfig file; in-cluster config when omitted (else $KUBECONFIG).")
-@click.option("--scheduler-name", default="gangsolve", show_default=True, help="Schedule pending pods with this schedulerName.")
+@click.option(
+    "--scheduler-name", default="gangsolve", show_default=True, help="Schedule pending pods with this schedulerName."
+)
 @click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
 @click.option("--config", "config_file", default=None, help="YAML file of settings (keys are the flag names).")
 @click.option("--leader-elect/--no-leader-elect", default=False, help="Elect a leader on a Lease before scheduling.")
-@click.option("--metrics-addr", default="0.0.0.0:10251", show_default=True,
-              help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.")
+@click.option(
+    "--metrics-addr",
+    default="0.0.0.0:10251",
+    show_default=True,
+    help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.",
+)
 @click.option("--time-limit", type=float, default=2.0, show_default=True, help="Seconds per solve.")
 @click.option("--lease-namespace", default="kube-system", show_default=True)
 @click.option("--lease-name", default="gangsolve", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+)
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **flags) -> None:
     """Schedule gangs on a live cluster, beside kube-scheduler (pods naming --scheduler-name only)."""
@@ -127,7 +137,7 @@ def run(ctx: click.Context, config_file: str | None, **flags) -> None:
         code = anyio.run(run_main, cfg)
     except KeyboardInterrupt:
         code = 0
-    except BaseException as exc:  # noqa: BLE001 - a clear last log line and a non-zero status
+    except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise
         from gangsolve.live import logs
@@ -137,8 +147,11 @@ def run(ctx: click.Context, config_file: str | None, **flags) -> None:
             fail(f"kubeconfig: {next(leaf for leaf in leaves if isinstance(leaf, ConfigException))}")
         for leaf in leaves:
             expected = isinstance(leaf, LeadershipLost)
-            logs.logger.error("exiting", exc_info=None if expected else leaf,
-                              extra={"fields": {"error": f"{type(leaf).__name__}: {leaf}"}})
+            logs.logger.error(
+                "exiting",
+                exc_info=None if expected else leaf,
+                extra={"fields": {"error": f"{type(leaf).__name__}: {leaf}"}},
+            )
         code = 1
     sys.exit(code)
 
@@ -156,7 +169,7 @@ def export(kubeconfig: str | None, output: str) -> None:
         fail(f"kubeconfig {kubeconfig}: no such file")
     try:
         data = anyio.run(run_export, kubeconfig)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         fail(f"export: {type(exc).__name__}: {exc}")
     if output == "-":
         sys.stdout.buffer.write(data)

@@ -11,7 +11,9 @@ class InputError(Exception):
 
 def describe(obj: dict) -> str:
     """`Kind namespace/name` (or `Kind name` for cluster-scoped objects) for error messages."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     name = meta.get("name", "<unnamed>")
     ns = meta.get("namespace")
     return f"{obj.get('kind', '<no kind>')} {ns + '/' if ns else ''}{name}"

@@ -96,10 +96,15 @@ class _Grouper:
         meta = pod["metadata"]
         ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
         if POD_GROUP_LABEL in labels:
-            return self._pod_group(pod, "scheduling.x-k8s.io", labels[POD_GROUP_LABEL], f"metadata.labels.{POD_GROUP_LABEL}")
+            return self._pod_group(
+                pod, "scheduling.x-k8s.io", labels[POD_GROUP_LABEL], f"metadata.labels.{POD_GROUP_LABEL}"
+            )
         if VOLCANO_ANNOTATION in annotations:
             return self._pod_group(
-                pod, "scheduling.volcano.sh", annotations[VOLCANO_ANNOTATION], f"metadata.annotations.{VOLCANO_ANNOTATION}"
+                pod,
+                "scheduling.volcano.sh",
+                annotations[VOLCANO_ANNOTATION],
+                f"metadata.annotations.{VOLCANO_ANNOTATION}",
             )
         for pdb in self.pdbs_by_ns.get(ns, []):
             if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
@@ -142,7 +147,11 @@ class _Grouper:
                 return max(1, selected - _int_or_percent(pdb, "spec.maxUnavailable", spec["maxUnavailable"], selected))
             return 1
         mins = [
-            _positive_int(p, f"metadata.annotations.{MIN_AVAILABLE_ANNOTATION}", p["metadata"]["annotations"][MIN_AVAILABLE_ANNOTATION])
+            _positive_int(
+                p,
+                f"metadata.annotations.{MIN_AVAILABLE_ANNOTATION}",
+                p["metadata"]["annotations"][MIN_AVAILABLE_ANNOTATION],
+            )
             for p in members
             if MIN_AVAILABLE_ANNOTATION in (p["metadata"].get("annotations") or {})
         ]

@@ -57,9 +57,9 @@ def print_table(placement: Placement, console: Console) -> None:
         for pod, node in placement.bindings.items():
             bindings.add_row(pod, node)
         console.print(bindings)
-    placed = sum(1 for g in placement.gangs if g.placed)
+    gangs_placed = sum(1 for g in placement.gangs if g.placed)
     console.print(
-        f"{placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound · status "
+        f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound · status "
         f"{placement.status} · objective {placement.objective}, bound {placement.best_bound} · "
         f"{placement.solve_seconds:.2f}s"
     )

@@ -10,8 +10,15 @@ def gpu_nodes(count: int, gpus: int = 4, **labels: str) -> list[dict]:
     return [k8s.node(f"n{i}", 32_000, 256 * 1024, gpus, dict(labels)) for i in range(count)]
 
 
-def gang(name: str, pods: int, gpus: int, min_member: int | None = None, priority: str = "normal", created: float = 0,
-         **kwargs) -> list[dict]:
+def gang(
+    name: str,
+    pods: int,
+    gpus: int,
+    min_member: int | None = None,
+    priority: str = "normal",
+    created: float = 0,
+    **kwargs,
+) -> list[dict]:
     return gang_objects(name, created, [("worker", 1000, 1024, gpus)] * pods, min_member or pods, priority, **kwargs)
 
 

@@ -45,7 +45,9 @@ def test_partial_gangs_on_the_synthetic_contended_scenario(strategy):
 
 
 def test_taints_and_selectors_filter_nodes():
-    tainted = k8s.node("tainted", 32_000, 65536, 8, {"pool": "a"}, [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}])
+    tainted = k8s.node(
+        "tainted", 32_000, 65536, 8, {"pool": "a"}, [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    )
     other = k8s.node("other-model", 32_000, 65536, 8, {"pool": "b"})
     wanted = k8s.node("wanted", 32_000, 65536, 1, {"pool": "a"})
     cluster = k8s.to_cluster(cluster_objects([tainted, other, wanted], gang("g", 2, 1, selector={"pool": "a"})))
@@ -54,10 +56,13 @@ def test_taints_and_selectors_filter_nodes():
 
 
 def test_queue_order_is_priority_then_creation():
-    cluster = k8s.to_cluster(cluster_objects(
-        gpu_nodes(1, gpus=1), gang("early-low", 1, 1, priority="low", created=0),
-        gang("late-high", 1, 1, priority="high", created=5),
-    ))
+    cluster = k8s.to_cluster(
+        cluster_objects(
+            gpu_nodes(1, gpus=1),
+            gang("early-low", 1, 1, priority="low", created=0),
+            gang("late-high", 1, 1, priority="high", created=5),
+        )
+    )
     assert list(per_pod(cluster)) == ["bench/late-high-worker-0"]
 
 

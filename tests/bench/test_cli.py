@@ -13,10 +13,21 @@ from gangsolve.snapshot import read
 
 def test_bench_runs_a_tiny_scenario_end_to_end(tmp_path):
     out, snaps = tmp_path / "out", tmp_path / "snapshots"
-    args = ["bench", "--scenario", "synthetic/10nodes", "--repeat", "2", "--out", str(out), "--write-snapshots", str(snaps)]
+    args = [
+        "bench",
+        "--scenario",
+        "synthetic/10nodes",
+        "--repeat",
+        "2",
+        "--out",
+        str(out),
+        "--write-snapshots",
+        str(snaps),
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "gangsolve" in result.output and "Targets" in result.output
+    assert "gangsolve" in result.output
+    assert "Targets" in result.output
 
     results = orjson.loads((out / "results.json").read_bytes())
     (scenario,) = results["scenarios"]
@@ -26,7 +37,8 @@ def test_bench_runs_a_tiny_scenario_end_to_end(tmp_path):
     for r in runs.values():
         assert "error" not in r, r
         assert r["violations"] == []
-        assert len(r["cycle_seconds"]) == 2 and r["peak_rss_mib"] > 0
+        assert len(r["cycle_seconds"]) == 2
+        assert r["peak_rss_mib"] > 0
     assert runs["gangsolve"]["best_bound"] >= runs["gangsolve"]["gangs_placed"]
     assert runs["gangsolve"]["gap"] is not None
     assert results["targets"]
@@ -47,4 +59,5 @@ def test_unknown_scenario_is_a_usage_error():
 def test_list_names_scenarios_and_grids():
     result = CliRunner().invoke(cli, ["bench", "--list"])
     assert result.exit_code == 0
-    assert "synthetic/1000nodes" in result.output and "grid quick" in result.output
+    assert "synthetic/1000nodes" in result.output
+    assert "grid quick" in result.output

@@ -18,9 +18,12 @@ def test_partial_gang_strands_its_gpus():
         "bench/b-worker-1": "n0",  # b: placed whole on one node
     }
     q = quality(cluster, bindings)
-    assert q["gangs"] == 2 and q["gangs_placed"] == 1
-    assert q["partial_gangs"] == 1 and q["stranded_gpus"] == 4
-    assert q["pods_placed"] == 4 and q["gpus_placed"] == 6
+    assert q["gangs"] == 2
+    assert q["gangs_placed"] == 1
+    assert q["partial_gangs"] == 1
+    assert q["stranded_gpus"] == 4
+    assert q["pods_placed"] == 4
+    assert q["gpus_placed"] == 6
     assert q["gpu_allocation"] == pytest.approx(6 / 8)
     assert q["gpu_useful"] == pytest.approx(2 / 8)
     assert q["nodes_per_gang"] == 1.0
@@ -38,14 +41,20 @@ def test_running_pods_count_towards_allocation_and_violations_are_reported():
     running = k8s.pod("running", 1000, 1024, 3, node_name="n0", scheduler_name="default-scheduler")
     cluster = k8s.to_cluster(cluster_objects(nodes, [running], gang("g", 1, 2)))
     q = quality(cluster, {"bench/g-worker-0": "n0"})
-    assert q["gpus_running"] == 3 and q["gpu_allocation"] == pytest.approx(5 / 4)
+    assert q["gpus_running"] == 3
+    assert q["gpu_allocation"] == pytest.approx(5 / 4)
     assert any("overcommitted" in v for v in q["violations"])
 
 
 def test_placed_by_priority_and_its_order():
-    cluster = k8s.to_cluster(cluster_objects(
-        gpu_nodes(1), gang("h", 1, 1, priority="high"), gang("l", 1, 1, priority="low"), gang("l2", 1, 1, priority="low"),
-    ))
+    cluster = k8s.to_cluster(
+        cluster_objects(
+            gpu_nodes(1),
+            gang("h", 1, 1, priority="high"),
+            gang("l", 1, 1, priority="low"),
+            gang("l2", 1, 1, priority="low"),
+        )
+    )
     q = quality(cluster, {"bench/l-worker-0": "n0", "bench/l2-worker-0": "n0"})
     assert q["placed_by_priority"] == {"1000": 0, "0": 2}
     assert priority_key(q) == (0, 2)
@@ -54,6 +63,7 @@ def test_placed_by_priority_and_its_order():
 
 def test_gap_and_percentile():
     assert gap(99, 100) == pytest.approx(0.01)
-    assert gap(5, 0) is None and gap(5, None) is None
+    assert gap(5, 0) is None
+    assert gap(5, None) is None
     assert percentile([1.0, 2.0, 3.0], 50) == 2.0
     assert percentile([], 99) is None

@@ -24,7 +24,8 @@ def test_gang_scheduler_runs_jobs_whole_and_drains_the_queue():
     result = simulate(workload(), "greedy-gang", time_limit=1)
     s = result["summary"]
     assert (s["jobs"], s["started"], s["finished"]) == (3, 3, 3)
-    assert s["queue_delay_p50"] == 0 and s["queue_delay_p95"] > 5 * PERIOD  # b waits 10 cycles for a to finish
+    assert s["queue_delay_p50"] == 0
+    assert s["queue_delay_p95"] > 5 * PERIOD
     for c in result["cycles"]:
         assert c["gpu_useful"] == c["gpu_allocation"] <= 1  # nothing half-placed
 

@@ -39,25 +39,41 @@ def poll(condition: Callable[[], Any], *, timeout: float = 60.0, interval: float
 class Gangsolve:
     """`python -m gangsolve run` against the control plane, its log in a file, metrics on a free port."""
 
-    def __init__(self, cp: ControlPlane, scheduler_name: str, log_dir: Path, *extra: str,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, cp: ControlPlane, scheduler_name: str, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None
+    ) -> None:
         self.cp = cp
         self.env = dict(env or {})
         self.scheduler_name = scheduler_name
         self.port = free_port()
         self.log_path = log_dir / f"gangsolve-{scheduler_name}-{self.port}.log"
-        self.args = [sys.executable, "-m", "gangsolve", "run", "--kubeconfig", str(cp.kubeconfig),
-                     "--scheduler-name", scheduler_name, "--metrics-addr", f"127.0.0.1:{self.port}",
-                     "--time-limit", "1", *extra]
+        self.args = [
+            sys.executable,
+            "-m",
+            "gangsolve",
+            "run",
+            "--kubeconfig",
+            str(cp.kubeconfig),
+            "--scheduler-name",
+            scheduler_name,
+            "--metrics-addr",
+            f"127.0.0.1:{self.port}",
+            "--time-limit",
+            "1",
+            *extra,
+        ]
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait_ready: bool = True) -> Gangsolve:
         env = {**os.environ, **self.env}
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         if wait_ready:
-            poll(lambda: self.alive() and self.get("/readyz")[0] == 200 or self._dead(), timeout=60,
-                 what=f"gangsolve {self.scheduler_name} to be ready")
+            poll(
+                lambda: (self.alive() and self.get("/readyz")[0] == 200) or self._dead(),
+                timeout=60,
+                what=f"gangsolve {self.scheduler_name} to be ready",
+            )
         return self
 
     def _dead(self) -> bool:
@@ -104,14 +120,21 @@ class Gangsolve:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if hasattr(self, "_log"):
-            self._log.close()
 
 
-def pod(name: str, *, scheduler: str, gpus: int = 0, cpu: str = "1", memory: str = "1Gi",
-        labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
-        node_selector: Mapping[str, str] | None = None, owner: Mapping[str, str] | None = None,
-        tolerations: list[dict] | None = None) -> dict:
+def pod(
+    name: str,
+    *,
+    scheduler: str,
+    gpus: int = 0,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    owner: Mapping[str, str] | None = None,
+    tolerations: list[dict] | None = None,
+) -> dict:
     requests = {"cpu": cpu, "memory": memory}
     limits = {}
     if gpus:
@@ -123,8 +146,13 @@ def pod(name: str, *, scheduler: str, gpus: int = 0, cpu: str = "1", memory: str
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
         "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "main", "image": "registry.invalid/train:1",
-                        "resources": {"requests": requests, **({"limits": limits} if limits else {})}}],
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.invalid/train:1",
+                "resources": {"requests": requests, **({"limits": limits} if limits else {})},
+            }
+        ],
     }
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
@@ -136,8 +164,13 @@ def pod(name: str, *, scheduler: str, gpus: int = 0, cpu: str = "1", memory: str
 def create(cp: ControlPlane, namespace: str, obj: dict) -> dict:
     api = obj["apiVersion"]
     base = "/api/v1" if api == "v1" else f"/apis/{api}"
-    plural = {"Pod": "pods", "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps",
-              "PodGroup": "podgroups", "PriorityClass": "priorityclasses"}[obj["kind"]]
+    plural = {
+        "Pod": "pods",
+        "PodDisruptionBudget": "poddisruptionbudgets",
+        "ConfigMap": "configmaps",
+        "PodGroup": "podgroups",
+        "PriorityClass": "priorityclasses",
+    }[obj["kind"]]
     path = f"{base}/{plural}" if obj["kind"] == "PriorityClass" else f"{base}/namespaces/{namespace}/{plural}"
     return cp.request("POST", path, obj)
 
@@ -216,46 +249,31 @@ def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> No
         assert n_bound == 0 or n_bound >= need, f"gang {key} partly bound: {n_bound} of {need}"
 
 
-# ---------------------------------------------------------------------------------------------- fixtures
-
-import pytest  # noqa: E402
-
-
-@pytest.fixture
-def gangsolve_factory(control_plane: ControlPlane, tmp_path: Path):
-    """start(*extra_args, scheduler_name=None, wait_ready=True) -> a running Gangsolve; all are stopped after
-    the test, their logs printed (shown when the test fails), and the cluster checked for soundness."""
-    started: list[Gangsolve] = []
-    name = unique()
-
-    def start(*extra: str, scheduler_name: str | None = None, wait_ready: bool = True,
-              env: Mapping[str, str] | None = None) -> Gangsolve:
-        g = Gangsolve(control_plane, scheduler_name or name, tmp_path, *extra, env=env)
-        started.append(g)
-        return g.start(wait_ready=wait_ready)
-
-    start.scheduler_name = name  # type: ignore[attr-defined]
-    yield start
-    try:
-        labels = [g.args[g.args.index("--group-label") + 1] for g in started if "--group-label" in g.args]
-        assert_cluster_sound(control_plane, labels[0] if labels else None)
-    finally:
-        for g in started:
-            g.stop()
-            print(f"---- gangsolve log {g.log_path.name}\n{g.log()[-6000:]}")
-
-
-def _crd(group: str, version: str, short: str) -> dict:
+def pod_group_crd(group: str, version: str, short: str) -> dict:
+    """A PodGroup CRD (scheduler-plugins' or Volcano's), schema-less, with the status subresource."""
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"podgroups.{group}"},
         "spec": {
-            "group": group, "scope": "Namespaced",
-            "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup",
-                      "shortNames": [short]},
-            "versions": [{"name": version, "served": True, "storage": True, "subresources": {"status": {}},
-                          "schema": {"openAPIV3Schema": {"type": "object",
-                                                         "x-kubernetes-preserve-unknown-fields": True}}}],
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "kind": "PodGroup",
+                "listKind": "PodGroupList",
+                "plural": "podgroups",
+                "singular": "podgroup",
+                "shortNames": [short],
+            },
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
         },
     }
 
@@ -263,29 +281,13 @@ def _crd(group: str, version: str, short: str) -> dict:
 POD_GROUP_APIS = {"scheduling.x-k8s.io": "v1alpha1", "scheduling.volcano.sh": "v1beta1"}
 
 
-@pytest.fixture(scope="session")
-def pod_group_crds(control_plane: ControlPlane) -> None:
-    """The two PodGroup CRDs (scheduler-plugins' and Volcano's), schema-less, with the status subresource."""
-    for group, version in POD_GROUP_APIS.items():
-        try:
-            control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                                  _crd(group, version, "pg" if group.endswith("x-k8s.io") else "vpg"))
-        except ApiError as e:
-            if e.status != 409:
-                raise
-    def served(group: str, version: str) -> bool:
-        try:
-            return control_plane.get(f"/apis/{group}/{version}/podgroups") is not None
-        except ApiError:  # 429 while the new storage initializes
-            return False
-
-    for group, version in POD_GROUP_APIS.items():
-        poll(lambda g=group, v=version: served(g, v), timeout=60, what=f"the {group} PodGroup API")
-
-
 def pod_group(group: str, name: str, min_member: int) -> dict:
-    return {"apiVersion": f"{group}/{POD_GROUP_APIS[group]}", "kind": "PodGroup", "metadata": {"name": name},
-            "spec": {"minMember": min_member}}
+    return {
+        "apiVersion": f"{group}/{POD_GROUP_APIS[group]}",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": min_member},
+    }
 
 
 def get_pod_group(cp: ControlPlane, namespace: str, group: str, name: str) -> dict | None:

@@ -1,6 +1,6 @@
 """The live benchmark mode on a tiny scenario: the users' two TFJobs (12 GPUs asked, 8 there), once on a plane
-with kube-scheduler, once with its native gang scheduling (GenericWorkload), once with `gangsolve run`. Asserts what the bindings read back from the API show, never
-how long anything took."""
+with kube-scheduler, once with its native gang scheduling (GenericWorkload), once with `gangsolve run`.
+Asserts what the bindings read back from the API show, never how long anything took."""
 
 from __future__ import annotations
 
@@ -13,9 +13,14 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def live_results(binaries, tmp_path_factory) -> list[dict]:  # noqa: ARG001 - binaries: fail early and clearly
-    return run_scenarios(["live/tfjob"], list(LIVE_SCHEDULERS), tmp_path_factory.mktemp("live-logs"), quiet=5,
-                         log=lambda m: print(f"[live] {m}", flush=True))
+def live_results(binaries, tmp_path_factory) -> list[dict]:
+    return run_scenarios(
+        ["live/tfjob"],
+        list(LIVE_SCHEDULERS),
+        tmp_path_factory.mktemp("live-logs"),
+        quiet=5,
+        log=lambda m: print(f"[live] {m}", flush=True),
+    )
 
 
 def runs(live_results: list[dict]) -> dict[str, dict]:
@@ -35,16 +40,19 @@ def test_kube_scheduler_half_places_a_tfjob(live_results):
     assert ks["partial_gangs"] >= 1
     assert ks["stranded_gpus"] >= 1
     assert ks["gangs_complete"] + ks["partial_gangs"] == 2
-    assert ks["violations"] == [] and ks["background_pods_lost"] == 0
+    assert ks["violations"] == []
+    assert ks["background_pods_lost"] == 0
     assert len(ks["bound_over_time"]) == ks["pods_placed"]  # the watch saw every binding the API holds
 
 
 def test_gangsolve_runs_one_tfjob_whole(live_results):
     gs = runs(live_results)["gangsolve"]
-    assert gs["partial_gangs"] == 0 and gs["stranded_gpus"] == 0
+    assert gs["partial_gangs"] == 0
+    assert gs["stranded_gpus"] == 0
     assert gs["gangs_complete"] == gs["gangs_placed"] == 1
     assert gs["pods_placed"] in (8, 6)  # one job whole: mnist (7 workers + ps) or resnet (5 + ps)
-    assert gs["violations"] == [] and gs["background_pods_lost"] == 0
+    assert gs["violations"] == []
+    assert gs["background_pods_lost"] == 0
     assert len(gs["bound_over_time"]) == gs["pods_placed"]
     assert gs["all_placeable_running_seconds"] is not None  # kwok started every pod of the placed job
     assert gs["gangsolve_metrics"]["gangsolve_pods_bound_total"] == gs["pods_placed"]
@@ -53,9 +61,11 @@ def test_gangsolve_runs_one_tfjob_whole(live_results):
 def test_native_gang_scheduling_never_half_places(live_results):
     # kube-scheduler with GenericWorkload on and a scheduling.k8s.io PodGroup (gang, minCount) per job.
     native = runs(live_results)["kube-scheduler-gang"]
-    assert native["partial_gangs"] == 0 and native["stranded_gpus"] == 0
+    assert native["partial_gangs"] == 0
+    assert native["stranded_gpus"] == 0
     assert native["gangs_complete"] == 1
-    assert native["violations"] == [] and native["background_pods_lost"] == 0
+    assert native["violations"] == []
+    assert native["background_pods_lost"] == 0
 
 
 def test_report_and_target_read_the_live_runs(live_results):
@@ -64,5 +74,6 @@ def test_report_and_target_read_the_live_runs(live_results):
     assert [r[1] for r in rows] == list(LIVE_SCHEDULERS)
     assert "live/tfjob" in report.markdown(results)
     (target,) = report.check_targets(results)
-    assert target["scenario"] == "live/tfjob" and "partial gangs 0 vs" in target["measured"]
+    assert target["scenario"] == "live/tfjob"
+    assert "partial gangs 0 vs" in target["measured"]
     assert LIVE_SCENARIOS["live/tfjob"].nodes == live_results[0]["objects"]["nodes"]

@@ -34,19 +34,37 @@ VOLCANO_CRD_NAME = "podgroups.scheduling.volcano.sh"
 # Volcano's PodGroup, reduced to what these tests touch: the environment of a cluster that runs Volcano's
 # controllers (the chart does not install it). Without it kubectl cannot resolve the resource for can-i.
 VOLCANO_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
     "metadata": {"name": VOLCANO_CRD_NAME},
     "spec": {
-        "group": "scheduling.volcano.sh", "scope": "Namespaced",
+        "group": "scheduling.volcano.sh",
+        "scope": "Namespaced",
         "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup"},
-        "versions": [{
-            "name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
-            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                "spec": {"type": "object", "properties": {
-                    "minMember": {"type": "integer", "format": "int32"}, "queue": {"type": "string"},
-                    "minResources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}},
-                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}},
-        }],
+        "versions": [
+            {
+                "name": "v1beta1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "properties": {
+                                    "minMember": {"type": "integer", "format": "int32"},
+                                    "queue": {"type": "string"},
+                                    "minResources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                },
+                            },
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        },
+                    }
+                },
+            }
+        ],
     },
 }
 PG_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
@@ -59,13 +77,13 @@ def helm(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Helm:
     """The pinned helm, with its cache, config and data in a temporary directory."""
     home = tmp_path_factory.mktemp("helm")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_") and k != "KUBECONFIG"}
-    env.update(HELM_CACHE_HOME=str(home / "cache"), HELM_CONFIG_HOME=str(home / "config"),
-               HELM_DATA_HOME=str(home / "data"))
+    env.update(
+        HELM_CACHE_HOME=str(home / "cache"), HELM_CONFIG_HOME=str(home / "config"), HELM_DATA_HOME=str(home / "data")
+    )
 
     def run(*args: str, check: bool = True, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
         full_env = dict(env, **({"KUBECONFIG": str(kubeconfig)} if kubeconfig else {}))
-        out = subprocess.run([str(binaries.helm), *args], capture_output=True, text=True, env=full_env,
-                             timeout=120)
+        out = subprocess.run([str(binaries.helm), *args], capture_output=True, text=True, env=full_env, timeout=120)
         if check and out.returncode != 0:
             raise AssertionError(f"helm {' '.join(args)} failed ({out.returncode}):\n{out.stderr}")
         return out
@@ -89,46 +107,80 @@ def only(docs: list[dict], kind: str) -> dict:
 # ------------------------------------------------------------------------------------------------ helm only
 
 
-@pytest.mark.parametrize("sets", [(), ("replicaCount=3", "serviceMonitor.enabled=true", "groupLabel=job",
-                                       "podDisruptionBudget.minAvailable=1", "crds.installPodGroup=false")])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        (
+            "replicaCount=3",
+            "serviceMonitor.enabled=true",
+            "groupLabel=job",
+            "podDisruptionBudget.minAvailable=1",
+            "crds.installPodGroup=false",
+        ),
+    ],
+)
 def test_helm_lint_is_clean(helm: Helm, sets: tuple[str, ...]) -> None:
     args = ["lint", str(CHART), "--strict"]
     for s in sets:
         args += ["--set", s]
     out = helm(*args)
     assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
-    assert "[WARNING]" not in out.stdout and "[ERROR]" not in out.stdout
+    assert "[WARNING]" not in out.stdout
+    assert "[ERROR]" not in out.stdout
 
 
 def test_template_renders_the_scheduler_deployment(helm: Helm) -> None:
     docs = render(helm)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == sorted(["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role",
-                            "RoleBinding", "Service", "Deployment", "PodDisruptionBudget",
-                            "CustomResourceDefinition"])
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ConfigMap",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "CustomResourceDefinition",
+        ]
+    )
     deploy = only(docs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     # One replica: no leader election; the flags are the ones `gangsolve run` takes.
     assert deploy["spec"]["replicas"] == 1
-    assert container["args"] == ["--scheduler-name=gangsolve", "--config=/etc/gangsolve/config.yaml",
-                                 "--metrics-addr=0.0.0.0:8080"]
+    assert container["args"] == [
+        "--scheduler-name=gangsolve",
+        "--config=/etc/gangsolve/config.yaml",
+        "--metrics-addr=0.0.0.0:8080",
+    ]
     assert container["image"] == "gangsolve:0.1.0"
     assert pod["serviceAccountName"] == only(docs, "ServiceAccount")["metadata"]["name"] == "gs-gangsolve"
     sc = container["securityContext"]
-    assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
-    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert container["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
-    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]["memory"]
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    assert mounts["/etc/gangsolve"]["readOnly"] is True and "/tmp" in mounts
+    assert mounts["/etc/gangsolve"]["readOnly"] is True
+    assert "/tmp" in mounts
     config = yaml.safe_load(only(docs, "ConfigMap")["data"]["config.yaml"])
-    assert config == {"lease-name": "gs-gangsolve", "lease-namespace": "gangsolve-system", "time-limit": 2,
-                      "log-format": "json"}
+    assert config == {
+        "lease-name": "gs-gangsolve",
+        "lease-namespace": "gangsolve-system",
+        "time-limit": 2,
+        "log-format": "json",
+    }
     assert only(docs, "Service")["spec"]["ports"][0]["targetPort"] == "metrics"
     assert only(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
     crd = only(docs, "CustomResourceDefinition")
@@ -137,40 +189,58 @@ def test_template_renders_the_scheduler_deployment(helm: Helm) -> None:
 
 
 def test_template_options(helm: Helm) -> None:
-    docs = render(helm, "replicaCount=2", "groupLabel=training.example.com/job", "schedulerName=batch",
-                  "serviceMonitor.enabled=true", "crds.installPodGroup=false", "--set-json=config.time-limit=0.5",
-                  "podDisruptionBudget.minAvailable=1", "metrics.port=9090", "image.tag=dev")
+    docs = render(
+        helm,
+        "replicaCount=2",
+        "groupLabel=training.example.com/job",
+        "schedulerName=batch",
+        "serviceMonitor.enabled=true",
+        "crds.installPodGroup=false",
+        "--set-json=config.time-limit=0.5",
+        "podDisruptionBudget.minAvailable=1",
+        "metrics.port=9090",
+        "image.tag=dev",
+    )
     (container,) = only(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     # More than one replica turns leader election on.
-    assert container["args"] == ["--scheduler-name=batch", "--group-label=training.example.com/job",
-                                 "--config=/etc/gangsolve/config.yaml", "--leader-elect",
-                                 "--metrics-addr=0.0.0.0:9090"]
+    assert container["args"] == [
+        "--scheduler-name=batch",
+        "--group-label=training.example.com/job",
+        "--config=/etc/gangsolve/config.yaml",
+        "--leader-elect",
+        "--metrics-addr=0.0.0.0:9090",
+    ]
     assert container["image"] == "gangsolve:dev"
     assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     monitor = only(docs, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["selector"]["matchLabels"] == only(docs, "Service")["spec"]["selector"]
     assert only(docs, "PodDisruptionBudget")["spec"] == {
-        "minAvailable": 1, "selector": only(docs, "Deployment")["spec"]["selector"]}
+        "minAvailable": 1,
+        "selector": only(docs, "Deployment")["spec"]["selector"],
+    }
     assert yaml.safe_load(only(docs, "ConfigMap")["data"]["config.yaml"])["time-limit"] == 0.5
     # Leader election with one replica, on request.
     (one,) = only(render(helm, "leaderElection.enabled=true"), "Deployment")["spec"]["template"]["spec"]["containers"]
     assert "--leader-elect" in one["args"]
 
 
-@pytest.mark.parametrize("bad", [
-    "replicaCount=-1",
-    "replicaCount=0",
-    "notAValue=1",
-    "config.bogus=1",
-    "config.time-limit=0",
-    "config.log-format=xml",
-    "image.pullPolicy=Sometimes",
-    "metrics.port=70000",
-    "schedulerName=Not_A_Name",
-    "podDisruptionBudget.maxUnavailable=lots",
-    "rbac.create=maybe",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "replicaCount=-1",
+        "replicaCount=0",
+        "notAValue=1",
+        "config.bogus=1",
+        "config.time-limit=0",
+        "config.log-format=xml",
+        "image.pullPolicy=Sometimes",
+        "metrics.port=70000",
+        "schedulerName=Not_A_Name",
+        "podDisruptionBudget.maxUnavailable=lots",
+        "rbac.create=maybe",
+    ],
+)
 def test_values_schema_rejects_bad_values(helm: Helm, bad: str) -> None:
     out = helm("template", "gs", str(CHART), "--set", bad, check=False)
     assert out.returncode != 0
@@ -199,18 +269,24 @@ def installed(control_plane: ControlPlane, helm: Helm) -> Iterator[Install]:
     release = f"gs-{secrets.token_hex(3)}"
     control_plane.create_namespace(namespace)
     crd_was_there = control_plane.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
-    helm("install", release, str(CHART), "--namespace", namespace,
-         "--set", f"crds.installPodGroup={'false' if crd_was_there else 'true'}",
-         kubeconfig=control_plane.kubeconfig)
+    helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        f"crds.installPodGroup={'false' if crd_was_there else 'true'}",
+        kubeconfig=control_plane.kubeconfig,
+    )
     if crd_was_there:  # another test made it: apply the chart's CRD over it, as the API server would take it
         crd = helm("template", release, str(CHART), "--show-only", "templates/crd-podgroup.yaml").stdout
         control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crd)
-    volcano_was_there = control_plane.get(
-        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{VOLCANO_CRD_NAME}")
+    volcano_was_there = control_plane.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{VOLCANO_CRD_NAME}")
     if not volcano_was_there:
         control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", VOLCANO_CRD)
     for crd_name in (CRD_NAME, VOLCANO_CRD_NAME):
-        control_plane.wait_for(lambda: _crd_established(control_plane, crd_name), timeout=30, what=crd_name)
+        control_plane.wait_for(lambda name=crd_name: _crd_established(control_plane, name), timeout=30, what=crd_name)
     fullname = f"{release}-gangsolve"
     try:
         yield Install(namespace=namespace, release=release, service_account=fullname, fullname=fullname)
@@ -219,29 +295,30 @@ def installed(control_plane: ControlPlane, helm: Helm) -> Iterator[Install]:
         if not crd_was_there:  # kept by helm on purpose (resource-policy: keep); this test made it
             control_plane.kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--wait=false", check=False)
         if not volcano_was_there:
-            control_plane.kubectl("delete", "crd", VOLCANO_CRD_NAME, "--ignore-not-found", "--wait=false",
-                                  check=False)
+            control_plane.kubectl("delete", "crd", VOLCANO_CRD_NAME, "--ignore-not-found", "--wait=false", check=False)
         control_plane.delete_namespace(namespace)
 
 
 def _crd_established(cp: ControlPlane, name: str) -> bool:
     crd = cp.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
-    return any(c["type"] == "Established" and c["status"] == "True"
-               for c in (crd.get("status") or {}).get("conditions") or [])
+    return any(
+        c["type"] == "Established" and c["status"] == "True" for c in (crd.get("status") or {}).get("conditions") or []
+    )
 
 
-def test_install_creates_every_object_and_valid_scheduler_pods(control_plane: ControlPlane,
-                                                               installed: Install) -> None:
+def test_install_creates_every_object_and_valid_scheduler_pods(control_plane: ControlPlane, installed: Install) -> None:
     ns, name = installed.namespace, installed.fullname
-    for path in (f"/api/v1/namespaces/{ns}/serviceaccounts/{name}",
-                 f"/api/v1/namespaces/{ns}/configmaps/{name}-config",
-                 f"/api/v1/namespaces/{ns}/services/{name}-metrics",
-                 f"/apis/apps/v1/namespaces/{ns}/deployments/{name}",
-                 f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}",
-                 f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}",
-                 f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}",
-                 f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/{name}-leader-election",
-                 f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/{name}-leader-election"):
+    for path in (
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{name}",
+        f"/api/v1/namespaces/{ns}/configmaps/{name}-config",
+        f"/api/v1/namespaces/{ns}/services/{name}-metrics",
+        f"/apis/apps/v1/namespaces/{ns}/deployments/{name}",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}",
+        f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}",
+        f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/{name}-leader-election",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/{name}-leader-election",
+    ):
         assert control_plane.get(path) is not None, path
     # The Deployment controller made a pod from the template: the API server accepted its security
     # context, probes and volumes as rendered.
@@ -250,42 +327,81 @@ def test_install_creates_every_object_and_valid_scheduler_pods(control_plane: Co
     def pods() -> list[dict]:
         return control_plane.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}")["items"]
 
-    control_plane.wait_for(lambda: len(pods()) == 1, timeout=60, what="the scheduler's pod",
-                           component="kube-controller-manager")
+    control_plane.wait_for(
+        lambda: len(pods()) == 1, timeout=60, what="the scheduler's pod", component="kube-controller-manager"
+    )
     (pod,) = pods()
     assert pod["spec"]["serviceAccountName"] == installed.service_account
     assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
 
 
-def test_rendered_options_pass_server_side_dry_run(control_plane: ControlPlane, helm: Helm,
-                                                   installed: Install) -> None:
+def test_rendered_options_pass_server_side_dry_run(control_plane: ControlPlane, helm: Helm, installed: Install) -> None:
     # A release of its own: a dry run over the installed one would merge with its fields.
-    args = ["template", f"dry-{secrets.token_hex(3)}", str(CHART), "--namespace", installed.namespace,
-            "--set", "replicaCount=3", "--set", "groupLabel=job", "--set", "podDisruptionBudget.minAvailable=2",
-            "--set", "crds.installPodGroup=true", "--set", "leaderElection.enabled=true"]
+    args = [
+        "template",
+        f"dry-{secrets.token_hex(3)}",
+        str(CHART),
+        "--namespace",
+        installed.namespace,
+        "--set",
+        "replicaCount=3",
+        "--set",
+        "groupLabel=job",
+        "--set",
+        "podDisruptionBudget.minAvailable=2",
+        "--set",
+        "crds.installPodGroup=true",
+        "--set",
+        "leaderElection.enabled=true",
+    ]
     manifests = helm(*args).stdout
-    out = control_plane.kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts",
-                                "--field-manager=chart-test", "-f", "-", input=manifests, check=False)
+    out = control_plane.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--force-conflicts",
+        "--field-manager=chart-test",
+        "-f",
+        "-",
+        input=manifests,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
-    assert "deployment.apps/" in out.stdout and "customresourcedefinition.apiextensions.k8s.io/" in out.stdout
+    assert "deployment.apps/" in out.stdout
+    assert "customresourcedefinition.apiextensions.k8s.io/" in out.stdout
 
 
-def test_podgroup_crd_validates_and_has_a_status_subresource(control_plane: ControlPlane, installed: Install,
-                                                             namespace: str) -> None:
+def test_podgroup_crd_validates_and_has_a_status_subresource(
+    control_plane: ControlPlane, installed: Install, namespace: str
+) -> None:
     base = PG_PATH.format(ns=namespace)
-    pg = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-          "metadata": {"name": "mnist"},
-          "spec": {"minMember": 8, "minResources": {"cpu": "4", "memory": "16Gi", GPU_RESOURCE: 8},
-                   "scheduleTimeoutSeconds": 60},
-          "status": {"phase": "Running"}}
+    pg = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "mnist"},
+        "spec": {
+            "minMember": 8,
+            "minResources": {"cpu": "4", "memory": "16Gi", GPU_RESOURCE: 8},
+            "scheduleTimeoutSeconds": 60,
+        },
+        "status": {"phase": "Running"},
+    }
     created = control_plane.request("POST", base, pg)
     assert created["spec"] == pg["spec"]
     assert "status" not in created or not created["status"]  # status only through the subresource
 
-    status = {"phase": "Scheduled", "occupiedBy": "kubeflow/mnist", "scheduled": 8, "running": 6,
-              "succeeded": 1, "failed": 1, "scheduleStartTime": "2026-01-01T00:00:00Z"}
-    patched = control_plane.request("PATCH", f"{base}/mnist/status", {"status": status},
-                                    content_type="application/merge-patch+json")
+    status = {
+        "phase": "Scheduled",
+        "occupiedBy": "kubeflow/mnist",
+        "scheduled": 8,
+        "running": 6,
+        "succeeded": 1,
+        "failed": 1,
+        "scheduleStartTime": "2026-01-01T00:00:00Z",
+    }
+    patched = control_plane.request(
+        "PATCH", f"{base}/mnist/status", {"status": status}, content_type="application/merge-patch+json"
+    )
     assert patched["status"] == status
     assert control_plane.get(f"{base}/mnist")["status"] == status
 
@@ -307,28 +423,54 @@ ALLOWED = [
     *[(v, r, "team-a") for v in ("create", "patch") for r in ("events", "events.events.k8s.io")],
     *[(v, "poddisruptionbudgets.policy", None) for v in ("list", "watch")],
     *[(v, "priorityclasses.scheduling.k8s.io", None) for v in ("list", "watch")],
-    *[(v, f"podgroups.{g}", None) for v in ("get", "list", "watch")
-      for g in ("scheduling.x-k8s.io", "scheduling.volcano.sh")],
-    *[(v, f"podgroups.{g}/status", "team-a") for v in ("update", "patch")
-      for g in ("scheduling.x-k8s.io", "scheduling.volcano.sh")],
+    *[
+        (v, f"podgroups.{g}", None)
+        for v in ("get", "list", "watch")
+        for g in ("scheduling.x-k8s.io", "scheduling.volcano.sh")
+    ],
+    *[
+        (v, f"podgroups.{g}/status", "team-a")
+        for v in ("update", "patch")
+        for g in ("scheduling.x-k8s.io", "scheduling.volcano.sh")
+    ],
     *[(v, "leases.coordination.k8s.io", "OWN") for v in ("get", "create", "update")],
 ]
 DENIED = [
-    ("get", "secrets", "team-a"), ("list", "secrets", None), ("get", "secrets", "OWN"),
-    ("create", "pods", "team-a"), ("delete", "pods", "team-a"), ("update", "pods", "team-a"),
-    ("patch", "pods", "team-a"), ("deletecollection", "pods", "team-a"), ("create", "pods/eviction", "team-a"),
-    ("update", "pods/status", "team-a"), ("create", "pods/exec", "team-a"),
-    ("update", "nodes", None), ("patch", "nodes", None), ("delete", "nodes", None), ("patch", "nodes/status", None),
-    ("get", "configmaps", "team-a"), ("create", "configmaps", "team-a"), ("get", "configmaps", "OWN"),
-    ("create", "podgroups.scheduling.x-k8s.io", "team-a"), ("update", "podgroups.scheduling.x-k8s.io", "team-a"),
-    ("delete", "podgroups.scheduling.volcano.sh", "team-a"), ("patch", "podgroups.scheduling.volcano.sh", "team-a"),
-    ("delete", "events", "team-a"), ("get", "events", "team-a"),
-    ("get", "leases.coordination.k8s.io", "kube-system"), ("update", "leases.coordination.k8s.io", "team-a"),
+    ("get", "secrets", "team-a"),
+    ("list", "secrets", None),
+    ("get", "secrets", "OWN"),
+    ("create", "pods", "team-a"),
+    ("delete", "pods", "team-a"),
+    ("update", "pods", "team-a"),
+    ("patch", "pods", "team-a"),
+    ("deletecollection", "pods", "team-a"),
+    ("create", "pods/eviction", "team-a"),
+    ("update", "pods/status", "team-a"),
+    ("create", "pods/exec", "team-a"),
+    ("update", "nodes", None),
+    ("patch", "nodes", None),
+    ("delete", "nodes", None),
+    ("patch", "nodes/status", None),
+    ("get", "configmaps", "team-a"),
+    ("create", "configmaps", "team-a"),
+    ("get", "configmaps", "OWN"),
+    ("create", "podgroups.scheduling.x-k8s.io", "team-a"),
+    ("update", "podgroups.scheduling.x-k8s.io", "team-a"),
+    ("delete", "podgroups.scheduling.volcano.sh", "team-a"),
+    ("patch", "podgroups.scheduling.volcano.sh", "team-a"),
+    ("delete", "events", "team-a"),
+    ("get", "events", "team-a"),
+    ("get", "leases.coordination.k8s.io", "kube-system"),
+    ("update", "leases.coordination.k8s.io", "team-a"),
     ("delete", "leases.coordination.k8s.io", "OWN"),
-    ("create", "poddisruptionbudgets.policy", "team-a"), ("create", "deployments.apps", "OWN"),
-    ("create", "serviceaccounts/token", "OWN"), ("bind", "clusterroles.rbac.authorization.k8s.io", None),
-    ("escalate", "clusterroles.rbac.authorization.k8s.io", None), ("impersonate", "users", None),
-    ("create", "customresourcedefinitions.apiextensions.k8s.io", None), ("*", "*", None),
+    ("create", "poddisruptionbudgets.policy", "team-a"),
+    ("create", "deployments.apps", "OWN"),
+    ("create", "serviceaccounts/token", "OWN"),
+    ("bind", "clusterroles.rbac.authorization.k8s.io", None),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io", None),
+    ("impersonate", "users", None),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io", None),
+    ("*", "*", None),
 ]
 
 
@@ -354,14 +496,17 @@ def test_service_account_may_do_nothing_else(control_plane: ControlPlane, instal
     assert not granted, f"the chart's ServiceAccount is granted {granted}"
 
 
-def test_cluster_role_is_exactly_the_rendered_rules(control_plane: ControlPlane, helm: Helm,
-                                                    installed: Install) -> None:
+def test_cluster_role_is_exactly_the_rendered_rules(
+    control_plane: ControlPlane, helm: Helm, installed: Install
+) -> None:
     """Nothing was added on the server side (no aggregation, no wildcard)."""
     live = control_plane.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{installed.fullname}")
     rendered = only(render(helm, release=installed.release, namespace=installed.namespace), "ClusterRole")
     assert live["rules"] == rendered["rules"]
     for rule in live["rules"]:
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert "*" not in rule["verbs"]
+        assert "*" not in rule["resources"]
+        assert "*" not in rule["apiGroups"]
     assert "aggregationRule" not in live
 
 
@@ -370,16 +515,22 @@ def test_cluster_role_is_exactly_the_rendered_rules(control_plane: ControlPlane,
 
 def _service_account_kubeconfig(cp: ControlPlane, install: Install, path: Path) -> Path:
     """A kubeconfig holding only a TokenRequest token of the chart's ServiceAccount (no admin certificate)."""
-    token = cp.kubectl("create", "token", install.service_account, "-n", install.namespace,
-                       "--duration=1h").stdout.strip()
+    token = cp.kubectl(
+        "create", "token", install.service_account, "-n", install.namespace, "--duration=1h"
+    ).stdout.strip()
     admin = yaml.safe_load(Path(cp.kubeconfig).read_text())
     ca_data = admin["clusters"][0]["cluster"]["certificate-authority-data"]
     config = {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": "dev", "cluster": {"server": cp.server, "certificate-authority-data": ca_data}}],
         "users": [{"name": install.service_account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "dev", "user": install.service_account,
-                                                "namespace": install.namespace}}],
+        "contexts": [
+            {
+                "name": "sa",
+                "context": {"cluster": "dev", "user": install.service_account, "namespace": install.namespace},
+            }
+        ],
         "current-context": "sa",
     }
     path.write_text(yaml.safe_dump(config))
@@ -397,18 +548,40 @@ def _http(url: str) -> tuple[int, str]:
         return 0, ""
 
 
-def _gang(namespace: str, name: str, size: int, gpus: int, scheduler: str, *, volcano: bool = False
-          ) -> list[dict[str, Any]]:
-    pg = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-          "metadata": {"name": name, "namespace": namespace}, "spec": {"minMember": size}}
-    pods = [{"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": f"{name}-worker-{i}", "namespace": namespace,
-                          "labels": {"scheduling.x-k8s.io/pod-group": name}},
-             "spec": {"schedulerName": scheduler,
-                      "containers": [{"name": "main", "image": "registry.invalid/trainer:1",
-                                      "resources": {"requests": {"cpu": "1", GPU_RESOURCE: str(gpus)},
-                                                    "limits": {GPU_RESOURCE: str(gpus)}}}]}}
-            for i in range(size)]
+def _gang(
+    namespace: str, name: str, size: int, gpus: int, scheduler: str, *, volcano: bool = False
+) -> list[dict[str, Any]]:
+    pg = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": size},
+    }
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-worker-{i}",
+                "namespace": namespace,
+                "labels": {"scheduling.x-k8s.io/pod-group": name},
+            },
+            "spec": {
+                "schedulerName": scheduler,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.invalid/trainer:1",
+                        "resources": {
+                            "requests": {"cpu": "1", GPU_RESOURCE: str(gpus)},
+                            "limits": {GPU_RESOURCE: str(gpus)},
+                        },
+                    }
+                ],
+            },
+        }
+        for i in range(size)
+    ]
     if volcano:  # Volcano's convention: the PodGroup named by an annotation
         pg["apiVersion"] = "scheduling.volcano.sh/v1beta1"
         for pod in pods:
@@ -417,12 +590,29 @@ def _gang(namespace: str, name: str, size: int, gpus: int, scheduler: str, *, vo
     return [pg, *pods]
 
 
-def test_gangsolve_run_as_the_service_account_schedules_a_gang(control_plane: ControlPlane, binaries: Binaries,
-                                                               helm: Helm, installed: Install, namespace: str,
-                                                               make_nodes, tmp_path: Path) -> None:
+def test_gangsolve_run_as_the_service_account_schedules_a_gang(
+    control_plane: ControlPlane,
+    binaries: Binaries,
+    helm: Helm,
+    installed: Install,
+    namespace: str,
+    make_nodes,
+    tmp_path: Path,
+) -> None:
     kubeconfig = _service_account_kubeconfig(control_plane, installed, tmp_path / "sa.kubeconfig")
-    whoami = subprocess.run([str(binaries.kubectl), f"--kubeconfig={kubeconfig}", "auth", "whoami", "-o",
-                             "jsonpath={.status.userInfo.username}"], capture_output=True, text=True, check=True)
+    whoami = subprocess.run(
+        [
+            str(binaries.kubectl),
+            f"--kubeconfig={kubeconfig}",
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert whoami.stdout == installed.user
 
     # The config file exactly as the chart renders it for this release (lease in the release namespace).
@@ -434,8 +624,7 @@ def test_gangsolve_run_as_the_service_account_schedules_a_gang(control_plane: Co
     nodes = make_nodes(3, cpu="16", memory="64Gi", gpus=4)
     # 12 GPUs. Fit: 4 pods x 2 GPUs (scheduler-plugins PodGroup) and 2 pods x 1 GPU (Volcano PodGroup).
     # Cannot fit afterwards: 3 pods x 4 GPUs.
-    fitting = (_gang(namespace, "mnist", 4, 2, scheduler)
-               + _gang(namespace, "vc", 2, 1, scheduler, volcano=True))
+    fitting = _gang(namespace, "mnist", 4, 2, scheduler) + _gang(namespace, "vc", 2, 1, scheduler, volcano=True)
     too_big = _gang(namespace, "too-big", 3, 4, scheduler)
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(fitting))
 
@@ -444,11 +633,25 @@ def test_gangsolve_run_as_the_service_account_schedules_a_gang(control_plane: Co
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gangsolve", "run", f"--kubeconfig={kubeconfig}",
-             f"--scheduler-name={scheduler}", f"--config={config}", "--leader-elect",
-             f"--metrics-addr=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "gangsolve",
+                "run",
+                f"--kubeconfig={kubeconfig}",
+                f"--scheduler-name={scheduler}",
+                f"--config={config}",
+                "--leader-elect",
+                f"--metrics-addr=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
     try:
+
         def pods(prefix: str) -> list[dict]:
             items = control_plane.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
             return [p for p in items if p["metadata"]["name"].startswith(prefix)]
@@ -457,6 +660,7 @@ def test_gangsolve_run_as_the_service_account_schedules_a_gang(control_plane: Co
             def check() -> bool:
                 assert proc.poll() is None, f"gangsolve run exited {proc.returncode}:\n{log_path.read_text()[-4000:]}"
                 return cond()
+
             return check
 
         def bound(prefix: str, count: int) -> Callable[[], bool]:
@@ -470,10 +674,13 @@ def test_gangsolve_run_as_the_service_account_schedules_a_gang(control_plane: Co
         control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(too_big))
 
         def too_big_explained() -> bool:
-            conds = [next((c for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"), None)
-                     for p in pods("too-big-")]
-            return len(conds) == 3 and all(c and c["status"] == "False" and c["reason"] == "Unschedulable"
-                                           for c in conds)
+            conds = [
+                next((c for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"), None)
+                for p in pods("too-big-")
+            ]
+            return len(conds) == 3 and all(
+                c and c["status"] == "False" and c["reason"] == "Unschedulable" for c in conds
+            )
 
         control_plane.wait_for(alive_and(too_big_explained), timeout=60, what="Unschedulable conditions")
         assert not any(p["spec"].get("nodeName") for p in pods("too-big-"))
@@ -481,26 +688,37 @@ def test_gangsolve_run_as_the_service_account_schedules_a_gang(control_plane: Co
         def events() -> list[dict]:
             return control_plane.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
 
-        control_plane.wait_for(alive_and(lambda: {"Scheduled", "FailedScheduling"} <= {e["reason"] for e in events()}),
-                               timeout=60, what="Scheduled and FailedScheduling events")
+        control_plane.wait_for(
+            alive_and(lambda: {"Scheduled", "FailedScheduling"} <= {e["reason"] for e in events()}),
+            timeout=60,
+            what="Scheduled and FailedScheduling events",
+        )
 
         # PodGroup status of both kinds, through the status subresource.
         base = PG_PATH.format(ns=namespace)
         control_plane.wait_for(
             alive_and(lambda: (control_plane.get(f"{base}/mnist").get("status") or {}).get("scheduled") == 4),
-            timeout=60, what="the mnist PodGroup's status")
+            timeout=60,
+            what="the mnist PodGroup's status",
+        )
         vc = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{namespace}/podgroups/vc"
-        control_plane.wait_for(alive_and(lambda: (control_plane.get(vc).get("status") or {}).get("phase")),
-                               timeout=60, what="the Volcano PodGroup's status")
+        control_plane.wait_for(
+            alive_and(lambda: (control_plane.get(vc).get("status") or {}).get("phase")),
+            timeout=60,
+            what="the Volcano PodGroup's status",
+        )
 
         # Leader election on a Lease in the release namespace; health, readiness and metrics served.
-        lease = control_plane.get(f"/apis/coordination.k8s.io/v1/namespaces/{installed.namespace}/leases/"
-                                  f"{installed.fullname}")
-        assert lease is not None and lease["spec"]["holderIdentity"]
+        lease = control_plane.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{installed.namespace}/leases/{installed.fullname}"
+        )
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"]
         assert _http(f"http://127.0.0.1:{port}/healthz")[0] == 200
         assert _http(f"http://127.0.0.1:{port}/readyz")[0] == 200
         status, metrics = _http(f"http://127.0.0.1:{port}/metrics")
-        assert status == 200 and "gangsolve_pods_bound_total 6.0" in metrics
+        assert status == 200
+        assert "gangsolve_pods_bound_total 6.0" in metrics
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -511,5 +729,6 @@ def test_gangsolve_run_as_the_service_account_schedules_a_gang(control_plane: Co
                 proc.wait()
     text = log_path.read_text()
     # Nothing the scheduler tried was refused: the chart's permissions are sufficient.
-    assert "403" not in text and "forbidden" not in text.lower(), text[-4000:]
+    assert "403" not in text, text[-4000:]
+    assert "forbidden" not in text.lower(), text[-4000:]
     assert proc.returncode == 0, text[-4000:]

@@ -22,8 +22,9 @@ def test_binaries_report_pinned_versions(binaries: Binaries) -> None:
     k8s = binaries.versions["KUBERNETES_VERSION"]
     out = subprocess.run([binaries.kube_apiserver, "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"Kubernetes {k8s}"
-    out = subprocess.run([binaries.kubectl, "version", "--client", "-o", "json"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [binaries.kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True, check=True
+    )
     assert json.loads(out.stdout)["clientVersion"]["gitVersion"] == k8s
     out = subprocess.run([binaries.etcd, "--version"], capture_output=True, text=True, check=True)
     assert f"etcd Version: {binaries.versions['ETCD_VERSION'].lstrip('v')}" in out.stdout
@@ -33,11 +34,16 @@ def test_binaries_report_pinned_versions(binaries: Binaries) -> None:
     assert binaries.versions["KWOK_VERSION"].lstrip("v") in out.stdout + out.stderr
 
 
-def test_kwok_nodes_become_ready_with_requested_capacity(control_plane: ControlPlane, make_nodes,
-                                                         kubectl) -> None:
-    names = make_nodes(2, cpu="16", memory="64Gi", gpus=4, pods=50,
-                       labels={"gangsolve.dev/pool": "a100"},
-                       taints=["gangsolve.dev/dedicated=train:NoSchedule"])
+def test_kwok_nodes_become_ready_with_requested_capacity(control_plane: ControlPlane, make_nodes, kubectl) -> None:
+    names = make_nodes(
+        2,
+        cpu="16",
+        memory="64Gi",
+        gpus=4,
+        pods=50,
+        labels={"gangsolve.dev/pool": "a100"},
+        taints=["gangsolve.dev/dedicated=train:NoSchedule"],
+    )
     for name in names:
         node = json.loads(kubectl("get", "node", name, "-o", "json").stdout)
         ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}
@@ -49,30 +55,43 @@ def test_kwok_nodes_become_ready_with_requested_capacity(control_plane: ControlP
         assert {"key": "gangsolve.dev/dedicated", "value": "train", "effect": "NoSchedule"} in node["spec"]["taints"]
         # kwok keeps the node alive through its Lease, like a kubelet does.
         lease = control_plane.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}")
-        assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 40 and lease["spec"]["renewTime"]
+        assert lease is not None
+        assert lease["spec"]["leaseDurationSeconds"] == 40
+        assert lease["spec"]["renewTime"]
 
 
 @pytest.mark.asyncio
-async def test_default_scheduler_binds_pod_and_kwok_runs_it(control_plane: ControlPlane, make_nodes,
-                                                            namespace: str, kube_client) -> None:
+async def test_default_scheduler_binds_pod_and_kwok_runs_it(
+    control_plane: ControlPlane, make_nodes, namespace: str, kube_client
+) -> None:
     # Two plain nodes and one GPU node: only the GPU node fits the pod, so landing there is the scheduler's
     # doing (filtering on the extended resource, the node selector and the toleration).
     make_nodes(2, cpu="8", memory="32Gi")
-    (gpu_node,) = make_nodes(1, cpu="8", memory="32Gi", gpus=2, labels={"gangsolve.dev/pool": "gpu"},
-                             taints=["gangsolve.dev/gpu=true:NoSchedule"])
+    (gpu_node,) = make_nodes(
+        1,
+        cpu="8",
+        memory="32Gi",
+        gpus=2,
+        labels={"gangsolve.dev/pool": "gpu"},
+        taints=["gangsolve.dev/gpu=true:NoSchedule"],
+    )
     core = k8s_client.CoreV1Api(kube_client)
     pod = k8s_client.V1Pod(
         metadata=k8s_client.V1ObjectMeta(name="trainer-0"),
         spec=k8s_client.V1PodSpec(
             node_selector={"gangsolve.dev/pool": "gpu"},
-            tolerations=[k8s_client.V1Toleration(key="gangsolve.dev/gpu", operator="Equal", value="true",
-                                                 effect="NoSchedule")],
-            containers=[k8s_client.V1Container(
-                name="main", image="registry.invalid/trainer:1",
-                resources=k8s_client.V1ResourceRequirements(
-                    requests={"cpu": "2", "memory": "4Gi", GPU_RESOURCE: "1"},
-                    limits={GPU_RESOURCE: "1"}),
-            )],
+            tolerations=[
+                k8s_client.V1Toleration(key="gangsolve.dev/gpu", operator="Equal", value="true", effect="NoSchedule")
+            ],
+            containers=[
+                k8s_client.V1Container(
+                    name="main",
+                    image="registry.invalid/trainer:1",
+                    resources=k8s_client.V1ResourceRequirements(
+                        requests={"cpu": "2", "memory": "4Gi", GPU_RESOURCE: "1"}, limits={GPU_RESOURCE: "1"}
+                    ),
+                )
+            ],
         ),
     )
     await core.create_namespaced_pod(namespace, pod)
@@ -85,46 +104,90 @@ async def test_default_scheduler_binds_pod_and_kwok_runs_it(control_plane: Contr
             await anyio.sleep(0.25)
     assert got.spec.node_name == gpu_node
     conditions = {c.type: c.status for c in got.status.conditions}
-    assert conditions["PodScheduled"] == "True" and conditions["Ready"] == "True"
+    assert conditions["PodScheduled"] == "True"
+    assert conditions["Ready"] == "True"
     assert got.status.container_statuses[0].state.running is not None
 
-    events = await core.list_namespaced_event(namespace,
-                                              field_selector="involvedObject.name=trainer-0,reason=Scheduled")
+    events = await core.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=trainer-0,reason=Scheduled"
+    )
     reporters = {e.reporting_component or (e.source.component if e.source else None) for e in events.items}
     assert "default-scheduler" in reporters, events.items
 
 
 def test_controller_manager_keeps_pdb_status_collects_garbage_and_makes_service_accounts(
-        control_plane: ControlPlane, make_nodes, namespace: str, kubectl) -> None:
+    control_plane: ControlPlane, make_nodes, namespace: str, kubectl
+) -> None:
     make_nodes(1)
-    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "worker", "labels": {"app": "w"}},
-         "spec": {"containers": [{"name": "c", "image": "registry.invalid/w:1"}]}},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "w"},
-         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "w"}}}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}},
-    ]}))
+    kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": "worker", "labels": {"app": "w"}},
+                        "spec": {"containers": [{"name": "c", "image": "registry.invalid/w:1"}]},
+                    },
+                    {
+                        "apiVersion": "policy/v1",
+                        "kind": "PodDisruptionBudget",
+                        "metadata": {"name": "w"},
+                        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "w"}}},
+                    },
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}},
+                ],
+            }
+        ),
+    )
     ns = f"/api/v1/namespaces/{namespace}"
     owner = control_plane.get(f"{ns}/configmaps/owner")
     assert owner is not None
-    control_plane.request("POST", f"{ns}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "dependent", "ownerReferences": [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]}})
+    control_plane.request(
+        "POST",
+        f"{ns}/configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "dependent",
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+                ],
+            },
+        },
+    )
 
     def pdb_healthy() -> bool:
         pdb = control_plane.get(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/w")
         status = (pdb or {}).get("status", {})
         return status.get("currentHealthy") == 1 and status.get("expectedPods") == 1
-    control_plane.wait_for(pdb_healthy, timeout=60, what="PDB status (disruption controller)",
-                           component="kube-controller-manager")
+
+    control_plane.wait_for(
+        pdb_healthy, timeout=60, what="PDB status (disruption controller)", component="kube-controller-manager"
+    )
 
     control_plane.request("DELETE", f"{ns}/configmaps/owner")
-    control_plane.wait_for(lambda: control_plane.get(f"{ns}/configmaps/dependent") is None, timeout=60,
-                           what="the garbage collector to delete the dependent", component="kube-controller-manager")
+    control_plane.wait_for(
+        lambda: control_plane.get(f"{ns}/configmaps/dependent") is None,
+        timeout=60,
+        what="the garbage collector to delete the dependent",
+        component="kube-controller-manager",
+    )
     # The namespace fixture waited for the `default` ServiceAccount; its root CA bundle is published too.
-    control_plane.wait_for(lambda: control_plane.get(f"{ns}/configmaps/kube-root-ca.crt") is not None,
-                           timeout=60, what="kube-root-ca.crt", component="kube-controller-manager")
+    control_plane.wait_for(
+        lambda: control_plane.get(f"{ns}/configmaps/kube-root-ca.crt") is not None,
+        timeout=60,
+        what="kube-root-ca.crt",
+        component="kube-controller-manager",
+    )
 
 
 def _gone(pid: int) -> bool:
@@ -148,8 +211,9 @@ def test_apiserver_restarts_on_demand_and_teardown_leaves_nothing(binaries: Bina
         after = cp.pids()
         assert after["kube-apiserver"] != before["kube-apiserver"]
         assert _gone(before["kube-apiserver"])
-        assert {k: v for k, v in after.items() if k != "kube-apiserver"} == \
-            {k: v for k, v in before.items() if k != "kube-apiserver"}
+        assert {k: v for k, v in after.items() if k != "kube-apiserver"} == {
+            k: v for k, v in before.items() if k != "kube-apiserver"
+        }
         # Data survived (it lives in etcd) and every client reconnected: kwok still makes new nodes Ready.
         assert cp.get("/api/v1/namespaces/before-restart") is not None
         cp.add_nodes(["after-restart"], timeout=90)
@@ -163,7 +227,8 @@ def test_apiserver_restarts_on_demand_and_teardown_leaves_nothing(binaries: Bina
         cp.add_nodes(["after-crash"], timeout=90)
         pids = cp.pids()
         workdir = cp.workdir
-    assert workdir is not None and not workdir.exists()
+    assert workdir is not None
+    assert not workdir.exists()
     assert cp.pids() == {}
     for name, pid in pids.items():
         assert _gone(pid), f"{name} (pid {pid}) survived teardown"
@@ -174,9 +239,20 @@ def test_apiserver_restarts_on_demand_and_teardown_leaves_nothing(binaries: Bina
 def test_cli_dev_cluster_up_serves_kubectl_and_stops_on_ctrl_c(binaries: Binaries, tmp_path: Path) -> None:
     workdir = tmp_path / "cluster"
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gangsolve"), "dev-cluster", "up", "--nodes", "2", "--gpus", "8",
-         "--workdir", str(workdir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            str(Path(sys.executable).parent / "gangsolve"),
+            "dev-cluster",
+            "up",
+            "--nodes",
+            "2",
+            "--gpus",
+            "8",
+            "--workdir",
+            str(workdir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         kubeconfig = None
@@ -188,14 +264,18 @@ def test_cli_dev_cluster_up_serves_kubectl_and_stops_on_ctrl_c(binaries: Binarie
                 break
             assert time.monotonic() < deadline
         assert kubeconfig, proc.stderr.read() if proc.stderr else ""
-        nodes = subprocess.run([binaries.kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"],
-                               capture_output=True, text=True, check=True)
+        nodes = subprocess.run(
+            [binaries.kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         items = json.loads(nodes.stdout)["items"]
         assert len(items) == 2
         assert all(n["status"]["allocatable"][GPU_RESOURCE] == "8" for n in items)
     finally:
         proc.send_signal(2)  # SIGINT, what Ctrl-C sends
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "stopped" in err
     # Nothing still runs from this cluster's directory.

@@ -11,11 +11,19 @@ GI = 2**30
 
 
 @pytest.mark.parametrize(
-    "resource, text, units",
+    ("resource", "text", "units"),
     [
-        ("cpu", "500m", 500), ("cpu", "2", 2000), ("cpu", "0.1", 100), ("cpu", "1e3", 1_000_000), ("cpu", 1.5, 1500),
-        ("memory", "4Gi", 4 * GI), ("memory", "1G", 10**9), ("memory", "128974848", 128974848), ("memory", "1.5Ki", 1536),
-        ("nvidia.com/gpu", "8", 8), ("cpu", "100u", 1),  # fractions round up: never hand out less than asked
+        ("cpu", "500m", 500),
+        ("cpu", "2", 2000),
+        ("cpu", "0.1", 100),
+        ("cpu", "1e3", 1_000_000),
+        ("cpu", 1.5, 1500),
+        ("memory", "4Gi", 4 * GI),
+        ("memory", "1G", 10**9),
+        ("memory", "128974848", 128974848),
+        ("memory", "1.5Ki", 1536),
+        ("nvidia.com/gpu", "8", 8),
+        ("cpu", "100u", 1),  # fractions round up: never hand out less than asked
     ],
 )
 def test_quantities(resource, text, units):
@@ -24,7 +32,7 @@ def test_quantities(resource, text, units):
 
 @pytest.mark.parametrize("bad", ["abc", "4GiB", "", "1..2", "Gi", "--1", True])
 def test_bad_quantities_are_rejected(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="does not parse"):
         parse_quantity(bad)
 
 
@@ -55,13 +63,22 @@ def test_bad_request_names_pod_and_field():
     pod = k8s_pod("worker-0", ns="team-a", cpu="lots")
     with pytest.raises(InputError) as err:
         objects.pod_requests(pod)
-    assert str(err.value) == "Pod team-a/worker-0: spec.containers[0].resources.requests.cpu: quantity 'lots' does not parse"
+    assert (
+        str(err.value)
+        == "Pod team-a/worker-0: spec.containers[0].resources.requests.cpu: quantity 'lots' does not parse"
+    )
 
 
 def test_node_state():
-    n = objects.node(k8s_node("n", gpus=4, taints=[{"key": "k", "value": "v", "effect": "NoExecute"}], ready=False, unschedulable=True))
-    assert n.allocatable["nvidia.com/gpu"] == 4 and n.allocatable["pods"] == 110
-    assert not n.ready and n.unschedulable
+    n = objects.node(
+        k8s_node(
+            "n", gpus=4, taints=[{"key": "k", "value": "v", "effect": "NoExecute"}], ready=False, unschedulable=True
+        )
+    )
+    assert n.allocatable["nvidia.com/gpu"] == 4
+    assert n.allocatable["pods"] == 110
+    assert not n.ready
+    assert n.unschedulable
     assert str(n.taints[0]) == "k=v:NoExecute"
 
 
@@ -73,22 +90,36 @@ def test_node_without_conditions_is_not_ready():
 
 def test_pod_constraints_and_priority_class():
     obj = k8s_pod("p", nodeSelector={"gpu": "yes"}, tolerations=[{"operator": "Exists"}], priorityClassName="high")
-    obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
-    ]}}}
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                ]
+            }
+        }
+    }
     pod = objects.pod(obj, {"high": {"value": 1000}}, order=3)
-    assert pod.name == "default/p" and pod.priority == 1000 and pod.order == 3
+    assert pod.name == "default/p"
+    assert pod.priority == 1000
+    assert pod.order == 3
     assert pod.node_selector == {"gpu": "yes"}
-    assert pod.tolerations[0].operator == "Exists" and pod.tolerations[0].key == ""
+    assert pod.tolerations[0].operator == "Exists"
+    assert pod.tolerations[0].key == ""
     assert [len(t.match_expressions) for t in pod.affinity] == [1, 0]
     assert pod.affinity[1].match_fields[0].values == ("n1",)
 
 
 def test_unknown_affinity_operator_names_the_field():
     obj = k8s_pod("p")
-    obj["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]}}}
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]
+            }
+        }
+    }
     with pytest.raises(InputError, match=r"matchExpressions\[0\]\.operator"):
         objects.pod(obj, {}, 0)
 

@@ -54,7 +54,8 @@ async def test_binder_binds_the_whole_gang_and_keeps_assumptions_until_the_watch
     b = BinderActor(kube, c, Metrics(), on_bound=lambda *a: bound.append(a))
     assert await b.bind_gang(plan_of(c, 3))
     assert sorted(kube.bindings) == [("w0", "n1"), ("w1", "n1"), ("w2", "n1")]
-    assert len(bound) == 3 and set(c.assumed) == {"default/w0", "default/w1", "default/w2"}
+    assert len(bound) == 3
+    assert set(c.assumed) == {"default/w0", "default/w1", "default/w2"}
     assert not await b.bind_gang(plan_of(c, 3))  # a plan naming pods bound already: nothing is bound again
     assert len(kube.bindings) == 3
 
@@ -67,7 +68,8 @@ async def test_a_failed_bind_forgets_that_pod_and_plans_again():
     plan = plan_of(c, 3)
     v = c.version
     assert not await b.bind_gang(plan)
-    assert "default/w1" not in c.assumed and c.version > v
+    assert "default/w1" not in c.assumed
+    assert c.version > v
     assert metrics.bind_errors.labels("conflict")._value.get() == 1
 
 
@@ -78,7 +80,8 @@ async def test_a_gang_that_lost_a_pod_is_not_bound_at_all():
     c.objects["Pod"].pop(("", "default", "w2"))  # deleted while the solver ran
     b = BinderActor(kube, c, Metrics())
     assert not await b.bind_gang(plan)
-    assert kube.bindings == [] and c.assumed == {}
+    assert kube.bindings == []
+    assert c.assumed == {}
 
 
 @pytest.mark.asyncio
@@ -96,8 +99,17 @@ def solver_actor(cache):
     async def placed(plan):
         plans.append(plan)
 
-    actor = SolverActor(cache, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=1, debounce=0,
-                        resync_period=1, on_placed=placed, on_result=results.append)
+    actor = SolverActor(
+        cache,
+        Metrics(),
+        scheduler_name="gangsolve",
+        group_label=None,
+        time_limit=1,
+        debounce=0,
+        resync_period=1,
+        on_placed=placed,
+        on_result=results.append,
+    )
     return actor, plans, results
 
 
@@ -122,7 +134,8 @@ async def test_a_gang_that_does_not_fit_is_reported_not_planned():
     await actor.cycle()
     assert plans == []
     (gang,) = results[0].placement.gangs
-    assert not gang.placed and "nvidia.com/gpu" in gang.reason
+    assert not gang.placed
+    assert "nvidia.com/gpu" in gang.reason
 
 
 def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
@@ -131,9 +144,11 @@ def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
     from tests.builders import k8s_pod_group
 
     bad = k8s_pod_group("bad", "many")
-    snap = Snapshot(nodes=[k8s_node("n1", gpus=4)],
-                    pods=[k8s_pod("ok", gpus=1), k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
-                    pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad})
+    snap = Snapshot(
+        nodes=[k8s_node("n1", gpus=4)],
+        pods=[k8s_pod("ok", gpus=1), k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
+        pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
+    )
     skipped = []
     cluster, placement = plan(snap, "gangsolve", None, 1, skipped)
     assert [str(e) for e in skipped] == ["PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"]
@@ -144,8 +159,10 @@ def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
     from gangsolve.live.solver_actor import CycleResult
 
     fb = Feedback(None, ClusterCache(), Metrics(), identity="t", scheduler_name="gangsolve")
-    result = CycleResult(snap, cluster, placement,
-                         tuple((e.obj, str(e)) for e in skipped))
-    assert fb._waiting_for_pod_group(result) == {"default/b": (
-        "PodGroup default/bad (scheduling.x-k8s.io) cannot be read: "
-        "PodGroup default/bad: spec.minMember: expected a whole number, got 'many'")}
+    result = CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
+    assert fb._waiting_for_pod_group(result) == {
+        "default/b": (
+            "PodGroup default/bad (scheduling.x-k8s.io) cannot be read: "
+            "PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"
+        )
+    }

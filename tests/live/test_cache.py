@@ -25,8 +25,10 @@ def test_only_relevant_changes_start_a_cycle():
     conditioned = {**p, "status": {**p["status"], "conditions": [{"type": "PodScheduled", "status": "False"}]}}
     assert not c.apply(Event(POD, "MODIFIED", conditioned))
     node = c.node("n1")
-    beat = {**node, "status": {**node["status"], "conditions": [{"type": "Ready", "status": "True",
-                                                                   "lastHeartbeatTime": "later"}]}}
+    beat = {
+        **node,
+        "status": {**node["status"], "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "later"}]},
+    }
     assert not c.apply(Event(NODE, "MODIFIED", beat))
     assert c.version == v
     assert c.pod("default/p") is conditioned  # the newest object is kept all the same
@@ -69,7 +71,8 @@ def test_forget_frees_the_capacity_and_starts_a_cycle():
     c.assume("default/p", "n1", "u1", "g")
     v = c.version
     c.forget("default/p")
-    assert c.assumed == {} and c.version == v + 1
+    assert c.assumed == {}
+    assert c.version == v + 1
     c.forget("default/p")  # twice is harmless
     assert c.version == v + 1
 
@@ -83,4 +86,5 @@ def test_deleted_or_replaced_pod_drops_its_assumption():
     assert c.assumed == {}
     c.assume("default/p", "n1", "new", "g")
     c.apply(Event(POD, "DELETED", c.pod("default/p")))
-    assert c.assumed == {} and c.pod("default/p") is None
+    assert c.assumed == {}
+    assert c.pod("default/p") is None

@@ -17,15 +17,28 @@ def write(tmp_path, data) -> str:
 def test_defaults():
     cfg = build()
     assert cfg == Config(identity=cfg.identity)
-    assert cfg.scheduler_name == "gangsolve" and not cfg.leader_elect and cfg.metrics_host_port == ("0.0.0.0", 10251)
+    assert cfg.scheduler_name == "gangsolve"
+    assert not cfg.leader_elect
+    assert cfg.metrics_host_port == ("0.0.0.0", 10251)
 
 
 def test_file_then_flags(tmp_path):
-    path = write(tmp_path, {"scheduler-name": "from-file", "time-limit": 5, "leader-elect": True,
-                            "group-label": "job", "log-format": "json"})
+    path = write(
+        tmp_path,
+        {
+            "scheduler-name": "from-file",
+            "time-limit": 5,
+            "leader-elect": True,
+            "group-label": "job",
+            "log-format": "json",
+        },
+    )
     cfg = build(path, {"scheduler_name": "from-flag"})
     assert cfg.scheduler_name == "from-flag"
-    assert cfg.time_limit == 5.0 and cfg.leader_elect and cfg.group_label == "job" and cfg.log_format == "json"
+    assert cfg.time_limit == 5.0
+    assert cfg.leader_elect
+    assert cfg.group_label == "job"
+    assert cfg.log_format == "json"
 
 
 @pytest.mark.parametrize(
@@ -60,7 +73,9 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path):
     result = CliRunner().invoke(cli, ["run", "--config", path])
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr.strip().splitlines() == [f"error: config {path}: time-limit: expected a number > 0, got 'soon'"]
+    assert result.stderr.strip().splitlines() == [
+        f"error: config {path}: time-limit: expected a number > 0, got 'soon'"
+    ]
 
 
 def test_cli_missing_kubeconfig_exits_2(tmp_path):

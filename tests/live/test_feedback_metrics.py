@@ -11,13 +11,20 @@ def test_pod_group_status_pending_then_running():
     pg = k8s_pod_group("g", 2)
     pending = [k8s_pod("a"), k8s_pod("b")]
     s = pod_group_status(pg, pending, "needs 2 nvidia.com/gpu, 1 free")
-    assert s["phase"] == "Pending" and s["scheduled"] == 0 and s["running"] == 0
+    assert s["phase"] == "Pending"
+    assert s["scheduled"] == 0
+    assert s["running"] == 0
     (cond,) = s["conditions"]
-    assert (cond["type"], cond["reason"], cond["message"]) == ("Unschedulable", "Unschedulable",
-                                                               "needs 2 nvidia.com/gpu, 1 free")
+    assert (cond["type"], cond["reason"], cond["message"]) == (
+        "Unschedulable",
+        "Unschedulable",
+        "needs 2 nvidia.com/gpu, 1 free",
+    )
     bound = [k8s_pod("a", node_name="n", phase="Running"), k8s_pod("b", node_name="n")]
     s = pod_group_status(pg, bound, "")
-    assert s["phase"] == "Scheduled" and s["scheduled"] == 2 and s["running"] == 1
+    assert s["phase"] == "Scheduled"
+    assert s["scheduled"] == 2
+    assert s["running"] == 1
     assert s["conditions"][0]["type"] == "Scheduled"
     s2 = pod_group_status(pg, bound, "", existing=s)
     assert s2["conditions"][0]["lastTransitionTime"] == s["conditions"][0]["lastTransitionTime"]
@@ -26,7 +33,9 @@ def test_pod_group_status_pending_then_running():
 def test_volcano_pod_group_status_shape():
     pg = k8s_pod_group("g", 1, volcano=True)
     s = pod_group_status(pg, [k8s_pod("a", node_name="n", phase="Running")], "")
-    assert s["phase"] == "Running" and s["running"] == 1 and "scheduled" not in s
+    assert s["phase"] == "Running"
+    assert s["running"] == 1
+    assert "scheduled" not in s
 
 
 def test_event_limiter_dedups_per_pod_and_caps_the_rate():
@@ -68,9 +77,13 @@ def test_pods_naming_a_missing_pod_group_say_what_they_wait_for():
     from gangsolve.live.solver_actor import CycleResult, plan
     from gangsolve.snapshot import Snapshot
 
-    snap = Snapshot(pods=[k8s_pod("a", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
-                          k8s_pod("b", annotations={"scheduling.k8s.io/group-name": "vg"}),
-                          k8s_pod("c", scheduler="someone-else", labels={"scheduling.x-k8s.io/pod-group": "pg"})])
+    snap = Snapshot(
+        pods=[
+            k8s_pod("a", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
+            k8s_pod("b", annotations={"scheduling.k8s.io/group-name": "vg"}),
+            k8s_pod("c", scheduler="someone-else", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
+        ]
+    )
     cluster, placement = plan(snap, "gangsolve", None, 1)
     fb = Feedback(None, ClusterCache(), Metrics(), identity="t", scheduler_name="gangsolve")
     assert fb._waiting_for_pod_group(CycleResult(snap, cluster, placement)) == {

@@ -10,7 +10,7 @@ MASTER = Taint("node-role.kubernetes.io/master", "", "NoSchedule")
 
 
 @pytest.mark.parametrize(
-    "toleration, tolerated",
+    ("toleration", "tolerated"),
     [
         (Toleration("node-role.kubernetes.io/master", "Exists"), True),
         (Toleration("node-role.kubernetes.io/master", "Exists", effect="NoSchedule"), True),
@@ -40,7 +40,7 @@ def test_first_untolerated_taint_is_named():
 
 
 @pytest.mark.parametrize(
-    "op, values, label, holds",
+    ("op", "values", "label", "holds"),
     [
         ("In", ("a", "b"), "a", True),
         ("In", ("a",), None, False),

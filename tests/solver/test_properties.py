@@ -5,8 +5,18 @@ worse than the greedy gang allocator (priority levels first, then gangs placed, 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gangsolve.solver import Cluster, Gang, Requirement, SelectorTerm, SolveConfig, Taint, Toleration, solve, validate
-from gangsolve.solver import score
+from gangsolve.solver import (
+    Cluster,
+    Gang,
+    Requirement,
+    SelectorTerm,
+    SolveConfig,
+    Taint,
+    Toleration,
+    score,
+    solve,
+    validate,
+)
 from gangsolve.solver.greedy import Counts, greedy
 from gangsolve.solver.problem import Problem
 from tests.builders import node, pod
@@ -27,8 +37,13 @@ def nodes(draw):
         taints = (DEDICATED,) if gpus and draw(st.booleans()) else ()
         out.append(
             node(
-                f"n{i}", cpu=draw(st.sampled_from((8, 16, 32))), gpus=gpus, pods=draw(st.sampled_from((4, 16, 110))),
-                labels=labels, taints=taints, unschedulable=draw(st.integers(0, 9)) == 0,
+                f"n{i}",
+                cpu=draw(st.sampled_from((8, 16, 32))),
+                gpus=gpus,
+                pods=draw(st.sampled_from((4, 16, 110))),
+                labels=labels,
+                taints=taints,
+                unschedulable=draw(st.integers(0, 9)) == 0,
             )
         )
     return out
@@ -50,7 +65,14 @@ def gangs(draw):
         elif constraint == "tolerates":
             kw["tolerations"] = (Toleration("dedicated", "Equal", "gpu"),)
         pods = tuple(
-            pod(f"g{g}-{i}", cpu=draw(st.sampled_from((0.5, 1, 4))), gpus=gpus, priority=priority, order=g * 10 + i, **kw)
+            pod(
+                f"g{g}-{i}",
+                cpu=draw(st.sampled_from((0.5, 1, 4))),
+                gpus=gpus,
+                priority=priority,
+                order=g * 10 + i,
+                **kw,
+            )
             for i in range(size)
         )
         colocate = draw(st.sampled_from((None, None, "kubernetes.io/hostname", "zone")))
@@ -82,7 +104,7 @@ def test_placement_is_sound_and_never_worse_than_greedy(node_list, gang_list):
     baseline = score.rank(problem, greedy(problem), scale)
     assert ours >= baseline
 
-    for result, gang in zip(placement.gangs, cluster.gangs):
+    for result, gang in zip(placement.gangs, cluster.gangs, strict=True):
         assert result.placed_pods in (0, *range(gang.need, len(gang.pods) + 1))
         if result.placed_pods < len(gang.pods):
             assert result.reason, f"{gang.name} left pods pending without a reason"

@@ -6,7 +6,20 @@ from pathlib import Path
 
 import gangsolve.solver as solver
 
-FORBIDDEN = {"kubernetes_asyncio", "kubernetes", "yaml", "orjson", "anyio", "asyncio", "prometheus_client", "gangsolve", "socket", "http", "urllib", "subprocess"}
+FORBIDDEN = {
+    "kubernetes_asyncio",
+    "kubernetes",
+    "yaml",
+    "orjson",
+    "anyio",
+    "asyncio",
+    "prometheus_client",
+    "gangsolve",
+    "socket",
+    "http",
+    "urllib",
+    "subprocess",
+}
 
 
 def test_solver_imports_nothing_kubernetes_or_io():

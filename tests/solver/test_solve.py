@@ -22,7 +22,10 @@ def nodes_of(placement, prefix):
 
 
 def test_users_tfjob_lands_on_gpu_nodes_only():
-    nodes = [node("apollo25", cpu=24, taints=[MASTER_TAINT]), *(node(f"apollo6{i}", 28, gpus=4, labels={"gpu": "yes"}) for i in (1, 2))]
+    nodes = [
+        node("apollo25", cpu=24, taints=[MASTER_TAINT]),
+        *(node(f"apollo6{i}", 28, gpus=4, labels={"gpu": "yes"}) for i in (1, 2)),
+    ]
     workers = gang("tf/worker", 7, gpus=1, cpu=2, memory_gi=4, node_selector={"gpu": "yes"})
     ps = pod("tf/ps-0", cpu=2, node_selector={"gpu": "yes"})
     job = Gang("tf/mnist", (ps, *workers.pods), 8)
@@ -33,7 +36,10 @@ def test_users_tfjob_lands_on_gpu_nodes_only():
 
 
 def test_gang_that_does_not_fit_takes_nothing_and_says_which_resource():
-    nodes = [node("apollo25", cpu=24, taints=[MASTER_TAINT]), *(node(f"apollo6{i}", 28, gpus=4, labels={"gpu": "yes"}) for i in (1, 2))]
+    nodes = [
+        node("apollo25", cpu=24, taints=[MASTER_TAINT]),
+        *(node(f"apollo6{i}", 28, gpus=4, labels={"gpu": "yes"}) for i in (1, 2)),
+    ]
     job = gang("tf/mnist", 9, gpus=1, cpu=2, node_selector={"gpu": "yes"})
     p = run(nodes, [job])
     assert p.bindings == {}
@@ -61,12 +67,17 @@ def test_maximises_gangs_placed_where_greedy_does_not():
     assert len(greedy(Problem(cluster))) == 1
     p = run(nodes, gangs)
     assert placed(p) == {"b", "c"}
-    assert p.objective == 2 and p.status == "OPTIMAL"
+    assert p.objective == 2
+    assert p.status == "OPTIMAL"
 
 
 def test_higher_priority_gang_is_never_traded_for_more_lower_ones():
     nodes = [node("n0", gpus=4), node("n1", gpus=4)]
-    gangs = [gang("low1", 1, gpus=4, priority=0), gang("low2", 1, gpus=4, priority=0), gang("high", 2, gpus=3, priority=100)]
+    gangs = [
+        gang("low1", 1, gpus=4, priority=0),
+        gang("low2", 1, gpus=4, priority=0),
+        gang("high", 2, gpus=3, priority=100),
+    ]
     p = run(nodes, gangs)
     assert placed(p) == {"high"}
 
@@ -75,7 +86,8 @@ def test_cordoned_and_not_ready_nodes_are_never_used():
     nodes = [node("cordoned", gpus=8, unschedulable=True), node("down", gpus=8, ready=False), node("ok", gpus=2)]
     p = run(nodes, [gang("g", 4, gpus=1)])
     assert p.bindings == {}
-    assert "cordoned" in p.gangs[0].reason and "not Ready" in p.gangs[0].reason
+    assert "cordoned" in p.gangs[0].reason
+    assert "not Ready" in p.gangs[0].reason
 
 
 def test_toleration_lets_a_pod_onto_a_tainted_node():
@@ -100,7 +112,8 @@ def test_pod_slots_count():
 def test_extras_beyond_min_are_placed_when_they_fit():
     p = run([node("n", gpus=4)], [gang("g", 6, min_member=2, gpus=1)])
     (result,) = p.gangs
-    assert result.placed and result.placed_pods == 4
+    assert result.placed
+    assert result.placed_pods == 4
     assert "placed 4 of 6" in result.reason
 
 
@@ -108,7 +121,8 @@ def test_bound_members_count_toward_min():
     # 3 of 4 members already run: the last one alone satisfies the gang.
     g = gang("g", 1, min_member=4, gpus=1, bound_nodes=("n", "n", "n"))
     p = run([node("n", gpus=4)], [g])
-    assert p.gangs[0].placed and len(p.bindings) == 1
+    assert p.gangs[0].placed
+    assert len(p.bindings) == 1
 
 
 def test_gang_with_fewer_pods_than_min_waits_with_a_reason():
@@ -124,9 +138,12 @@ def test_hard_colocation_on_one_node():
 
 
 def test_hard_colocation_in_one_zone():
-    nodes = [node(f"a{i}", gpus=4, labels={"zone": "a"}) for i in range(2)] + [node(f"b{i}", gpus=4, labels={"zone": "b"}) for i in range(3)]
+    nodes = [node(f"a{i}", gpus=4, labels={"zone": "a"}) for i in range(2)] + [
+        node(f"b{i}", gpus=4, labels={"zone": "b"}) for i in range(3)
+    ]
     p = run(nodes, [gang("g", 10, gpus=1, colocate="zone")])
-    assert nodes_of(p, "g") <= {"b0", "b1", "b2"} and len(p.bindings) == 10
+    assert nodes_of(p, "g") <= {"b0", "b1", "b2"}
+    assert len(p.bindings) == 10
 
 
 def test_colocation_that_no_domain_holds_stays_pending():
@@ -163,7 +180,9 @@ def test_higher_priority_pods_of_a_gang_are_placed_first():
 
 def test_empty_cluster_is_an_empty_plan():
     p = run([], [])
-    assert p.bindings == {} and p.gangs == () and p.objective == 0
+    assert p.bindings == {}
+    assert p.gangs == ()
+    assert p.objective == 0
 
 
 def test_deterministic_for_a_given_input():
@@ -180,7 +199,8 @@ def test_deterministic_for_a_given_input():
 
 def test_greedy_only_mode_reports_greedy():
     p = run([node("n", gpus=4)], [gang("g", 2, gpus=1)], use_cpsat=False)
-    assert p.status == "GREEDY" and placed(p) == {"g"}
+    assert p.status == "GREEDY"
+    assert placed(p) == {"g"}
 
 
 def test_a_starving_gang_outranks_more_gangs_of_its_priority():

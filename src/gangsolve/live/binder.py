@@ -23,16 +23,22 @@ from gangsolve.live.kube import ApiError, Kube
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import GangPlan
 
-
 # A failpoint for fault tests: seconds to wait before each Binding call, so a test can act while a gang is
 # being bound. Never set in production.
 _FAULT_BIND_DELAY = float(os.environ.get("GANGSOLVE_FAULT_BIND_DELAY", "0") or 0)
 
 
 class BinderActor:
-    def __init__(self, kube: Kube, cache: ClusterCache, metrics: Metrics, *,
-                 concurrency: int = 16, may_bind: Callable[[], bool] = lambda: True,
-                 on_bound: Callable[[str, str, str], None] = lambda pod, uid, node: None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        cache: ClusterCache,
+        metrics: Metrics,
+        *,
+        concurrency: int = 16,
+        may_bind: Callable[[], bool] = lambda: True,
+        on_bound: Callable[[str, str, str], None] = lambda pod, uid, node: None,
+    ) -> None:
         self.kube = kube
         self.cache = cache
         self.metrics = metrics
@@ -103,14 +109,19 @@ class BinderActor:
             logs.warning("gang partly failed to bind", gang=plan.gang, failed=len(failures), pods=len(plan.pods))
             self.cache.touch()
             return False
-        logs.info("gang bound", gang=plan.gang, pods=len(plan.pods),
-                  nodes=",".join(sorted({n for _k, _u, n in plan.pods})))
+        logs.info(
+            "gang bound", gang=plan.gang, pods=len(plan.pods), nodes=",".join(sorted({n for _k, _u, n in plan.pods}))
+        )
         return True
 
     async def _bind_one(self, key: str, uid: str, node: str, failures: list[str]) -> None:
         ns, _, name = key.partition("/")
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": ns, "uid": uid},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         async with self.limiter:
             if _FAULT_BIND_DELAY:
                 await anyio.sleep(_FAULT_BIND_DELAY)
@@ -126,7 +137,7 @@ class BinderActor:
                 reason = {404: "not_found", 409: "conflict"}.get(exc.status, str(exc.status))
                 self._failed(key, node, reason, exc.message, failures)
                 return
-            except (OSError, TimeoutError, Exception) as exc:  # noqa: BLE001 - a transport failure of any kind
+            except (OSError, TimeoutError, Exception) as exc:
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
                     raise
                 self._failed(key, node, type(exc).__name__, str(exc), failures)

@@ -41,19 +41,33 @@ def pod_key(obj: dict) -> str:
 
 
 def _ready(node: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
 
 
 def fingerprint(kind: str, obj: dict) -> object:
     """What of an object matters to a scheduling decision; a change elsewhere starts no cycle."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if kind == "Pod":
-        return (meta.get("uid"), meta.get("labels"), meta.get("annotations"), meta.get("ownerReferences"),
-                meta.get("deletionTimestamp"), spec, status.get("phase"))
+        return (
+            meta.get("uid"),
+            meta.get("labels"),
+            meta.get("annotations"),
+            meta.get("ownerReferences"),
+            meta.get("deletionTimestamp"),
+            spec,
+            status.get("phase"),
+        )
     if kind == "Node":
-        return (meta.get("labels"), spec.get("taints"), spec.get("unschedulable"),
-                status.get("allocatable", status.get("capacity")), _ready(node=obj))
+        return (
+            meta.get("labels"),
+            spec.get("taints"),
+            spec.get("unschedulable"),
+            status.get("allocatable", status.get("capacity")),
+            _ready(node=obj),
+        )
     if kind == "PriorityClass":
         return (obj.get("value"), obj.get("globalDefault"))
     return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
@@ -102,7 +116,7 @@ class ClusterCache:
 
     def _resync(self, event: Resync) -> bool:
         kind = event.resource.kind
-        table, prints = self.objects[kind], self._prints[kind]
+        table = self.objects[kind]
         group = event.resource.api_version.split("/")[0] if "/" in event.resource.api_version else ""
         fresh = {_key(o): o for o in event.objects}
         relevant = False

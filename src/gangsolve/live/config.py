@@ -54,8 +54,17 @@ def key_of(name: str) -> str:
 
 
 _CHOICES = {"log_format": ("text", "json"), "log_level": ("debug", "info", "warning", "error")}
-_POSITIVE = {"time_limit", "debounce", "resync_period", "bind_concurrency", "lease_duration", "renew_deadline",
-             "retry_period", "event_interval", "events_per_second"}
+_POSITIVE = {
+    "time_limit",
+    "debounce",
+    "resync_period",
+    "bind_concurrency",
+    "lease_duration",
+    "renew_deadline",
+    "retry_period",
+    "event_interval",
+    "events_per_second",
+}
 
 
 def _check(name: str, value: Any, where: str) -> Any:
@@ -84,7 +93,7 @@ def _check(name: str, value: Any, where: str) -> Any:
         if name in _CHOICES and value not in _CHOICES[name]:
             raise bad("one of " + ", ".join(_CHOICES[name]))
         if name == "metrics_addr" and value:
-            host, sep, port = value.rpartition(":")
+            _host, sep, port = value.rpartition(":")
             if not sep or not port.isdigit() or int(port) > 65535:
                 raise bad("HOST:PORT")
         if name == "scheduler_name" and not value:

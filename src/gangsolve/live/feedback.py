@@ -92,13 +92,21 @@ def pod_group_status(pg: dict, members: list[dict], reason: str, existing: dict 
     else:
         phase = "Running" if running >= min_member else ("Scheduled" if ok else "Pending")
     cond_type = "Scheduled" if ok else "Unschedulable"
-    message = (f"{scheduled} of {min_member} required pods scheduled" if ok
-               else (reason or f"{scheduled} of {min_member} required pods scheduled"))
+    message = (
+        f"{scheduled} of {min_member} required pods scheduled"
+        if ok
+        else (reason or f"{scheduled} of {min_member} required pods scheduled")
+    )
     old = {c.get("type"): c for c in ((existing or {}).get("conditions") or [])}
     prev = old.get(cond_type)
     stamp = prev.get("lastTransitionTime") if prev and prev.get("status") == "True" else now_rfc3339()
-    condition = {"type": cond_type, "status": "True", "reason": "Scheduled" if ok else "Unschedulable",
-                 "message": message[:MAX_MESSAGE], "lastTransitionTime": stamp}
+    condition = {
+        "type": cond_type,
+        "status": "True",
+        "reason": "Scheduled" if ok else "Unschedulable",
+        "message": message[:MAX_MESSAGE],
+        "lastTransitionTime": stamp,
+    }
     status = {"phase": phase, "scheduled": scheduled, "running": running, "conditions": [condition]}
     if group == "scheduling.volcano.sh":
         status.pop("scheduled")
@@ -112,8 +120,18 @@ def _comparable(status: dict | None) -> dict:
 
 
 class Feedback:
-    def __init__(self, kube: Kube, cache: ClusterCache, metrics: Metrics, *, identity: str, scheduler_name: str,
-                 event_interval: float = 60.0, events_per_second: float = 20.0, concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        cache: ClusterCache,
+        metrics: Metrics,
+        *,
+        identity: str,
+        scheduler_name: str,
+        event_interval: float = 60.0,
+        events_per_second: float = 20.0,
+        concurrency: int = 8,
+    ) -> None:
         self.kube = kube
         self.cache = cache
         self.metrics = metrics
@@ -146,7 +164,7 @@ class Feedback:
             async for key, uid, node in self._bound_receive:
                 try:
                     await self.scheduled(key, uid, node)
-                except Exception as exc:  # noqa: BLE001 - feedback must never stop the scheduler
+                except Exception as exc:
                     if isinstance(exc, anyio.get_cancelled_exc_class()):
                         raise
                     logs.warning("event not written", pod=key, error=f"{type(exc).__name__}: {exc}")
@@ -159,7 +177,7 @@ class Feedback:
             if result is not None:
                 try:
                     await self.apply(result)
-                except Exception as exc:  # noqa: BLE001 - feedback must never stop the scheduler
+                except Exception as exc:
                     if isinstance(exc, anyio.get_cancelled_exc_class()):
                         raise
                     logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
@@ -195,8 +213,13 @@ class Feedback:
                 continue
             label = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
             annotation = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
-            wanted = (("scheduling.x-k8s.io", label) if label else
-                      ("scheduling.volcano.sh", annotation) if annotation else None)
+            wanted = (
+                ("scheduling.x-k8s.io", label)
+                if label
+                else ("scheduling.volcano.sh", annotation)
+                if annotation
+                else None
+            )
             if wanted is None:
                 continue
             problem = unreadable.get(f"PodGroup {ns}/{wanted[1]}")
@@ -212,18 +235,34 @@ class Feedback:
             return
         uid = pod["metadata"].get("uid", "")
         message = message[:MAX_MESSAGE]
-        current = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                        if c.get("type") == "PodScheduled"), None)
-        same = (current is not None and current.get("status") == "False"
-                and current.get("reason") == "Unschedulable" and current.get("message") == message)
+        current = next(
+            (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), None
+        )
+        same = (
+            current is not None
+            and current.get("status") == "False"
+            and current.get("reason") == "Unschedulable"
+            and current.get("message") == message
+        )
         async with self.limiter:
             if key in self.cache.assumed or (self.cache.pod(key) or {}).get("spec", {}).get("nodeName"):
                 return  # placed by a newer cycle meanwhile: its binding sets PodScheduled=True
             if not same and self._written_condition.get(uid) != message:
                 ns, _, name = key.partition("/")
-                patch = {"status": {"conditions": [{
-                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                    "lastProbeTime": None, "lastTransitionTime": now_rfc3339()}]}}
+                patch = {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "PodScheduled",
+                                "status": "False",
+                                "reason": "Unschedulable",
+                                "message": message,
+                                "lastProbeTime": None,
+                                "lastTransitionTime": now_rfc3339(),
+                            }
+                        ]
+                    }
+                }
                 try:
                     await self.kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", patch, STRATEGIC_PATCH)
                     if len(self._written_condition) > 100_000:
@@ -240,12 +279,24 @@ class Feedback:
             self.metrics.events_dropped.inc()
             return
         body = {
-            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
             "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
-            "eventTime": now_micro(), "reportingController": COMPONENT, "reportingInstance": self.identity,
-            "action": action, "reason": reason, "type": etype, "note": note[:MAX_MESSAGE],
-            "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
-                          "uid": meta.get("uid", ""), "resourceVersion": meta.get("resourceVersion", "")},
+            "eventTime": now_micro(),
+            "reportingController": COMPONENT,
+            "reportingInstance": self.identity,
+            "action": action,
+            "reason": reason,
+            "type": etype,
+            "note": note[:MAX_MESSAGE],
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta.get("uid", ""),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
         }
         try:
             await self.kube.post(f"/apis/events.k8s.io/v1/namespaces/{meta['namespace']}/events", body)
@@ -278,11 +329,18 @@ class Feedback:
                 members.setdefault(("scheduling.volcano.sh", ns, name), []).append(p)
         for key, pg in list(self.cache.objects["PodGroup"].items()):
             group_pods = members.get(key, [])
-            reason = next((reasons[f"{p['metadata']['namespace']}/{p['metadata']['name']}"] for p in group_pods
-                           if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in reasons), "")
+            reason = next(
+                (
+                    reasons[f"{p['metadata']['namespace']}/{p['metadata']['name']}"]
+                    for p in group_pods
+                    if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in reasons
+                ),
+                "",
+            )
             status = pod_group_status(pg, group_pods, reason, pg.get("status"))
-            if _comparable(status) == _comparable(pg.get("status")) or \
-                    _comparable(status) == _comparable(self._written_status.get(key)):
+            if _comparable(status) == _comparable(pg.get("status")) or _comparable(status) == _comparable(
+                self._written_status.get(key)
+            ):
                 continue
             path = f"/apis/{pg['apiVersion']}/namespaces/{key[1]}/podgroups/{key[2]}"
             try:

@@ -12,8 +12,15 @@ from gangsolve.live.metrics import Metrics
 
 
 class HealthServer:
-    def __init__(self, metrics: Metrics, host: str, port: int, *, healthy: Callable[[], str | None],
-                 ready: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        *,
+        healthy: Callable[[], str | None],
+        ready: Callable[[], str | None],
+    ) -> None:
         self.metrics, self.host, self.port = metrics, host, port
         self.healthy, self.ready = healthy, ready  # each returns None when fine, else what is wrong
         self.runner: web.AppRunner | None = None

@@ -40,9 +40,7 @@ async def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration
     else:
         default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
         if not os.path.exists(default):
-            raise k8s_config.ConfigException(
-                "none found: pass --kubeconfig, set KUBECONFIG, or run inside a cluster"
-            )
+            raise k8s_config.ConfigException("none found: pass --kubeconfig, set KUBECONFIG, or run inside a cluster")
         await k8s_config.load_kube_config(config_file=default, client_configuration=cfg)
     return cfg
 
@@ -63,18 +61,30 @@ class Kube:
     async def close(self) -> None:
         await self.api.close()
 
-    async def _raw(self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None,
-                   content_type: str = JSON, timeout: aiohttp.ClientTimeout | float | None = None
-                   ) -> aiohttp.ClientResponse:
+    async def _raw(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: aiohttp.ClientTimeout | float | None = None,
+    ) -> aiohttp.ClientResponse:
         headers = {"Accept": JSON, "Content-Type": content_type}
         return await self.api.call_api(
-            path, method, query_params=list((query or {}).items()), header_params=headers, body=body,
-            auth_settings=["BearerToken"], _preload_content=False,
+            path,
+            method,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
             _request_timeout=timeout if timeout is not None else self.request_timeout,
         )
 
-    async def request(self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None,
-                      content_type: str = JSON) -> dict:
+    async def request(
+        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None, content_type: str = JSON
+    ) -> dict:
         resp = await self._raw(method, path, query, body, content_type)
         try:
             data = await resp.read()

@@ -29,8 +29,18 @@ def _micro_now() -> str:
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, *, name: str, namespace: str, identity: str, lease_duration: float = 15.0,
-                 renew_deadline: float = 10.0, retry_period: float = 2.0, on_change=None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_change=None,
+    ) -> None:
         self.kube = kube
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
@@ -89,7 +99,7 @@ class LeaderElector:
             lease["spec"].update(holderIdentity=None, leaseDurationSeconds=1, renewTime=_micro_now())
             await self.kube.put(f"{self.path}/{self.name}", lease)
             logs.info("released the lease", lease=f"{self.namespace}/{self.name}")
-        except Exception as exc:  # noqa: BLE001 - best effort; the lease expires anyway
+        except Exception as exc:
             logs.warning("lease not released", error=str(exc))
 
     async def _try(self) -> bool:
@@ -101,11 +111,21 @@ class LeaderElector:
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-                await self.kube.post(self.path, {
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
-                             "acquireTime": now, "renewTime": now, "leaseTransitions": 0}})
+                await self.kube.post(
+                    self.path,
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": self.name, "namespace": self.namespace},
+                        "spec": {
+                            "holderIdentity": self.identity,
+                            "leaseDurationSeconds": int(self.lease_duration),
+                            "acquireTime": now,
+                            "renewTime": now,
+                            "leaseTransitions": 0,
+                        },
+                    },
+                )
                 return True
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity")

@@ -13,34 +13,53 @@ class Metrics:
         r = self.registry
         # kube-scheduler: scheduler_schedule_attempts_total{result=scheduled|unschedulable|error}; here per gang.
         self.schedule_attempts = Counter(
-            "gangsolve_schedule_attempts_total", "Gang scheduling attempts, by result.", ["result"], registry=r)
+            "gangsolve_schedule_attempts_total", "Gang scheduling attempts, by result.", ["result"], registry=r
+        )
         self.cycle_duration = Histogram(
             "gangsolve_scheduling_cycle_duration_seconds",
             "One cycle: snapshot, gang grouping, solve and handing the placement to the binder.",
-            buckets=_LATENCY, registry=r)
-        # Volcano: volcano_e2e_scheduling_latency_milliseconds; kube-scheduler: scheduler_scheduling_algorithm_duration_seconds.
+            buckets=_LATENCY,
+            registry=r,
+        )
+        # Volcano: volcano_e2e_scheduling_latency_milliseconds;
+        # kube-scheduler: scheduler_scheduling_algorithm_duration_seconds.
         self.solve_duration = Histogram(
-            "gangsolve_solve_duration_seconds", "The solver's time per cycle.", buckets=_LATENCY, registry=r)
+            "gangsolve_solve_duration_seconds", "The solver's time per cycle.", buckets=_LATENCY, registry=r
+        )
         self.optimality_gap = Gauge(
             "gangsolve_solver_optimality_gap",
-            "Last cycle: (proven bound - gangs placed) / bound; 0 when the placement is proven optimal.", registry=r)
+            "Last cycle: (proven bound - gangs placed) / bound; 0 when the placement is proven optimal.",
+            registry=r,
+        )
         self.solver_status = Counter(
-            "gangsolve_solver_status_total", "Cycles by the solver's status (OPTIMAL, FEASIBLE, GREEDY).",
-            ["status"], registry=r)
+            "gangsolve_solver_status_total",
+            "Cycles by the solver's status (OPTIMAL, FEASIBLE, GREEDY).",
+            ["status"],
+            registry=r,
+        )
         # kube-scheduler: scheduler_pending_pods; Volcano: volcano_unschedule_job_count.
         self.pending_gangs = Gauge("gangsolve_pending_gangs", "Gangs left pending by the last cycle.", registry=r)
         self.pending_pods = Gauge("gangsolve_pending_pods", "Pods of ours left pending by the last cycle.", registry=r)
         self.bind_duration = Histogram(
-            "gangsolve_binding_duration_seconds", "Latency of one pod's Binding call.", buckets=_LATENCY, registry=r)
+            "gangsolve_binding_duration_seconds", "Latency of one pod's Binding call.", buckets=_LATENCY, registry=r
+        )
         self.gang_bind_duration = Histogram(
-            "gangsolve_gang_binding_duration_seconds", "From a gang's placement to its last pod bound.",
-            buckets=_LATENCY, registry=r)
+            "gangsolve_gang_binding_duration_seconds",
+            "From a gang's placement to its last pod bound.",
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.bind_errors = Counter(
-            "gangsolve_binding_errors_total", "Failed Binding calls, by reason.", ["reason"], registry=r)
+            "gangsolve_binding_errors_total", "Failed Binding calls, by reason.", ["reason"], registry=r
+        )
         self.pods_bound = Counter("gangsolve_pods_bound_total", "Pods bound.", registry=r)
         self.watch_errors = Counter(
-            "gangsolve_watch_errors_total", "Watch or list failures, by kind and reason.", ["kind", "reason"],
-            registry=r)
+            "gangsolve_watch_errors_total",
+            "Watch or list failures, by kind and reason.",
+            ["kind", "reason"],
+            registry=r,
+        )
         self.events_dropped = Counter(
-            "gangsolve_events_dropped_total", "Events not written because of rate limits.", registry=r)
+            "gangsolve_events_dropped_total", "Events not written because of rate limits.", registry=r
+        )
         self.is_leader = Gauge("gangsolve_leader", "1 while this replica holds the lease.", registry=r)

@@ -45,19 +45,43 @@ class Scheduler:
         self.elector = None
         if cfg.leader_elect:
             self.elector = LeaderElector(
-                kube, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=cfg.identity,
-                lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
-                retry_period=cfg.retry_period, on_change=lambda leading: self.metrics.is_leader.set(int(leading)))
-        self.feedback = Feedback(kube, self.cache, self.metrics, identity=cfg.identity,
-                                 scheduler_name=cfg.scheduler_name,
-                                 event_interval=cfg.event_interval, events_per_second=cfg.events_per_second)
-        self.binder = BinderActor(kube, self.cache, self.metrics, concurrency=cfg.bind_concurrency,
-                                  may_bind=self.elector.valid if self.elector else (lambda: True),
-                                  on_bound=self.feedback.bound)
-        self.solver = SolverActor(self.cache, self.metrics, scheduler_name=cfg.scheduler_name,
-                                  group_label=cfg.group_label, time_limit=cfg.time_limit, debounce=cfg.debounce,
-                                  resync_period=cfg.resync_period, on_placed=self.binder.submit,
-                                  on_result=self.feedback.submit)
+                kube,
+                name=cfg.lease_name,
+                namespace=cfg.lease_namespace,
+                identity=cfg.identity,
+                lease_duration=cfg.lease_duration,
+                renew_deadline=cfg.renew_deadline,
+                retry_period=cfg.retry_period,
+                on_change=lambda leading: self.metrics.is_leader.set(int(leading)),
+            )
+        self.feedback = Feedback(
+            kube,
+            self.cache,
+            self.metrics,
+            identity=cfg.identity,
+            scheduler_name=cfg.scheduler_name,
+            event_interval=cfg.event_interval,
+            events_per_second=cfg.events_per_second,
+        )
+        self.binder = BinderActor(
+            kube,
+            self.cache,
+            self.metrics,
+            concurrency=cfg.bind_concurrency,
+            may_bind=self.elector.valid if self.elector else (lambda: True),
+            on_bound=self.feedback.bound,
+        )
+        self.solver = SolverActor(
+            self.cache,
+            self.metrics,
+            scheduler_name=cfg.scheduler_name,
+            group_label=cfg.group_label,
+            time_limit=cfg.time_limit,
+            debounce=cfg.debounce,
+            resync_period=cfg.resync_period,
+            on_placed=self.binder.submit,
+            on_result=self.feedback.submit,
+        )
         self.shutdown = anyio.Event()
         self.scheduling = False
         hp = cfg.metrics_host_port
@@ -98,8 +122,12 @@ class Scheduler:
         tg.start_soon(self.solver.run)
 
     async def run(self) -> int:
-        logs.info("starting", scheduler_name=self.cfg.scheduler_name, identity=self.cfg.identity,
-                  leader_elect=self.cfg.leader_elect)
+        logs.info(
+            "starting",
+            scheduler_name=self.cfg.scheduler_name,
+            identity=self.cfg.identity,
+            leader_elect=self.cfg.leader_elect,
+        )
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._signals)

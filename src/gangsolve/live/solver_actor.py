@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import anyio
 
@@ -38,7 +38,10 @@ class CycleResult:
 
 def without(snapshot: Snapshot, culprit: str) -> Snapshot:
     """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`)."""
-    keep = lambda o: describe(o) != culprit  # noqa: E731
+
+    def keep(obj: dict) -> bool:
+        return describe(obj) != culprit
+
     return Snapshot(
         nodes=[o for o in snapshot.nodes if keep(o)],
         pods=[o for o in snapshot.pods if keep(o)],
@@ -48,14 +51,19 @@ def without(snapshot: Snapshot, culprit: str) -> Snapshot:
     )
 
 
-def plan(snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float,
-         skipped: list[InputError] | None = None) -> tuple[Cluster, Placement]:
+def plan(
+    snapshot: Snapshot,
+    scheduler_name: str,
+    group_label: str | None,
+    time_limit: float,
+    skipped: list[InputError] | None = None,
+) -> tuple[Cluster, Placement]:
     """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
     `minMember: many`) is left out of the cycle and reported in `skipped`: it must not stop everyone else."""
     for _attempt in range(100):
         try:
             # The live clock marks gangs pending past the starvation age, so big gangs are not passed over.
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False, now=now)
             break
         except InputError as exc:
@@ -63,9 +71,11 @@ def plan(snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_
                 raise
             skipped.append(exc)
             smaller = without(snapshot, exc.obj)
-            if len(smaller.pods) + len(smaller.nodes) + len(smaller.pdbs) + len(smaller.pod_groups) + \
-                    len(smaller.priority_classes) == len(snapshot.pods) + len(snapshot.nodes) + \
-                    len(snapshot.pdbs) + len(snapshot.pod_groups) + len(snapshot.priority_classes):
+            if len(smaller.pods) + len(smaller.nodes) + len(smaller.pdbs) + len(smaller.pod_groups) + len(
+                smaller.priority_classes
+            ) == len(snapshot.pods) + len(snapshot.nodes) + len(snapshot.pdbs) + len(snapshot.pod_groups) + len(
+                snapshot.priority_classes
+            ):
                 raise  # nothing to leave out: give up on this cycle
             snapshot = smaller
     else:
@@ -74,8 +84,19 @@ def plan(snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_
 
 
 class SolverActor:
-    def __init__(self, cache: ClusterCache, metrics: Metrics, *, scheduler_name: str, group_label: str | None,
-                 time_limit: float, debounce: float, resync_period: float, on_placed, on_result) -> None:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        metrics: Metrics,
+        *,
+        scheduler_name: str,
+        group_label: str | None,
+        time_limit: float,
+        debounce: float,
+        resync_period: float,
+        on_placed,
+        on_result,
+    ) -> None:
         self.cache = cache
         self.metrics = metrics
         self.scheduler_name = scheduler_name
@@ -116,7 +137,8 @@ class SolverActor:
         skipped: list[InputError] = []
         try:
             cluster, placement = await anyio.to_thread.run_sync(
-                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit, skipped)
+                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit, skipped
+            )
         except InputError as exc:
             logs.error("cycle failed", error=str(exc))
             self.metrics.schedule_attempts.labels("error").inc()
@@ -141,7 +163,9 @@ class SolverActor:
                     obj = self.cache.pod(key)
                     uids.append((obj or {}).get("metadata", {}).get("uid", ""))
                     self.cache.assume(key, node, uids[-1], gang.name)
-                await self.on_placed(GangPlan(gang.name, tuple((k, u, n) for (k, n), u in zip(pods, uids)), now))
+                await self.on_placed(
+                    GangPlan(gang.name, tuple((k, u, n) for (k, n), u in zip(pods, uids, strict=True)), now)
+                )
             if result.placed and result.placed_pods:
                 m.schedule_attempts.labels("scheduled").inc()
             elif not result.placed:
@@ -153,8 +177,16 @@ class SolverActor:
         out = CycleResult(snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
         self.on_result(out)
         m.cycle_duration.observe(time.perf_counter() - started)
-        (logs.info if cluster.gangs else logs.debug)("cycle", n=self.cycles, gangs=len(cluster.gangs), placed=placement.objective,
-                  bound=placement.best_bound, pods_placed=len(placement.bindings), pending_gangs=pending_gangs,
-                  status=placement.status, solve_s=round(placement.solve_seconds, 3),
-                  cycle_s=round(time.perf_counter() - started, 3))
+        (logs.info if cluster.gangs else logs.debug)(
+            "cycle",
+            n=self.cycles,
+            gangs=len(cluster.gangs),
+            placed=placement.objective,
+            bound=placement.best_bound,
+            pods_placed=len(placement.bindings),
+            pending_gangs=pending_gangs,
+            status=placement.status,
+            solve_s=round(placement.solve_seconds, 3),
+            cycle_s=round(time.perf_counter() - started, 3),
+        )
         return out

@@ -36,7 +36,9 @@ RESOURCES = (
     Resource("PodDisruptionBudget", "policy/v1", "/apis/policy/v1/poddisruptionbudgets"),
     Resource("PriorityClass", "scheduling.k8s.io/v1", "/apis/scheduling.k8s.io/v1/priorityclasses"),
     Resource("PodGroup", "scheduling.x-k8s.io/v1alpha1", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", optional=True),
-    Resource("PodGroup", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/podgroups", optional=True),
+    Resource(
+        "PodGroup", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/podgroups", optional=True
+    ),
 )
 
 
@@ -66,8 +68,17 @@ class Backoff:
 
 
 class Watcher:
-    def __init__(self, kube: Kube, resource: Resource, send: ObjectSendStream, *, watch_timeout: int = 300,
-                 page_size: int = 500, missing_recheck: float = 30.0, on_error=None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        send: ObjectSendStream,
+        *,
+        watch_timeout: int = 300,
+        page_size: int = 500,
+        missing_recheck: float = 30.0,
+        on_error=None,
+    ) -> None:
         self.kube = kube
         self.resource = resource
         self.send = send
@@ -143,8 +154,12 @@ class Watcher:
 
     async def _watch(self, rv: str) -> str | None:
         """One watch request; returns the resourceVersion to resume from (None: list again)."""
-        query = {**self._query(), "resourceVersion": rv, "allowWatchBookmarks": "true",
-                 "timeoutSeconds": self.watch_timeout}
+        query = {
+            **self._query(),
+            "resourceVersion": rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": self.watch_timeout,
+        }
         async for event in self.kube.watch_lines(self.resource.path, query, read_timeout=self.watch_timeout + 30):
             etype, obj = event.get("type"), event.get("object") or {}
             if etype == "ERROR":
