@@ -53,7 +53,7 @@ def test_certificates_chain_to_the_ca(tmp_path: Path) -> None:
     serving = ca.issue(
         "apiserver", common_name="kube-apiserver", server_names=("localhost",), server_ips=("127.0.0.1",)
     )
-    admin = ca.issue("admin", common_name="admin", organization="system:masters", client=True)
+    admin = ca.issue("admin", common_name="admin", organization="system:masters")
     for pair in (serving, admin):
         cert = x509.load_pem_x509_certificate(pair.cert.read_bytes())
         cert.verify_directly_issued_by(ca_cert)
@@ -66,9 +66,11 @@ def test_certificates_chain_to_the_ca(tmp_path: Path) -> None:
         .value
     )
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    admin_usage = admin_cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert x509.ExtendedKeyUsageOID.CLIENT_AUTH in admin_usage
     sa = write_service_account_keys(tmp_path)
-    assert b"PUBLIC KEY" in sa.cert.read_bytes()
-    assert b"PRIVATE KEY" in sa.key.read_bytes()
+    assert b"PRIVATE KEY" in sa.read_bytes()
+    assert sa.stat().st_mode & 0o077 == 0
 
 
 def test_node_manifest_carries_capacity_labels_taints_and_kwok_annotation() -> None:
