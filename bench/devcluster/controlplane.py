@@ -261,6 +261,7 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         extra_scheduler_args: Sequence[str] = (),
         extra_controller_manager_args: Sequence[str] = (),
+        audit_policy: Mapping[str, Any] | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.with_scheduler = scheduler
@@ -273,6 +274,8 @@ class ControlPlane:
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.extra_scheduler_args = list(extra_scheduler_args)  # e.g. --feature-gates for alpha/beta plugins
         self.extra_controller_manager_args = list(extra_controller_manager_args)
+        self.audit_policy = audit_policy  # an audit.k8s.io/v1 Policy: kube-apiserver logs requests by it
+        self.audit_log: Path | None = None
         self._log = log or (lambda _msg: None)
         self.components: dict[str, Component] = {}
         self.workdir: Path | None = None
@@ -417,10 +420,10 @@ class ControlPlane:
             ),
             server_ips=(LOOPBACK, "10.96.0.1"),
         )
-        self.admin_cert = ca.issue("admin", common_name="gangsolve-admin", organization="system:masters", client=True)
-        kcm_cert = ca.issue("kube-controller-manager", common_name="system:kube-controller-manager", client=True)
-        sched_cert = ca.issue("kube-scheduler", common_name="system:kube-scheduler", client=True)
-        sa = write_service_account_keys(pki_dir)
+        self.admin_cert = ca.issue("admin", common_name="gangsolve-admin", organization="system:masters")
+        kcm_cert = ca.issue("kube-controller-manager", common_name="system:kube-controller-manager")
+        sched_cert = ca.issue("kube-scheduler", common_name="system:kube-scheduler")
+        sa_key = write_service_account_keys(pki_dir)
         self.token = secrets.token_hex(24)
         tokens = pki_dir / "tokens.csv"
         tokens.write_text(f'{self.token},gangsolve-admin-token,gangsolve-admin-token,"system:masters"\n')
@@ -432,6 +435,17 @@ class ControlPlane:
         )
         sched_kubeconfig = self._write_kubeconfig(pki_dir / "kube-scheduler.kubeconfig", "kube-scheduler", sched_cert)
         self._ctx = _tls_context(ca.pair.cert, self.admin_cert)
+
+        audit_args: list[str] = []
+        if self.audit_policy is not None:
+            policy = wd / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump(dict(self.audit_policy)))
+            self.audit_log = log_dir / "audit.log"
+            audit_args = [
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+            ]
 
         def comp(name: str, argv: list[str | os.PathLike[str]]) -> None:
             self.components[name] = Component(name, argv, log_dir, wd)
@@ -470,14 +484,15 @@ class ControlPlane:
                 f"--token-auth-file={tokens}",
                 "--authorization-mode=RBAC",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-                f"--service-account-key-file={sa.cert}",
-                f"--service-account-signing-key-file={sa.key}",
+                f"--service-account-key-file={sa_key}",
+                f"--service-account-signing-key-file={sa_key}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--allow-privileged=true",
                 # The `kubernetes` Service would point at 127.0.0.1, which endpoints may not hold; no pod here
                 # needs to reach the apiserver through it.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                *audit_args,
                 *self.extra_apiserver_args,
             ],
         )
@@ -493,7 +508,7 @@ class ControlPlane:
                 f"--cert-dir={wd / 'kcm-certs'}",
                 "--leader-elect=false",
                 "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={sa.key}",
+                f"--service-account-private-key-file={sa_key}",
                 f"--root-ca-file={ca.pair.cert}",
                 f"--cluster-signing-cert-file={ca.pair.cert}",
                 f"--cluster-signing-key-file={ca.pair.key}",
@@ -656,6 +671,12 @@ class ControlPlane:
         except urllib.error.HTTPError as e:
             raise ApiError(e.code, str(e.reason), e.read().decode(errors="replace")) from None
         return json.loads(payload) if payload else {}
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """Every audit event logged so far (with an `audit_policy`): one JSON object per request."""
+        if self.audit_log is None or not self.audit_log.exists():
+            return []
+        return [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
 
     def get(self, path: str) -> dict[str, Any] | None:
         """GET, or None when the object does not exist (404)."""
