@@ -101,7 +101,7 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
 @click.option("--leader-elect/--no-leader-elect", default=False, help="Elect a leader on a Lease before scheduling.")
 @click.option(
     "--metrics-addr",
-    default="0.0.0.0:10251",
+    default="0.0.0.0:8080",
     show_default=True,
     help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.",
 )

@@ -56,12 +56,13 @@ def test_recovers_from_apiserver_restart(control_plane, make_nodes, namespace, p
 def test_pod_deleted_while_its_gang_is_being_bound(
     control_plane, make_nodes, namespace, pod_group_crds, tmp_path, gangsolve_factory
 ):
-    """Binds are slowed (a failpoint) so the test can delete a pod of the gang mid-way. The binds already made
-    stand (Kubernetes cannot bind atomically), the deleted pod's bind fails and is not retried, no pod is bound
-    twice, and when the job controller's replacement appears it completes the gang."""
+    """Binds are slowed (a client-side API rate of 2 calls a second) so the test can delete a pod of the gang
+    mid-way. The binds already made stand (Kubernetes cannot bind atomically), the deleted pod's bind fails and
+    is not retried, no pod is bound twice, and when the job controller's replacement appears it completes the
+    gang."""
     config = tmp_path / "gangsolve.yaml"
-    config.write_text(yaml.safe_dump({"bind-concurrency": 1}))
-    g = gangsolve_factory("--config", str(config), env={"GANGSOLVE_FAULT_BIND_DELAY": "0.5"})
+    config.write_text(yaml.safe_dump({"bind-concurrency": 1, "kube-api-qps": 2, "kube-api-burst": 1}))
+    g = gangsolve_factory("--config", str(config))
     make_nodes(2, gpus=4, labels={"gangsolve.dev/test": namespace})
     gang(control_plane, namespace, g.scheduler_name, "job", 6, namespace)
     poll(lambda: bound(pods(control_plane, namespace, "job=job")), timeout=60, what="the first bind")
@@ -89,7 +90,16 @@ def test_pod_deleted_while_its_gang_is_being_bound(
         ),
     )
     poll(lambda: job_running(control_plane, namespace, "job", 6), timeout=60, what="the whole gang running")
-    scheduled = [e["regarding"]["uid"] for e in events(control_plane, namespace, "Scheduled")]
+    # Events trail the binds (they share the client's rate limit): wait for all, then check none is doubled.
+    scheduled = poll(
+        lambda: (
+            (uids := [e["regarding"]["uid"] for e in events(control_plane, namespace, "Scheduled")])
+            and len(uids) >= 6
+            and uids
+        ),
+        timeout=30,
+        what="six Scheduled events",
+    )
     assert len(scheduled) == len(set(scheduled)) == 6, scheduled  # one bind per pod, never two
 
 
@@ -101,15 +111,16 @@ def test_sigterm_finishes_binds_in_flight_and_exits_zero(
         yaml.safe_dump(
             {
                 "bind-concurrency": 2,
+                "kube-api-qps": 3,
+                "kube-api-burst": 1,
                 "leader-elect": True,
-                "lease-namespace": namespace,
                 "lease-duration": 6,
                 "renew-deadline": 4,
                 "retry-period": 0.5,
             }
         )
     )
-    g = gangsolve_factory("--config", str(config), env={"GANGSOLVE_FAULT_BIND_DELAY": "0.4"})
+    g = gangsolve_factory("--config", str(config))
     make_nodes(2, gpus=4, labels={"gangsolve.dev/test": namespace})
     poll(lambda: g.metric("gangsolve_leader") == 1, timeout=30, what="leadership")
     gang(control_plane, namespace, g.scheduler_name, "job", 6, namespace)
@@ -117,7 +128,7 @@ def test_sigterm_finishes_binds_in_flight_and_exits_zero(
 
     assert g.terminate() == 0
     assert len(bound(pods(control_plane, namespace, "job=job"))) == 6  # in-flight binds finished, none dropped
-    lease = control_plane.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/gangsolve")
+    lease = control_plane.get(gangsolve_factory.lease_path)
     assert not lease["spec"].get("holderIdentity")  # released: a successor need not wait for it to expire
     assert "released the lease" in g.log()
 
@@ -130,7 +141,6 @@ def test_two_replicas_one_binds_and_the_other_takes_over(
         yaml.safe_dump(
             {
                 "leader-elect": True,
-                "lease-namespace": namespace,
                 "lease-duration": 5,
                 "renew-deadline": 3,
                 "retry-period": 0.5,
@@ -166,7 +176,6 @@ def test_leader_that_cannot_renew_stops_and_exits(control_plane, make_nodes, nam
         yaml.safe_dump(
             {
                 "leader-elect": True,
-                "lease-namespace": namespace,
                 "lease-duration": 4,
                 "renew-deadline": 2,
                 "retry-period": 0.5,

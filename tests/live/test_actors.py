@@ -1,168 +1,297 @@
-"""The solver and binder actors on a fake API: assume -> bind all -> forget on failure, never bind twice."""
+"""The solver and binder actors on the fake client: assume -> last check -> bind all -> forget on failure."""
+
+from __future__ import annotations
+
+import math
 
 import anyio
 import pytest
 
-from gangsolve.live.binder import BinderActor
-from gangsolve.live.cache import ClusterCache
-from gangsolve.live.kube import ApiError
+from gangsolve.live.binder import BinderActor, Bound
+from gangsolve.live.channels import Latest
+from gangsolve.live.leader import Unfenced
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import GangPlan, SolverActor
-from gangsolve.live.watchers import RESOURCES, Resync
-from tests.builders import k8s_node, k8s_pdb, k8s_pod
+from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor, plan
+from gangsolve.live.store import ClusterStore
+from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.snapshot import Snapshot
+from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
+from tests.live.fake_kube import FakeKube
 
 POD, NODE, PDB = RESOURCES[0], RESOURCES[1], RESOURCES[2]
 
 
-class FakeKube:
-    def __init__(self, fail: dict[str, int] | None = None) -> None:
-        self.fail = fail or {}
-        self.bindings: list[tuple[str, str]] = []
+class Fence:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
-    async def post(self, path: str, body: dict) -> dict:
-        name = body["metadata"]["name"]
-        await anyio.sleep(0)
-        if name in self.fail:
-            raise ApiError(self.fail[name], b'{"reason":"Conflict","message":"nope"}', "POST", path)
-        self.bindings.append((name, body["target"]["name"]))
-        return {}
+    def remaining(self) -> float:
+        return self.seconds
 
 
-def cluster_cache(n_pods=3, gpus=4) -> ClusterCache:
-    c = ClusterCache()
-    c.apply(Resync(NODE, [k8s_node("n1", gpus=gpus)]))
+def store_with_gang(n_pods: int = 3, gpus: int = 4) -> ClusterStore:
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=gpus)]))
     pods = []
     for i in range(n_pods):
         p = k8s_pod(f"w{i}", gpus=1, labels={"job": "j"})
         p["metadata"]["uid"] = f"u{i}"
         pods.append(p)
-    c.apply(Resync(POD, pods))
-    c.apply(Resync(PDB, [k8s_pdb("j", n_pods, {"job": "j"})]))
-    return c
+    s.apply(Resync(POD, pods))
+    s.apply(Resync(PDB, [k8s_pdb("j", n_pods, {"job": "j"})]))
+    return s
 
 
-def plan_of(c: ClusterCache, n: int) -> GangPlan:
-    for i in range(n):
-        c.assume(f"default/w{i}", "n1", f"u{i}", "default/j")
-    return GangPlan("default/j", tuple((f"default/w{i}", f"u{i}", "n1") for i in range(n)), 0.0)
+def assumed_plan(s: ClusterStore, n: int, node: str = "n1") -> GangPlan:
+    pods = tuple((f"default/w{i}", f"u{i}", node) for i in range(n))
+    s.assume("default/j", pods)
+    return GangPlan("default/j", pods, 0.0)
+
+
+def streams():
+    return anyio.create_memory_object_stream[Bound](math.inf)
+
+
+# ---------------------------------------------------------------------------------------------- binder
 
 
 @pytest.mark.asyncio
 async def test_binder_binds_the_whole_gang_and_keeps_assumptions_until_the_watch_confirms():
-    c, kube = cluster_cache(), FakeKube()
-    bound = []
-    b = BinderActor(kube, c, Metrics(), on_bound=lambda *a: bound.append(a))
-    assert await b.bind_gang(plan_of(c, 3))
+    s, kube = store_with_gang(), FakeKube()
+    send, receive = streams()
+    b = BinderActor(kube, s, Metrics(), Unfenced())
+    assert await b.bind_gang(assumed_plan(s, 3), send)
     assert sorted(kube.bindings) == [("w0", "n1"), ("w1", "n1"), ("w2", "n1")]
-    assert len(bound) == 3
-    assert set(c.assumed) == {"default/w0", "default/w1", "default/w2"}
-    assert not await b.bind_gang(plan_of(c, 3))  # a plan naming pods bound already: nothing is bound again
-    assert len(kube.bindings) == 3
+    assert sorted(receive.receive_nowait().pod for _ in range(3)) == ["default/w0", "default/w1", "default/w2"]
+    assert all(s.is_assumed(f"default/w{i}") for i in range(3))
 
 
 @pytest.mark.asyncio
-async def test_a_failed_bind_forgets_that_pod_and_plans_again():
-    c, kube = cluster_cache(), FakeKube(fail={"w1": 409})
+async def test_a_failed_bind_forgets_that_pod_with_back_off_and_plans_again():
+    s, kube = store_with_gang(), FakeKube()
+    kube.fail = {"/w1/": 409}
     metrics = Metrics()
-    b = BinderActor(kube, c, metrics)
-    plan = plan_of(c, 3)
-    v = c.version
-    assert not await b.bind_gang(plan)
-    assert "default/w1" not in c.assumed
-    assert c.version > v
+    b = BinderActor(kube, s, metrics, Unfenced())
+    g = s.generation
+    assert not await b.bind_gang(assumed_plan(s, 3), streams()[0])
+    assert not s.is_assumed("default/w1")
+    assert s.generation > g
+    assert set(s.backing_off()) == {"default/w1"}
     assert metrics.bind_errors.labels("conflict")._value.get() == 1
 
 
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda s: s.apply(Event(POD, "DELETED", s.pod("default/w2"))), "pod default/w2 is gone"),
+        (
+            lambda s: s.apply(
+                Event(
+                    POD,
+                    "MODIFIED",
+                    {**s.pod("default/w2"), "metadata": {**s.pod("default/w2")["metadata"], "uid": "someone-else"}},
+                )
+            ),
+            "pod default/w2 was replaced",
+        ),
+        (
+            lambda s: s.apply(
+                Event(
+                    POD,
+                    "MODIFIED",
+                    {
+                        **s.pod("default/w2"),
+                        "metadata": {**s.pod("default/w2")["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                    },
+                )
+            ),
+            "pod default/w2 is bound or terminating",
+        ),
+        (lambda s: s.apply(Event(NODE, "DELETED", s.node("n1"))), "node n1 is gone"),
+        (lambda s: s.apply(Event(NODE, "MODIFIED", k8s_node("n1", gpus=4, unschedulable=True))), "cordoned"),
+        (lambda s: s.apply(Event(NODE, "MODIFIED", k8s_node("n1", gpus=4, ready=False))), "not Ready"),
+        (
+            lambda s: s.apply(
+                Event(NODE, "MODIFIED", k8s_node("n1", gpus=4, taints=[{"key": "maint", "effect": "NoSchedule"}]))
+            ),
+            "taint maint:NoSchedule",
+        ),
+        (  # another scheduler bound a 2-GPU pod there meanwhile: 3 + 2 > 4
+            lambda s: s.apply(
+                Event(
+                    POD,
+                    "ADDED",
+                    k8s_pod("other", gpus=2, scheduler="default-scheduler", node_name="n1", phase="Running"),
+                )
+            ),
+            "nvidia.com/gpu overcommitted",
+        ),
+        (  # a terminating pod still holds its GPUs
+            lambda s: s.apply(
+                Event(
+                    POD,
+                    "ADDED",
+                    {
+                        **k8s_pod("old", gpus=2, node_name="n1", phase="Running"),
+                        "metadata": {
+                            "name": "old",
+                            "namespace": "default",
+                            "deletionTimestamp": "2026-01-01T00:00:00Z",
+                        },
+                    },
+                )
+            ),
+            "nvidia.com/gpu overcommitted",
+        ),
+    ],
+)
 @pytest.mark.asyncio
-async def test_a_gang_that_lost_a_pod_is_not_bound_at_all():
-    c, kube = cluster_cache(), FakeKube()
-    plan = plan_of(c, 3)
-    c.objects["Pod"].pop(("", "default", "w2"))  # deleted while the solver ran
-    b = BinderActor(kube, c, Metrics())
-    assert not await b.bind_gang(plan)
+async def test_the_last_check_refuses_a_gang_whose_world_changed(change, reason):
+    s, kube = store_with_gang(), FakeKube()
+    plan_ = assumed_plan(s, 3)
+    change(s)
+    b = BinderActor(kube, s, Metrics(), Unfenced())
+    assert reason in (b.last_check(plan_) or "")
+    assert not await b.bind_gang(plan_, streams()[0])
     assert kube.bindings == []
-    assert c.assumed == {}
+    assert not any(s.is_assumed(f"default/w{i}") for i in range(3))
+    assert s.backing_off() == {}  # planned again at once: nothing was refused by the API server
+
+
+@pytest.mark.parametrize(("pods", "fits"), [(3, False), (2, True)])
+def test_other_plans_assumed_on_the_node_count_in_the_last_check(pods, fits):
+    s = store_with_gang(n_pods=3, gpus=4)
+    x = k8s_pod("x", gpus=2)
+    x["metadata"]["uid"] = "ux"
+    s.apply(Event(POD, "ADDED", x))
+    s.assume("default/x", [("default/x", "ux", "n1")])  # an earlier cycle's plan, not bound yet
+    b = BinderActor(FakeKube(), s, Metrics(), Unfenced())
+    why = b.last_check(assumed_plan(s, pods))
+    assert why is None if fits else "nvidia.com/gpu overcommitted" in why
 
 
 @pytest.mark.asyncio
 async def test_nothing_is_bound_without_leadership():
-    c, kube = cluster_cache(), FakeKube()
-    b = BinderActor(kube, c, Metrics(), may_bind=lambda: False)
-    assert not await b.bind_gang(plan_of(c, 3))
+    s, kube = store_with_gang(), FakeKube()
+    b = BinderActor(kube, s, Metrics(), Fence(0))
+    assert not await b.bind_gang(assumed_plan(s, 3), streams()[0])
     assert kube.bindings == []
+    assert kube.calls == []
 
 
-def solver_actor(cache):
-    """A SolverActor whose plans and cycle results are collected in lists."""
-    plans, results = [], []
+@pytest.mark.asyncio
+async def test_every_bind_is_bounded_by_the_leases_remaining_validity():
+    s, kube = store_with_gang(), FakeKube()
+    kube.delay = 0.3  # slower than the lease has left: the calls are cut off, not left in flight
+    b = BinderActor(kube, s, Metrics(), Fence(0.1))
+    with anyio.fail_after(2):
+        assert not await b.bind_gang(assumed_plan(s, 3), streams()[0])
+    assert kube.bindings == []
+    assert {c[2]["timeout"] for c in kube.calls} == {0.1}
 
-    async def placed(plan):
-        plans.append(plan)
 
-    actor = SolverActor(
-        cache,
-        Metrics(),
-        scheduler_name="gangsolve",
-        group_label=None,
-        time_limit=1,
-        debounce=0,
-        resync_period=1,
-        on_placed=placed,
-        on_result=results.append,
+# ---------------------------------------------------------------------------------------------- solver actor
+
+
+def solver_actor(s: ClusterStore) -> SolverActor:
+    return SolverActor(
+        s, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=1, debounce=0, resync_period=1
     )
-    return actor, plans, results
 
 
 @pytest.mark.asyncio
 async def test_a_cycle_assumes_placed_gangs_and_the_next_cycle_does_not_place_them_again():
-    c = cluster_cache(n_pods=3, gpus=4)
-    actor, plans, results = solver_actor(c)
-    await actor.cycle()
-    (plan,) = plans
-    assert sorted(k for k, _u, _n in plan.pods) == ["default/w0", "default/w1", "default/w2"]
-    assert {u for _k, u, _n in plan.pods} == {"u0", "u1", "u2"}
-    assert set(c.assumed) == {"default/w0", "default/w1", "default/w2"}
-    await actor.cycle()
-    assert len(plans) == 1  # assumed pods count as bound: nothing planned twice
-    assert results[-1].cluster.gangs == ()
+    s = store_with_gang(n_pods=3, gpus=4)
+    actor = solver_actor(s)
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    results: Latest[CycleResult] = Latest()
+    await actor.cycle(send, results)
+    gang_plan = receive.receive_nowait()
+    assert sorted(k for k, _u, _n in gang_plan.pods) == ["default/w0", "default/w1", "default/w2"]
+    assert {u for _k, u, _n in gang_plan.pods} == {"u0", "u1", "u2"}
+    assert all(s.is_assumed(f"default/w{i}") for i in range(3))
+    await actor.cycle(send, results)
+    assert receive.statistics().current_buffer_used == 0  # assumed pods count as bound: nothing planned twice
+    assert (await results.take()).cluster.gangs == ()
+
+
+@pytest.mark.asyncio
+async def test_the_plan_carries_the_uid_that_was_solved_not_the_current_one():
+    s = store_with_gang(n_pods=1, gpus=4)
+    actor = solver_actor(s)
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+
+    real = actor.store.snapshot
+
+    def snapshot_then_recreate():
+        snap = real()
+        # the pod is deleted and created again under its name while the solver runs
+        s.apply(
+            Event(
+                POD,
+                "MODIFIED",
+                {**s.pod("default/w0"), "metadata": {**s.pod("default/w0")["metadata"], "uid": "recreated"}},
+            )
+        )
+        return snap
+
+    actor.store.snapshot = snapshot_then_recreate  # type: ignore[method-assign]
+    await actor.cycle(send, Latest())
+    (pod,) = receive.receive_nowait().pods
+    assert pod[1] == "u0"
+    b = BinderActor(FakeKube(), s, Metrics(), Unfenced())
+    assert b.last_check(GangPlan("default/j", (pod,), 0)) == "pod default/w0 was replaced"
 
 
 @pytest.mark.asyncio
 async def test_a_gang_that_does_not_fit_is_reported_not_planned():
-    c = cluster_cache(n_pods=5, gpus=4)
-    actor, plans, results = solver_actor(c)
-    await actor.cycle()
-    assert plans == []
-    (gang,) = results[0].placement.gangs
+    s = store_with_gang(n_pods=5, gpus=4)
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    results: Latest[CycleResult] = Latest()
+    await solver_actor(s).cycle(send, results)
+    assert receive.statistics().current_buffer_used == 0
+    (gang,) = (await results.take()).placement.gangs
     assert not gang.placed
     assert "nvidia.com/gpu" in gang.reason
 
 
-def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
-    from gangsolve.live.solver_actor import plan
-    from gangsolve.snapshot import Snapshot
-    from tests.builders import k8s_pod_group
+@pytest.mark.asyncio
+async def test_a_cycle_that_fails_costs_that_cycle_not_the_scheduler(monkeypatch):
+    import gangsolve.live.solver_actor as module
 
+    def broken(*_args, **_kwargs):
+        raise OverflowError("Python int too large to convert to C long")
+
+    monkeypatch.setattr(module, "solve", broken)
+    s = store_with_gang()
+    actor = solver_actor(s)
+    send, _receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    assert await actor.cycle(send, Latest()) is None
+    assert actor.metrics.schedule_attempts.labels("error")._value.get() == 1
+    assert not any(s.is_assumed(f"default/w{i}") for i in range(3))
+
+
+@pytest.mark.asyncio
+async def test_run_stops_when_cancelled_and_closes_the_plan_stream():
+    s = store_with_gang()
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(solver_actor(s).run, send, Latest())
+        with anyio.fail_after(10):
+            first = await receive.receive()
+        tg.cancel_scope.cancel()
+    assert first.gang == "default/j"
+    with pytest.raises(anyio.EndOfStream):
+        await receive.receive()
+
+
+def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
     bad = k8s_pod_group("bad", "many")
     snap = Snapshot(
         nodes=[k8s_node("n1", gpus=4)],
         pods=[k8s_pod("ok", gpus=1), k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
         pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
     )
-    skipped = []
-    cluster, placement = plan(snap, "gangsolve", None, 1, skipped)
+    _cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
     assert [str(e) for e in skipped] == ["PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"]
     assert placement.bindings == {"default/ok": "n1"}  # b waits for a readable PodGroup
-
-    from gangsolve.live.cache import ClusterCache
-    from gangsolve.live.feedback import Feedback
-    from gangsolve.live.solver_actor import CycleResult
-
-    fb = Feedback(None, ClusterCache(), Metrics(), identity="t", scheduler_name="gangsolve")
-    result = CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
-    assert fb._waiting_for_pod_group(result) == {
-        "default/b": (
-            "PodGroup default/bad (scheduling.x-k8s.io) cannot be read: "
-            "PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"
-        )
-    }

@@ -19,7 +19,11 @@ def test_defaults():
     assert cfg == Config(identity=cfg.identity)
     assert cfg.scheduler_name == "gangsolve"
     assert not cfg.leader_elect
-    assert cfg.metrics_host_port == ("0.0.0.0", 10251)
+    assert cfg.metrics_host_port == ("0.0.0.0", 8080)  # not kube-scheduler's old insecure port 10251
+
+
+def test_identity_is_unique_per_process_even_on_one_host():
+    assert build().identity != build().identity
 
 
 def test_file_then_flags(tmp_path):
@@ -52,6 +56,11 @@ def test_file_then_flags(tmp_path):
         ({"metrics-addr": "localhost"}, "metrics-addr: expected HOST:PORT, got 'localhost'"),
         ({"log-format": "xml"}, "log-format: expected one of text, json, got 'xml'"),
         ({"leader-elect": True, "lease-duration": 5, "renew-deadline": 5}, "renew-deadline: must be shorter"),
+        ({"leader-elect": True, "renew-deadline": 2, "retry-period": 2}, "retry-period: must be shorter"),
+        ({"lease-duration": 7.5}, "lease-duration: expected a whole number >= 1, got 7.5"),
+        ({"time-limit": float("nan")}, "time-limit: expected a number > 0, got nan"),
+        ({"shutdown-grace": float("inf")}, "shutdown-grace: expected a number > 0, got inf"),
+        ({"kube-api-qps": -1}, "kube-api-qps: expected a number > 0, got -1"),
         ("- a list", "expected a mapping of settings, got list"),
         ("key: [unclosed", "invalid YAML"),
     ],

@@ -1,120 +1,131 @@
 """The binder actor: binds every pod of a placed gang through the Binding subresource.
 
-Before a gang's first bind its pods are checked against the cache (still there, same uid, still unbound,
-node still there): a gang that lost a pod while the solver ran is not bound at all but planned again. Then all
-its pods are bound concurrently (bounded by `concurrency` across gangs). A failed bind (409: bound already or
-replaced; 404: pod gone; node gone) forgets that pod's assumption, which starts a new cycle. A pod is never
-bound twice: the pod is assumed (no later cycle plans it) until the watch shows it bound, every uid this
-process bound is remembered, and the API server refuses to bind a pod that has a node already.
+A gang is bound as a transaction as far as Kubernetes allows (it has no atomic multi-pod bind):
+
+1. **Last check**, against the store as it is now, before the gang's first bind: every pod still there with
+   the uid that was solved, unbound and not terminating; every target node still there, schedulable, Ready,
+   its taints tolerated and its selectors and affinity matched, and with room for the gang's pods next to
+   everything bound or assumed there now (other schedulers' pods and terminating ones included). A gang that
+   fails it is not bound at all: its pods are forgotten and it is planned again.
+2. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
+   has run out, and none may still be in flight after it.
+3. A failed bind forgets that pod with back-off (1 s doubling to 10 s) and starts a new cycle.
+
+Each bound pod is announced on the `bound` stream (feedback writes its Scheduled event). The binder owns no
+state of its own beyond its concurrency limit; assumptions belong to the store.
 """
 
 from __future__ import annotations
 
-import math
-import os
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from dataclasses import dataclass, replace
 
+import aiohttp
 import anyio
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
 
+from gangsolve import objects
+from gangsolve.errors import InputError
 from gangsolve.live import logs
-from gangsolve.live.cache import ClusterCache
 from gangsolve.live.kube import ApiError, Kube
+from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import GangPlan
+from gangsolve.live.store import ClusterStore
+from gangsolve.solver import Cluster, Gang, validate
 
-# A failpoint for fault tests: seconds to wait before each Binding call, so a test can act while a gang is
-# being bound. Never set in production.
-_FAULT_BIND_DELAY = float(os.environ.get("GANGSOLVE_FAULT_BIND_DELAY", "0") or 0)
+
+@dataclass(frozen=True)
+class Bound:
+    pod: str  # namespace/name
+    uid: str
+    node: str
+
+
+def _add(into: dict[str, int], requests: dict[str, int]) -> None:
+    for r, q in requests.items():
+        into[r] = into.get(r, 0) + q
 
 
 class BinderActor:
-    def __init__(
-        self,
-        kube: Kube,
-        cache: ClusterCache,
-        metrics: Metrics,
-        *,
-        concurrency: int = 16,
-        may_bind: Callable[[], bool] = lambda: True,
-        on_bound: Callable[[str, str, str], None] = lambda pod, uid, node: None,
-    ) -> None:
+    def __init__(self, kube: Kube, store: ClusterStore, metrics: Metrics, fence: Fence, *, concurrency: int = 16):
         self.kube = kube
-        self.cache = cache
+        self.store = store
         self.metrics = metrics
-        self.send, self.receive = anyio.create_memory_object_stream(math.inf)
+        self.fence = fence
         self.limiter = anyio.CapacityLimiter(concurrency)
-        self.may_bind = may_bind  # False once leadership is in doubt: bind nothing more
-        self.on_bound = on_bound
-        self.bound_uids: set[str] = set()
-        self.in_flight = 0
-        self.idle = anyio.Event()
-        self.idle.set()
 
-    async def submit(self, plan: GangPlan) -> None:
-        """From the solver actor: counted in flight from here, so a drain waits for it."""
-        self.in_flight += 1
-        if self.idle.is_set():
-            self.idle = anyio.Event()
-        await self.send.send(plan)
+    async def run(self, plans: ObjectReceiveStream[GangPlan], bound: MemoryObjectSendStream[Bound]) -> None:
+        """Bind every plan received; returns once the plan stream is closed and every gang is done."""
+        async with plans, bound, anyio.create_task_group() as tg:
+            async for plan in plans:
+                tg.start_soon(self.bind_gang, plan, bound)
 
-    async def run(self) -> None:
-        async with self.receive, anyio.create_task_group() as tg:
-            async for plan in self.receive:
-                tg.start_soon(self._bind_gang_tracked, plan)
+    async def bind_gang(self, plan: GangPlan, bound: MemoryObjectSendStream[Bound]) -> bool:
+        why = self.last_check(plan)
+        if why is None and self.fence.remaining() <= 0:
+            why = "not the leader"
+        if why is not None:
+            logs.info("gang not bound, planning again", gang=plan.gang, reason=why)
+            self.metrics.gangs_replanned.inc()
+            for key, uid, _node in plan.pods:
+                self.store.forget(key, uid, failed=False)
+            return False
+        failures: list[str] = []
+        async with anyio.create_task_group() as tg:
+            for key, uid, node in plan.pods:
+                tg.start_soon(self._bind_one, key, uid, node, failures, bound)
+        self.metrics.gang_bind_duration.observe(time.monotonic() - plan.planned_at)
+        if failures:
+            logs.warning("gang partly failed to bind", gang=plan.gang, failed=len(failures), pods=len(plan.pods))
+            return False
+        logs.info("gang bound", gang=plan.gang, pods=len(plan.pods), nodes=",".join(sorted({n for *_, n in plan.pods})))
+        return True
 
-    async def drain(self) -> None:
-        """Wait until no gang is being bound (SIGTERM: in-flight binds finish)."""
-        while self.in_flight:
-            await self.idle.wait()
-
-    async def _bind_gang_tracked(self, plan: GangPlan) -> None:
-        try:
-            with anyio.CancelScope(shield=True):  # a started gang is finished, even on shutdown
-                await self.bind_gang(plan)
-        finally:
-            self.in_flight -= 1
-            if not self.in_flight:
-                self.idle.set()
-
-    def _stale(self, plan: GangPlan) -> str | None:
+    def last_check(self, plan: GangPlan) -> str | None:
+        """Why the plan must not be bound as it stands now, or None."""
+        store = self.store
+        mine = {key for key, _uid, _node in plan.pods}
+        classes = store.priority_classes()
+        pods_by_node: dict[str, list] = defaultdict(list)
         for key, uid, node in plan.pods:
-            obj = self.cache.pod(key)
+            obj = store.pod(key)
             if obj is None:
                 return f"pod {key} is gone"
             if obj["metadata"].get("uid") != uid:
                 return f"pod {key} was replaced"
             if (obj.get("spec") or {}).get("nodeName") or obj["metadata"].get("deletionTimestamp"):
                 return f"pod {key} is bound or terminating"
-            if uid in self.bound_uids:
-                return f"pod {key} was bound already"
-            if self.cache.node(node) is None:
-                return f"node {node} is gone"
-        return None
+            try:
+                pods_by_node[node].append(objects.pod(obj, classes, 0))
+            except InputError as exc:
+                return str(exc)
+        nodes = []
+        for name in pods_by_node:
+            obj = store.node(name)
+            if obj is None:
+                return f"node {name} is gone"
+            used: dict[str, int] = {}
+            try:
+                for p in store.pods_on(name):  # bound there now, by anyone; terminating pods hold capacity too
+                    _add(used, objects.pod_requests(p))
+                for key, _a in store.assumed_on(name):  # placed there by earlier plans, not bound yet
+                    other = store.pod(key)
+                    if key not in mine and other is not None and not (other.get("spec") or {}).get("nodeName"):
+                        _add(used, objects.pod_requests(other))
+                nodes.append(replace(objects.node(obj), used=used))
+            except InputError as exc:
+                return str(exc)
+        pods = tuple(p for ps in pods_by_node.values() for p in ps)
+        gang = Gang(plan.gang, pods, min_member=len(pods))
+        violations = validate(Cluster(tuple(nodes), (gang,)), {p.name: n for n, ps in pods_by_node.items() for p in ps})
+        return violations[0] if violations else None
 
-    async def bind_gang(self, plan: GangPlan) -> bool:
-        why = self._stale(plan) or (None if self.may_bind() else "not the leader")
-        if why is not None:
-            logs.info("gang not bound, planning again", gang=plan.gang, reason=why)
-            for key, _uid, _node in plan.pods:
-                self.cache.forget(key)
-            self.cache.touch()
-            return False
-        failures: list[str] = []
-        async with anyio.create_task_group() as tg:
-            for key, uid, node in plan.pods:
-                tg.start_soon(self._bind_one, key, uid, node, failures)
-        self.metrics.gang_bind_duration.observe(time.monotonic() - plan.planned_at)
-        if failures:
-            logs.warning("gang partly failed to bind", gang=plan.gang, failed=len(failures), pods=len(plan.pods))
-            self.cache.touch()
-            return False
-        logs.info(
-            "gang bound", gang=plan.gang, pods=len(plan.pods), nodes=",".join(sorted({n for _k, _u, n in plan.pods}))
-        )
-        return True
-
-    async def _bind_one(self, key: str, uid: str, node: str, failures: list[str]) -> None:
+    async def _bind_one(
+        self, key: str, uid: str, node: str, failures: list[str], bound: MemoryObjectSendStream[Bound]
+    ) -> None:
         ns, _, name = key.partition("/")
         body = {
             "apiVersion": "v1",
@@ -123,34 +134,37 @@ class BinderActor:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         async with self.limiter:
-            if _FAULT_BIND_DELAY:
-                await anyio.sleep(_FAULT_BIND_DELAY)
-            if not self.may_bind():
-                failures.append(key)
-                self.cache.forget(key)
-                self.metrics.bind_errors.labels("not_leader").inc()
+            budget = self.fence.remaining()
+            if budget <= 0:
+                self._failed(key, uid, node, "not_leader", "leadership ended before the bind", failures, backoff=False)
                 return
             started = time.perf_counter()
             try:
-                await self.kube.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
+                await self.kube.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", body, timeout=budget)
             except ApiError as exc:
                 reason = {404: "not_found", 409: "conflict"}.get(exc.status, str(exc.status))
-                self._failed(key, node, reason, exc.message, failures)
+                self._failed(key, uid, node, reason, exc.message, failures)
                 return
-            except (OSError, TimeoutError, Exception) as exc:
-                if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    raise
-                self._failed(key, node, type(exc).__name__, str(exc), failures)
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                self._failed(key, uid, node, type(exc).__name__, str(exc), failures)
                 return
             finally:
                 self.metrics.bind_duration.observe(time.perf_counter() - started)
-        self.bound_uids.add(uid)
         self.metrics.pods_bound.inc()
         logs.debug("bound", pod=key, node=node)
-        self.on_bound(key, uid, node)
+        bound.send_nowait(Bound(key, uid, node))
 
-    def _failed(self, key: str, node: str, reason: str, message: str, failures: list[str]) -> None:
+    def _failed(
+        self,
+        key: str,
+        uid: str,
+        node: str,
+        reason: str,
+        message: str,
+        failures: list[str],
+        backoff: bool = True,
+    ) -> None:
         failures.append(key)
         self.metrics.bind_errors.labels(reason).inc()
         logs.warning("bind failed", pod=key, node=node, reason=reason, error=message[:300])
-        self.cache.forget(key)
+        self.store.forget(key, uid, failed=backoff)

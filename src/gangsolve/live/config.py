@@ -6,7 +6,8 @@ it is one line naming the key, e.g. `config gangsolve.yaml: time-limit: expected
 
 from __future__ import annotations
 
-import os
+import math
+import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -28,14 +29,18 @@ class Config:
     debounce: float = 0.2  # seconds to gather more changes before a cycle
     resync_period: float = 30.0  # a cycle at least this often while gangs wait, changes or not
     bind_concurrency: int = 16
+    kube_api_qps: float = 50.0  # client-side rate limit on API requests, as kube-scheduler's --kube-api-qps
+    kube_api_burst: int = 100
+    shutdown_grace: float = 20.0  # SIGTERM: seconds binds in flight get to finish before the process exits
     leader_elect: bool = False
     lease_name: str = "gangsolve"
     lease_namespace: str = "kube-system"
-    lease_duration: float = 15.0
+    lease_duration: int = 15  # whole seconds: the Lease's leaseDurationSeconds
     renew_deadline: float = 10.0
     retry_period: float = 2.0
-    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{os.getpid()}")
-    metrics_addr: str = "0.0.0.0:10251"  # /metrics, /healthz, /readyz; "" turns it off
+    # Unique per process, like kube-scheduler's hostname_uuid: two replicas on one host never share it.
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{secrets.token_hex(4)}")
+    metrics_addr: str = "0.0.0.0:8080"  # /metrics, /healthz, /readyz; "" turns it off
     event_interval: float = 60.0  # an identical event about one pod at most this often
     events_per_second: float = 20.0
     log_format: str = "text"  # text | json
@@ -64,6 +69,8 @@ _POSITIVE = {
     "retry_period",
     "event_interval",
     "events_per_second",
+    "kube_api_qps",
+    "shutdown_grace",
 }
 
 
@@ -84,7 +91,12 @@ def _check(name: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise bad("a whole number >= 1")
     elif kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (name in _POSITIVE and value <= 0):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or (name in _POSITIVE and value <= 0)
+        ):
             raise bad("a number > 0")
         value = float(value)
     else:
@@ -134,6 +146,10 @@ def build(file: str | None = None, flags: Mapping[str, Any] | None = None) -> Co
     values = load_file(file) if file else {}
     values.update(from_mapping({key_of(k): v for k, v in (flags or {}).items()}, "flag --"))
     cfg = replace(Config(), **values)
-    if cfg.leader_elect and cfg.renew_deadline >= cfg.lease_duration:
-        raise ConfigError("renew-deadline: must be shorter than lease-duration")
+    if cfg.leader_elect:
+        # As client-go checks them: the leader stops before a successor can start, and retries before then.
+        if cfg.renew_deadline >= cfg.lease_duration:
+            raise ConfigError("renew-deadline: must be shorter than lease-duration")
+        if cfg.retry_period >= cfg.renew_deadline:
+            raise ConfigError("retry-period: must be shorter than renew-deadline")
     return cfg

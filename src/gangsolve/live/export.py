@@ -13,7 +13,7 @@ async def export(kubeconfig: str | None) -> bytes:
     items: list[dict] = []
     try:
         for resource in RESOURCES:
-            watcher = Watcher(kube, resource, send=None)  # type: ignore[arg-type] - list only
+            watcher = Watcher(kube, resource)
             try:
                 objs, _rv = await watcher.list()
             except Exception as exc:

@@ -3,12 +3,15 @@
 - A pending gang's pods get PodScheduled=False, reason Unschedulable, message = the solver's explanation
   (written only when it changes).
 - Events: FailedScheduling (Warning) for those pods and Scheduled (Normal) for each bound pod. An identical
-  event about one pod is written at most once per `event_interval`, and all events share a token bucket of
+  event about one pod is written at most once per `event_interval`, and all events share a rate of
   `events_per_second`.
 - PodGroups of both kinds (scheduling.x-k8s.io, scheduling.volcano.sh): phase, scheduled/running counts and
   a Scheduled/Unschedulable condition, written through the status subresource when it changes.
 
-Feedback works on the latest cycle's result only; a slow API server delays it but never the scheduling.
+Feedback works on the latest cycle's result only (a mailbox the solver actor overwrites); a slow API server
+delays it but never the scheduling. It owns what it has written (keyed by uid, so a pod or PodGroup deleted
+and created again under its name is written afresh), pruned every cycle to objects that still exist. Its
+writes are fenced like the binder's: none once this replica's leadership has run out.
 """
 
 from __future__ import annotations
@@ -18,14 +21,20 @@ import secrets
 import time
 from datetime import UTC, datetime
 
+import aiohttp
 import anyio
+from aiolimiter import AsyncLimiter
+from anyio.abc import ObjectReceiveStream
 
 from gangsolve.gangs import POD_GROUP_LABEL, VOLCANO_ANNOTATION
 from gangsolve.live import logs
-from gangsolve.live.cache import ClusterCache
+from gangsolve.live.binder import Bound
+from gangsolve.live.channels import Latest
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
+from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult
+from gangsolve.live.store import ClusterStore, ObjectKey, pod_key
 from gangsolve.objects import is_pending_for
 
 COMPONENT = "gangsolve"
@@ -40,38 +49,22 @@ def now_micro() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class TokenBucket:
-    def __init__(self, rate: float, burst: float | None = None) -> None:
-        self.rate = rate
-        self.capacity = burst if burst is not None else max(1.0, rate * 5)
-        self.tokens = self.capacity
-        self.stamp = time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
-
-
 class EventLimiter:
-    """At most one identical (object, reason, message) event per interval, and a global rate."""
+    """At most one identical (object, reason, message) event per interval, and a global rate (events beyond
+    it are dropped, not queued: the next cycle says the same thing again)."""
 
-    def __init__(self, interval: float, rate: float) -> None:
+    def __init__(self, interval: float, rate: float, clock=time.monotonic) -> None:
         self.interval = interval
-        self.bucket = TokenBucket(rate)
+        self.rate = AsyncLimiter(max(1.0, rate * 5), 5.0)  # `rate` a second, bursts of five seconds' worth
         self.last: dict[tuple[str, str, str], float] = {}
+        self._clock = clock
 
-    def allow(self, uid: str, reason: str, message: str) -> bool:
-        now = time.monotonic()
+    async def allow(self, uid: str, reason: str, message: str) -> bool:
+        now = self._clock()
         key = (uid, reason, message)
-        if now - self.last.get(key, -1e18) < self.interval:
+        if now - self.last.get(key, -math.inf) < self.interval or not self.rate.has_capacity():
             return False
-        if not self.bucket.take():
-            return False
+        await self.rate.acquire()  # has capacity: returns at once
         self.last[key] = now
         if len(self.last) > 50_000:  # forget the oldest half
             for k, _t in sorted(self.last.items(), key=lambda kv: kv[1])[:25_000]:
@@ -119,12 +112,20 @@ def _comparable(status: dict | None) -> dict:
     return s
 
 
+_WRITE_ERRORS = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
+
+
+def _uid(obj: dict) -> str:
+    return str((obj.get("metadata") or {}).get("uid", ""))
+
+
 class Feedback:
     def __init__(
         self,
         kube: Kube,
-        cache: ClusterCache,
+        store: ClusterStore,
         metrics: Metrics,
+        fence: Fence,
         *,
         identity: str,
         scheduler_name: str,
@@ -133,57 +134,41 @@ class Feedback:
         concurrency: int = 8,
     ) -> None:
         self.kube = kube
-        self.cache = cache
+        self.store = store
         self.metrics = metrics
+        self.fence = fence
         self.identity = identity
         self.scheduler_name = scheduler_name
         self.events = EventLimiter(event_interval, events_per_second)
         self.limiter = anyio.CapacityLimiter(concurrency)
-        self._latest: CycleResult | None = None
-        self._wake = anyio.Event()
-        self._written_status: dict[tuple, dict] = {}
-        self._written_condition: dict[str, str] = {}  # pod uid -> message written
-        self._bound_send, self._bound_receive = anyio.create_memory_object_stream(math.inf)
+        self._condition_written: dict[str, str] = {}  # pod uid -> PodScheduled message written
+        self._status_written: dict[str, dict] = {}  # PodGroup uid -> status written
 
-    # called by the solver actor after each cycle: never blocks
-    def submit(self, result: CycleResult) -> None:
-        self._latest = result
-        self._wake.set()
-
-    # called by the binder for each pod bound: never blocks
-    def bound(self, key: str, uid: str, node: str) -> None:
-        self._bound_send.send_nowait((key, uid, node))
-
-    async def run(self) -> None:
+    async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound]) -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._scheduled_events)
-            await self._cycles()
-
-    async def _scheduled_events(self) -> None:
-        async with self._bound_receive:
-            async for key, uid, node in self._bound_receive:
-                try:
-                    await self.scheduled(key, uid, node)
-                except Exception as exc:
-                    if isinstance(exc, anyio.get_cancelled_exc_class()):
-                        raise
-                    logs.warning("event not written", pod=key, error=f"{type(exc).__name__}: {exc}")
-
-    async def _cycles(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            result, self._latest = self._latest, None
-            if result is not None:
+            tg.start_soon(self._scheduled_events, bound)
+            while True:
+                result = await results.take()
                 try:
                     await self.apply(result)
-                except Exception as exc:
-                    if isinstance(exc, anyio.get_cancelled_exc_class()):
-                        raise
+                except _WRITE_ERRORS as exc:  # feedback must never stop the scheduler
                     logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
 
-    async def apply(self, result: CycleResult) -> None:
-        reasons: dict[str, str] = {}  # pod key -> why it waits
+    async def _scheduled_events(self, bound: ObjectReceiveStream[Bound]) -> None:
+        async with bound:
+            async for b in bound:
+                pod = self.store.pod(b.pod)
+                if pod is None or _uid(pod) != b.uid:
+                    ns, _, name = b.pod.partition("/")
+                    pod = {"metadata": {"namespace": ns, "name": name, "uid": b.uid}}
+                async with self.limiter:
+                    await self.event(
+                        pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {b.pod} to {b.node}"
+                    )
+
+    def reasons(self, result: CycleResult) -> dict[str, str]:
+        """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced."""
+        reasons: dict[str, str] = {}
         for gang, res in zip(result.cluster.gangs, result.placement.gangs, strict=True):
             if res.placed:
                 continue
@@ -191,10 +176,27 @@ class Feedback:
                 if p.name not in result.placement.bindings:
                     reasons[p.name] = res.reason or "waiting for the rest of the gang"
         reasons.update(self._waiting_for_pod_group(result))
+        for key, seconds in result.backing_off.items():
+            reasons[key] = f"binding failed; trying again in {max(1, round(seconds))}s"
+        return reasons
+
+    async def apply(self, result: CycleResult) -> None:
+        reasons = self.reasons(result)
+        self._prune()
         async with anyio.create_task_group() as tg:
             for key, reason in reasons.items():
                 tg.start_soon(self._unschedulable, key, reason)
             tg.start_soon(self._pod_groups, reasons)
+
+    def _prune(self) -> None:
+        """Forget what was written about objects that are gone: memory stays flat over a long run."""
+        pods = {_uid(p) for p in self.store.pods()}
+        self._condition_written = {u: m for u, m in self._condition_written.items() if u in pods}
+        groups = {_uid(pg) for pg in self.store.pod_groups().values()}
+        self._status_written = {u: s for u, s in self._status_written.items() if u in groups}
+
+    def written(self) -> int:
+        return len(self._condition_written) + len(self._status_written)
 
     # ------------------------------------------------------------------ pods
 
@@ -207,7 +209,7 @@ class Feedback:
             if not is_pending_for(p, self.scheduler_name):
                 continue
             meta = p["metadata"]
-            ns, key = meta.get("namespace", ""), f"{meta.get('namespace', '')}/{meta['name']}"
+            ns, key = meta.get("namespace", ""), pod_key(p)
             if f"Pod {key}" in unreadable:
                 out[key] = f"cannot be scheduled: {unreadable[f'Pod {key}']}"
                 continue
@@ -230,52 +232,48 @@ class Feedback:
         return out
 
     async def _unschedulable(self, key: str, message: str) -> None:
-        pod = self.cache.pod(key)
-        if pod is None or (pod.get("spec") or {}).get("nodeName"):
-            return
-        uid = pod["metadata"].get("uid", "")
         message = message[:MAX_MESSAGE]
-        current = next(
-            (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), None
-        )
-        same = (
-            current is not None
-            and current.get("status") == "False"
-            and current.get("reason") == "Unschedulable"
-            and current.get("message") == message
-        )
         async with self.limiter:
-            if key in self.cache.assumed or (self.cache.pod(key) or {}).get("spec", {}).get("nodeName"):
-                return  # placed by a newer cycle meanwhile: its binding sets PodScheduled=True
-            if not same and self._written_condition.get(uid) != message:
+            pod = self.store.pod(key)
+            if pod is None or (pod.get("spec") or {}).get("nodeName") or self.store.is_assumed(key):
+                return  # gone, or placed by a newer cycle meanwhile: its binding sets PodScheduled=True
+            uid = _uid(pod)
+            current = next(
+                (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"),
+                None,
+            )
+            shown = (
+                current is not None
+                and current.get("status") == "False"
+                and current.get("reason") == "Unschedulable"
+                and current.get("message") == message
+            )
+            if not shown and self._condition_written.get(uid) != message:
                 ns, _, name = key.partition("/")
-                patch = {
-                    "status": {
-                        "conditions": [
-                            {
-                                "type": "PodScheduled",
-                                "status": "False",
-                                "reason": "Unschedulable",
-                                "message": message,
-                                "lastProbeTime": None,
-                                "lastTransitionTime": now_rfc3339(),
-                            }
-                        ]
-                    }
+                condition = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_rfc3339(),
                 }
                 try:
-                    await self.kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", patch, STRATEGIC_PATCH)
-                    if len(self._written_condition) > 100_000:
-                        self._written_condition.clear()
-                    self._written_condition[uid] = message
-                except ApiError as exc:
-                    if exc.status != 404:
+                    await self.kube.patch(
+                        f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                        {"metadata": {"uid": uid}, "status": {"conditions": [condition]}},
+                        STRATEGIC_PATCH,
+                        timeout=self.fence.remaining(),
+                    )
+                    self._condition_written[uid] = message
+                except _WRITE_ERRORS as exc:
+                    if not (isinstance(exc, ApiError) and exc.status in (404, 409)):
                         logs.warning("pod condition not written", pod=key, error=str(exc))
             await self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
 
     async def event(self, pod: dict, etype: str, reason: str, action: str, note: str) -> None:
         meta = pod["metadata"]
-        if not self.events.allow(meta.get("uid", ""), reason, note):
+        if not await self.events.allow(meta.get("uid", ""), reason, note):
             self.metrics.events_dropped.inc()
             return
         body = {
@@ -299,25 +297,18 @@ class Feedback:
             },
         }
         try:
-            await self.kube.post(f"/apis/events.k8s.io/v1/namespaces/{meta['namespace']}/events", body)
-        except ApiError as exc:
-            if exc.status not in (403, 404):  # namespace terminating, or no rights: nothing to do
+            await self.kube.post(
+                f"/apis/events.k8s.io/v1/namespaces/{meta['namespace']}/events", body, timeout=self.fence.remaining()
+            )
+        except _WRITE_ERRORS as exc:
+            if not (isinstance(exc, ApiError) and exc.status in (403, 404)):  # namespace terminating, or no rights
                 logs.warning("event not written", pod=f"{meta['namespace']}/{meta['name']}", error=str(exc))
-
-    async def scheduled(self, key: str, uid: str, node: str) -> None:
-        pod = self.cache.pod(key)
-        if pod is None:
-            ns, _, name = key.partition("/")
-            pod = {"metadata": {"namespace": ns, "name": name, "uid": uid}}
-        async with self.limiter:
-            await self.event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")
 
     # ------------------------------------------------------------------ PodGroups
 
     async def _pod_groups(self, reasons: dict[str, str]) -> None:
-        pods = list(self.cache.objects["Pod"].values())
-        members: dict[tuple[str, str, str], list[dict]] = {}
-        for p in pods:
+        members: dict[ObjectKey, list[dict]] = {}
+        for p in self.store.pods():
             meta = p["metadata"]
             ns = meta.get("namespace", "")
             name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
@@ -327,31 +318,20 @@ class Feedback:
             name = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
             if name:
                 members.setdefault(("scheduling.volcano.sh", ns, name), []).append(p)
-        for key, pg in list(self.cache.objects["PodGroup"].items()):
+        for key, pg in self.store.pod_groups().items():
             group_pods = members.get(key, [])
-            reason = next(
-                (
-                    reasons[f"{p['metadata']['namespace']}/{p['metadata']['name']}"]
-                    for p in group_pods
-                    if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in reasons
-                ),
-                "",
-            )
+            reason = next((reasons[pod_key(p)] for p in group_pods if pod_key(p) in reasons), "")
             status = pod_group_status(pg, group_pods, reason, pg.get("status"))
-            if _comparable(status) == _comparable(pg.get("status")) or _comparable(status) == _comparable(
-                self._written_status.get(key)
-            ):
+            uid = _uid(pg)
+            if _comparable(status) in (_comparable(pg.get("status")), _comparable(self._status_written.get(uid))):
                 continue
             path = f"/apis/{pg['apiVersion']}/namespaces/{key[1]}/podgroups/{key[2]}"
+            body = {"metadata": {"uid": uid}, "status": status}
             try:
                 async with self.limiter:
-                    try:
-                        await self.kube.patch(path + "/status", {"status": status})
-                    except ApiError as exc:
-                        if exc.status != 404:
-                            raise
-                        await self.kube.patch(path, {"status": status})  # a CRD without the status subresource
-                self._written_status[key] = status
-            except ApiError as exc:
-                if exc.status != 404:
+                    await self.kube.patch(path + "/status", body, timeout=self.fence.remaining())
+                self._status_written[uid] = status
+            except _WRITE_ERRORS as exc:
+                # 404: deleted meanwhile, or a CRD without the status subresource (both PodGroup CRDs have it).
+                if not (isinstance(exc, ApiError) and exc.status == 409):
                     logs.warning("PodGroup status not written", podgroup=f"{key[1]}/{key[2]}", error=str(exc))

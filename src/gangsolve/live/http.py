@@ -43,8 +43,8 @@ class HealthServer:
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.host, self.port)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # the port actually bound (port 0)
-        port = sockets[0].getsockname()[1] if sockets else self.port
+        addresses = self.runner.addresses  # the port actually bound (for port 0)
+        port = int(addresses[0][1]) if addresses else self.port
         logs.info("serving", addr=f"{self.host}:{port}", paths="/metrics /healthz /readyz")
         return port
 

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+import anyio
 import orjson
+from aiolimiter import AsyncLimiter
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -46,17 +48,31 @@ async def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration
 
 
 class Kube:
-    """`await kube.get('/api/v1/nodes')`; `async with kube.stream(path, query) as lines:` for watches."""
+    """`await kube.get('/api/v1/nodes')`; `async for event in kube.watch_lines(path, query, timeout)`.
 
-    def __init__(self, api: k8s_client.ApiClient, request_timeout: float = 30.0) -> None:
+    Requests (not watches) share a client-side rate limit of `qps` a second with bursts of `burst`, as
+    kube-scheduler's --kube-api-qps/--kube-api-burst: a scheduler binding thousands of pods must not flood the
+    API server. Like kube-scheduler's separate event and leader-election clients, `limited()` gives a client on
+    the same connections with a rate limit of its own (or none), so events cannot delay binds and nothing can
+    starve the lease's renewal. Every call takes an optional `timeout`: writes made as leader pass the lease's
+    remaining validity, so none can still be in flight once another replica may lead."""
+
+    def __init__(
+        self, api: k8s_client.ApiClient, request_timeout: float = 30.0, qps: float | None = 50.0, burst: int = 100
+    ) -> None:
         self.api = api
         self.request_timeout = request_timeout
+        self.limiter = AsyncLimiter(burst, burst / qps) if qps else None
+
+    def limited(self, qps: float | None, burst: int = 1) -> Kube:
+        """A client on the same connections with its own rate limit (None: unlimited)."""
+        return Kube(self.api, self.request_timeout, qps, burst)
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None, connections: int = 32) -> Kube:
+    async def connect(cls, kubeconfig: str | None, connections: int = 32, qps: float = 50.0, burst: int = 100) -> Kube:
         cfg = await load_configuration(kubeconfig)
         cfg.connection_pool_maxsize = connections
-        return cls(k8s_client.ApiClient(cfg))
+        return cls(k8s_client.ApiClient(cfg), qps=qps, burst=burst)
 
     async def close(self) -> None:
         await self.api.close()
@@ -83,9 +99,21 @@ class Kube:
         )
 
     async def request(
-        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None, content_type: str = JSON
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
     ) -> dict:
-        resp = await self._raw(method, path, query, body, content_type)
+        limit = self.request_timeout if timeout is None else min(timeout, self.request_timeout)
+        if limit <= 0:
+            raise TimeoutError(f"{method} {path}: no time left to make the call")
+        with anyio.fail_after(limit):  # waiting for the rate limiter counts too
+            if self.limiter is not None:
+                await self.limiter.acquire()
+            resp = await self._raw(method, path, query, body, content_type, timeout=limit)
         try:
             data = await resp.read()
         finally:
@@ -94,20 +122,20 @@ class Kube:
             raise ApiError(resp.status, data, method, path)
         return orjson.loads(data) if data else {}
 
-    async def get(self, path: str, **query: Any) -> dict:
-        return await self.request("GET", path, query)
+    async def get(self, path: str, timeout: float | None = None, **query: Any) -> dict:
+        return await self.request("GET", path, query, timeout=timeout)
 
-    async def post(self, path: str, body: Any) -> dict:
-        return await self.request("POST", path, body=body)
+    async def post(self, path: str, body: Any, timeout: float | None = None) -> dict:
+        return await self.request("POST", path, body=body, timeout=timeout)
 
-    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict:
-        return await self.request("PATCH", path, body=body, content_type=content_type)
+    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH, timeout: float | None = None) -> dict:
+        return await self.request("PATCH", path, body=body, content_type=content_type, timeout=timeout)
 
-    async def put(self, path: str, body: Any) -> dict:
-        return await self.request("PUT", path, body=body)
+    async def put(self, path: str, body: Any, timeout: float | None = None) -> dict:
+        return await self.request("PUT", path, body=body, timeout=timeout)
 
-    async def delete(self, path: str) -> dict:
-        return await self.request("DELETE", path)
+    async def delete(self, path: str, body: Any = None, timeout: float | None = None) -> dict:
+        return await self.request("DELETE", path, body=body, timeout=timeout)
 
     async def watch_lines(self, path: str, query: Mapping[str, Any], read_timeout: float) -> AsyncIterator[dict]:
         """The events of one watch request, decoded, until the server ends it."""

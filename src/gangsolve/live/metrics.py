@@ -63,3 +63,13 @@ class Metrics:
             "gangsolve_events_dropped_total", "Events not written because of rate limits.", registry=r
         )
         self.is_leader = Gauge("gangsolve_leader", "1 while this replica holds the lease.", registry=r)
+        self.objects_skipped = Counter(
+            "gangsolve_objects_skipped_total",
+            "Objects left out of a cycle because they cannot be read (their pods wait and say why).",
+            registry=r,
+        )
+        self.gangs_replanned = Counter(
+            "gangsolve_gangs_replanned_total",
+            "Planned gangs not bound because the cluster changed under them; planned again.",
+            registry=r,
+        )

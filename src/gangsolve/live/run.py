@@ -1,51 +1,53 @@
-"""`gangsolve run`: one task group holding every actor; a crash in one cancels all.
+"""`gangsolve run`: every actor in one task group; a crash in one cancels all.
 
-    watchers --events--> SnapshotActor (ClusterCache) --snapshot--> SolverActor --plans--> BinderActor
-                                                                         \\--results--> Feedback
-    HealthServer (/metrics /healthz /readyz), LeaderElector (Lease), signal handler
+    watchers --events--> ClusterStore --snapshot--> SolverActor --GangPlan--> BinderActor --Bound--> Feedback
+                             ^   (assume)               \\----------- CycleResult (latest) ------------^
+                             +------------------------------------------ forget ---/
+    HealthServer (/metrics /healthz /readyz), LeaderElector (Lease: the fence on every write), signals
 
-Only the leader (or the only replica, without --leader-elect) runs the solver, binder and feedback; every
-replica keeps its cache warm. SIGTERM/SIGINT: no new cycle starts, binds in flight finish, the lease is
-released, exit 0. Losing the lease ends the process with status 1 (its Deployment restarts it).
+Every replica watches and keeps its store warm; only the leader (or the only replica, without
+--leader-elect) runs the solver, binder and feedback. Stopping is cancellation:
+
+- SIGTERM/SIGINT: the solver actor is cancelled (no new cycle; a cycle mid-solve is dropped), the binder
+  finishes the gangs it was given within `shutdown-grace` seconds (then they are cancelled too), the lease is
+  released, exit 0. Before leading, a signal just ends the wait.
+- Losing the lease: `keep()` raises LeadershipLost the moment leadership stops being valid, which cancels
+  the solver, binder and feedback at once; exit 1 (its Deployment restarts it).
 """
 
 from __future__ import annotations
 
+import math
 import signal
 
 import anyio
 
 from gangsolve.live import logs
-from gangsolve.live.binder import BinderActor
-from gangsolve.live.cache import ClusterCache, SnapshotActor
+from gangsolve.live.binder import BinderActor, Bound
+from gangsolve.live.channels import Latest
 from gangsolve.live.config import Config
 from gangsolve.live.feedback import Feedback
 from gangsolve.live.http import HealthServer
 from gangsolve.live.kube import Kube
-from gangsolve.live.leader import LeaderElector
+from gangsolve.live.leader import LeaderElector, Unfenced
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import SolverActor
-from gangsolve.live.watchers import RESOURCES, Watcher
-
-SHUTDOWN_GRACE = 30.0  # seconds for binds in flight at SIGTERM
+from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
+from gangsolve.live.store import ClusterStore
+from gangsolve.live.watchers import RESOURCES, Event, Resync, Watcher
 
 
 class Scheduler:
-    """Everything of one `gangsolve run`, wired; `await Scheduler(cfg).run()`."""
+    """Everything of one `gangsolve run`, wired; `await Scheduler(cfg, kube).run()`."""
 
     def __init__(self, cfg: Config, kube: Kube) -> None:
         self.cfg = cfg
-        self.kube = kube
         self.metrics = Metrics()
-        self.cache = ClusterCache()
-        send, receive = anyio.create_memory_object_stream(10_000)
-        self.watchers = [Watcher(kube, r, send.clone(), on_error=self._watch_error) for r in RESOURCES]
-        send.close()
-        self.snapshot_actor = SnapshotActor(self.cache, receive)
-        self.elector = None
+        self.store = ClusterStore()
+        self.watchers = [Watcher(kube, r, on_error=self._watch_error) for r in RESOURCES]
+        self.elector: LeaderElector | None = None
         if cfg.leader_elect:
             self.elector = LeaderElector(
-                kube,
+                kube.limited(None),  # nothing may delay the lease's renewal
                 name=cfg.lease_name,
                 namespace=cfg.lease_namespace,
                 identity=cfg.identity,
@@ -54,39 +56,32 @@ class Scheduler:
                 retry_period=cfg.retry_period,
                 on_change=lambda leading: self.metrics.is_leader.set(int(leading)),
             )
-        self.feedback = Feedback(
-            kube,
-            self.cache,
-            self.metrics,
-            identity=cfg.identity,
-            scheduler_name=cfg.scheduler_name,
-            event_interval=cfg.event_interval,
-            events_per_second=cfg.events_per_second,
-        )
-        self.binder = BinderActor(
-            kube,
-            self.cache,
-            self.metrics,
-            concurrency=cfg.bind_concurrency,
-            may_bind=self.elector.valid if self.elector else (lambda: True),
-            on_bound=self.feedback.bound,
-        )
+        fence = self.elector or Unfenced()
         self.solver = SolverActor(
-            self.cache,
+            self.store,
             self.metrics,
             scheduler_name=cfg.scheduler_name,
             group_label=cfg.group_label,
             time_limit=cfg.time_limit,
             debounce=cfg.debounce,
             resync_period=cfg.resync_period,
-            on_placed=self.binder.submit,
-            on_result=self.feedback.submit,
         )
-        self.shutdown = anyio.Event()
-        self.scheduling = False
+        self.binder = BinderActor(kube, self.store, self.metrics, fence, concurrency=cfg.bind_concurrency)
+        self.feedback = Feedback(
+            kube.limited(cfg.kube_api_qps, cfg.kube_api_burst),  # events and statuses never delay binds
+            self.store,
+            self.metrics,
+            fence,
+            identity=cfg.identity,
+            scheduler_name=cfg.scheduler_name,
+            event_interval=cfg.event_interval,
+            events_per_second=cfg.events_per_second,
+        )
         hp = cfg.metrics_host_port
         self.http = HealthServer(self.metrics, hp[0], hp[1], healthy=self._healthy, ready=self._ready) if hp else None
         self.http_port: int | None = None
+        self.stop = anyio.Event()
+        self._waiting = anyio.CancelScope()  # the wait for leadership and synced caches
 
     def _watch_error(self, kind: str, reason: str) -> None:
         self.metrics.watch_errors.labels(kind, reason).inc()
@@ -104,22 +99,9 @@ class Scheduler:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 logs.info("signal received, shutting down", signal=signal.Signals(signum).name)
-                self.shutdown.set()
+                self.stop.set()
+                self._waiting.cancel()
                 return
-
-    async def _lead(self, tg) -> None:
-        if self.elector is not None:
-            await self.elector.acquire()
-            tg.start_soon(self.elector.keep)
-        for w in self.watchers:
-            await w.synced.wait()
-        if self.shutdown.is_set():
-            return
-        logs.info("scheduling", scheduler_name=self.cfg.scheduler_name)
-        self.scheduling = True
-        tg.start_soon(self.binder.run)
-        tg.start_soon(self.feedback.run)
-        tg.start_soon(self.solver.run)
 
     async def run(self) -> int:
         logs.info(
@@ -128,35 +110,66 @@ class Scheduler:
             identity=self.cfg.identity,
             leader_elect=self.cfg.leader_elect,
         )
+        events_send, events_receive = anyio.create_memory_object_stream[Event | Resync](10_000)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._signals)
                 if self.http is not None:
                     self.http_port = await self.http.start()
-                for w in self.watchers:
-                    tg.start_soon(w.run)
-                tg.start_soon(self.snapshot_actor.run)
-                tg.start_soon(self._lead, tg)
-                await self.shutdown.wait()
-                await self.solver.stop()  # no new cycle; the current one hands its plans on
-                with anyio.move_on_after(SHUTDOWN_GRACE) as scope:
-                    await self.binder.drain()
-                if scope.cancelled_caught:
-                    logs.warning("binds still in flight at shutdown", gangs=self.binder.in_flight)
+                async with events_send:
+                    for w in self.watchers:
+                        tg.start_soon(w.run, events_send.clone())
+                tg.start_soon(self.store.run, events_receive)
+                tg.start_soon(self._signals)
+                with self._waiting:
+                    if self.elector is not None:
+                        await self.elector.acquire()
+                    for w in self.watchers:
+                        await w.synced.wait()
+                if not self.stop.is_set():
+                    await self._lead()
                 if self.elector is not None:
                     await self.elector.release()
                 tg.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True):
-                if self.http is not None:
+            if self.http is not None:
+                with anyio.CancelScope(shield=True):
                     await self.http.stop()
         logs.info("stopped")
         return 0
 
+    async def _lead(self) -> None:
+        logs.info("scheduling", scheduler_name=self.cfg.scheduler_name)
+        plans_send, plans_receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+        bound_send, bound_receive = anyio.create_memory_object_stream[Bound](math.inf)
+        results: Latest[CycleResult] = Latest()
+        binder_done = anyio.Event()
+
+        async def bind() -> None:
+            await self.binder.run(plans_receive, bound_send)
+            binder_done.set()
+
+        async with anyio.create_task_group() as leading:
+            if self.elector is not None:
+                leading.start_soon(self.elector.keep)
+            leading.start_soon(self.feedback.run, results, bound_receive)
+            leading.start_soon(bind)
+            async with anyio.create_task_group() as planning:
+                planning.start_soon(self.solver.run, plans_send, results)
+                await self.stop.wait()
+                planning.cancel_scope.cancel()
+            # The solver has stopped and closed the plan stream: the binder finishes what it was given.
+            with anyio.move_on_after(self.cfg.shutdown_grace) as grace:
+                await binder_done.wait()
+            if grace.cancelled_caught:
+                logs.warning("binds still in flight at the end of the shutdown grace were cancelled")
+            leading.cancel_scope.cancel()
+
 
 async def main(cfg: Config) -> int:
     logs.setup(cfg.log_format, cfg.log_level)
-    kube = await Kube.connect(cfg.kubeconfig, connections=cfg.bind_concurrency + 16)
+    kube = await Kube.connect(
+        cfg.kubeconfig, connections=cfg.bind_concurrency + 16, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst
+    )
     try:
         return await Scheduler(cfg, kube).run()
     finally:

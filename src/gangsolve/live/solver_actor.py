@@ -1,31 +1,38 @@
-"""The solver actor: one cycle at a time. Wait for a relevant change (or the resync period), let more changes
-arrive for `debounce` seconds, take a snapshot, group gangs and solve off the event loop, then hand placed
-gangs to the binder (assumed at once) and pending ones to feedback."""
+"""The solver actor: one cycle at a time.
+
+It waits for a change that matters to scheduling (or the resync period, or a pod's back-off to end), lets
+more changes arrive for `debounce` seconds, takes an immutable snapshot from the store, groups gangs and
+solves in a worker thread, then for every placed gang assumes its pods in the store and sends a `GangPlan` to
+the binder. Each cycle's `CycleResult` goes to feedback's mailbox. It owns nothing but its settings and a
+cycle counter; it stops when cancelled (a cycle cancelled mid-solve has assumed and sent nothing).
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 
 from gangsolve.errors import InputError, describe
 from gangsolve.gangs import build_cluster
 from gangsolve.live import logs
-from gangsolve.live.cache import ClusterCache
+from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
+from gangsolve.live.store import ClusterStore, pod_key
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver import Cluster, Placement, SolveConfig, solve
 
 
 @dataclass(frozen=True)
 class GangPlan:
-    """A placed gang for the binder: each pod (key, uid) with its node."""
+    """A placed gang for the binder: each pod (key, the uid that was solved, node)."""
 
     gang: str
-    pods: tuple[tuple[str, str, str], ...]  # (pod key, uid, node)
-    planned_at: float
+    pods: tuple[tuple[str, str, str], ...]
+    planned_at: float  # monotonic
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,7 @@ class CycleResult:
     cluster: Cluster
     placement: Placement
     skipped: tuple[tuple[str, str], ...] = ()  # objects left out as unreadable: (`Kind ns/name`, error)
+    backing_off: dict[str, float] = field(default_factory=dict)  # pod key -> seconds of back-off left
 
 
 def without(snapshot: Snapshot, culprit: str) -> Snapshot:
@@ -51,42 +59,42 @@ def without(snapshot: Snapshot, culprit: str) -> Snapshot:
     )
 
 
+def _size(snapshot: Snapshot) -> int:
+    return (
+        len(snapshot.nodes)
+        + len(snapshot.pods)
+        + len(snapshot.pdbs)
+        + len(snapshot.pod_groups)
+        + len(snapshot.priority_classes)
+    )
+
+
 def plan(
-    snapshot: Snapshot,
-    scheduler_name: str,
-    group_label: str | None,
-    time_limit: float,
-    skipped: list[InputError] | None = None,
-) -> tuple[Cluster, Placement]:
+    snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float
+) -> tuple[Cluster, Placement, list[InputError]]:
     """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
-    `minMember: many`) is left out of the cycle and reported in `skipped`: it must not stop everyone else."""
-    for _attempt in range(100):
+    `minMember: many`, a pod asking for more cpu than the model can count) is left out of the cycle and
+    returned with its error: one bad object must not stop everyone else."""
+    skipped: list[InputError] = []
+    # The live clock marks gangs pending past the starvation age, so big gangs are not passed over.
+    now = datetime.now(UTC)
+    while True:
         try:
-            # The live clock marks gangs pending past the starvation age, so big gangs are not passed over.
-            now = datetime.now(UTC)
             cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False, now=now)
             break
         except InputError as exc:
-            if skipped is None:
-                raise
-            skipped.append(exc)
             smaller = without(snapshot, exc.obj)
-            if len(smaller.pods) + len(smaller.nodes) + len(smaller.pdbs) + len(smaller.pod_groups) + len(
-                smaller.priority_classes
-            ) == len(snapshot.pods) + len(snapshot.nodes) + len(snapshot.pdbs) + len(snapshot.pod_groups) + len(
-                snapshot.priority_classes
-            ):
-                raise  # nothing to leave out: give up on this cycle
+            if _size(smaller) == _size(snapshot):
+                raise  # the error names nothing that can be left out: this cycle cannot run
+            skipped.append(exc)
             snapshot = smaller
-    else:
-        raise InputError("snapshot", "", "too many unreadable objects")
-    return cluster, solve(cluster, SolveConfig(time_limit=time_limit))
+    return cluster, solve(cluster, SolveConfig(time_limit=time_limit)), skipped
 
 
 class SolverActor:
     def __init__(
         self,
-        cache: ClusterCache,
+        store: ClusterStore,
         metrics: Metrics,
         *,
         scheduler_name: str,
@@ -94,78 +102,82 @@ class SolverActor:
         time_limit: float,
         debounce: float,
         resync_period: float,
-        on_placed,
-        on_result,
     ) -> None:
-        self.cache = cache
+        self.store = store
         self.metrics = metrics
         self.scheduler_name = scheduler_name
         self.group_label = group_label
         self.time_limit = time_limit
         self.debounce = debounce
         self.resync_period = resync_period
-        self.on_placed = on_placed  # async (GangPlan) -> None: to the binder
-        self.on_result = on_result  # (CycleResult) -> None: to feedback
-        self.stopping = False
         self.cycles = 0
-        self.lock = anyio.Lock()  # held for a whole cycle: shutdown takes it to let the cycle finish
 
-    async def stop(self) -> None:
-        """Start no new cycle; return once the current one (if any) has handed its plans on."""
-        self.stopping = True
-        async with self.lock:
-            pass
+    async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
+        """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
+        async with plans:
+            seen = -1
+            while True:
+                if self.store.generation == seen:
+                    with anyio.move_on_after(min(self.resync_period, self.store.next_backoff_expiry())):
+                        await self.store.wait_for_change(seen)
+                await anyio.sleep(self.debounce)
+                seen = self.store.generation
+                await self.cycle(plans, results)
 
-    async def run(self) -> None:
-        seen = -1
-        while not self.stopping:
-            if self.cache.version == seen:
-                with anyio.move_on_after(self.resync_period):
-                    await self.cache.wait_for_change(seen)
-            await anyio.sleep(self.debounce)
-            if self.stopping:
-                return
-            async with self.lock:
-                if self.stopping:
-                    return
-                seen = self.cache.version
-                await self.cycle()
-
-    async def cycle(self) -> CycleResult | None:
+    async def cycle(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> CycleResult | None:
         started = time.perf_counter()
-        snapshot = self.cache.snapshot()
-        skipped: list[InputError] = []
+        snapshot = self.store.snapshot()
+        backing_off = self.store.backing_off()
         try:
-            cluster, placement = await anyio.to_thread.run_sync(
-                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit, skipped
+            cluster, placement, skipped = await anyio.to_thread.run_sync(
+                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit, abandon_on_cancel=True
             )
-        except InputError as exc:
-            logs.error("cycle failed", error=str(exc))
+        except Exception as exc:  # a bug must cost one cycle, never the scheduler
+            logs.error("cycle failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
             self.metrics.schedule_attempts.labels("error").inc()
             return None
-        for exc in skipped:
-            logs.warning("object left out of the cycle", object=exc.obj, error=str(exc))
-            self.metrics.schedule_attempts.labels("error").inc()
+        for err in skipped:
+            logs.warning("object left out of the cycle", object=err.obj, error=str(err))
+            self.metrics.objects_skipped.inc()
         self.cycles += 1
+        self._observe(cluster, placement)
+
+        # Assume and send with no await in between: a cancelled cycle leaves neither half done.
+        uids = {pod_key(p): p["metadata"].get("uid", "") for p in snapshot.pods}
+        now = time.monotonic()
+        for gang in cluster.gangs:
+            placed = [
+                (p.name, uids.get(p.name, ""), placement.bindings[p.name])
+                for p in gang.pods
+                if p.name in placement.bindings
+            ]
+            if placed:
+                gang_plan = GangPlan(gang.name, tuple(placed), now)
+                self.store.assume(gang.name, gang_plan.pods)
+                plans.send_nowait(gang_plan)
+        result = CycleResult(snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped), backing_off)
+        results.put(result)
+        self.metrics.cycle_duration.observe(time.perf_counter() - started)
+        (logs.info if cluster.gangs else logs.debug)(
+            "cycle",
+            n=self.cycles,
+            gangs=len(cluster.gangs),
+            placed=placement.objective,
+            bound=placement.best_bound,
+            pods_placed=len(placement.bindings),
+            status=placement.status,
+            solve_s=round(placement.solve_seconds, 3),
+            cycle_s=round(time.perf_counter() - started, 3),
+        )
+        return result
+
+    def _observe(self, cluster: Cluster, placement: Placement) -> None:
         m = self.metrics
         m.solve_duration.observe(placement.solve_seconds)
         m.solver_status.labels(placement.status).inc()
-        bound = max(placement.best_bound, 1)
-        m.optimality_gap.set((placement.best_bound - placement.objective) / bound)
-
-        now = time.monotonic()
+        m.optimality_gap.set((placement.best_bound - placement.objective) / max(placement.best_bound, 1))
         pending_gangs = pending_pods = 0
         for gang, result in zip(cluster.gangs, placement.gangs, strict=True):
-            pods = [(p.name, placement.bindings[p.name]) for p in gang.pods if p.name in placement.bindings]
-            if pods and not self.stopping:
-                uids = []
-                for key, node in pods:
-                    obj = self.cache.pod(key)
-                    uids.append((obj or {}).get("metadata", {}).get("uid", ""))
-                    self.cache.assume(key, node, uids[-1], gang.name)
-                await self.on_placed(
-                    GangPlan(gang.name, tuple((k, u, n) for (k, n), u in zip(pods, uids, strict=True)), now)
-                )
             if result.placed and result.placed_pods:
                 m.schedule_attempts.labels("scheduled").inc()
             elif not result.placed:
@@ -174,19 +186,3 @@ class SolverActor:
             pending_pods += len(gang.pods) - result.placed_pods
         m.pending_gangs.set(pending_gangs)
         m.pending_pods.set(pending_pods)
-        out = CycleResult(snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
-        self.on_result(out)
-        m.cycle_duration.observe(time.perf_counter() - started)
-        (logs.info if cluster.gangs else logs.debug)(
-            "cycle",
-            n=self.cycles,
-            gangs=len(cluster.gangs),
-            placed=placement.objective,
-            bound=placement.best_bound,
-            pods_placed=len(placement.bindings),
-            pending_gangs=pending_gangs,
-            status=placement.status,
-            solve_s=round(placement.solve_seconds, 3),
-            cycle_s=round(time.perf_counter() - started, 3),
-        )
-        return out

@@ -72,7 +72,6 @@ class Watcher:
         self,
         kube: Kube,
         resource: Resource,
-        send: ObjectSendStream,
         *,
         watch_timeout: int = 300,
         page_size: int = 500,
@@ -81,7 +80,6 @@ class Watcher:
     ) -> None:
         self.kube = kube
         self.resource = resource
-        self.send = send
         self.watch_timeout = watch_timeout
         self.page_size = page_size
         self.missing_recheck = missing_recheck
@@ -113,10 +111,11 @@ class Watcher:
             if not cont:
                 return items, page["metadata"]["resourceVersion"]
 
-    async def run(self) -> None:
+    async def run(self, send: ObjectSendStream[Event | Resync]) -> None:
+        """List, then watch, for ever (until cancelled), sending what changes on `send`."""
         backoff = Backoff()
         rv: str | None = None
-        async with self.send:
+        async with send:
             while True:
                 try:
                     if rv is None:
@@ -124,9 +123,9 @@ class Watcher:
                         if self.missing:
                             logs.info("watching again", kind=self.name)
                         self.missing = False
-                        await self.send.send(Resync(self.resource, items))
+                        await send.send(Resync(self.resource, items))
                         self.synced.set()
-                    rv = await self._watch(rv)
+                    rv = await self._watch(rv, send)
                     backoff.reset()
                 except ApiError as exc:
                     if exc.status == 410:  # our resourceVersion is too old: list again
@@ -136,7 +135,7 @@ class Watcher:
                     if exc.status == 404 and self.resource.optional:
                         if not self.missing:
                             logs.info("kind not served, will look again", kind=self.name)
-                            await self.send.send(Resync(self.resource, []))
+                            await send.send(Resync(self.resource, []))
                         self.missing = True
                         self.synced.set()
                         rv = None
@@ -152,7 +151,7 @@ class Watcher:
                     logs.warning("watch connection lost", kind=self.name, error=f"{type(exc).__name__}: {exc}")
                     await backoff.sleep()
 
-    async def _watch(self, rv: str) -> str | None:
+    async def _watch(self, rv: str, send: ObjectSendStream[Event | Resync]) -> str | None:
         """One watch request; returns the resourceVersion to resume from (None: list again)."""
         query = {
             **self._query(),
@@ -169,8 +168,8 @@ class Watcher:
                     return None
                 raise ApiError(int(code or 500), obj.get("message", ""), "WATCH", self.resource.path)
             rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-            if etype == "BOOKMARK":
+            if etype not in ("ADDED", "MODIFIED", "DELETED"):  # BOOKMARK: only its resourceVersion counts
                 continue
             obj.setdefault("apiVersion", self.resource.api_version)
-            await self.send.send(Event(self.resource, etype, obj))
+            await send.send(Event(self.resource, etype, obj))
         return rv

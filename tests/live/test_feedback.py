@@ -1,0 +1,181 @@
+"""Feedback on the fake client: what pods and PodGroups say, written once per change, fenced, and forgotten
+with the objects it was about."""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+import pytest
+
+from gangsolve.live.feedback import Feedback
+from gangsolve.live.leader import Unfenced
+from gangsolve.live.metrics import Metrics
+from gangsolve.live.solver_actor import CycleResult, plan
+from gangsolve.live.store import ClusterStore
+from gangsolve.live.watchers import RESOURCES, Resync
+from gangsolve.snapshot import Snapshot
+from tests.builders import k8s_node, k8s_pod, k8s_pod_group
+from tests.live.fake_kube import FakeKube
+
+POD, NODE = RESOURCES[0], RESOURCES[1]
+XPG = next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io"))
+
+
+class NoLease:
+    def remaining(self) -> float:
+        return 0.0
+
+
+def with_uid(obj: dict, uid: str) -> dict:
+    obj["metadata"]["uid"] = uid
+    return obj
+
+
+def feedback(store: ClusterStore, kube: FakeKube, fence=None) -> Feedback:
+    return Feedback(kube, store, Metrics(), fence or Unfenced(), identity="t", scheduler_name="gangsolve")
+
+
+def cycle(store: ClusterStore) -> CycleResult:
+    snap = store.snapshot()
+    cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
+    return CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped), store.backing_off())
+
+
+def oversized_gang(store: ClusterStore, uid_prefix: str = "u") -> None:
+    store.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
+    pods = [
+        with_uid(k8s_pod(f"w{i}", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "pg"}), f"{uid_prefix}{i}")
+        for i in range(3)
+    ]
+    store.apply(Resync(POD, pods))
+
+
+@pytest.mark.asyncio
+async def test_pending_pods_get_the_reason_once_and_an_event():
+    s, kube = ClusterStore(), FakeKube()
+    oversized_gang(s)
+    s.apply(Resync(XPG, [with_uid(k8s_pod_group("pg", 3), "pg1")]))
+    fb = feedback(s, kube)
+    await fb.apply(cycle(s))
+    conditions = [(p, b) for p, b in kube.patches if p.endswith("/status") and "/pods/" in p]
+    assert len(conditions) == 3
+    _path, body = conditions[0]
+    assert body["metadata"]["uid"].startswith("u")  # a precondition: never written onto a recreated pod
+    assert "needs 3 nvidia.com/gpu, 2 free" in body["status"]["conditions"][0]["message"]
+    assert {e["reason"] for e in kube.events} == {"FailedScheduling"}
+    (status,) = [b for p, b in kube.patches if "/podgroups/" in p]
+    assert status["status"]["phase"] == "Pending"
+    await fb.apply(cycle(s))  # nothing changed: nothing written again
+    assert len(kube.patches) == 4
+
+
+@pytest.mark.asyncio
+async def test_a_pod_group_deleted_and_created_again_gets_its_status_again():
+    s, kube = ClusterStore(), FakeKube()
+    oversized_gang(s)
+    s.apply(Resync(XPG, [with_uid(k8s_pod_group("pg", 3), "first")]))
+    fb = feedback(s, kube)
+    await fb.apply(cycle(s))
+    s.apply(Resync(XPG, [with_uid(k8s_pod_group("pg", 3), "second")]))  # same name, a new object
+    await fb.apply(cycle(s))
+    statuses = [b["metadata"]["uid"] for p, b in kube.patches if "/podgroups/" in p]
+    assert statuses == ["first", "second"]
+
+
+@pytest.mark.asyncio
+async def test_what_was_written_is_forgotten_with_the_objects():
+    s, kube = ClusterStore(), FakeKube()
+    fb = feedback(s, kube)
+    for round_ in range(20):
+        oversized_gang(s, uid_prefix=f"r{round_}-")
+        s.apply(Resync(XPG, [with_uid(k8s_pod_group("pg", 3), f"pg-{round_}")]))
+        await fb.apply(cycle(s))
+        assert fb.written() == 4  # three pods and one PodGroup: only what exists now
+
+
+@pytest.mark.asyncio
+async def test_no_write_once_leadership_has_run_out():
+    s, kube = ClusterStore(), FakeKube()
+    oversized_gang(s)
+    await feedback(s, kube, NoLease()).apply(cycle(s))
+    assert kube.patches == []
+    assert kube.events == []
+    assert {c[2]["timeout"] for c in kube.calls} <= {0.0}
+
+
+@pytest.mark.asyncio
+async def test_a_pod_placed_by_a_newer_cycle_is_not_marked_unschedulable():
+    s, kube = ClusterStore(), FakeKube()
+    oversized_gang(s)
+    result = cycle(s)
+    s.assume("default/pg", [(f"default/w{i}", f"u{i}", "n1") for i in range(3)])
+    await feedback(s, kube).apply(result)
+    assert [p for p, _b in kube.patches if "/pods/" in p] == []
+
+
+@pytest.mark.asyncio
+async def test_pods_backing_off_say_so():
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=4)]))
+    s.apply(Resync(POD, [with_uid(k8s_pod("p", gpus=1), "up")]))
+    s.assume("default/p", [("default/p", "up", "n1")])
+    s.forget("default/p", "up", failed=True)
+    reasons = feedback(s, FakeKube()).reasons(cycle(s))
+    assert reasons == {"default/p": "binding failed; trying again in 1s"}
+
+
+def test_pods_naming_a_missing_pod_group_say_what_they_wait_for():
+    snap = Snapshot(
+        pods=[
+            k8s_pod("a", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
+            k8s_pod("b", annotations={"scheduling.k8s.io/group-name": "vg"}),
+            k8s_pod("c", scheduler="someone-else", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
+        ]
+    )
+    cluster, placement, _skipped = plan(snap, "gangsolve", None, 1)
+    reasons = feedback(ClusterStore(), FakeKube()).reasons(CycleResult(snap, cluster, placement))
+    assert reasons == {
+        "default/a": "waiting for PodGroup default/pg (scheduling.x-k8s.io) to exist",
+        "default/b": "waiting for PodGroup default/vg (scheduling.volcano.sh) to exist",
+    }
+
+
+def test_pods_of_an_unreadable_pod_group_say_why():
+    bad = k8s_pod_group("bad", "many")
+    snap = Snapshot(
+        nodes=[k8s_node("n1", gpus=4)],
+        pods=[k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
+        pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
+    )
+    cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
+    result = CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
+    assert feedback(ClusterStore(), FakeKube()).reasons(result) == {
+        "default/b": (
+            "PodGroup default/bad (scheduling.x-k8s.io) cannot be read: "
+            "PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"
+        )
+    }
+
+
+@pytest.mark.asyncio
+async def test_scheduled_events_for_bound_pods():
+    from gangsolve.live.binder import Bound
+    from gangsolve.live.channels import Latest
+
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(POD, [with_uid(k8s_pod("p"), "up")]))
+    send, receive = anyio.create_memory_object_stream[Bound](math.inf)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(feedback(s, kube).run, Latest(), receive)
+        send.send_nowait(Bound("default/p", "up", "n1"))
+        send.send_nowait(Bound("default/gone", "ug", "n1"))  # deleted since: the event still names it
+        with anyio.fail_after(5):
+            while len(kube.events) < 2:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert sorted(e["note"] for e in kube.events) == [
+        "Successfully assigned default/gone to n1",
+        "Successfully assigned default/p to n1",
+    ]
+    assert {e["regarding"]["uid"] for e in kube.events} == {"up", "ug"}
