@@ -42,4 +42,4 @@ def test_every_config_key_the_chart_allows_is_a_scheduler_setting(tmp_path: Path
 
 def test_default_values_config_is_accepted() -> None:
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
-    assert config.from_mapping(defaults) == {"time_limit": 2.0, "log_format": "json"}
+    assert config.from_mapping(defaults) == {"time_limit": 2.0, "log_format": "json", "shutdown_grace": 20.0}

@@ -6,43 +6,98 @@
 - `make_nodes`: creates kwok nodes with unique names, waits until they are Ready, deletes them afterwards.
 - `kube_client`: a kubernetes_asyncio ApiClient on the control plane (async tests).
 - `kubectl`: runs the pinned kubectl against it (handy for assertions).
+- `scheduler_account`: the chart's ServiceAccount and RBAC, exactly as helm renders them, in namespace
+  `gangsolve-e2e`; every `gangsolve run` of the suite runs as it, so the whole suite exercises the chart's
+  permissions, and the API server's audit log records every request it makes (tests/e2e/test_rbac.py).
+- `gangsolve_factory`: starts `gangsolve run` processes as that account; afterwards checks the cluster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
-from live_helpers import POD_GROUP_APIS, Gangsolve, assert_cluster_sound, pod_group_crd, poll, unique
+from live_helpers import (
+    POD_GROUP_APIS,
+    Gangsolve,
+    assert_cluster_sound,
+    pod_group_crd,
+    poll,
+    service_account_kubeconfig,
+    unique,
+)
 
-from gangsolve.bench.devcluster import ApiError, Binaries, BinariesMissing, ControlPlane, NodeSpec
+from gangsolve.bench.devcluster import ApiError, Binaries, ControlPlane, NodeSpec
+from tests.helm import Helm, render
 
 
 def _say(msg: str) -> None:
     print(f"[control-plane] {msg}", flush=True)
 
 
-@pytest.fixture(scope="session")
-def binaries() -> Binaries:
-    try:
-        return Binaries.locate()
-    except BinariesMissing as e:
-        missing = str(e)
-    pytest.fail(missing, pytrace=False)
+# The scheduler's identity in the e2e suite: the chart's ServiceAccount (release `gs`, its full name
+# `gs-gangsolve`) in a namespace of its own. The API server writes an audit record of every request by a
+# ServiceAccount of that namespace, and of nothing else.
+SCHEDULER_NAMESPACE = "gangsolve-e2e"
+RELEASE = "gs"
+FULLNAME = "gs-gangsolve"
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{SCHEDULER_NAMESPACE}"]},
+        {"level": "None"},
+    ],
+}
 
 
 @pytest.fixture(scope="session")
 def control_plane(binaries: Binaries) -> Iterator[ControlPlane]:
-    with ControlPlane(binaries=binaries, log=_say) as cp:
+    with ControlPlane(binaries=binaries, log=_say, audit_policy=AUDIT_POLICY) as cp:
         yield cp
+
+
+@dataclass(frozen=True)
+class SchedulerAccount:
+    namespace: str
+    name: str  # the ServiceAccount's, also the Lease's: the chart names both after the release
+    user: str  # as the API server authenticates it
+    kubeconfig: Path
+    rbac: list[dict]  # the chart's rendered ClusterRole, Role and their bindings
+
+
+@pytest.fixture(scope="session")
+def scheduler_account(
+    control_plane: ControlPlane, helm: Helm, tmp_path_factory: pytest.TempPathFactory
+) -> SchedulerAccount:
+    """The chart's ServiceAccount and RBAC, as helm renders them, applied to the control plane."""
+    control_plane.create_namespace(SCHEDULER_NAMESPACE)
+    docs = render(
+        helm,
+        "--show-only=templates/serviceaccount.yaml",
+        "--show-only=templates/rbac.yaml",
+        namespace=SCHEDULER_NAMESPACE,
+        release=RELEASE,
+    )
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    path = tmp_path_factory.mktemp("account") / "kubeconfig"
+    kubeconfig = service_account_kubeconfig(control_plane, SCHEDULER_NAMESPACE, FULLNAME, path)
+    rbac = [d for d in docs if d["kind"] != "ServiceAccount"]
+    return SchedulerAccount(
+        SCHEDULER_NAMESPACE, FULLNAME, f"system:serviceaccount:{SCHEDULER_NAMESPACE}:{FULLNAME}", kubeconfig, rbac
+    )
 
 
 def _dns_label(text: str, limit: int) -> str:
@@ -90,20 +145,33 @@ def kubectl(control_plane: ControlPlane) -> Callable[..., subprocess.CompletedPr
 
 
 @pytest.fixture
-def gangsolve_factory(control_plane: ControlPlane, tmp_path: Path):
-    """start(*extra_args, scheduler_name=None, wait_ready=True) -> a running Gangsolve; all are stopped after
+def gangsolve_factory(control_plane: ControlPlane, scheduler_account: SchedulerAccount, tmp_path: Path):
+    """start(*extra_args, scheduler_name=None, wait_ready=True) -> a running Gangsolve, authenticated as the
+    chart's ServiceAccount, its Lease (with --leader-elect) the one the chart allows. All are stopped after
     the test, their logs printed (shown when the test fails), and the cluster checked for soundness."""
     started: list[Gangsolve] = []
     name = unique()
+    lease = ["--lease-namespace", scheduler_account.namespace, "--lease-name", scheduler_account.name]
 
     def start(
         *extra: str, scheduler_name: str | None = None, wait_ready: bool = True, env: Mapping[str, str] | None = None
     ) -> Gangsolve:
-        g = Gangsolve(control_plane, scheduler_name or name, tmp_path, *extra, env=env)
+        g = Gangsolve(
+            control_plane,
+            scheduler_name or name,
+            tmp_path,
+            *extra,
+            *lease,
+            env=env,
+            kubeconfig=scheduler_account.kubeconfig,
+        )
         started.append(g)
         return g.start(wait_ready=wait_ready)
 
     start.scheduler_name = name  # type: ignore[attr-defined]
+    start.lease_path = (  # type: ignore[attr-defined]
+        f"/apis/coordination.k8s.io/v1/namespaces/{scheduler_account.namespace}/leases/{scheduler_account.name}"
+    )
     yield start
     try:
         labels = [g.args[g.args.index("--group-label") + 1] for g in started if "--group-label" in g.args]
@@ -112,6 +180,8 @@ def gangsolve_factory(control_plane: ControlPlane, tmp_path: Path):
         for g in started:
             g.stop()
             print(f"---- gangsolve log {g.log_path.name}\n{g.log()[-6000:]}")
+        with contextlib.suppress(ApiError):  # the next test's scheduler starts with no leader
+            control_plane.request("DELETE", start.lease_path)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

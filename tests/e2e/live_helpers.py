@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gangsolve import objects
 from gangsolve.bench.devcluster import ApiError, ControlPlane
 from gangsolve.bench.devcluster.controlplane import free_port
@@ -40,7 +42,13 @@ class Gangsolve:
     """`python -m gangsolve run` against the control plane, its log in a file, metrics on a free port."""
 
     def __init__(
-        self, cp: ControlPlane, scheduler_name: str, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None
+        self,
+        cp: ControlPlane,
+        scheduler_name: str,
+        log_dir: Path,
+        *extra: str,
+        env: Mapping[str, str] | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         self.cp = cp
         self.env = dict(env or {})
@@ -53,7 +61,7 @@ class Gangsolve:
             "gangsolve",
             "run",
             "--kubeconfig",
-            str(cp.kubeconfig),
+            str(kubeconfig or cp.kubeconfig),
             "--scheduler-name",
             scheduler_name,
             "--metrics-addr",
@@ -292,3 +300,21 @@ def pod_group(group: str, name: str, min_member: int) -> dict:
 
 def get_pod_group(cp: ControlPlane, namespace: str, group: str, name: str) -> dict | None:
     return cp.get(f"/apis/{group}/{POD_GROUP_APIS[group]}/namespaces/{namespace}/podgroups/{name}")
+
+
+def service_account_kubeconfig(cp: ControlPlane, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig holding only a TokenRequest token of a ServiceAccount (no admin certificate)."""
+    token = cp.kubectl("create", "token", account, "-n", namespace, "--duration=24h").stdout.strip()
+    admin = yaml.safe_load(Path(cp.kubeconfig).read_text())
+    ca_data = admin["clusters"][0]["cluster"]["certificate-authority-data"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "dev", "cluster": {"server": cp.server, "certificate-authority-data": ca_data}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "dev", "user": account, "namespace": namespace}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path

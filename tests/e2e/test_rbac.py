@@ -1,0 +1,88 @@
+"""The chart's RBAC is exactly what the scheduler calls, derived from the real API server's audit log.
+
+The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
+server records every request that account makes. This test runs one more scheduler through every kind of
+call (leader election from a missing Lease to its release, every watch, binds of both PodGroup kinds, a gang
+that cannot fit and says so), then holds every request of the session so far against the chart's rules:
+none refused, every request allowed by a rule, every rule used, the Lease touched only by its name.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from live_helpers import bound, create, events, pod, pod_group, pods, poll
+
+pytestmark = pytest.mark.e2e
+
+
+def _granted(rbac: list[dict]) -> tuple[set[tuple[str, str, str, str]], dict[tuple[str, str, str, str], set[str]]]:
+    """(api group, resource, subresource, verb) for every rule of the chart's ClusterRole and Role; and, for
+    rules that name their objects, which names."""
+    granted: set[tuple[str, str, str, str]] = set()
+    names: dict[tuple[str, str, str, str], set[str]] = {}
+    for role in (d for d in rbac if d["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    base, _, sub = resource.partition("/")
+                    for verb in rule["verbs"]:
+                        key = (group, base, sub, verb)
+                        granted.add(key)
+                        if rule.get("resourceNames"):
+                            names.setdefault(key, set()).update(rule["resourceNames"])
+    return granted, names
+
+
+def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
+    control_plane, scheduler_account, gangsolve_factory, make_nodes, namespace, pod_group_crds, tmp_path
+):
+    config = tmp_path / "gangsolve.yaml"
+    config.write_text(yaml.safe_dump({"lease-duration": 4, "renew-deadline": 3, "retry-period": 0.5}))
+    assert control_plane.get(gangsolve_factory.lease_path) is None  # so the scheduler creates it
+    g = gangsolve_factory("--config", str(config), "--leader-elect")
+    tag = {"gangsolve.dev/test": namespace}
+    make_nodes(1, gpus=4, labels=tag)
+    for group, name in (("scheduling.x-k8s.io", "xpg"), ("scheduling.volcano.sh", "vpg")):
+        create(control_plane, namespace, pod_group(group, name, 2))
+        for i in range(2):
+            member = (
+                {"labels": {"scheduling.x-k8s.io/pod-group": name}}
+                if group == "scheduling.x-k8s.io"
+                else {"annotations": {"scheduling.k8s.io/group-name": name}}
+            )
+            create(
+                control_plane,
+                namespace,
+                pod(f"{name}-{i}", scheduler=g.scheduler_name, gpus=1, node_selector=tag, **member),
+            )
+    create(control_plane, namespace, pod("too-big", scheduler=g.scheduler_name, gpus=8, node_selector=tag))
+    poll(lambda: len(bound(pods(control_plane, namespace))) == 4, timeout=60, what="both gangs bound")
+    poll(lambda: events(control_plane, namespace, "FailedScheduling"), timeout=30, what="the oversized pod's event")
+    poll(
+        lambda: all(
+            (control_plane.get(f"/apis/{group}/{version}/namespaces/{namespace}/podgroups/{name}") or {}).get("status")
+            for group, version, name in (
+                ("scheduling.x-k8s.io", "v1alpha1", "xpg"),
+                ("scheduling.volcano.sh", "v1beta1", "vpg"),
+            )
+        ),
+        timeout=30,
+        what="both PodGroups' status",
+    )
+    assert g.terminate() == 0  # and the Lease is released
+
+    records = [e for e in control_plane.audit_events() if e["user"]["username"] == scheduler_account.user]
+    assert records, "the audit log holds none of the scheduler's requests"
+    refused = sorted({(e["verb"], e["requestURI"]) for e in records if e["responseStatus"]["code"] == 403})
+    assert refused == []
+
+    granted, names = _granted(scheduler_account.rbac)
+    used: set[tuple[str, str, str, str]] = set()
+    for e in records:
+        ref = e.get("objectRef") or {}
+        key = (ref.get("apiGroup", ""), ref.get("resource", ""), ref.get("subresource", ""), e["verb"])
+        used.add(key)
+        if key in names:
+            assert ref.get("name") in names[key], f"{e['verb']} {e['requestURI']} outside the rule's names"
+    assert used == granted
