@@ -3,7 +3,7 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test sync binaries
+.PHONY: demo test lint sync binaries
 
 demo: .venv/.synced
 	.venv/bin/gangsolve solve examples/tfjob-8.yaml --scheduler-name kube-batchd
@@ -12,6 +12,12 @@ demo: .venv/.synced
 # repository; see docs/dev-cluster.md) before the tests.
 test: .venv/.synced binaries
 	.venv/bin/python -m pytest
+
+# ruff (lint and format) and mypy (strict on solver/); .ci/run runs it before the tests.
+lint: .venv/.synced
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	hack/typecheck.sh
 
 sync: .venv/.synced
 
