@@ -295,3 +295,15 @@ def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
     _cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
     assert [str(e) for e in skipped] == ["PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"]
     assert placement.bindings == {"default/ok": "n1"}  # b waits for a readable PodGroup
+
+
+def test_a_poison_pod_is_left_out_and_the_rest_still_scheduled():
+    """cpu: 1e16 is valid to the API server; its gang is left out (at the edge, or by the solver's bisection),
+    never the cycle."""
+    snap = Snapshot(
+        nodes=[k8s_node("n1", gpus=4)],
+        pods=[k8s_pod("ok", gpus=1), k8s_pod("poison", cpu="1e16"), k8s_pod("also-ok", gpus=1)],
+    )
+    _cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
+    assert placement.bindings == {"default/ok": "n1", "default/also-ok": "n1"}
+    assert [e.obj for e in skipped] == ["Pod default/poison"]

@@ -183,6 +183,7 @@ class Feedback:
     async def apply(self, result: CycleResult) -> None:
         reasons = self.reasons(result)
         self._prune()
+        self.metrics.held_objects.labels("feedback").set(self.written())
         async with anyio.create_task_group() as tg:
             for key, reason in reasons.items():
                 tg.start_soon(self._unschedulable, key, reason)

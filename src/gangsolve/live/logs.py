@@ -12,8 +12,9 @@ import orjson
 logger = logging.getLogger("gangsolve")
 
 
-def log(level: int, msg: str, **fields: Any) -> None:
-    logger.log(level, msg, extra={"fields": fields})
+def log(level: int, msg: str, *, exc_info: BaseException | None = None, **fields: Any) -> None:
+    """`exc_info`: an exception whose traceback goes into the record (field `exc`)."""
+    logger.log(level, msg, exc_info=exc_info, extra={"fields": fields})
 
 
 def info(msg: str, **fields: Any) -> None:
@@ -24,8 +25,8 @@ def warning(msg: str, **fields: Any) -> None:
     log(logging.WARNING, msg, **fields)
 
 
-def error(msg: str, **fields: Any) -> None:
-    log(logging.ERROR, msg, **fields)
+def error(msg: str, *, exc_info: BaseException | None = None, **fields: Any) -> None:
+    log(logging.ERROR, msg, exc_info=exc_info, **fields)
 
 
 def debug(msg: str, **fields: Any) -> None:

@@ -68,6 +68,13 @@ class Metrics:
             "Objects left out of a cycle because they cannot be read (their pods wait and say why).",
             registry=r,
         )
+        self.held_objects = Gauge(
+            "gangsolve_held_objects",
+            "What the scheduler holds in memory, by kind: watched objects, assumed pods, pods in back-off, and "
+            "the pod conditions and PodGroup statuses feedback remembers writing.",
+            ["kind"],
+            registry=r,
+        )
         self.gangs_replanned = Counter(
             "gangsolve_gangs_replanned_total",
             "Planned gangs not bound because the cluster changed under them; planned again.",

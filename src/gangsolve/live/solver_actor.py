@@ -23,7 +23,7 @@ from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, pod_key
 from gangsolve.snapshot import Snapshot
-from gangsolve.solver import Cluster, Placement, SolveConfig, solve
+from gangsolve.solver import Cluster, Gang, Node, Placement, SolveConfig, solve
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,35 @@ def plan(
                 raise  # the error names nothing that can be left out: this cycle cannot run
             skipped.append(exc)
             snapshot = smaller
-    return cluster, solve(cluster, SolveConfig(time_limit=time_limit)), skipped
+    config = SolveConfig(time_limit=time_limit)
+    try:
+        placement = solve(cluster, config)
+    except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
+        solve(Cluster(cluster.nodes, ()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
+        culprits = _failing_gangs(cluster.nodes, list(cluster.gangs))
+        if not culprits:
+            raise
+        logs.error("gangs left out: the solver fails on them", gangs=",".join(g.name for g in culprits), exc_info=exc)
+        skipped += [
+            InputError(f"Pod {p.name}", "", f"its gang cannot be solved: {type(exc).__name__}: {exc}")
+            for g in culprits
+            for p in g.pods
+        ]
+        cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
+        placement = solve(cluster, config)
+    return cluster, placement, skipped
+
+
+def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
+    """The gangs whose (greedy) solve raises, by bisection: a handful of cheap solves, only after a failure."""
+    try:
+        solve(Cluster(nodes, tuple(gangs)), SolveConfig(use_cpsat=False))
+        return []
+    except Exception:
+        if len(gangs) == 1:
+            return gangs
+    half = len(gangs) // 2
+    return _failing_gangs(nodes, gangs[:half]) + _failing_gangs(nodes, gangs[half:])
 
 
 class SolverActor:
@@ -141,6 +169,8 @@ class SolverActor:
             self.metrics.objects_skipped.inc()
         self.cycles += 1
         self._observe(cluster, placement)
+        for kind, count in self.store.counts().items():
+            self.metrics.held_objects.labels(kind).set(count)
 
         # Assume and send with no await in between: a cancelled cycle leaves neither half done.
         uids = {pod_key(p): p["metadata"].get("uid", "") for p in snapshot.pods}
