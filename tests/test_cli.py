@@ -82,6 +82,14 @@ def test_empty_snapshot_is_an_empty_plan():
     assert plan["gangs"] == []
 
 
+def test_pods_without_any_node_wait():
+    result = solve("-", "-o", "json", input=yaml.safe_dump(k8s_pod("p", gpus=1)))
+    assert result.exit_code == 0, result.output
+    (gang,) = orjson.loads(result.stdout)["gangs"]
+    assert not gang["placed"]
+    assert gang["reason"]
+
+
 def test_other_kinds_are_ignored():
     text = yaml.safe_dump(k8s_list({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, k8s_node("n")))
     assert solve("-", input=text).exit_code == 0
