@@ -12,12 +12,13 @@ A pod joins the gang of the first rule that applies:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from gangsolve import objects
-from gangsolve.errors import InputError, describe
+from gangsolve import objects, schema
+from gangsolve.errors import InputError, describe, shown
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver.model import Cluster, Gang, Node
 
@@ -28,6 +29,9 @@ COLOCATE_ANNOTATION = "gangsolve.io/colocate"
 # A gang pending longer than this outranks the gangs of its priority that are not: maximizing the number of
 # gangs placed would otherwise pass over big gangs for as long as small ones keep arriving.
 STARVATION_SECONDS = 900.0
+INT32_MAX = 2**31 - 1  # minMember and minAvailable are int32 in the API
+_PERCENT = re.compile(r"^[0-9]+%$")  # as the API server validates a PDB's percentages
+_WHOLE = re.compile(r"^-?[0-9]{1,18}$")  # anything longer is out of range, or not a number
 
 
 @dataclass(frozen=True)
@@ -59,27 +63,30 @@ def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> boo
 
 
 def _positive_int(obj: dict, field: str, value) -> int:
-    try:
-        n = int(value)
-        if isinstance(value, bool) or str(n) != str(value).strip():
-            raise ValueError
-    except (TypeError, ValueError):
-        raise InputError(describe(obj), field, f"expected a whole number, got {value!r}") from None
+    """A whole number from 1 to INT32_MAX, given as a number or as text (annotations are text)."""
+    text = value.strip() if isinstance(value, str) else ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif _WHOLE.match(text):
+        n = int(text)
+    else:
+        raise InputError(describe(obj), field, f"expected a whole number, got {shown(value)}")
     if n < 1:
         raise InputError(describe(obj), field, f"must be at least 1, got {n}")
+    if n > INT32_MAX:
+        raise InputError(describe(obj), field, f"must be at most {INT32_MAX}, got {shown(n)}")
     return n
 
 
 def _int_or_percent(obj: dict, field: str, value, total: int) -> int:
-    if isinstance(value, str) and value.endswith("%"):
-        try:
-            pct = int(value[:-1])
-        except ValueError:
-            raise InputError(describe(obj), field, f"expected a number or a percentage, got {value!r}") from None
+    if isinstance(value, str) and _PERCENT.match(value):
+        pct = int(value[:-1])
+        if pct > 100:
+            raise InputError(describe(obj), field, f"a percentage must be between 0% and 100%, got {shown(value)}")
         return math.ceil(pct * total / 100)  # rounded up, as the disruption controller does for minAvailable
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise InputError(describe(obj), field, f"expected a number or a percentage, got {value!r}")
+    raise InputError(describe(obj), field, f"expected a number or a percentage, got {shown(value)}")
 
 
 class _Grouper:
@@ -173,10 +180,22 @@ def display_name(key: GangKey) -> str:
 
 def _created(pod: dict) -> datetime | None:
     stamp = pod["metadata"].get("creationTimestamp")
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
-    except ValueError:
-        raise InputError(describe(pod), "metadata.creationTimestamp", f"not an RFC 3339 time: {stamp!r}") from None
+    return schema.timestamp(stamp) if stamp else None
+
+
+def check(snap: Snapshot) -> None:
+    """Every object's fields as gangsolve reads them (gangsolve.schema), and the values of every PodGroup and
+    PDB whether or not a pod names it; the first bad object raises InputError."""
+    for objs in (snap.nodes, snap.pods, snap.pdbs, snap.pod_groups.values(), snap.priority_classes.values()):
+        for obj in objs:
+            schema.check(obj)
+    for pg in snap.pod_groups.values():
+        _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+    for pdb in snap.pdbs:
+        spec = pdb.get("spec") or {}
+        for field in ("minAvailable", "maxUnavailable"):
+            if spec.get(field) is not None:
+                _int_or_percent(pdb, f"spec.{field}", spec[field], 0)
 
 
 def build_cluster(
@@ -189,9 +208,9 @@ def build_cluster(
 ) -> Cluster:
     """Every node with the capacity bound pods hold, and every gang with pending pods of our scheduler.
     With `now` (the live scheduler's clock), gangs whose oldest pending pod was created more than
-    `starvation_seconds` earlier are marked starving."""
-    for pg in snap.pod_groups.values():
-        _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+    `starvation_seconds` earlier are marked starving. Raises InputError naming the first object it cannot
+    read (strict or not: the live scheduler leaves that object out and tries again)."""
+    check(snap)
     grouper = _Grouper(snap, group_label, strict)
     nodes = [objects.node(n) for n in snap.nodes]
     index = {n.name: i for i, n in enumerate(nodes)}

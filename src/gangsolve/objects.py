@@ -1,11 +1,14 @@
-"""Kubernetes Node and Pod objects (as dicts) to the solver's types: the one place the API's shapes meet ours."""
+"""Kubernetes Node and Pod objects (as dicts) to the solver's types: the one place the API's shapes meet ours.
+
+The objects have passed gangsolve.schema.check: every field read here has its API type (or is absent/null).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from gangsolve.errors import InputError, describe
-from gangsolve.quantity import to_units
+from gangsolve.quantity import MAX_UNITS, to_units
 from gangsolve.solver.model import PODS, Node, Pod, Requirement, SelectorTerm, Taint, Toleration
 
 FINISHED = ("Succeeded", "Failed")  # pods in these phases hold no capacity
@@ -22,11 +25,7 @@ def _get(obj: Mapping, path: str, default=None):
 
 def resources(obj: dict, field: str, raw: Mapping | None) -> dict[str, int]:
     out: dict[str, int] = {}
-    if raw is None:
-        return out
-    if not isinstance(raw, Mapping):
-        raise InputError(describe(obj), field, "expected a map of resource quantities")
-    for name, value in raw.items():
+    for name, value in (raw or {}).items():
         try:
             out[name] = to_units(name, value)
         except ValueError as exc:
@@ -38,12 +37,8 @@ def node(obj: dict) -> Node:
     status = obj.get("status") or {}
     where = "status.allocatable" if "allocatable" in status else "status.capacity"
     allocatable = resources(obj, where, status.get("allocatable", status.get("capacity")))
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions if isinstance(c, Mapping))
-    taints = tuple(
-        Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
-        for t in _get(obj, "spec.taints", [])
-    )
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+    taints = tuple(Taint(t["key"], t.get("value") or "", t["effect"]) for t in _get(obj, "spec.taints", []))
     return Node(
         name=obj["metadata"]["name"],
         allocatable=allocatable,
@@ -90,38 +85,34 @@ def pod_requests(obj: dict) -> dict[str, int]:
         total[k] = max(total.get(k, 0), v)
     _add(total, resources(obj, "spec.overhead", spec.get("overhead")))
     total[PODS] = 1
+    for k, v in total.items():
+        if v > MAX_UNITS:  # each quantity is in range, their sum need not be
+            raise InputError(
+                describe(obj),
+                "spec.containers",
+                f"requests add up to {v} {k}, above the most gangsolve represents ({MAX_UNITS})",
+            )
     return {k: v for k, v in total.items() if v or k == PODS}
 
 
-def _requirements(obj: dict, field: str, raw) -> tuple[Requirement, ...]:
-    out = []
-    for i, r in enumerate(raw or []):
-        op = r.get("operator")
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
-            raise InputError(describe(obj), f"{field}[{i}].operator", f"unknown operator {op!r}")
-        out.append(Requirement(str(r.get("key", "")), op, tuple(str(v) for v in r.get("values") or ())))
-    return tuple(out)
+def _requirements(raw: list[dict] | None) -> tuple[Requirement, ...]:
+    return tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ())) for r in raw or [])
 
 
 def _affinity(obj: dict) -> tuple[SelectorTerm, ...]:
-    base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-    terms = _get(obj, base, [])
+    terms = _get(obj, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", [])
     return tuple(
-        SelectorTerm(
-            _requirements(obj, f"{base}[{i}].matchExpressions", t.get("matchExpressions")),
-            _requirements(obj, f"{base}[{i}].matchFields", t.get("matchFields")),
-        )
-        for i, t in enumerate(terms)
+        SelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields"))) for t in terms
     )
 
 
 def _tolerations(obj: dict) -> tuple[Toleration, ...]:
     return tuple(
         Toleration(
-            key=str(t.get("key", "") or ""),
-            operator=str(t.get("operator", "Equal") or "Equal"),
-            value=str(t.get("value", "") or ""),
-            effect=str(t.get("effect", "") or ""),
+            key=t.get("key") or "",
+            operator=t.get("operator") or "Equal",
+            value=t.get("value") or "",
+            effect=t.get("effect") or "",
         )
         for t in _get(obj, "spec.tolerations", [])
     )
@@ -140,20 +131,17 @@ def priority(obj: dict, classes: Mapping[str, dict]) -> int:
     if name:
         if name not in classes:
             raise InputError(describe(obj), "spec.priorityClassName", f"PriorityClass {name!r} not in snapshot")
-        return int(classes[name].get("value", 0))
-    defaults = [int(c.get("value", 0)) for c in classes.values() if c.get("globalDefault")]
+        return int(classes[name].get("value") or 0)
+    defaults = [int(c.get("value") or 0) for c in classes.values() if c.get("globalDefault")]
     return max(defaults, default=0)
 
 
 def pod(obj: dict, classes: Mapping[str, dict], order: int) -> Pod:
-    selector = _get(obj, "spec.nodeSelector", {})
-    if not isinstance(selector, Mapping):
-        raise InputError(describe(obj), "spec.nodeSelector", "expected a map of labels")
     return Pod(
         name=pod_key(obj),
         requests=pod_requests(obj),
         priority=priority(obj, classes),
-        node_selector={str(k): str(v) for k, v in selector.items()},
+        node_selector=dict(_get(obj, "spec.nodeSelector", {})),
         affinity=_affinity(obj),
         tolerations=_tolerations(obj),
         order=order,

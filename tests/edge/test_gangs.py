@@ -4,7 +4,7 @@ from datetime import UTC
 
 import pytest
 
-from gangsolve.errors import InputError
+from gangsolve.errors import InputError, describe
 from gangsolve.gangs import build_cluster
 from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
@@ -105,6 +105,18 @@ def test_bound_members_count_and_hold_capacity():
     assert gang.bound_nodes == ("n", "n")
     assert gang.need == 1
     assert cluster.nodes[0].used["nvidia.com/gpu"] == 6  # two members and the other scheduler's pod
+
+
+def test_non_strict_errors_name_exactly_the_bad_object():
+    """The live scheduler leaves out the object an InputError names (matched by `describe`) and tries again."""
+    bad_node = k8s_node("n2", gpus=4)
+    bad_node["spec"]["taints"] = {"not": "a list"}
+    bad_pod = k8s_pod("huge", ns="team-a", cpu="1e16")
+    bad_group = k8s_pod_group("pg", "many")
+    for bad in (bad_node, bad_pod, bad_group):
+        with pytest.raises(InputError) as err:
+            build_cluster(snapshot(k8s_node("n"), k8s_pod("fine"), bad), strict=False)
+        assert err.value.obj == describe(bad)
 
 
 def test_colocate_annotation_on_pod_group():

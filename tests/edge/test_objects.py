@@ -2,7 +2,7 @@
 
 import pytest
 
-from gangsolve import objects
+from gangsolve import objects, schema
 from gangsolve.errors import InputError
 from gangsolve.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
 from tests.builders import k8s_node, k8s_pod
@@ -155,8 +155,8 @@ def test_unknown_affinity_operator_names_the_field():
             }
         }
     }
-    with pytest.raises(InputError, match=r"matchExpressions\[0\]\.operator"):
-        objects.pod(obj, {}, 0)
+    with pytest.raises(InputError, match=r"matchExpressions\[0\]\.operator: invalid enum value 'Near'"):
+        schema.check(obj)
 
 
 def test_global_default_priority_class():
