@@ -304,9 +304,28 @@ def test_moderate_aliases_are_still_yaml():
     assert len(orjson.loads(result.stdout)["gangs"]) == 3
 
 
+def test_time_limit_must_be_a_finite_number():
+    for bad in ("nan", "inf", "-1", "0.01"):
+        result = solve(str(EXAMPLES / "tfjob-8.yaml"), "--time-limit", bad)
+        assert result.exit_code == 2, bad
+        assert result.stdout == ""
+        assert "--time-limit" in result.stderr
+
+
 def test_invalid_utf8_on_stdin_is_one_line():
     result = CliRunner().invoke(cli, ["solve", "-"], input=b"kind: Pod\nmetadata: {name: \xff}\n")
     _one_line_exit_2(result, "snapshot: not UTF-8 text")
+
+
+def test_names_print_as_themselves_in_the_table():
+    # rich markup in a name used to raise MarkupError; a terminal escape must not reach the terminal
+    docs = [k8s_node("n[/]", gpus=4), k8s_pod("p[bold]x[/]", gpus=1), k8s_pod("esc", ns="a\x1b[31m", gpus=1)]
+    result = solve("-", input=yaml.safe_dump_all(docs))
+    assert result.exit_code == 0, result.output
+    assert "p[bold]x[/]" in result.stdout
+    assert "n[/]" in result.stdout
+    assert "\x1b" not in result.stdout
+    assert "a\\x1b[31m/esc" in result.stdout
 
 
 def test_missing_file():

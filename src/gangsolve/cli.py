@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from datetime import UTC
@@ -51,13 +52,31 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least `least` (click's FloatRange lets nan and inf through)."""
+
+    name = "seconds"
+
+    def __init__(self, least: float) -> None:
+        self.least = least
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(seconds) or seconds < self.least:
+            self.fail(f"{value!r} is not a number of seconds >= {self.least}", param, ctx)
+        return seconds
+
+
 @cli.command()
 @click.argument("snapshot")
 @click.option("--scheduler-name", default="gangsolve", show_default=True, help="Schedule pods with this schedulerName.")
 @click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0.05),
+    type=Seconds(0.05),
     default=DEFAULT_TIME_LIMIT,
     show_default=True,
     help="Seconds for the whole cycle; the best plan found by then is returned.",
