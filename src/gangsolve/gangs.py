@@ -97,7 +97,8 @@ class _Grouper:
         self.pdbs_by_ns: dict[str, list[dict]] = {}
         for pdb in sorted(snap.pdbs, key=lambda o: o["metadata"]["name"]):
             self.pdbs_by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
-        self.live = [p for p in snap.pods if not objects.is_finished(p) and not p["metadata"].get("deletionTimestamp")]
+        # Pods that are (or will be) members: terminating pods are leaving, though they hold capacity until gone.
+        self.live = [p for p in snap.pods if not objects.is_finished(p) and not objects.is_terminating(p)]
 
     def key(self, pod: dict) -> GangKey | None:
         meta = pod["metadata"]
@@ -215,9 +216,9 @@ def build_cluster(
     nodes = [objects.node(n) for n in snap.nodes]
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
-    for p in grouper.live:
+    for p in snap.pods:  # as kube-scheduler counts: a terminating pod holds its capacity until it is gone
         node_name = (p.get("spec") or {}).get("nodeName")
-        if node_name in index:
+        if node_name in index and not objects.is_finished(p):
             for r, q in objects.pod_requests(p).items():
                 used[index[node_name]][r] = used[index[node_name]].get(r, 0) + q
     nodes = [

@@ -156,10 +156,14 @@ def is_finished(obj: dict) -> bool:
     return _get(obj, "status.phase") in FINISHED
 
 
+def is_terminating(obj: dict) -> bool:
+    return bool(_get(obj, "metadata.deletionTimestamp"))
+
+
 def is_pending_for(obj: dict, scheduler_name: str) -> bool:
     return (
         not is_bound(obj)
         and _get(obj, "status.phase", "Pending") == "Pending"
         and _get(obj, "spec.schedulerName", "default-scheduler") == scheduler_name
-        and not _get(obj, "metadata.deletionTimestamp")
+        and not is_terminating(obj)
     )

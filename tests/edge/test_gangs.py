@@ -107,6 +107,20 @@ def test_bound_members_count_and_hold_capacity():
     assert cluster.nodes[0].used["nvidia.com/gpu"] == 6  # two members and the other scheduler's pod
 
 
+def test_terminating_pods_hold_capacity_until_gone_but_are_not_members():
+    # kube-scheduler counts a pod with a deletionTimestamp until it is gone: its GPUs are not free yet.
+    leaving = k8s_pod("leaving", gpus=4, node_name="n", phase="Running", owner="old")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pending_and_deleted = k8s_pod("deleted", gpus=1, owner="job")
+    pending_and_deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cluster = build_cluster(snapshot(k8s_node("n", gpus=4), leaving, pending_and_deleted, k8s_pod("new", gpus=4)))
+    assert cluster.nodes[0].used["nvidia.com/gpu"] == 4
+    assert [g.name for g in cluster.gangs] == ["default/new"]  # the terminating pods are nobody's to place
+    from gangsolve.solver import solve
+
+    assert solve(cluster).bindings == {}  # the new 4-GPU pod waits for the terminating one
+
+
 def test_non_strict_errors_name_exactly_the_bad_object():
     """The live scheduler leaves out the object an InputError names (matched by `describe`) and tries again."""
     bad_node = k8s_node("n2", gpus=4)
