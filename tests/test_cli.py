@@ -90,6 +90,22 @@ def test_pods_without_any_node_wait():
     assert gang["reason"]
 
 
+def test_gated_pods_are_reported_not_placed():
+    docs = [
+        k8s_node("n", gpus=4),
+        k8s_pod("held", gpus=1, schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]),
+        k8s_pod("free", gpus=1),
+    ]
+    plan = orjson.loads(solve("-", "-o", "json", input=yaml.safe_dump_all(docs)).stdout)
+    assert plan["bindings"] == {"default/free": "n"}
+    assert [g["name"] for g in plan["gangs"]] == ["default/free"]
+    assert plan["gated"] == {"default/held": ["kueue.x-k8s.io/admission"]}
+    table = solve("-", input=yaml.safe_dump_all(docs)).stdout
+    assert "Gated" in table
+    assert "kueue.x-k8s.io/admission" in table
+    assert "1 pods gated" in table
+
+
 def test_other_kinds_are_ignored():
     text = yaml.safe_dump(k8s_list({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, k8s_node("n")))
     assert solve("-", input=text).exit_code == 0

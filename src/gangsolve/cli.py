@@ -92,7 +92,7 @@ class Seconds(click.ParamType):
 def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str, now) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import render
-    from gangsolve.gangs import build_cluster
+    from gangsolve.gangs import build_cluster, gated
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
     from gangsolve.solver import solve as solve_cycle
@@ -100,14 +100,16 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
     try:
         if now is not None and now.tzinfo is None:
             now = now.replace(tzinfo=UTC)  # the Z form parses naive
-        cluster = build_cluster(read(snapshot), scheduler_name, group_label, now=now)
+        snap = read(snapshot)
+        cluster = build_cluster(snap, scheduler_name, group_label, now=now)
     except InputError as exc:
         fail(str(exc))
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit))
+    held = gated(snap, scheduler_name)
     if output == "json":
-        sys.stdout.buffer.write(render.to_json(placement))
+        sys.stdout.buffer.write(render.to_json(placement, held))
     else:
-        render.print_table(placement, Console())
+        render.print_table(placement, Console(), held)
 
 
 @cli.command()

@@ -199,6 +199,16 @@ def check(snap: Snapshot) -> None:
                 _int_or_percent(pdb, f"spec.{field}", spec[field], 0)
 
 
+def gated(snap: Snapshot, scheduler_name: str) -> dict[str, list[str]]:
+    """Pods for `scheduler_name` held back by scheduling gates: pod key -> the gates' names. They are not
+    planned until the gates are removed."""
+    return {
+        objects.pod_key(p): objects.gates(p)
+        for p in snap.pods
+        if objects.gates(p) and objects.is_waiting_for(p, scheduler_name)
+    }
+
+
 def build_cluster(
     snap: Snapshot,
     scheduler_name: str = "gangsolve",

@@ -160,10 +160,22 @@ def is_terminating(obj: dict) -> bool:
     return bool(_get(obj, "metadata.deletionTimestamp"))
 
 
-def is_pending_for(obj: dict, scheduler_name: str) -> bool:
+def gates(obj: dict) -> list[str]:
+    """The pod's scheduling gates (Kueue and others hold pods this way): no scheduler may place it while any
+    remain."""
+    return [g["name"] for g in _get(obj, "spec.schedulingGates", [])]
+
+
+def is_waiting_for(obj: dict, scheduler_name: str) -> bool:
+    """Unbound, not finished, not being deleted, and naming `scheduler_name`: gated or not."""
     return (
         not is_bound(obj)
         and _get(obj, "status.phase", "Pending") == "Pending"
         and _get(obj, "spec.schedulerName", "default-scheduler") == scheduler_name
         and not is_terminating(obj)
     )
+
+
+def is_pending_for(obj: dict, scheduler_name: str) -> bool:
+    """A pod for `scheduler_name` to place now."""
+    return is_waiting_for(obj, scheduler_name) and not gates(obj)

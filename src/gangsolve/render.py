@@ -6,6 +6,8 @@ escaped, so a pod named `x[/]` or carrying a terminal escape prints as itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import orjson
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +17,8 @@ from gangsolve.errors import printable
 from gangsolve.solver.model import Placement
 
 
-def as_dict(placement: Placement) -> dict:
+def as_dict(placement: Placement, gated: Mapping[str, Sequence[str]] | None = None) -> dict:
+    """`gated`: pods held back by scheduling gates (pod -> gate names), never placed."""
     return {
         "bindings": dict(placement.bindings),
         "gangs": [
@@ -36,18 +39,19 @@ def as_dict(placement: Placement) -> dict:
         "solveSeconds": round(placement.solve_seconds, 4),
         "stages": list(placement.stages),
         "levels": list(placement.levels),
+        "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
     }
 
 
-def to_json(placement: Placement) -> bytes:
-    return orjson.dumps(as_dict(placement), option=orjson.OPT_INDENT_2) + b"\n"
+def to_json(placement: Placement, gated: Mapping[str, Sequence[str]] | None = None) -> bytes:
+    return orjson.dumps(as_dict(placement, gated), option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def _text(value: str, style: str = "") -> Text:
     return Text(printable(value), style=style)
 
 
-def print_table(placement: Placement, console: Console) -> None:
+def print_table(placement: Placement, console: Console, gated: Mapping[str, Sequence[str]] | None = None) -> None:
     table = Table(title="Gangs", title_justify="left", show_lines=False)
     for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON"):
         table.add_column(column, overflow="fold")
@@ -62,9 +66,17 @@ def print_table(placement: Placement, console: Console) -> None:
         for pod, node in placement.bindings.items():
             bindings.add_row(_text(pod), _text(node))
         console.print(bindings)
+    if gated:
+        held = Table(title="Gated (not planned until their scheduling gates are removed)", title_justify="left")
+        held.add_column("POD")
+        held.add_column("GATES", overflow="fold")
+        for pod, gates in gated.items():
+            held.add_row(_text(pod), _text(", ".join(gates)))
+        console.print(held)
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
+        + (f", {len(gated)} pods gated" if gated else "")
         + f" · status {placement.status} · objective {placement.objective}, bound {placement.best_bound} · "
         f"{placement.solve_seconds:.2f}s"
     )

@@ -5,7 +5,7 @@ from datetime import UTC
 import pytest
 
 from gangsolve.errors import InputError, describe
-from gangsolve.gangs import build_cluster
+from gangsolve.gangs import build_cluster, gated
 from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 
@@ -119,6 +119,15 @@ def test_terminating_pods_hold_capacity_until_gone_but_are_not_members():
     from gangsolve.solver import solve
 
     assert solve(cluster).bindings == {}  # the new 4-GPU pod waits for the terminating one
+
+
+def test_gated_pods_are_not_planned():
+    gated_pod = k8s_pod("held", gpus=1, owner="job", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    snap = snapshot(k8s_node("n", gpus=4), gated_pod, k8s_pod("free", gpus=1, owner="job"))
+    (gang,) = build_cluster(snap).gangs
+    assert [p.name for p in gang.pods] == ["default/free"]
+    assert gated(snap, "gangsolve") == {"default/held": ["kueue.x-k8s.io/admission"]}
+    assert gated(snap, "other-scheduler") == {}
 
 
 def test_non_strict_errors_name_exactly_the_bad_object():
