@@ -5,13 +5,15 @@ The objects have passed gangsolve.schema.check: every field read here has its AP
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from gangsolve.errors import InputError, describe
+from gangsolve.errors import InputError, describe, shown
 from gangsolve.quantity import MAX_UNITS, to_units
 from gangsolve.solver.model import PODS, Node, Pod, Requirement, SelectorTerm, Taint, Toleration
 
 FINISHED = ("Succeeded", "Failed")  # pods in these phases hold no capacity
+_INTEGER = re.compile(r"^[+-]?[0-9]{1,18}$")  # what Gt and Lt compare (an int64, as Go parses it)
 
 
 def _get(obj: Mapping, path: str, default=None):
@@ -95,14 +97,31 @@ def pod_requests(obj: dict) -> dict[str, int]:
     return {k: v for k, v in total.items() if v or k == PODS}
 
 
-def _requirements(raw: list[dict] | None) -> tuple[Requirement, ...]:
-    return tuple(Requirement(r["key"], r["operator"], tuple(r.get("values") or ())) for r in raw or [])
+_AFFINITY = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+
+def _requirements(obj: dict, field: str, raw: list[dict] | None) -> tuple[Requirement, ...]:
+    """Node selector requirements, with the values each operator takes as the API server validates them."""
+    out = []
+    for i, r in enumerate(raw or []):
+        op, values = r["operator"], tuple(r.get("values") or ())
+        if op in ("In", "NotIn") and not values:
+            raise InputError(describe(obj), f"{field}[{i}].values", f"{op} needs at least one value")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise InputError(describe(obj), f"{field}[{i}].values", f"{op} takes no values")
+        if op in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER.match(values[0])):
+            raise InputError(describe(obj), f"{field}[{i}].values", f"{op} takes one integer, got {shown(values)}")
+        out.append(Requirement(r["key"], op, values))
+    return tuple(out)
 
 
 def _affinity(obj: dict) -> tuple[SelectorTerm, ...]:
-    terms = _get(obj, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", [])
     return tuple(
-        SelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields"))) for t in terms
+        SelectorTerm(
+            _requirements(obj, f"{_AFFINITY}[{i}].matchExpressions", t.get("matchExpressions")),
+            _requirements(obj, f"{_AFFINITY}[{i}].matchFields", t.get("matchFields")),
+        )
+        for i, t in enumerate(_get(obj, _AFFINITY, []))
     )
 
 

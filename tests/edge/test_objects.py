@@ -159,6 +159,26 @@ def test_unknown_affinity_operator_names_the_field():
         schema.check(obj)
 
 
+@pytest.mark.parametrize(
+    ("operator", "values", "message"),
+    [
+        ("Gt", ["1", "2"], "Gt takes one integer, got ('1', '2')"),
+        ("Lt", ["many"], "Lt takes one integer, got ('many',)"),
+        ("In", [], "In needs at least one value"),
+        ("Exists", ["a"], "Exists takes no values"),
+    ],
+)
+def test_affinity_values_as_the_api_server_validates_them(operator, values, message):
+    obj = k8s_pod("p")
+    term = {"matchExpressions": [{"key": "cores", "operator": operator, "values": values}]}
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    with pytest.raises(InputError) as err:
+        objects.pod(obj, {}, 0)
+    assert str(err.value).endswith(f"nodeSelectorTerms[0].matchExpressions[0].values: {message}")
+
+
 def test_global_default_priority_class():
     assert objects.priority(k8s_pod("p"), {"def": {"value": 7, "globalDefault": True}}) == 7
     assert objects.priority(k8s_pod("p", priority=3), {"def": {"value": 7, "globalDefault": True}}) == 3
