@@ -89,16 +89,65 @@ def _int_or_percent(obj: dict, field: str, value, total: int) -> int:
     raise InputError(describe(obj), field, f"expected a number or a percentage, got {shown(value)}")
 
 
+class _Pdbs:
+    """The PDBs of a snapshot, indexed by one label each selector requires: a cluster may hold thousands of
+    PDBs and pods, and testing every selector against every pod would take minutes."""
+
+    def __init__(self, pdbs: list[dict], live: list[dict]) -> None:
+        self.by_ns: dict[str, list[dict]] = {}  # by name, the order rule 3 tries them in
+        for pdb in sorted(pdbs, key=lambda o: o["metadata"]["name"]):
+            self.by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
+        self._required: dict[tuple[str, str, str], list[int]] = {}  # (ns, key, value) -> PDBs requiring it
+        self._unindexed: dict[str, list[int]] = {}  # PDBs without matchLabels: tried for every pod
+        for ns, ordered in self.by_ns.items():
+            for i, pdb in enumerate(ordered):
+                required = self._required_label(pdb)
+                if required is None:
+                    self._unindexed.setdefault(ns, []).append(i)
+                else:
+                    self._required.setdefault((ns, *required), []).append(i)
+        self._live: dict[tuple[str, str, str] | str, list[dict]] = {}  # live pods by (ns, key, value) and by ns
+        for p in live:
+            ns = p["metadata"]["namespace"]
+            self._live.setdefault(ns, []).append(p)
+            for k, v in (p["metadata"].get("labels") or {}).items():
+                self._live.setdefault((ns, k, v), []).append(p)
+
+    @staticmethod
+    def _required_label(pdb: dict) -> tuple[str, str] | None:
+        match_labels = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return next(iter(match_labels.items()), None)
+
+    def first_selecting(self, ns: str, labels: Mapping[str, str]) -> dict | None:
+        """The first PDB (by name) of the namespace whose selector selects these labels."""
+        candidates = list(self._unindexed.get(ns, ()))
+        for k, v in labels.items():
+            candidates += self._required.get((ns, k, v), ())
+        for i in sorted(candidates):
+            pdb = self.by_ns[ns][i]
+            if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+                return pdb
+        return None
+
+    def named(self, ns: str, name: str) -> dict:
+        return next(p for p in self.by_ns[ns] if p["metadata"]["name"] == name)
+
+    def selected(self, pdb: dict) -> int:
+        """How many live pods of its namespace the PDB selects."""
+        ns, required = pdb["metadata"]["namespace"], self._required_label(pdb)
+        pods = self._live.get(ns if required is None else (ns, *required), [])
+        selector = (pdb.get("spec") or {}).get("selector")
+        return sum(1 for p in pods if selector_matches(selector, p["metadata"].get("labels") or {}))
+
+
 class _Grouper:
     def __init__(self, snap: Snapshot, group_label: str | None, strict: bool) -> None:
         self.snap = snap
         self.group_label = group_label
         self.strict = strict
-        self.pdbs_by_ns: dict[str, list[dict]] = {}
-        for pdb in sorted(snap.pdbs, key=lambda o: o["metadata"]["name"]):
-            self.pdbs_by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
         # Pods that are (or will be) members: terminating pods are leaving, though they hold capacity until gone.
         self.live = [p for p in snap.pods if not objects.is_finished(p) and not objects.is_terminating(p)]
+        self.pdbs = _Pdbs(snap.pdbs, self.live)
 
     def key(self, pod: dict) -> GangKey | None:
         meta = pod["metadata"]
@@ -114,9 +163,9 @@ class _Grouper:
                 annotations[VOLCANO_ANNOTATION],
                 f"metadata.annotations.{VOLCANO_ANNOTATION}",
             )
-        for pdb in self.pdbs_by_ns.get(ns, []):
-            if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
-                return GangKey("pdb", ns, pdb["metadata"]["name"])
+        pdb = self.pdbs.first_selecting(ns, labels)
+        if pdb is not None:
+            return GangKey("pdb", ns, pdb["metadata"]["name"])
         if self.group_label and self.group_label in labels:
             return GangKey("label", ns, labels[self.group_label])
         for ref in meta.get("ownerReferences") or []:
@@ -141,17 +190,12 @@ class _Grouper:
         if pg is not None:
             return _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
         if key.rule == "pdb":
-            pdb = next(p for p in self.pdbs_by_ns[key.namespace] if p["metadata"]["name"] == key.name)
+            pdb = self.pdbs.named(key.namespace, key.name)
             spec = pdb.get("spec") or {}
-            selected = sum(
-                1
-                for p in self.live
-                if p["metadata"]["namespace"] == key.namespace
-                and selector_matches(spec.get("selector"), p["metadata"].get("labels") or {})
-            )
-            if "minAvailable" in spec:
+            selected = self.pdbs.selected(pdb)
+            if spec.get("minAvailable") is not None:
                 return max(1, _int_or_percent(pdb, "spec.minAvailable", spec["minAvailable"], selected))
-            if "maxUnavailable" in spec:
+            if spec.get("maxUnavailable") is not None:
                 return max(1, selected - _int_or_percent(pdb, "spec.maxUnavailable", spec["maxUnavailable"], selected))
             return 1
         mins = [

@@ -56,6 +56,20 @@ def test_rule3_pdb_with_percentage():
     assert result["default/tf"].min_member == 3
 
 
+def test_rule3_first_pdb_by_name_whether_it_selects_by_labels_or_expressions():
+    by_expression = k8s_pdb("a-expr", 1, {})
+    by_expression["spec"]["selector"] = {"matchExpressions": [{"key": "job", "operator": "In", "values": ["tf"]}]}
+    result = gangs(
+        k8s_pdb("c-labels", 1, {"job": "tf"}),
+        by_expression,
+        k8s_pdb("b-other", 1, {"job": "other"}),
+        *(k8s_pod(f"w{i}", labels={"job": "tf"}) for i in range(2)),
+        k8s_pod("x", labels={"job": "other"}),
+    )
+    assert sorted(result) == ["default/a-expr", "default/b-other"]
+    assert len(result["default/a-expr"].pods) == 2
+
+
 def test_rule4_group_label():
     pods = [k8s_pod(f"w{i}", labels={"team": "x"}, annotations={"gangsolve.io/min-available": "2"}) for i in range(3)]
     assert gangs(*pods, group_label="team")["default/x"].min_member == 2
