@@ -19,7 +19,7 @@ _INTEGER = re.compile(r"^[+-]?[0-9]{1,18}$")  # what Gt and Lt compare (an int64
 def _get(obj: Mapping, path: str, default=None):
     cur = obj
     for key in path.split("."):
-        if not isinstance(cur, Mapping) or key not in cur:
+        if not isinstance(cur, dict) or key not in cur:  # API objects are dicts (dict, not the slower Mapping ABC)
             return default
         cur = cur[key]
     return cur if cur is not None else default

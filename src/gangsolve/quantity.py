@@ -10,6 +10,7 @@ sum of 100,000 of them (the largest cluster we support, in nodes or pods) stays 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal, DecimalException, Overflow
@@ -59,6 +60,16 @@ def to_units(resource: str, value: object) -> int:
     """Integer amount in the solver's unit: millicores for cpu, whole units (bytes, GPUs, pods) otherwise.
     Fractions round up, as the scheduler never hands out less than was asked for. Raises ValueError for
     quantities that do not parse, are negative, or exceed MAX_UNITS."""
+    short = isinstance(value, str) and len(value) <= 64
+    return _text_units(resource, value) if short else _units(resource, value)
+
+
+@functools.lru_cache(maxsize=4096)  # a cluster's pods repeat a few quantities ("1", "4Gi") tens of thousands of times
+def _text_units(resource: str, text: str) -> int:
+    return _units(resource, text)
+
+
+def _units(resource: str, value: object) -> int:
     q = parse_quantity(value)
     if q < 0:
         raise ValueError(f"quantity {shown(value)} is negative")
