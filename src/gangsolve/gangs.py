@@ -95,8 +95,10 @@ class _Pdbs:
 
     def __init__(self, pdbs: list[dict], live: list[dict]) -> None:
         self.by_ns: dict[str, list[dict]] = {}  # by name, the order rule 3 tries them in
+        self._named: dict[tuple[str, str], dict] = {}
         for pdb in sorted(pdbs, key=lambda o: o["metadata"]["name"]):
             self.by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
+            self._named[(pdb["metadata"]["namespace"], pdb["metadata"]["name"])] = pdb
         self._required: dict[tuple[str, str, str], list[int]] = {}  # (ns, key, value) -> PDBs requiring it
         self._unindexed: dict[str, list[int]] = {}  # PDBs without matchLabels: tried for every pod
         for ns, ordered in self.by_ns.items():
@@ -130,7 +132,7 @@ class _Pdbs:
         return None
 
     def named(self, ns: str, name: str) -> dict:
-        return next(p for p in self.by_ns[ns] if p["metadata"]["name"] == name)
+        return self._named[(ns, name)]
 
     def selected(self, pdb: dict) -> int:
         """How many live pods of its namespace the PDB selects."""
