@@ -233,9 +233,15 @@ def _created(pod: dict) -> datetime | None:
 def check(snap: Snapshot) -> None:
     """Every object's fields as gangsolve reads them (gangsolve.schema), and the values of every PodGroup and
     PDB whether or not a pod names it; the first bad object raises InputError."""
-    for objs in (snap.nodes, snap.pods, snap.pdbs, snap.pod_groups.values(), snap.priority_classes.values()):
+    for kind, objs in (
+        ("Node", snap.nodes),
+        ("Pod", snap.pods),
+        ("PodDisruptionBudget", snap.pdbs),
+        ("PodGroup", snap.pod_groups.values()),
+        ("PriorityClass", snap.priority_classes.values()),
+    ):
         for obj in objs:
-            schema.check(obj)
+            schema.check(obj, kind)
     for pg in snap.pod_groups.values():
         _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
     for pdb in snap.pdbs:

@@ -188,9 +188,10 @@ SCHEMAS: dict[str, type[_Struct]] = {
 }
 
 
-def check(obj: dict) -> None:
-    """Raise InputError (naming the object and field) unless every field gangsolve reads has its API type."""
-    schema = SCHEMAS[obj["kind"]]
+def check(obj: dict, kind: str | None = None) -> None:
+    """Raise InputError (naming the object and field) unless every field gangsolve reads has its API type.
+    `kind` is what the object was filed as (objects listed from the API server may not carry theirs)."""
+    schema = SCHEMAS[kind or obj["kind"]]
     try:
         msgspec.convert(obj, schema)
     except msgspec.ValidationError as exc:

@@ -156,6 +156,14 @@ def test_non_strict_errors_name_exactly_the_bad_object():
         assert err.value.obj == describe(bad)
 
 
+def test_objects_listed_without_their_kind_are_checked_as_what_they_were_filed_as():
+    # Items of an API server's list carry no kind; the live cache files them by the list they came from.
+    pod = k8s_pod("p", cpu="1e16")
+    del pod["kind"]
+    with pytest.raises(InputError, match=r"spec.containers\[0\].resources.requests.cpu: quantity '1e16' is above"):
+        build_cluster(Snapshot(nodes=[k8s_node("n")], pods=[pod]), strict=False)
+
+
 def test_colocate_annotation_on_pod_group():
     result = gangs(
         k8s_pod_group("pg", 1, annotations={"gangsolve.io/colocate": "topology.kubernetes.io/zone"}),
