@@ -92,7 +92,7 @@ def place_gang(
         if allowed is not None:
             fit[~allowed] = 0
         score = np.where(fit > 0, scorer(problem, part.cls, free) - _USED * used_nodes, np.inf)
-        while left > 0:
+        while left > 0 and score.size:  # no nodes at all: nothing fits
             n = int(np.argmin(score))
             if score[n] == np.inf:
                 break

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from datetime import UTC
@@ -51,13 +52,31 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least `least` (click's FloatRange lets nan and inf through)."""
+
+    name = "seconds"
+
+    def __init__(self, least: float) -> None:
+        self.least = least
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(seconds) or seconds < self.least:
+            self.fail(f"{value!r} is not a number of seconds >= {self.least}", param, ctx)
+        return seconds
+
+
 @cli.command()
 @click.argument("snapshot")
 @click.option("--scheduler-name", default="gangsolve", show_default=True, help="Schedule pods with this schedulerName.")
 @click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0.05),
+    type=Seconds(0.05),
     default=DEFAULT_TIME_LIMIT,
     show_default=True,
     help="Seconds for the whole cycle; the best plan found by then is returned.",
@@ -73,7 +92,7 @@ def fail(message: str) -> None:
 def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str, now) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import render
-    from gangsolve.gangs import build_cluster
+    from gangsolve.gangs import build_cluster, gated
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
     from gangsolve.solver import solve as solve_cycle
@@ -81,14 +100,16 @@ def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limi
     try:
         if now is not None and now.tzinfo is None:
             now = now.replace(tzinfo=UTC)  # the Z form parses naive
-        cluster = build_cluster(read(snapshot), scheduler_name, group_label, now=now)
+        snap = read(snapshot)
+        cluster = build_cluster(snap, scheduler_name, group_label, now=now)
     except InputError as exc:
         fail(str(exc))
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit))
+    held = gated(snap, scheduler_name)
     if output == "json":
-        sys.stdout.buffer.write(render.to_json(placement))
+        sys.stdout.buffer.write(render.to_json(placement, held))
     else:
-        render.print_table(placement, Console())
+        render.print_table(placement, Console(), held)
 
 
 @cli.command()

@@ -12,12 +12,13 @@ A pod joins the gang of the first rule that applies:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from gangsolve import objects
-from gangsolve.errors import InputError, describe
+from gangsolve import objects, schema
+from gangsolve.errors import InputError, describe, shown
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver.model import Cluster, Gang, Node
 
@@ -28,6 +29,9 @@ COLOCATE_ANNOTATION = "gangsolve.io/colocate"
 # A gang pending longer than this outranks the gangs of its priority that are not: maximizing the number of
 # gangs placed would otherwise pass over big gangs for as long as small ones keep arriving.
 STARVATION_SECONDS = 900.0
+INT32_MAX = 2**31 - 1  # minMember and minAvailable are int32 in the API
+_PERCENT = re.compile(r"^[0-9]+%$")  # as the API server validates a PDB's percentages
+_WHOLE = re.compile(r"^-?[0-9]{1,18}$")  # anything longer is out of range, or not a number
 
 
 @dataclass(frozen=True)
@@ -59,27 +63,83 @@ def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> boo
 
 
 def _positive_int(obj: dict, field: str, value) -> int:
-    try:
-        n = int(value)
-        if isinstance(value, bool) or str(n) != str(value).strip():
-            raise ValueError
-    except (TypeError, ValueError):
-        raise InputError(describe(obj), field, f"expected a whole number, got {value!r}") from None
+    """A whole number from 1 to INT32_MAX, given as a number or as text (annotations are text)."""
+    text = value.strip() if isinstance(value, str) else ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif _WHOLE.match(text):
+        n = int(text)
+    else:
+        raise InputError(describe(obj), field, f"expected a whole number, got {shown(value)}")
     if n < 1:
         raise InputError(describe(obj), field, f"must be at least 1, got {n}")
+    if n > INT32_MAX:
+        raise InputError(describe(obj), field, f"must be at most {INT32_MAX}, got {shown(n)}")
     return n
 
 
 def _int_or_percent(obj: dict, field: str, value, total: int) -> int:
-    if isinstance(value, str) and value.endswith("%"):
-        try:
-            pct = int(value[:-1])
-        except ValueError:
-            raise InputError(describe(obj), field, f"expected a number or a percentage, got {value!r}") from None
+    if isinstance(value, str) and _PERCENT.match(value):
+        pct = int(value[:-1])
+        if pct > 100:
+            raise InputError(describe(obj), field, f"a percentage must be between 0% and 100%, got {shown(value)}")
         return math.ceil(pct * total / 100)  # rounded up, as the disruption controller does for minAvailable
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise InputError(describe(obj), field, f"expected a number or a percentage, got {value!r}")
+    raise InputError(describe(obj), field, f"expected a number or a percentage, got {shown(value)}")
+
+
+class _Pdbs:
+    """The PDBs of a snapshot, indexed by one label each selector requires: a cluster may hold thousands of
+    PDBs and pods, and testing every selector against every pod would take minutes."""
+
+    def __init__(self, pdbs: list[dict], live: list[dict]) -> None:
+        self.by_ns: dict[str, list[dict]] = {}  # by name, the order rule 3 tries them in
+        self._named: dict[tuple[str, str], dict] = {}
+        for pdb in sorted(pdbs, key=lambda o: o["metadata"]["name"]):
+            self.by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
+            self._named[(pdb["metadata"]["namespace"], pdb["metadata"]["name"])] = pdb
+        self._required: dict[tuple[str, str, str], list[int]] = {}  # (ns, key, value) -> PDBs requiring it
+        self._unindexed: dict[str, list[int]] = {}  # PDBs without matchLabels: tried for every pod
+        for ns, ordered in self.by_ns.items():
+            for i, pdb in enumerate(ordered):
+                required = self._required_label(pdb)
+                if required is None:
+                    self._unindexed.setdefault(ns, []).append(i)
+                else:
+                    self._required.setdefault((ns, *required), []).append(i)
+        self._live: dict[tuple[str, str, str] | str, list[dict]] = {}  # live pods by (ns, key, value) and by ns
+        for p in live:
+            ns = p["metadata"]["namespace"]
+            self._live.setdefault(ns, []).append(p)
+            for k, v in (p["metadata"].get("labels") or {}).items():
+                self._live.setdefault((ns, k, v), []).append(p)
+
+    @staticmethod
+    def _required_label(pdb: dict) -> tuple[str, str] | None:
+        match_labels = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return next(iter(match_labels.items()), None)
+
+    def first_selecting(self, ns: str, labels: Mapping[str, str]) -> dict | None:
+        """The first PDB (by name) of the namespace whose selector selects these labels."""
+        candidates = list(self._unindexed.get(ns, ()))
+        for k, v in labels.items():
+            candidates += self._required.get((ns, k, v), ())
+        for i in sorted(candidates):
+            pdb = self.by_ns[ns][i]
+            if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+                return pdb
+        return None
+
+    def named(self, ns: str, name: str) -> dict:
+        return self._named[(ns, name)]
+
+    def selected(self, pdb: dict) -> int:
+        """How many live pods of its namespace the PDB selects."""
+        ns, required = pdb["metadata"]["namespace"], self._required_label(pdb)
+        pods = self._live.get(ns if required is None else (ns, *required), [])
+        selector = (pdb.get("spec") or {}).get("selector")
+        return sum(1 for p in pods if selector_matches(selector, p["metadata"].get("labels") or {}))
 
 
 class _Grouper:
@@ -87,10 +147,9 @@ class _Grouper:
         self.snap = snap
         self.group_label = group_label
         self.strict = strict
-        self.pdbs_by_ns: dict[str, list[dict]] = {}
-        for pdb in sorted(snap.pdbs, key=lambda o: o["metadata"]["name"]):
-            self.pdbs_by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
-        self.live = [p for p in snap.pods if not objects.is_finished(p) and not p["metadata"].get("deletionTimestamp")]
+        # Pods that are (or will be) members: terminating pods are leaving, though they hold capacity until gone.
+        self.live = [p for p in snap.pods if not objects.is_finished(p) and not objects.is_terminating(p)]
+        self.pdbs = _Pdbs(snap.pdbs, self.live)
 
     def key(self, pod: dict) -> GangKey | None:
         meta = pod["metadata"]
@@ -106,9 +165,9 @@ class _Grouper:
                 annotations[VOLCANO_ANNOTATION],
                 f"metadata.annotations.{VOLCANO_ANNOTATION}",
             )
-        for pdb in self.pdbs_by_ns.get(ns, []):
-            if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
-                return GangKey("pdb", ns, pdb["metadata"]["name"])
+        pdb = self.pdbs.first_selecting(ns, labels)
+        if pdb is not None:
+            return GangKey("pdb", ns, pdb["metadata"]["name"])
         if self.group_label and self.group_label in labels:
             return GangKey("label", ns, labels[self.group_label])
         for ref in meta.get("ownerReferences") or []:
@@ -133,17 +192,12 @@ class _Grouper:
         if pg is not None:
             return _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
         if key.rule == "pdb":
-            pdb = next(p for p in self.pdbs_by_ns[key.namespace] if p["metadata"]["name"] == key.name)
+            pdb = self.pdbs.named(key.namespace, key.name)
             spec = pdb.get("spec") or {}
-            selected = sum(
-                1
-                for p in self.live
-                if p["metadata"]["namespace"] == key.namespace
-                and selector_matches(spec.get("selector"), p["metadata"].get("labels") or {})
-            )
-            if "minAvailable" in spec:
+            selected = self.pdbs.selected(pdb)
+            if spec.get("minAvailable") is not None:
                 return max(1, _int_or_percent(pdb, "spec.minAvailable", spec["minAvailable"], selected))
-            if "maxUnavailable" in spec:
+            if spec.get("maxUnavailable") is not None:
                 return max(1, selected - _int_or_percent(pdb, "spec.maxUnavailable", spec["maxUnavailable"], selected))
             return 1
         mins = [
@@ -173,10 +227,38 @@ def display_name(key: GangKey) -> str:
 
 def _created(pod: dict) -> datetime | None:
     stamp = pod["metadata"].get("creationTimestamp")
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
-    except ValueError:
-        raise InputError(describe(pod), "metadata.creationTimestamp", f"not an RFC 3339 time: {stamp!r}") from None
+    return schema.timestamp(stamp) if stamp else None
+
+
+def check(snap: Snapshot) -> None:
+    """Every object's fields as gangsolve reads them (gangsolve.schema), and the values of every PodGroup and
+    PDB whether or not a pod names it; the first bad object raises InputError."""
+    for kind, objs in (
+        ("Node", snap.nodes),
+        ("Pod", snap.pods),
+        ("PodDisruptionBudget", snap.pdbs),
+        ("PodGroup", snap.pod_groups.values()),
+        ("PriorityClass", snap.priority_classes.values()),
+    ):
+        for obj in objs:
+            schema.check(obj, kind)
+    for pg in snap.pod_groups.values():
+        _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+    for pdb in snap.pdbs:
+        spec = pdb.get("spec") or {}
+        for field in ("minAvailable", "maxUnavailable"):
+            if spec.get(field) is not None:
+                _int_or_percent(pdb, f"spec.{field}", spec[field], 0)
+
+
+def gated(snap: Snapshot, scheduler_name: str) -> dict[str, list[str]]:
+    """Pods for `scheduler_name` held back by scheduling gates: pod key -> the gates' names. They are not
+    planned until the gates are removed."""
+    return {
+        objects.pod_key(p): objects.gates(p)
+        for p in snap.pods
+        if objects.gates(p) and objects.is_waiting_for(p, scheduler_name)
+    }
 
 
 def build_cluster(
@@ -189,16 +271,16 @@ def build_cluster(
 ) -> Cluster:
     """Every node with the capacity bound pods hold, and every gang with pending pods of our scheduler.
     With `now` (the live scheduler's clock), gangs whose oldest pending pod was created more than
-    `starvation_seconds` earlier are marked starving."""
-    for pg in snap.pod_groups.values():
-        _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+    `starvation_seconds` earlier are marked starving. Raises InputError naming the first object it cannot
+    read (strict or not: the live scheduler leaves that object out and tries again)."""
+    check(snap)
     grouper = _Grouper(snap, group_label, strict)
     nodes = [objects.node(n) for n in snap.nodes]
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
-    for p in grouper.live:
+    for p in snap.pods:  # as kube-scheduler counts: a terminating pod holds its capacity until it is gone
         node_name = (p.get("spec") or {}).get("nodeName")
-        if node_name in index:
+        if node_name in index and not objects.is_finished(p):
             for r, q in objects.pod_requests(p).items():
                 used[index[node_name]][r] = used[index[node_name]].get(r, 0) + q
     nodes = [

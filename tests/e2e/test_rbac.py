@@ -4,7 +4,7 @@ The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2
 server records every request that account makes. This test runs one more scheduler through every kind of
 call (leader election from a missing Lease to its release, every watch, binds of both PodGroup kinds, a gang
 that cannot fit and says so), then holds every request of the session so far against the chart's rules:
-none refused, every request allowed by a rule, every rule used, the Lease touched only by its name.
+every request of a kind a rule grants, every rule used, the Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
 
     records = [e for e in control_plane.audit_events() if e["user"]["username"] == scheduler_account.user]
     assert records, "the audit log holds none of the scheduler's requests"
-    refused = sorted({(e["verb"], e["requestURI"]) for e in records if e["responseStatus"]["code"] == 403})
-    assert refused == []
+    # A request the rules do not grant is refused (403) and still counts as used below, so it fails the test.
+    # (Granted requests can be refused too, for a moment after an API server restart, while its authorizer
+    # loads the roles: the fault tests restart it.)
 
     granted, names = _granted(scheduler_account.rbac)
     used: set[tuple[str, str, str, str]] = set()
