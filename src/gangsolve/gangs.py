@@ -7,15 +7,23 @@ A pod joins the gang of the first rule that applies:
 4. `--group-label KEY` -> pods of the namespace sharing that label's value;
 5. its controlling ownerReference;
 6. otherwise the pod alone.
+
+A gang definition (a PDB, a PodGroup, the min-available annotation) may be created after the pods it
+defines: a training operator creates them in separate calls. Grouped by rules 4-6 meanwhile, such pods
+could be bound in part, the very thing a gang scheduler exists to prevent. So pods that may still get one
+wait for it, `definition_grace` seconds from their creation, before rules 4-6 apply: pods of the known
+training-job kinds (and any kind the user adds), pods of a Job or JobSet with more than one pod, and pods of
+a `--group-label` group none of whose pods carries the min-available annotation. Pods naming a PodGroup not
+created yet wait for it as long as it takes.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gangsolve import objects, schema
 from gangsolve.errors import InputError, describe, shown
@@ -29,6 +37,11 @@ COLOCATE_ANNOTATION = "gangsolve.io/colocate"
 # A gang pending longer than this outranks the gangs of its priority that are not: maximizing the number of
 # gangs placed would otherwise pass over big gangs for as long as small ones keep arriving.
 STARVATION_SECONDS = 900.0
+# Seconds pods that may still get a gang definition wait for it (from their creation); 0 turns waiting off.
+DEFINITION_GRACE = 10.0
+# Controllers of distributed training jobs: Kubeflow's training-operator kinds and Trainer's TrainJob.
+TRAINING_KINDS = frozenset({"TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob"})
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 INT32_MAX = 2**31 - 1  # minMember and minAvailable are int32 in the API
 _PERCENT = re.compile(r"^[0-9]+%$")  # as the API server validates a PDB's percentages
 _WHOLE = re.compile(r"^-?[0-9]{1,18}$")  # anything longer is out of range, or not a number
@@ -142,14 +155,92 @@ class _Pdbs:
         return sum(1 for p in pods if selector_matches(selector, p["metadata"].get("labels") or {}))
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """Why a pending pod is not planned yet, and until when it waits (None: until its definition exists)."""
+
+    reason: str
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Grace:
+    """How long pods that may still get a gang definition wait for it, and which owners make them do so."""
+
+    seconds: float = DEFINITION_GRACE
+    kinds: frozenset[str] = TRAINING_KINDS
+
+    def with_kinds(self, extra: Iterable[str]) -> Grace:
+        return Grace(self.seconds, self.kinds | frozenset(extra))
+
+
 class _Grouper:
-    def __init__(self, snap: Snapshot, group_label: str | None, strict: bool) -> None:
+    def __init__(
+        self,
+        snap: Snapshot,
+        group_label: str | None,
+        strict: bool,
+        grace: Grace | None = None,
+        now: datetime | None = None,  # the cycle's clock: without it, nothing waits for a definition
+    ) -> None:
         self.snap = snap
         self.group_label = group_label
         self.strict = strict
+        self.grace = grace or Grace()
+        self.now = now
         # Pods that are (or will be) members: terminating pods are leaving, though they hold capacity until gone.
         self.live = [p for p in snap.pods if not objects.is_finished(p) and not objects.is_terminating(p)]
         self.pdbs = _Pdbs(snap.pdbs, self.live)
+        self._owned: dict[str, int] = {}  # controller uid -> live pods it owns
+        self._annotated: set[tuple[str, str]] = set()  # (namespace, group-label value) with min-available
+        for p in self.live:
+            ref = _controller(p)
+            if ref is not None:
+                self._owned[str(ref.get("uid"))] = self._owned.get(str(ref.get("uid")), 0) + 1
+            labels, annotations = p["metadata"].get("labels") or {}, p["metadata"].get("annotations") or {}
+            if group_label and group_label in labels and MIN_AVAILABLE_ANNOTATION in annotations:
+                self._annotated.add((p["metadata"]["namespace"], labels[group_label]))
+
+    def waiting(self, pod: dict) -> Waiting | None:
+        """Why this pod joins no gang yet, or None when `key` places it in one."""
+        meta = pod["metadata"]
+        ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
+        for group, name in (
+            ("scheduling.x-k8s.io", labels.get(POD_GROUP_LABEL)),
+            ("scheduling.volcano.sh", annotations.get(VOLCANO_ANNOTATION)),
+        ):
+            if name is not None:
+                missing = (group, ns, name) not in self.snap.pod_groups
+                return Waiting(f"waiting for PodGroup {ns}/{name} ({group}) to exist") if missing else None
+        if self.pdbs.first_selecting(ns, labels) is not None:
+            return None
+        expected = self._expects_definition(pod)
+        created = _created(pod)
+        if expected is None or self.now is None or created is None or self.grace.seconds <= 0:
+            return None
+        until = created + timedelta(seconds=self.grace.seconds)
+        if self.now >= until:
+            return None  # the definition never came: the fallback rule applies
+        return Waiting(f"waiting up to {self.grace.seconds:g}s from its creation for {expected}", until)
+
+    def _expects_definition(self, pod: dict) -> str | None:
+        """What gang definition this pod may still get, or None when nothing suggests one is coming."""
+        meta = pod["metadata"]
+        labels, ns = meta.get("labels") or {}, meta["namespace"]
+        what = "its gang definition (a PodDisruptionBudget or PodGroup)"
+        if self.group_label and self.group_label in labels:
+            if (ns, labels[self.group_label]) in self._annotated:
+                return None
+            return f"the {MIN_AVAILABLE_ANNOTATION} annotation of its {self.group_label} group"
+        ref = _controller(pod)
+        if ref is None:
+            return None
+        kind = ref.get("kind")
+        if kind in self.grace.kinds:
+            return f"{what} of {kind} {ref.get('name')}"
+        if kind == "Job" and (JOBSET_LABEL in labels or self._owned.get(str(ref.get("uid")), 0) > 1):
+            return f"{what} of Job {ref.get('name')}"
+        return None
 
     def key(self, pod: dict) -> GangKey | None:
         meta = pod["metadata"]
@@ -168,11 +259,13 @@ class _Grouper:
         pdb = self.pdbs.first_selecting(ns, labels)
         if pdb is not None:
             return GangKey("pdb", ns, pdb["metadata"]["name"])
+        if self.waiting(pod) is not None:
+            return None  # its definition may be on its way
         if self.group_label and self.group_label in labels:
             return GangKey("label", ns, labels[self.group_label])
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("controller"):
-                return GangKey("owner", ns, f"{ref.get('name')}\0{ref.get('uid')}")
+        ref = _controller(pod)
+        if ref is not None:
+            return GangKey("owner", ns, f"{ref.get('name')}\0{ref.get('uid')}")
         return GangKey("pod", ns, meta["name"])
 
     def _pod_group(self, pod: dict, group: str, name: str, field: str) -> GangKey | None:
@@ -221,6 +314,10 @@ class _Grouper:
         return None
 
 
+def _controller(pod: dict) -> dict | None:
+    return next((ref for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")), None)
+
+
 def display_name(key: GangKey) -> str:
     return f"{key.namespace}/{key.name.split(chr(0))[0]}"
 
@@ -261,6 +358,23 @@ def gated(snap: Snapshot, scheduler_name: str) -> dict[str, list[str]]:
     }
 
 
+def waiting(
+    snap: Snapshot,
+    scheduler_name: str = "gangsolve",
+    group_label: str | None = None,
+    now: datetime | None = None,
+    grace: Grace | None = None,
+) -> dict[str, Waiting]:
+    """Pending pods of `scheduler_name` that join no gang yet, and why: their PodGroup does not exist yet, or
+    their gang definition may still come (see the module's docstring). `build_cluster` leaves them out."""
+    grouper = _Grouper(snap, group_label, strict=False, grace=grace, now=now)
+    return {
+        objects.pod_key(p): why
+        for p in grouper.live
+        if objects.is_pending_for(p, scheduler_name) and (why := grouper.waiting(p)) is not None
+    }
+
+
 def build_cluster(
     snap: Snapshot,
     scheduler_name: str = "gangsolve",
@@ -268,13 +382,15 @@ def build_cluster(
     strict: bool = True,
     now: datetime | None = None,
     starvation_seconds: float = STARVATION_SECONDS,
+    grace: Grace | None = None,
 ) -> Cluster:
     """Every node with the capacity bound pods hold, and every gang with pending pods of our scheduler.
     With `now` (the live scheduler's clock), gangs whose oldest pending pod was created more than
-    `starvation_seconds` earlier are marked starving. Raises InputError naming the first object it cannot
-    read (strict or not: the live scheduler leaves that object out and tries again)."""
+    `starvation_seconds` earlier are marked starving, and pods that may still get a gang definition wait
+    for it by `grace`. Raises InputError naming the first object it cannot read (strict or not: the live
+    scheduler leaves that object out and tries again)."""
     check(snap)
-    grouper = _Grouper(snap, group_label, strict)
+    grouper = _Grouper(snap, group_label, strict, grace, now)
     nodes = [objects.node(n) for n in snap.nodes]
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]

@@ -17,8 +17,13 @@ from gangsolve.errors import printable
 from gangsolve.solver.model import Placement
 
 
-def as_dict(placement: Placement, gated: Mapping[str, Sequence[str]] | None = None) -> dict:
-    """`gated`: pods held back by scheduling gates (pod -> gate names), never placed."""
+def as_dict(
+    placement: Placement,
+    gated: Mapping[str, Sequence[str]] | None = None,
+    waiting: Mapping[str, str] | None = None,
+) -> dict:
+    """`gated`: pods held back by scheduling gates (pod -> gate names), never placed. `waiting`: pods that join
+    no gang yet (pod -> why: their PodGroup does not exist, or their gang definition may still come)."""
     return {
         "bindings": dict(placement.bindings),
         "gangs": [
@@ -40,18 +45,28 @@ def as_dict(placement: Placement, gated: Mapping[str, Sequence[str]] | None = No
         "stages": list(placement.stages),
         "levels": list(placement.levels),
         "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
+        "waiting": dict(waiting or {}),
     }
 
 
-def to_json(placement: Placement, gated: Mapping[str, Sequence[str]] | None = None) -> bytes:
-    return orjson.dumps(as_dict(placement, gated), option=orjson.OPT_INDENT_2) + b"\n"
+def to_json(
+    placement: Placement,
+    gated: Mapping[str, Sequence[str]] | None = None,
+    waiting: Mapping[str, str] | None = None,
+) -> bytes:
+    return orjson.dumps(as_dict(placement, gated, waiting), option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def _text(value: str, style: str = "") -> Text:
     return Text(printable(value), style=style)
 
 
-def print_table(placement: Placement, console: Console, gated: Mapping[str, Sequence[str]] | None = None) -> None:
+def print_table(
+    placement: Placement,
+    console: Console,
+    gated: Mapping[str, Sequence[str]] | None = None,
+    waiting: Mapping[str, str] | None = None,
+) -> None:
     table = Table(title="Gangs", title_justify="left", show_lines=False)
     for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON"):
         table.add_column(column, overflow="fold")
@@ -73,10 +88,18 @@ def print_table(placement: Placement, console: Console, gated: Mapping[str, Sequ
         for pod, gates in gated.items():
             held.add_row(_text(pod), _text(", ".join(gates)))
         console.print(held)
+    if waiting:
+        table = Table(title="Waiting (in no gang yet)", title_justify="left")
+        table.add_column("POD")
+        table.add_column("WHY", overflow="fold")
+        for pod, why in waiting.items():
+            table.add_row(_text(pod), _text(why))
+        console.print(table)
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
         + (f", {len(gated)} pods gated" if gated else "")
+        + (f", {len(waiting)} waiting for their gang" if waiting else "")
         + f" · status {placement.status} · objective {placement.objective}, bound {placement.best_bound} · "
         f"{placement.solve_seconds:.2f}s"
     )

@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import IO, Any
 
+import msgspec
 import orjson
 import yaml
 
+from gangsolve import schema
 from gangsolve.errors import InputError, describe, shown
 
 POD_GROUP_KINDS = {
@@ -23,6 +26,7 @@ POD_GROUP_KINDS = {
     "scheduling.volcano.sh": "PodGroup",  # Volcano
 }
 PDB_VERSIONS = ("policy/v1", "policy/v1beta1")
+TAKEN_AT_ANNOTATION = "gangsolve.io/snapshot-time"  # on the List `gangsolve export` writes: when it listed
 KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass")
 # YAML aliases may repeat a value; a document may not grow by them to more values than it has characters
 # (plus this many): a billion-laughs document of under 1 KB would otherwise expand to billions of values.
@@ -37,6 +41,7 @@ class Snapshot:
     pdbs: list[dict] = field(default_factory=list)
     pod_groups: dict[tuple[str, str, str], dict] = field(default_factory=dict)  # (group, ns, name) -> PodGroup
     priority_classes: dict[str, dict] = field(default_factory=dict)
+    taken_at: datetime | None = None  # when `gangsolve export` listed the cluster (its List's annotation)
 
     def add(self, obj: dict) -> None:
         """File one object under its kind; objects of kinds gangsolve does not read are ignored."""
@@ -152,10 +157,26 @@ def parse(text: str) -> Snapshot:
                     raise InputError("snapshot", "items", "expected a list")
                 for item in obj["items"]:
                     snap.add(item)
+                snap.taken_at = _taken_at(obj) or snap.taken_at
             else:
                 snap.add(obj)
     snap.check_duplicates()
     return snap
+
+
+def _taken_at(listing: dict) -> datetime | None:
+    """The time `gangsolve export` wrote into the List it made (an annotation), if any."""
+    meta = listing.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    stamp = annotations.get(TAKEN_AT_ANNOTATION) if isinstance(annotations, dict) else None
+    if stamp is None:
+        return None
+    try:
+        return schema.timestamp(stamp)
+    except msgspec.ValidationError:
+        raise InputError(
+            "snapshot", f"metadata.annotations.{TAKEN_AT_ANNOTATION}", f"not an RFC 3339 time: {shown(stamp)}"
+        ) from None
 
 
 def read(source: str | IO[str]) -> Snapshot:

@@ -38,8 +38,9 @@ def feedback(store: ClusterStore, kube: FakeKube, fence=None) -> Feedback:
 
 def cycle(store: ClusterStore) -> CycleResult:
     snap = store.snapshot()
-    cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
-    return CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped), store.backing_off())
+    d = plan(snap, "gangsolve", None, 1)
+    skipped = tuple((e.obj, str(e)) for e in d.skipped)
+    return CycleResult(snap, d.cluster, d.placement, skipped, store.backing_off(), d.waiting)
 
 
 def oversized_gang(store: ClusterStore, uid_prefix: str = "u") -> None:
@@ -133,8 +134,8 @@ def test_pods_naming_a_missing_pod_group_say_what_they_wait_for():
             k8s_pod("c", scheduler="someone-else", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
         ]
     )
-    cluster, placement, _skipped = plan(snap, "gangsolve", None, 1)
-    reasons = feedback(ClusterStore(), FakeKube()).reasons(CycleResult(snap, cluster, placement))
+    d = plan(snap, "gangsolve", None, 1)
+    reasons = feedback(ClusterStore(), FakeKube()).reasons(CycleResult(snap, d.cluster, d.placement, waiting=d.waiting))
     assert reasons == {
         "default/a": "waiting for PodGroup default/pg (scheduling.x-k8s.io) to exist",
         "default/b": "waiting for PodGroup default/vg (scheduling.volcano.sh) to exist",
@@ -148,8 +149,8 @@ def test_pods_of_an_unreadable_pod_group_say_why():
         pods=[k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
         pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
     )
-    cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
-    result = CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
+    d = plan(snap, "gangsolve", None, 1)
+    result = CycleResult(snap, d.cluster, d.placement, tuple((e.obj, str(e)) for e in d.skipped), waiting=d.waiting)
     assert feedback(ClusterStore(), FakeKube()).reasons(result) == {
         "default/b": (
             "PodGroup default/bad (scheduling.x-k8s.io) cannot be read: "

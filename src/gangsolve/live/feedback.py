@@ -175,7 +175,7 @@ class Feedback:
             for p in gang.pods:
                 if p.name not in result.placement.bindings:
                     reasons[p.name] = res.reason or "waiting for the rest of the gang"
-        reasons.update(self._waiting_for_pod_group(result))
+        reasons.update(self._waiting(result))
         for key, seconds in result.backing_off.items():
             reasons[key] = f"binding failed; trying again in {max(1, round(seconds))}s"
         return reasons
@@ -201,10 +201,10 @@ class Feedback:
 
     # ------------------------------------------------------------------ pods
 
-    def _waiting_for_pod_group(self, result: CycleResult) -> dict[str, str]:
-        """Pending pods of ours that name a PodGroup not (yet) created: they join no gang, and say so."""
-        out = {}
-        groups = result.snapshot.pod_groups
+    def _waiting(self, result: CycleResult) -> dict[str, str]:
+        """Pending pods of ours that join no gang yet (their PodGroup does not exist yet, or their gang
+        definition may still come), or that name an object the cycle could not read: they say so."""
+        out = {key: w.reason for key, w in result.waiting.items()}
         unreadable = dict(result.skipped)
         for p in result.snapshot.pods:
             if not is_pending_for(p, self.scheduler_name):
@@ -223,13 +223,9 @@ class Feedback:
                 if annotation
                 else None
             )
-            if wanted is None:
-                continue
-            problem = unreadable.get(f"PodGroup {ns}/{wanted[1]}")
-            if problem:
+            problem = unreadable.get(f"PodGroup {ns}/{wanted[1]}") if wanted else None
+            if wanted and problem:
                 out[key] = f"PodGroup {ns}/{wanted[1]} ({wanted[0]}) cannot be read: {problem}"
-            elif (wanted[0], ns, wanted[1]) not in groups:
-                out[key] = f"waiting for PodGroup {ns}/{wanted[1]} ({wanted[0]}) to exist"
         return out
 
     async def _unschedulable(self, key: str, message: str) -> None:

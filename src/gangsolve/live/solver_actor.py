@@ -9,6 +9,7 @@ cycle counter; it stops when cancelled (a cycle cancelled mid-solve has assumed 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gangsolve.errors import InputError, describe
-from gangsolve.gangs import build_cluster
+from gangsolve.gangs import Grace, Waiting, build_cluster, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
@@ -42,6 +43,7 @@ class CycleResult:
     placement: Placement
     skipped: tuple[tuple[str, str], ...] = ()  # objects left out as unreadable: (`Kind ns/name`, error)
     backing_off: dict[str, float] = field(default_factory=dict)  # pod key -> seconds of back-off left
+    waiting: dict[str, Waiting] = field(default_factory=dict)  # pods joining no gang yet, and why
 
 
 def without(snapshot: Snapshot, culprit: str) -> Snapshot:
@@ -69,18 +71,35 @@ def _size(snapshot: Snapshot) -> int:
     )
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What one cycle decided, from one snapshot."""
+
+    cluster: Cluster
+    placement: Placement
+    skipped: list[InputError]  # objects left out as unreadable
+    waiting: dict[str, Waiting]  # pending pods that join no gang yet
+
+
 def plan(
-    snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float
-) -> tuple[Cluster, Placement, list[InputError]]:
+    snapshot: Snapshot,
+    scheduler_name: str,
+    group_label: str | None,
+    time_limit: float,
+    grace: Grace | None = None,
+    now: datetime | None = None,
+) -> Plan:
     """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
     `minMember: many`, a pod asking for more cpu than the model can count) is left out of the cycle and
     returned with its error: one bad object must not stop everyone else."""
     skipped: list[InputError] = []
-    # The live clock marks gangs pending past the starvation age, so big gangs are not passed over.
-    now = datetime.now(UTC)
+    # The live clock marks gangs pending past the starvation age, so big gangs are not passed over, and ends
+    # the wait of pods whose gang definition never came.
+    now = now or datetime.now(UTC)
     while True:
         try:
-            cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False, now=now)
+            cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False, now=now, grace=grace)
+            held = waiting(snapshot, scheduler_name, group_label, now, grace)
             break
         except InputError as exc:
             smaller = without(snapshot, exc.obj)
@@ -104,7 +123,7 @@ def plan(
         ]
         cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
         placement = solve(cluster, config)
-    return cluster, placement, skipped
+    return Plan(cluster, placement, skipped, held)
 
 
 def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
@@ -130,6 +149,7 @@ class SolverActor:
         time_limit: float,
         debounce: float,
         resync_period: float,
+        grace: Grace | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -138,7 +158,9 @@ class SolverActor:
         self.time_limit = time_limit
         self.debounce = debounce
         self.resync_period = resync_period
+        self.grace = grace or Grace()
         self.cycles = 0
+        self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
 
     async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
@@ -146,7 +168,10 @@ class SolverActor:
             seen = -1
             while True:
                 if self.store.generation == seen:
-                    with anyio.move_on_after(min(self.resync_period, self.store.next_backoff_expiry())):
+                    wake = min(
+                        self.resync_period, self.store.next_backoff_expiry(), self._grace_ends - time.monotonic()
+                    )
+                    with anyio.move_on_after(max(wake, 0)):
                         await self.store.wait_for_change(seen)
                 await anyio.sleep(self.debounce)
                 seen = self.store.generation
@@ -157,13 +182,24 @@ class SolverActor:
         snapshot = self.store.snapshot()
         backing_off = self.store.backing_off()
         try:
-            cluster, placement, skipped = await anyio.to_thread.run_sync(
-                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit, abandon_on_cancel=True
+            decided = await anyio.to_thread.run_sync(
+                plan,
+                snapshot,
+                self.scheduler_name,
+                self.group_label,
+                self.time_limit,
+                self.grace,
+                abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
             logs.error("cycle failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
             self.metrics.schedule_attempts.labels("error").inc()
             return None
+        cluster, placement, skipped = decided.cluster, decided.placement, decided.skipped
+        ends = [w.until for w in decided.waiting.values() if w.until is not None]
+        self._grace_ends = (
+            time.monotonic() + (min(ends) - datetime.now(UTC)).total_seconds() + 0.05 if ends else math.inf
+        )
         for err in skipped:
             logs.warning("object left out of the cycle", object=err.obj, error=str(err))
             self.metrics.objects_skipped.inc()
@@ -185,7 +221,9 @@ class SolverActor:
                 gang_plan = GangPlan(gang.name, tuple(placed), now)
                 self.store.assume(gang.name, gang_plan.pods)
                 plans.send_nowait(gang_plan)
-        result = CycleResult(snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped), backing_off)
+        result = CycleResult(
+            snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped), backing_off, decided.waiting
+        )
         results.put(result)
         self.metrics.cycle_duration.observe(time.perf_counter() - started)
         (logs.info if cluster.gangs else logs.debug)(
