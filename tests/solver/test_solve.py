@@ -1,8 +1,12 @@
 """Scenario tables for the solver: what a cycle must decide, checked with the independent validator."""
 
+import pytest
+from ortools.sat.python import cp_model
+
 from gangsolve.solver import Cluster, Gang, SolveConfig, Toleration, solve, validate
 from gangsolve.solver.greedy import greedy
 from gangsolve.solver.problem import Problem
+from gangsolve.solver.solve import warm_start
 from tests.builders import MASTER_TAINT, gang, node, pod
 
 
@@ -218,3 +222,58 @@ def test_starving_never_outranks_a_higher_priority():
     nodes = [node("n0", gpus=4)]
     starving_low = Gang("old", gang("old", 1, gpus=4).pods, 1, starving=True)
     assert placed(run(nodes, [starving_low, gang("high", 1, gpus=4, priority=5)])) == {"high"}
+
+
+def _raises(*args, **kwargs):
+    raise RuntimeError("ortools failed")
+
+
+def _infeasible(*args, **kwargs):
+    return cp_model.INFEASIBLE
+
+
+@pytest.mark.parametrize(
+    ("where", "failure"),
+    [
+        ((cp_model.CpSolver, "solve"), _raises),  # an exception from the solver
+        ((cp_model.CpSolver, "solve"), _infeasible),  # a status the hint rules out
+        ((cp_model.CpModel, "new_bool_var"), _raises),  # an exception while building the model
+    ],
+)
+def test_a_failing_cpsat_stage_keeps_the_placement_it_has(monkeypatch, where, failure):
+    # Whatever CP-SAT stage fails, the cycle answers with the best placement it already had instead of raising.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    gangs = [gang("a-first", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4)]
+    monkeypatch.setattr(*where, failure)
+    p = run(nodes, gangs, time_limit=2)
+    failed = [s for s in p.stages if s["status"] == "FAILED"]
+    assert failed
+    assert all(s.get("detail") for s in failed)
+    assert p.objective >= len(greedy(Problem(Cluster(tuple(nodes), tuple(gangs)))))
+    assert len(p.bindings) >= 2
+
+
+def test_the_previous_plan_is_kept_where_it_still_holds():
+    nodes = [node(f"n{i}", gpus=4) for i in range(4)]
+    gangs = [gang("g", 4, gpus=1), gang("h", 2, gpus=2)]
+    cluster = Cluster(tuple(nodes), tuple(gangs))
+    previous = {**{f"g-{i}": "n2" for i in range(4)}, "h-0": "n3", "h-1": "n3"}
+    p = solve(cluster, SolveConfig(time_limit=2), previous=previous)
+    assert validate(cluster, p) == []
+    assert dict(p.bindings) == previous
+
+
+def test_a_previous_plan_that_no_longer_holds_is_dropped_whole():
+    # n2 now runs other pods: the gang planned there no longer fits and is dropped whole (not kept in part);
+    # the other gang's plan still holds; a pod that is gone and a node that is gone are ignored.
+    busy = node("n2", gpus=4)
+    busy = type(busy)(busy.name, busy.allocatable, busy.labels, used={"nvidia.com/gpu": 3, "pods": 3})
+    nodes = [node("n0", gpus=4), node("n1", gpus=4), busy, node("n3", gpus=4)]
+    gangs = [gang("g", 4, gpus=1), gang("h", 2, gpus=2)]
+    cluster = Cluster(tuple(nodes), tuple(gangs))
+    previous = {**{f"g-{i}": "n2" for i in range(4)}, "h-0": "n3", "h-1": "n3", "gone-0": "n9", "g-0-old": "n0"}
+    problem = Problem(cluster)
+    assert warm_start(problem, previous) == {1: {(0, problem.node_index["n3"]): 2}}
+    p = solve(cluster, SolveConfig(time_limit=2), previous=previous)
+    assert validate(cluster, p) == []
+    assert placed(p) == {"g", "h"}
