@@ -75,7 +75,7 @@ class Relaxation:
         self.placed: dict[int, int] = {}  # gang -> variable index
         self.integral: list[int] = []  # variables integral in the MIP
         self.held: dict[Level, int] = {}  # level -> row index of "placed at level >= count"
-        self._cache: dict[tuple[object, ...], int | None] = {}
+        self._cache: dict[tuple[object, ...], int] = {}
         self._build()
 
     # --- the model ----------------------------------------------------------------------------------------
@@ -234,9 +234,12 @@ class Relaxation:
         at least `held[l]` gangs at each level l in `held`; None when the solver proves nothing in `seconds`.
         Gangs of other levels are left out (they only compete for room)."""
         key = (tuple(objective), tuple(sorted(held.items())), mip)
-        if key not in self._cache:
-            self._cache[key] = self._solve(set(objective), held, seconds, mip)
-        return self._cache[key]
+        if key in self._cache:
+            return self._cache[key]
+        bound = self._solve(set(objective), held, seconds, mip)
+        if bound is not None and not mip:  # an LP either solves or not; a MIP's bound depends on its time
+            self._cache[key] = bound
+        return bound
 
     def _solve(self, objective: set[Level], held: Mapping[Level, int], seconds: float, mip: bool) -> int | None:
         helper = self.helper

@@ -106,24 +106,27 @@ def place_gang(
     for p, part in parts:
         left = min(len(part.pods) - sum(k for (q, _n), k in counts.items() if q == p), most - placed)
         demand = problem.demand[part.cls]
-        # Scores for every node once per part; afterwards only the node just filled changes.
-        fit = problem.fits(part.cls, free)
+        # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there). Scores
+        # for those once per part; afterwards only the node just filled changes.
+        rows = problem.fitting(part.cls)
+        fit = problem.fits(part.cls, free, rows)
         if allowed is not None:
-            fit[~allowed] = 0
-        score = np.where(fit > 0, scorer(problem, part.cls, free) - _USED * used_nodes, np.inf)
+            fit[~allowed[rows]] = 0
+        score = np.where(fit > 0, scorer(problem, part.cls, free, rows) - _USED * used_nodes[rows], np.inf)
         while left > 0:
-            n = int(np.argmin(score))
-            if score[n] == np.inf:
+            i = int(np.argmin(score)) if len(rows) else 0
+            if not len(rows) or score[i] == np.inf:
                 break
-            k = int(min(left, fit[n]))
+            n = int(rows[i])
+            k = int(min(left, fit[i]))
             free[n] -= demand * k
             counts[(p, n)] = counts.get((p, n), 0) + k
             used_nodes[n] = True
             placed += k
             left -= k
             row = slice(n, n + 1)  # a view: much cheaper than indexing with [n]
-            fit[n] = problem.fits(part.cls, free, rows=row)[0]
-            score[n] = scorer(problem, part.cls, free, rows=row)[0] - _USED if fit[n] > 0 else np.inf
+            fit[i] = problem.fits(part.cls, free, rows=row)[0]
+            score[i] = scorer(problem, part.cls, free, rows=row)[0] - _USED if fit[i] > 0 else np.inf
     if placed < max(gang.need, 1):
         for (p, n), k in counts.items():
             free[n] += problem.demand[problem.parts[g][p].cls] * (k - already.get((p, n), 0))

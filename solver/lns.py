@@ -2,10 +2,10 @@
 
 A step picks a pending gang at a level not yet at its bound, takes off the gangs on some nodes that could hold
 it (and on some roomy nodes where those gangs could go instead), and places them again greedily together with
-the target and a few other pending gangs: gangs of higher levels first, then the target, then the rest in a
-random order, each gang at its minimum before any gang's extra pods. The step is kept when the placement is not
-worse in (gangs placed per level, highest first, then resources placed); equal steps are kept too, so the
-search keeps moving on plateaus.
+the target and a few other pending gangs: gangs of higher levels first, then the target, then the rest
+smallest first (shuffled a little), each gang at its minimum before any gang's extra pods. The step is kept
+when the placement is better in (gangs placed per level, highest first, then resources placed), or as good
+and no more scattered over nodes, so the search moves on plateaus.
 
 Every choice comes from a generator seeded per cycle and nothing reads the clock, so the steps do not depend
 on the time limit: a longer search passes through the placement a shorter one ends on, and since no step makes
@@ -47,7 +47,7 @@ class Step:
 class Search:
     """The placement being improved (`counts`) and the capacity it uses (`used`)."""
 
-    def __init__(self, problem: Problem, counts: Counts, seed: int = 0, size: int = 16, extra: int = 6) -> None:
+    def __init__(self, problem: Problem, counts: Counts, seed: int = 0, nodes: int = 16, extra: int = 6) -> None:
         self.problem = problem
         self.counts: Counts = {g: dict(c) for g, c in counts.items()}
         self.rng = np.random.default_rng(seed)
@@ -58,8 +58,11 @@ class Search:
         self.used = np.zeros_like(problem.free)
         for g, gang_counts in self.counts.items():
             self._use(g, gang_counts, 1)
-        self.size = size  # nodes freed around the target, and roomy nodes offered to the gangs taken off
+        self.nodes = nodes  # nodes freed around the target, and roomy nodes offered to the gangs taken off
         self.extra = extra  # other pending gangs offered to a neighbourhood
+        # A gang's size: the GPUs its minimum needs, then its share of the free capacity (as smallest_first_order).
+        share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
+        self.size = problem.floor[:, problem.gpu] + share
         self.steps = 0
         self.improvements = 0
         self._reach: dict[int, np.ndarray] = {}
@@ -119,12 +122,12 @@ class Search:
                 return np.zeros(0, dtype=np.int64)
             return np.flatnonzero((domain == ids[int(self.rng.integers(len(ids)))]) & reach)
         nodes = np.flatnonzero(reach)
-        if len(nodes) <= self.size:
+        if len(nodes) <= self.nodes:
             return nodes
         holds = np.zeros(len(nodes))
         for part in problem.parts[target]:
             holds += np.minimum(problem.fit[part.cls, nodes], len(part.pods))
-        chosen = self.rng.choice(len(nodes), size=self.size, replace=False, p=holds / holds.sum())
+        chosen = self.rng.choice(len(nodes), size=self.nodes, replace=False, p=holds / holds.sum())
         return np.sort(nodes[chosen])
 
     def _roomy(self, gangs: list[int], taken: np.ndarray) -> np.ndarray:
@@ -145,9 +148,9 @@ class Search:
             fits = np.min(np.maximum(free[:, used], 0) // need[used], axis=1)
             room += np.where(problem.eligible[cls, nodes], fits, 0)
         nodes, room = nodes[room > 0], room[room > 0]
-        if len(nodes) <= self.size:
+        if len(nodes) <= self.nodes:
             return nodes
-        return nodes[self.rng.choice(len(nodes), size=self.size, replace=False, p=room / room.sum())]
+        return nodes[self.rng.choice(len(nodes), size=self.nodes, replace=False, p=room / room.sum())]
 
     def neighbourhood(self, target: int) -> list[int]:
         """The gangs a step places again: those on the nodes freed for the target, the target, and a few other
@@ -181,12 +184,13 @@ class Search:
         for g, gang_counts in before.items():
             for (p, n), k in gang_counts.items():
                 free[n] += k * problem.demand[problem.parts[g][p].cls]
-        noise = self.rng.random(len(gangs))
+        # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
+        size = self.size[gangs] * (0.75 + 0.5 * self.rng.random(len(gangs)))
         order = [
             gangs[i]
             for i in sorted(
                 range(len(gangs)),
-                key=lambda i: (_desc(problem.gangs[gangs[i]].level), gangs[i] != target, noise[i]),
+                key=lambda i: (_desc(problem.gangs[gangs[i]].level), gangs[i] != target, size[i]),
             )
         ]
         scorer = SCORERS[int(self.rng.integers(len(SCORERS)))]

@@ -33,7 +33,6 @@ from gangsolve.solver.greedy import (
     GangCounts,
     greedy,
     most_allocated_off_gpus,
-    node_scores,
     queue_order,
     smallest_first_order,
 )
@@ -47,6 +46,7 @@ LevelCounts: TypeAlias = dict[Level, tuple[int, int, int]]
 # Leave this share of the time limit for reading the solution and explaining pending gangs (about 0.4 s
 # at 5,000 nodes and 1,000 gangs).
 _RESERVE = 0.15
+_HINT_SHARE = 0.4  # of the time limit, for the greedy variants (each estimated by the last one's time)
 _LOCALITY_SHARE = 0.05  # of the time limit, kept from the search for the locality stage at the end ...
 _LOCALITY_MOST = 0.1  # ... which may take up to this share when the search ended early
 _STALL = 50  # steps without improvement that end a search whose levels are all at their bounds
@@ -69,13 +69,15 @@ def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping
     started = time.perf_counter()
     deadline = started + config.time_limit * (1 - _RESERVE)
     problem = Problem(cluster)
+    begun = time.perf_counter()
     counts = greedy(problem)  # queue order, as Volcano allocates: the baseline never to fall below
+    took = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"
     levels: LevelCounts = {}
     total = None
     if config.use_cpsat and problem.gangs:
-        counts, stages, levels, total = _optimise(problem, counts, config, previous or {}, started, deadline)
+        counts, stages, levels, total = _optimise(problem, counts, took, config, previous or {}, started, deadline)
         status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
     return _placement(problem, counts, stages, levels, total, status, time.perf_counter() - started)
 
@@ -83,6 +85,7 @@ def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping
 def _optimise(
     problem: Problem,
     baseline: Counts,
+    took: float,
     config: SolveConfig,
     previous: Mapping[str, str],
     started: float,
@@ -97,7 +100,7 @@ def _optimise(
     stages: list[Stage] = []
 
     begun = time.perf_counter()
-    counts = _best_hint(problem, baseline, previous, scale, search_end)
+    counts = _best_hint(problem, baseline, took, previous, scale, started + _HINT_SHARE * limit, search_end)
     stages.append(Stage("hint", "FEASIBLE", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
     begun = time.perf_counter()
@@ -124,10 +127,11 @@ def _optimise(
         if step is None or (not open_levels and stalled >= _STALL):
             break
         stalled = 0 if step.improved else stalled + 1
-        if step.improved and _found(problem, search.counts, order) != found:
-            bounds, total = level_bounds(
-                relaxation, _found(problem, search.counts, order), most, search_end - time.perf_counter()
-            )
+        now = _found(problem, search.counts, order)
+        if {level for level in order if now[level] < bounds[level]} != open_levels:
+            # A level reached its bound: the levels below are now bounded with it held at its count.
+            closed = level_bounds(relaxation, now, most, search_end - time.perf_counter())
+            bounds, total = _tighter((bounds, total), closed)
     counts = search.counts
     if search.steps:
         stages.append(
@@ -144,13 +148,19 @@ def _optimise(
     begun = time.perf_counter()
     mip = limit >= _MIP_FROM
     seconds = min(_MIP_SHARE * limit, deadline - begun) if mip else deadline - begun
-    bounds, total = level_bounds(relaxation, _found(problem, counts, order), most, seconds, mip=mip)
+    final = level_bounds(relaxation, _found(problem, counts, order), most, seconds, mip=mip)
+    bounds, total = _tighter((bounds, total), final)
     stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
 
     counts, stage = _locality(problem, counts, order, scale, config, deadline)
     stages.append(stage)
     found = _found(problem, counts, order)
     return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
+
+
+def _tighter(old: tuple[dict[Level, int], int], new: tuple[dict[Level, int], int]) -> tuple[dict[Level, int], int]:
+    """Bounds for a placement no worse than the one `old` was computed for hold for it too: keep the lower."""
+    return {level: min(bound, new[0][level]) for level, bound in old[0].items()}, min(old[1], new[1])
 
 
 def _found(problem: Problem, counts: Counts, order: list[Level]) -> dict[Level, int]:
@@ -163,14 +173,24 @@ def _gangs(problem: Problem, counts: Counts) -> int:
 
 # --- 1. hints -------------------------------------------------------------------------------------------------
 
-# No single greedy wins everywhere: small gangs first places more where GPUs run out, queue order where big
-# pods need whole nodes, MostAllocated where cpu or memory runs out before GPUs (the OpenB trace). Every
-# variant places each gang's minimum before extra pods of elastic gangs.
-_VARIANTS = (("smallest", most_allocated_off_gpus), ("smallest", node_scores), ("queue", most_allocated_off_gpus))
+# No single greedy wins everywhere: small gangs first places more where GPUs run out (the synthetic clusters),
+# queue order with MostAllocated where single pods of many shapes compete (the OpenB trace). Both place each
+# gang's minimum before extra pods of elastic gangs. (Smallest first with best fit never placed more than
+# with MostAllocated on the benchmark's scenarios.)
+_VARIANTS = (("smallest", most_allocated_off_gpus), ("queue", most_allocated_off_gpus))
 
 
-def _best_hint(problem: Problem, baseline: Counts, previous: Mapping[str, str], scale: int, deadline: float) -> Counts:
-    """The best of the greedy variants (all of them unless the deadline comes first) and the warm start."""
+def _best_hint(
+    problem: Problem,
+    baseline: Counts,
+    took: float,
+    previous: Mapping[str, str],
+    scale: int,
+    deadline: float,
+    cycle_end: float,
+) -> Counts:
+    """The best of the baseline (which took `took` seconds), the greedy variants (the first one while it fits
+    before `cycle_end`, the others while they fit before `deadline`) and the warm start."""
 
     def key(counts: Counts) -> tuple[tuple[int, ...], int]:
         return score.rank(problem, counts, scale), -score.locality(problem, counts)
@@ -180,10 +200,12 @@ def _best_hint(problem: Problem, baseline: Counts, previous: Mapping[str, str], 
     warm = warm_start(problem, previous)
     if warm:  # first, so that it wins ties: a plan that still holds is not changed for nothing
         hints.insert(0, greedy(problem, orders["smallest"], most_allocated_off_gpus, minimum_first=True, placed=warm))
-    for name, scorer in _VARIANTS:
-        if time.perf_counter() > deadline:
-            break
+    for i, (name, scorer) in enumerate(_VARIANTS):
+        if time.perf_counter() + took > (deadline if i else cycle_end):
+            break  # another pass (estimated by the last one's time) would eat into the search's time
+        begun = time.perf_counter()
         hints.append(greedy(problem, orders[name], scorer, minimum_first=True))
+        took = time.perf_counter() - begun
     return max(hints, key=key)
 
 
@@ -281,10 +303,15 @@ def _locality(
     begun = time.perf_counter()
     seconds = min(deadline - begun, _LOCALITY_MOST * config.time_limit)
     current = score.locality(problem, counts)
-    cands, _pruned = candidates(problem, counts, config) if seconds > MIN_STAGE_SECONDS else ({}, False)
-    # Building the model takes about 50 us a variable: don't start what cannot finish.
-    if seconds < MIN_STAGE_SECONDS + _BUILD_SECONDS * sum(len(nodes) for nodes in cands.values()):
+    # Picking candidates and building the model take about 100 us a variable: don't start what cannot finish.
+    variables = sum(
+        min(len(problem.fitting(part.cls)), max(config.min_candidates, config.candidates_per_pod * len(part.pods)))
+        for parts in problem.parts
+        for part in parts
+    )
+    if seconds < MIN_STAGE_SECONDS + _BUILD_SECONDS * variables:
         return counts, Stage("locality", "NO_TIME", current, len(counts), time.perf_counter() - begun)
+    cands, _pruned = candidates(problem, counts, config)
     try:
         model = GangModel(problem, cands, counts)
         for level in order:

@@ -37,7 +37,7 @@ def bindings_of(problem, counts):
 def test_steps_never_make_the_placement_worse_and_replay_without_the_clock(node_list, gang_list, seed):
     cluster = Cluster(tuple(node_list), tuple(gang_list))
     problem = Problem(cluster)
-    search = Search(problem, greedy(problem), seed=seed, size=3, extra=2)
+    search = Search(problem, greedy(problem), seed=seed, nodes=3, extra=2)
     every_level = set(problem.gang_priority_levels())
     trail = [bindings_of(problem, search.counts)]
     for _ in range(25):
@@ -47,7 +47,7 @@ def test_steps_never_make_the_placement_worse_and_replay_without_the_clock(node_
         assert validate(cluster, trail[-1]) == []
         assert worth(cluster, trail[-1]) >= worth(cluster, trail[-2])
     # The same seed replays the same steps: a shorter search ends where the longer one passed.
-    replay = Search(problem, greedy(problem), seed=seed, size=3, extra=2)
+    replay = Search(problem, greedy(problem), seed=seed, nodes=3, extra=2)
     for _ in range(len(trail) // 2):
         replay.step(every_level)
     assert bindings_of(problem, replay.counts) == trail[len(trail) // 2]
