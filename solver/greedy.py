@@ -109,9 +109,9 @@ def place_gang(
         # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there). Scores
         # for those once per part; afterwards only the node just filled changes.
         rows = problem.fitting(part.cls)
-        fit = problem.fits(part.cls, free, rows)
         if allowed is not None:
-            fit[~allowed[rows]] = 0
+            rows = rows[allowed[rows]]
+        fit = problem.fits(part.cls, free, rows)
         score = np.where(fit > 0, scorer(problem, part.cls, free, rows) - _USED * used_nodes[rows], np.inf)
         while left > 0:
             i = int(np.argmin(score)) if len(rows) else 0
