@@ -101,7 +101,7 @@ def _optimise(
 
     begun = time.perf_counter()
     counts = _best_hint(problem, baseline, took, previous, scale, started + _HINT_SHARE * limit, search_end)
-    stages.append(Stage("hint", "FEASIBLE", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
+    stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
     begun = time.perf_counter()
     relaxation = Relaxation(problem)
@@ -117,7 +117,7 @@ def _optimise(
 
     begun = time.perf_counter()
     search = Search(problem, counts)
-    stalled = 0
+    stalled, ended = 0, "TIME_LIMIT"
     while time.perf_counter() < search_end:
         found = _found(problem, search.counts, order)
         open_levels = {level for level in order if found[level] < bounds[level]}
@@ -125,6 +125,7 @@ def _optimise(
         # they no longer move gangs for nothing then (a cycle's answer should not change without a reason).
         step = search.step(open_levels or set(order), drift=bool(open_levels))
         if step is None or (not open_levels and stalled >= _STALL):
+            ended = "AT_BOUND"  # every level's count is proven optimal; nothing more to place, or stalled
             break
         stalled = 0 if step.improved else stalled + 1
         now = _found(problem, search.counts, order)
@@ -134,16 +135,9 @@ def _optimise(
             bounds, total = _tighter((bounds, total), closed)
     counts = search.counts
     if search.steps:
-        stages.append(
-            Stage(
-                "search",
-                "FEASIBLE",
-                _gangs(problem, counts),
-                total,
-                time.perf_counter() - begun,
-                f"{search.steps} steps, {search.improvements} improving",
-            )
-        )
+        detail = f"{search.steps} steps, {search.improvements} improving"
+        seconds = time.perf_counter() - begun
+        stages.append(Stage("search", ended, _gangs(problem, counts), total, seconds, detail))
 
     begun = time.perf_counter()
     mip = limit >= _MIP_FROM
@@ -322,9 +316,7 @@ def _locality(
     except Exception as exc:  # building the model failed: keep the placement, as for a failing stage
         return counts, _failed("locality", exc, begun)
     work = seconds * _WORK_PER_SECOND
-    # Deterministic time does not count all of CP-SAT's work on a big model: the clock caps it too.
-    ends = min(deadline, begun + 2 * seconds)
-    stage = model.solve_stage("locality", expr, MIN, current, bound, work, ends, config.workers)
+    stage = model.solve_stage("locality", expr, MIN, current, bound, work, deadline, config.workers)
     return model.counts, Stage(
         stage.name, stage.status, stage.objective, stage.bound, time.perf_counter() - begun, stage.detail
     )
