@@ -114,6 +114,7 @@ def _optimise(
             stages.append(stage)
         if proven:
             bounds = _found(problem, counts, order)
+            total = sum(bounds.values())
 
     begun = time.perf_counter()
     search = Search(problem, counts)

@@ -1,12 +1,14 @@
 """Scenario tables for the solver: what a cycle must decide, checked with the independent validator."""
 
+import time
+
 import pytest
 from ortools.sat.python import cp_model
 
 from gangsolve.solver import Cluster, Gang, SolveConfig, Toleration, solve, validate
 from gangsolve.solver.greedy import greedy
 from gangsolve.solver.problem import Problem
-from gangsolve.solver.solve import warm_start
+from gangsolve.solver.solve import _exact, warm_start
 from tests.builders import MASTER_TAINT, gang, node, pod
 
 
@@ -279,3 +281,15 @@ def test_a_previous_plan_that_no_longer_holds_is_dropped_whole():
     p = solve(cluster, SolveConfig(time_limit=2), previous=previous)
     assert validate(cluster, p) == []
     assert placed(p) == {"g", "h"}
+
+
+def test_a_small_problem_is_solved_exactly_when_the_bound_leaves_a_level_open():
+    # From greedy's queue-order placement (the big gang on both nodes), CP-SAT on the whole model finds the two
+    # small gangs and proves no placement does better.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    problem = Problem(Cluster(tuple(nodes), (gang("a-first", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4))))
+    levels = problem.gang_priority_levels()
+    counts, proven, stage = _exact(problem, greedy(problem), levels, time.perf_counter() + 10, 1)
+    assert proven
+    assert stage.status == "OPTIMAL"
+    assert set(counts) == {1, 2}
