@@ -81,8 +81,8 @@ def worth(result: dict) -> tuple[int, ...]:
 
 
 def gap(placed: int, bound: int | None) -> float | None:
-    """Share of the CP-SAT bound on gangs placed that a placement misses (negative: beats the bound, which only
-    a scheduler ignoring priority order can, as the bound holds the higher levels at their optimum)."""
+    """Share of gangsolve's bound on gangs placed that a placement misses (negative: beats the bound, which only
+    a scheduler ignoring priority order can: the bound is on placements at least as good in priority order)."""
     if bound is None or bound == 0:
         return None
     return (bound - placed) / bound
