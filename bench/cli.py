@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gangsolve.bench import metrics
 from gangsolve.bench import objects as k8s
 from gangsolve.bench.runner import SCHEDULERS, Runner, add_gaps
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
@@ -26,6 +27,16 @@ def _file_name(name: str) -> str:
     return name.replace("/", "__") + ".json"
 
 
+def _times(text: str) -> tuple[float, ...]:
+    try:
+        times = tuple(sorted({float(t) for t in text.split(",") if t.strip()}))
+    except ValueError:
+        times = ()
+    if not times or min(times) < 0.05:
+        raise click.BadParameter(f"{text!r}: seconds >= 0.05, comma-separated", param_hint="--quality-times")
+    return times
+
+
 def _progress(console: Console) -> Progress:
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -33,13 +44,21 @@ def _progress(console: Console) -> Progress:
 
 
 def run_static(
-    names: list[str], schedulers: list[str], time_limit: float | None, repeat: int, snapshots: Path, console: Console
+    names: list[str],
+    schedulers: list[str],
+    time_limit: float | None,
+    repeat: int,
+    snapshots: Path,
+    console: Console,
+    quality_times: tuple[float, ...] = (),
+    quality_repeat: int = 1,
 ) -> list[dict]:
     results: list[dict] = []
     if not names:
         return results
     with _progress(console) as progress, Runner() as runner:
-        task = progress.add_task("scenarios", total=len(names) * len(schedulers))
+        per_scenario = len(schedulers) + len(quality_times) * quality_repeat
+        task = progress.add_task("scenarios", total=len(names) * per_scenario)
         for name in names:
             scenario = SCENARIOS[name]
             progress.update(task, description=f"{name}: generating")
@@ -53,6 +72,15 @@ def run_static(
                 runs.append(runner.run(path, scheduler, limit, repeat))
                 progress.advance(task)
             add_gaps(runs)
+            quality = []
+            for t in quality_times:  # gangsolve alone at each time limit: quality against time
+                for _ in range(quality_repeat):
+                    progress.update(task, description=f"{name}: gangsolve at {t:g} s")
+                    run = runner.run(path, "gangsolve", t, 1)
+                    if "error" not in run:
+                        run["gap"] = metrics.gap(run["gangs_placed"], run["best_bound"])
+                    quality.append(run)
+                    progress.advance(task)
             kinds = [o["kind"] for o in objs]
             results.append(
                 {
@@ -68,6 +96,7 @@ def run_static(
                         "podgroups": kinds.count("PodGroup"),
                     },
                     "runs": runs,
+                    "quality": quality,
                 }
             )
     return results
@@ -153,6 +182,21 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
     default=None,
     help="Also keep every scenario's snapshot here (JSON that `gangsolve solve` reads).",
 )
+@click.option(
+    "--quality-times",
+    type=str,
+    default=None,
+    metavar="SECONDS,...",
+    help="Also run gangsolve alone at each of these time limits (e.g. 1,5,60): gangs placed, bound and gap "
+    "against time, and whether more time ever gave a worse answer.",
+)
+@click.option(
+    "--quality-repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs per time limit in the quality-against-time table (medians are shown).",
+)
 @click.option("--timeline", is_flag=True, help="Also run the time-based mode (jobs arrive, run and leave).")
 @click.option(
     "--live",
@@ -169,7 +213,19 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
 )
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
 def bench_command(
-    names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, live, live_quiet, list_only
+    names,
+    grid,
+    schedulers,
+    time_limit,
+    repeat,
+    out,
+    write_snapshots,
+    quality_times,
+    quality_repeat,
+    timeline,
+    live,
+    live_quiet,
+    list_only,
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
@@ -199,6 +255,7 @@ def bench_command(
         static = list(dict.fromkeys([*GRIDS[grid], *(n for n in names if n in SCENARIOS)]))
         timed = TIMELINE_GRIDS[grid] if timeline else []
     schedulers = list(schedulers) or list(SCHEDULERS)
+    times = _times(quality_times) if quality_times else ()
 
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -213,7 +270,7 @@ def bench_command(
                 "ortools": version("ortools"),
                 "platform": platform.platform(),
             },
-            "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console),
+            "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console, times, quality_repeat),
             "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
             "live": run_live(live_names, time_limit, live_quiet, out / "live-logs", console),
         }

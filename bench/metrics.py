@@ -58,6 +58,7 @@ def quality(cluster: Cluster, bindings: dict[str, str]) -> dict:
         "gpus_running": running_gpus,
         "gpus_placed": placed_gpus,
         "gpus_demanded": sum(p.requests.get(GPU, 0) for g in cluster.gangs for p in g.pods),
+        "cpu_placed": sum(pods[name][1].requests.get("cpu", 0) for name in bindings),  # millicores
         "gpu_allocation": (running_gpus + placed_gpus) / total_gpus if total_gpus else None,
         # Allocated to pods that can run: without the GPUs partial gangs strand.
         "gpu_useful": (running_gpus + placed_gpus - stranded) / total_gpus if total_gpus else None,
@@ -73,9 +74,15 @@ def priority_key(result: dict) -> tuple[int, ...]:
     return tuple(v for _level, v in sorted(result["placed_by_priority"].items(), key=lambda kv: -int(kv[0])))
 
 
+def worth(result: dict) -> tuple[int, ...]:
+    """The solver's objective in order: gangs placed per priority level, then resources placed (GPUs, then
+    cpu). A longer time limit must never give less."""
+    return (*priority_key(result), result["gpus_placed"], result["cpu_placed"])
+
+
 def gap(placed: int, bound: int | None) -> float | None:
-    """Share of the CP-SAT bound on gangs placed that a placement misses (negative: beats the bound, which only
-    a scheduler ignoring priority order can, as the bound holds the higher levels at their optimum)."""
+    """Share of gangsolve's bound on gangs placed that a placement misses (negative: beats the bound, which only
+    a scheduler ignoring priority order can: the bound is on placements at least as good in priority order)."""
     if bound is None or bound == 0:
         return None
     return (bound - placed) / bound

@@ -120,7 +120,7 @@ class Runner:
 
 
 def add_gaps(runs: list[dict]) -> None:
-    """Optimality gap of every scheduler's gangs placed against gangsolve's CP-SAT bound on the same snapshot."""
+    """Optimality gap of every scheduler's gangs placed against gangsolve's bound on the same snapshot."""
     bound = next((r.get("best_bound") for r in runs if r.get("scheduler") == "gangsolve"), None)
     for r in runs:
         if "error" not in r:

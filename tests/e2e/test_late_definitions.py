@@ -42,6 +42,7 @@ def tfjob_crd(control_plane):
     except ApiError as e:
         if e.status != 409:
             raise
+
     def served() -> bool:
         try:
             return control_plane.get("/apis/kubeflow.org/v1/tfjobs") is not None

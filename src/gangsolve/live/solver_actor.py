@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -88,10 +89,12 @@ def plan(
     time_limit: float,
     grace: Grace | None = None,
     now: datetime | None = None,
+    previous: Mapping[str, str] | None = None,
 ) -> Plan:
     """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
     `minMember: many`, a pod asking for more cpu than the model can count) is left out of the cycle and
-    returned with its error: one bad object must not stop everyone else."""
+    returned with its error: one bad object must not stop everyone else. `previous` (the last cycle's bindings)
+    warm-starts the solver where its gangs are still pending and still fit."""
     skipped: list[InputError] = []
     # The live clock marks gangs pending past the starvation age, so big gangs are not passed over, and ends
     # the wait of pods whose gang definition never came.
@@ -109,7 +112,7 @@ def plan(
             snapshot = smaller
     config = SolveConfig(time_limit=time_limit)
     try:
-        placement = solve(cluster, config)
+        placement = solve(cluster, config, previous)
     except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
         solve(Cluster(cluster.nodes, ()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
         culprits = _failing_gangs(cluster.nodes, list(cluster.gangs))
@@ -122,7 +125,7 @@ def plan(
             for p in g.pods
         ]
         cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
-        placement = solve(cluster, config)
+        placement = solve(cluster, config, previous)
     return Plan(cluster, placement, skipped, held)
 
 
@@ -160,6 +163,7 @@ class SolverActor:
         self.resync_period = resync_period
         self.grace = grace or Grace()
         self.cycles = 0
+        self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
         self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
 
     async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
@@ -189,6 +193,8 @@ class SolverActor:
                 self.group_label,
                 self.time_limit,
                 self.grace,
+                None,
+                self._previous,
                 abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
@@ -196,6 +202,7 @@ class SolverActor:
             self.metrics.schedule_attempts.labels("error").inc()
             return None
         cluster, placement, skipped = decided.cluster, decided.placement, decided.skipped
+        self._previous = dict(placement.bindings)
         ends = [w.until for w in decided.waiting.values() if w.until is not None]
         self._grace_ends = (
             time.monotonic() + (min(ends) - datetime.now(UTC)).total_seconds() + 0.05 if ends else math.inf
