@@ -71,6 +71,22 @@ class Snapshot:
                 raise _duplicate(obj)
             self.priority_classes[obj["metadata"]["name"]] = obj
 
+    def without(self, culprit: str) -> Snapshot:
+        """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`): how the live
+        scheduler leaves out an object it cannot read."""
+
+        def keep(obj: dict) -> bool:
+            return describe(obj) != culprit
+
+        return Snapshot(
+            nodes=[o for o in self.nodes if keep(o)],
+            pods=[o for o in self.pods if keep(o)],
+            pdbs=[o for o in self.pdbs if keep(o)],
+            pod_groups={k: o for k, o in self.pod_groups.items() if keep(o)},
+            priority_classes={k: o for k, o in self.priority_classes.items() if keep(o)},
+            taken_at=self.taken_at,
+        )
+
     def check_duplicates(self) -> None:
         seen: set[tuple[str, str, str, str]] = set()
         for obj in [*self.nodes, *self.pods, *self.pdbs]:
