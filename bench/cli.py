@@ -58,7 +58,8 @@ def run_static(
         return results
     with _progress(console) as progress, Runner() as runner:
         per_scenario = len(schedulers) + len(quality_times) * quality_repeat
-        task = progress.add_task("scenarios", total=len(names) * per_scenario)
+        peers = sum(len(SCENARIOS[name].peers) for name in names)
+        task = progress.add_task("scenarios", total=len(names) * per_scenario + peers)
         for name in names:
             scenario = SCENARIOS[name]
             progress.update(task, description=f"{name}: generating")
@@ -67,7 +68,7 @@ def run_static(
             path.write_bytes(k8s.dumps(objs))
             limit = time_limit or scenario.time_limit
             runs = []
-            for scheduler in schedulers:
+            for scheduler in [*schedulers, *scenario.peers]:
                 progress.update(task, description=f"{name}: {scheduler}")
                 runs.append(runner.run(path, scheduler, limit, repeat))
                 progress.advance(task)
