@@ -58,6 +58,7 @@ SCHEDULERS: dict[str, Scheduler] = {
     # Kueue's topology-aware scheduling (BestFit), with the node level last: run on topology scenarios only.
     "tas-bestfit": lambda cluster, _snapshot, _limit: (tas_best_fit(cluster), {}),
 }
+PEERS_ONLY = ("tas-bestfit",)  # run where a scenario names them (Scenario.peers), not by default
 
 
 def _rss_mib() -> float:
