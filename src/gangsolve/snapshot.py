@@ -22,6 +22,7 @@ from gangsolve import schema
 from gangsolve.errors import InputError, describe, shown
 
 POD_GROUP_KINDS = {
+    "scheduling.k8s.io": "PodGroup",  # Kubernetes' own (KEP-4671): v1beta1, v1alpha2
     "scheduling.x-k8s.io": "PodGroup",  # scheduler-plugins coscheduling, Kubeflow training-operator
     "scheduling.volcano.sh": "PodGroup",  # Volcano
 }
