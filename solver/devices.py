@@ -68,7 +68,7 @@ class DeviceState:
 Allocations = Mapping[str, tuple[tuple[str, DeviceId], ...]]
 
 
-def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tuple[Placement, dict]:
+def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tuple[Placement, Allocations]:
     """The placement less the pods whose claims could not be met (their gang too when it falls below its
     minimum), and the devices of every claim of the pods left."""
     if not state.claims:
@@ -83,9 +83,9 @@ def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tupl
         for pod, why in sorted(failed.items()):
             gang = gang_of[pod]
             bindings.pop(pod, None)
-            placed = [p.name for p in gang.pods if p.name in bindings]
-            if placed and len(placed) < gang.need:
-                for name in placed:
+            left = [p.name for p in gang.pods if p.name in bindings]
+            if left and len(left) < gang.need:
+                for name in left:
                     del bindings[name]
             if not any(p.name in bindings for p in gang.pods):
                 dropped.setdefault(gang.name, f"devices: {why}")
@@ -93,11 +93,11 @@ def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tupl
         return placement, allocations
     gangs = []
     for g, result in zip(cluster.gangs, placement.gangs, strict=True):
-        placed = sum(1 for p in g.pods if p.name in bindings)
-        if placed != result.placed_pods:
+        count = sum(1 for p in g.pods if p.name in bindings)
+        if count != result.placed_pods:
             reason = dropped.get(g.name, result.reason)
-            ok = result.placed if g.need == 0 else placed >= g.need
-            result = GangResult(g.name, ok, result.min_member, result.pods, placed, result.priority, reason)
+            ok = result.placed if g.need == 0 else count >= g.need
+            result = GangResult(g.name, ok, result.min_member, result.pods, count, result.priority, reason)
         gangs.append(result)
     lost = sum(1 for before, after in zip(placement.gangs, gangs, strict=True) if before.placed and not after.placed)
     return replace(
@@ -109,7 +109,7 @@ def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tupl
     ), allocations
 
 
-def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[dict, dict[str, str]]:
+def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[Allocations, dict[str, str]]:
     """Devices for every claim of a bound pod: (allocations, pod -> why its claim could not be met)."""
     by_node: dict[str, list[Claim]] = defaultdict(list)
     for claim in state.claims:

@@ -175,26 +175,22 @@ def validate_devices(
                 violations.append(f"{where} does not exist")
             elif info.nodes is not None and node not in info.nodes:
                 violations.append(f"{where} is not reachable from {node}")
-        requests = {r.name: r for r in claim.requests}
+        by_name = {r.name: r for r in claim.requests}
         for request_name in got:
-            if request_name not in requests:
+            if request_name not in by_name:
                 violations.append(f"claim {claim.name}: devices for unknown request {request_name}")
-        for request in claim.requests:
-            mine = got.get(request.name, [])
-            if any(d not in request.candidates for d in mine):
-                violations.append(f"claim {claim.name}: request {request.name} got a device it does not select")
-            if request.count > 0 and len(mine) != request.count:
-                violations.append(f"claim {claim.name}: request {request.name} got {len(mine)} of {request.count}")
-            if request.count == 0:
-                every = {
-                    d
-                    for d in request.candidates
-                    if d in state.devices and (state.devices[d].nodes is None or node in state.devices[d].nodes)
-                }
+        for req in claim.requests:
+            mine = got.get(req.name, [])
+            if any(d not in req.candidates for d in mine):
+                violations.append(f"claim {claim.name}: request {req.name} got a device it does not select")
+            if req.count > 0 and len(mine) != req.count:
+                violations.append(f"claim {claim.name}: request {req.name} got {len(mine)} of {req.count}")
+            if req.count == 0:
+                every = {d for d in req.candidates if d in state.devices and _reaches(state.devices[d].nodes, node)}
                 if not mine or set(mine) != every:
-                    violations.append(f"claim {claim.name}: request {request.name} (All) did not get every device")
+                    violations.append(f"claim {claim.name}: request {req.name} (All) did not get every device")
         for constraint in claim.constraints:
-            names = constraint.requests or tuple(requests)
+            names = constraint.requests or tuple(by_name)
             values = set()
             for request_name in names:
                 for d in got.get(request_name, []):
@@ -207,3 +203,7 @@ def validate_devices(
 
 
 _MISSING = object()
+
+
+def _reaches(nodes: frozenset[str] | None, node: str) -> bool:
+    return nodes is None or node in nodes

@@ -350,8 +350,11 @@ class _Builder:
         if not used:
             return
         names = _names(used)
-        cands = {r: self.candidates[r] for r in used}
-        assert all(not isinstance(c, str) for c in cands.values())
+        cands: dict[Requirement, frozenset[DeviceId]] = {}
+        for r in used:
+            got = self.candidates[r]
+            assert not isinstance(got, str)  # a requirement with a problem is in no pod's demands
+            cands[r] = got
         # Requirements whose candidate sets overlap form one component: its unions are the Hall resources.
         parent = {r: r for r in used}
 
@@ -363,11 +366,11 @@ class _Builder:
 
         member: dict[DeviceId, list[Requirement]] = defaultdict(list)
         for r in used:
-            for d in cands[r]:  # type: ignore[union-attr]
+            for d in cands[r]:
                 member[d].append(r)
-        for rs in member.values():
-            for other in rs[1:]:
-                parent[root(other)] = root(rs[0])
+        for sharing in member.values():
+            for other in sharing[1:]:
+                parent[root(other)] = root(sharing[0])
         components: dict[Requirement, list[Requirement]] = defaultdict(list)
         for r in used:
             components[root(r)].append(r)
@@ -389,38 +392,38 @@ class _Builder:
                     resource = f"{PREFIX}{names[r]} (All)"
                     want[resource] = want.get(resource, 0) + 1
                     continue
-                for resource, _subset in unions[r]:
-                    want[resource] = want.get(resource, 0) + count
+                for union, _subset in unions[r]:
+                    want[union] = want.get(union, 0) + count
             for attribute, rs, n in constraints.get(pod, []):
-                resource = _group_resource(names, attribute, rs, n)
-                want[resource] = want.get(resource, 0) + 1
+                group = _group_resource(names, attribute, rs, n)
+                want[group] = want.get(group, 0) + 1
 
         # Per node: the devices reachable from it, by which requirements select them.
         everywhere = [d for d, dev in self.devices.items() if dev.nodes is None and d in member]
         local: dict[str, list[DeviceId]] = defaultdict(list)
         for d, dev in self.devices.items():
             if dev.nodes is not None and d in member:
-                for n in dev.nodes:
-                    local[n].append(d)
+                for name in dev.nodes:
+                    local[name].append(d)
         all_modes = {r for needs in demands.values() for r, c in needs if c == ALL}
         groups = {(a, rs, n) for cs in constraints.values() for a, rs, n in cs}
-        resources = {res: subset for r in used for res, subset in unions[r]}
+        resources = {res: union for r in used for res, union in unions[r]}
         for node in self.node_labels:
             reach = local.get(node, []) + everywhere
             cap = dra.capacity.setdefault(node, {})
             free = [d for d in reach if d not in allocated]
-            for res, subset in resources.items():
-                cap[res] = sum(1 for d in free if any(r in subset for r in member[d]))
+            for res, union in resources.items():
+                cap[res] = sum(1 for d in free if any(r in union for r in member[d]))
             for r in all_modes:
                 mine = [d for d in reach if r in member[d]]
                 cap[f"{PREFIX}{names[r]} (All)"] = int(bool(mine) and not any(d in allocated for d in mine))
-            for attribute, rs, n in groups:
-                sizes: dict[object, int] = defaultdict(int)
+            for attribute, among, n in groups:
+                sizes: dict[str, int] = defaultdict(int)
                 for d in free:
                     value = self.devices[d].attributes.get(attribute)
-                    if value is not None and any(r in rs for r in member[d]):
+                    if value is not None and any(r in among for r in member[d]):
                         sizes[repr(value)] += 1
-                cap[_group_resource(names, attribute, rs, n)] = sum(s // n for s in sizes.values())
+                cap[_group_resource(names, attribute, among, n)] = sum(size // n for size in sizes.values())
 
 
 class _Problem(Exception):
@@ -449,13 +452,15 @@ def _order(r: Requirement) -> tuple[str, tuple[str, ...], str]:
 
 
 def _names(used: list[Requirement]) -> dict[Requirement, str]:
-    """Readable resource names: the class alone, `class#2` for the class with selectors of its own."""
+    """Readable resource names: the class alone, `class#1`, `class#2`... for requests with selectors of their own."""
     out: dict[Requirement, str] = {}
     seen: dict[str, int] = defaultdict(int)
     for r in used:  # sorted: the plain class first
-        plain = not r.selectors and not r.tolerations
-        out[r] = r.device_class if plain else f"{r.device_class}#{seen[r.device_class] + 1}"
-        seen[r.device_class] += 1
+        if not r.selectors and not r.tolerations:
+            out[r] = r.device_class
+        else:
+            seen[r.device_class] += 1
+            out[r] = f"{r.device_class}#{seen[r.device_class]}"
     return out
 
 

@@ -463,8 +463,8 @@ def waiting(
         for p in grouper.live
         if objects.is_pending_for(p, scheduler_name) and (why := grouper.waiting(p)) is not None
     }
-    for pod, why in dra.model(snap, scheduler_name).problems.items():
-        held.setdefault(pod, Waiting(why))
+    for pod, problem in dra.model(snap, scheduler_name).problems.items():
+        held.setdefault(pod, Waiting(problem))
     return held
 
 

@@ -60,6 +60,7 @@ class Snapshot:
         kind, api = obj.get("kind"), obj.get("apiVersion", "")
         if kind not in KINDS:
             return
+        self.cache.clear()
         if not isinstance(api, str):
             raise InputError(describe(obj), "apiVersion", f"expected a string, got {shown(api)}")
         group = api.split("/")[0] if "/" in api else ""
