@@ -392,8 +392,8 @@ class _Builder:
                     resource = f"{PREFIX}{names[r]} (All)"
                     want[resource] = want.get(resource, 0) + 1
                     continue
-                for union, _subset in unions[r]:
-                    want[union] = want.get(union, 0) + count
+                for union_name, _subset in unions[r]:
+                    want[union_name] = want.get(union_name, 0) + count
             for attribute, rs, n in constraints.get(pod, []):
                 group = _group_resource(names, attribute, rs, n)
                 want[group] = want.get(group, 0) + 1
