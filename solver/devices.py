@@ -118,9 +118,15 @@ def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[Allocations
     used = set(state.allocated)
     allocations: dict[str, tuple[tuple[str, DeviceId], ...]] = {}
     failed: dict[str, str] = {}
+    everywhere = [d for d, dev in state.devices.items() if dev.nodes is None]
+    local: dict[str, list[DeviceId]] = defaultdict(list)
+    for d, dev in state.devices.items():
+        for name in sorted(dev.nodes or ()):
+            if name in by_node:
+                local[name].append(d)
     for node in sorted(by_node):
         claims = by_node[node]
-        free = {d for d, dev in state.devices.items() if d not in used and dev.reachable(node)}
+        free = {d for d in local[node] + everywhere if d not in used}
         demand: dict[DeviceId, int] = defaultdict(int)  # how many pending requests of the node could use it
         for claim in claims:
             for request in claim.requests:
