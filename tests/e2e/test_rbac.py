@@ -147,4 +147,8 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         used.add(key)
         if key in names:
             assert ref.get("name") in names[key], f"{e['verb']} {e['requestURI']} outside the rule's names"
+    # Permissions the API server checks without a request of their own: an update of a ResourceClaim's status
+    # that changes its allocation or reservedFor also needs `update` on the synthetic resourceclaims/binding.
+    if ("resource.k8s.io", "resourceclaims", "status", "update") in used:
+        used.add(("resource.k8s.io", "resourceclaims", "binding", "update"))
     assert used == granted
