@@ -181,6 +181,41 @@ def test_gangs_are_placed_with_their_devices_and_claims_are_written_before_binds
             timeout=30,
             what="the second gang reported pending",
         )
+        # A selector the API server accepts that fails on a device (no such attribute): reported on the pod.
+        bad = 'device.attributes["gpu.e2e.gangsolve.io"].nosuch == "x"'
+        create(
+            control_plane,
+            namespace,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "bad"},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": device_class,
+                                    "selectors": [{"cel": {"expression": bad}}],
+                                },
+                            }
+                        ]
+                    }
+                },
+            },
+        )
+        lone = pod("bad-cel", scheduler=g.scheduler_name, node_selector=tag)
+        lone["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "bad"}]
+        create(control_plane, namespace, lone)
+
+        def reported() -> str:
+            got = control_plane.get(f"/api/v1/namespaces/{namespace}/pods/bad-cel") or {}
+            conditions = (got.get("status") or {}).get("conditions") or []
+            return next((c.get("message", "") for c in conditions if c["type"] == "PodScheduled"), "")
+
+        poll(lambda: "failed on device" in reported(), timeout=30, what="the bad selector reported on its pod")
+        assert "nosuch" in reported()
         items, _claims_now = _check_allocations(control_plane, namespace)
         assert sorted(p["metadata"]["name"] for p in bound(items)) == ["first-0", "first-1", "first-2"]
 
