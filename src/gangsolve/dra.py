@@ -63,7 +63,9 @@ class Requirement:
 class Dra:
     """What DRA adds to one cycle's model."""
 
-    capacity: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> resource -> free amount
+    capacity: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> resource -> amount
+    used: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> resource -> allocated already
+    gpus: frozenset[str] = frozenset()  # each requirement's own resource: its devices count as GPUs
     requests: dict[str, dict[str, int]] = field(default_factory=dict)  # pod -> resource -> amount
     terms: dict[str, tuple[tuple[SelectorTerm, ...], ...]] = field(default_factory=dict)  # pod -> node selectors
     problems: dict[str, str] = field(default_factory=dict)  # pending pod -> why it is not planned
@@ -408,12 +410,16 @@ class _Builder:
         all_modes = {r for needs in demands.values() for r, c in needs if c == ALL}
         groups = {(a, rs, n) for cs in constraints.values() for a, rs, n in cs}
         resources = {res: union for r in used for res, union in unions[r]}
+        dra.gpus = frozenset(PREFIX + names[r] for r in used)
         for node in self.node_labels:
             reach = local.get(node, []) + everywhere
             cap = dra.capacity.setdefault(node, {})
+            held = dra.used.setdefault(node, {})
             free = [d for d in reach if d not in allocated]
             for res, union in resources.items():
-                cap[res] = sum(1 for d in free if any(r in union for r in member[d]))
+                # Devices held already are used capacity, as GPUs of running pods: the node is not empty.
+                cap[res] = sum(1 for d in reach if any(r in union for r in member[d]))
+                held[res] = cap[res] - sum(1 for d in free if any(r in union for r in member[d]))
             for r in all_modes:
                 mine = [d for d in reach if r in member[d]]
                 cap[f"{PREFIX}{names[r]} (All)"] = int(bool(mine) and not any(d in allocated for d in mine))

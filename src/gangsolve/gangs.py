@@ -510,7 +510,7 @@ def build_cluster(
             n.taints,
             n.unschedulable,
             n.ready,
-            used[i],
+            {**used[i], **devices.used.get(n.name, {})},
         )
         for i, n in enumerate(nodes)
     ]
@@ -557,4 +557,4 @@ def build_cluster(
                 group_priority=grouper.group_priority(key),
             )
         )
-    return Cluster(tuple(nodes), tuple(gangs))
+    return Cluster(tuple(nodes), tuple(gangs), devices.gpus)

@@ -383,3 +383,67 @@ def test_the_device_oracle_catches_double_allocation_and_broken_constraints():
         "got 1 of 2" in v
         for v in validate_devices(state, bindings, {**good, "default/job-0": good["default/job-0"][:1]})
     )
+
+
+def test_devices_count_as_gpus_in_the_objective_as_nvidia_gpu_does():
+    # Room for one of two single-pod gangs (cpu): the one with more GPUs wins the resource tier, though it came
+    # second; with the GPUs as DRA devices as with nvidia.com/gpu.
+    first = {"created": "2026-01-01T00:00:00Z", "cpu": "6"}
+    second = {"created": "2026-01-01T00:01:00Z", "cpu": "6"}
+    extended = snapshot(
+        k8s_node("n1", cpu="8", gpus=4), k8s_pod("small", gpus=1, **first), k8s_pod("large", gpus=3, **second)
+    )
+    devices = snapshot(
+        k8s_node("n1", cpu="8"),
+        k8s_device_class(),
+        gpus("n1", 4),
+        k8s_claim("small", count=1),
+        k8s_claim("large", count=3),
+        with_claims(k8s_pod("small", **first), "small"),
+        with_claims(k8s_pod("large", **second), "large"),
+    )
+    assert dict(solve(build_cluster(extended), SolveConfig(time_limit=1)).bindings) == {"default/large": "n1"}
+    assert cycle(devices)[0] == {"default/large": "n1"}
+
+
+def test_a_node_with_devices_held_is_not_empty_and_an_empty_one_is_kept_whole():
+    # n2 is untouched, n1 runs a pod holding one of its GPUs: a one-GPU pod goes to n1, as with nvidia.com/gpu.
+    extended = snapshot(
+        k8s_node("n2", gpus=4),
+        k8s_node("n1", gpus=4),
+        k8s_pod("running", gpus=1, node_name="n1", phase="Running"),
+        k8s_pod("new", gpus=1),
+    )
+    running = with_claims(k8s_pod("running", node_name="n1", phase="Running"), "running")
+    devices = snapshot(
+        k8s_node("n2"),
+        k8s_node("n1"),
+        k8s_device_class(),
+        gpus("n2", 4),
+        gpus("n1", 4),
+        k8s_claim("running", allocated=[("n1", "gpu-0")], node="n1"),
+        running,
+        k8s_claim("new", count=1),
+        with_claims(k8s_pod("new"), "new"),
+    )
+    assert dict(solve(build_cluster(extended), SolveConfig(time_limit=1)).bindings) == {"default/new": "n1"}
+    bindings, allocations, _ = cycle(devices)
+    assert bindings == {"default/new": "n1"}
+    assert allocations["default/new"][0][1] != (DRIVER, "n1", "gpu-0")
+
+
+def test_a_pod_without_devices_keeps_off_nodes_with_devices_as_off_gpu_nodes():
+    # n1 has GPUs (as DRA devices), n2 none: a cpu-only pod leaves n1 to GPU pods, though n1 is the fuller.
+    extended = snapshot(k8s_node("n1", cpu="8", gpus=4), k8s_node("n2"), k8s_pod("cpu-only"), k8s_pod("gpu", gpus=1))
+    devices = snapshot(
+        k8s_node("n1", cpu="8"),
+        k8s_node("n2"),
+        k8s_device_class(),
+        gpus("n1", 4),
+        k8s_pod("cpu-only"),
+        k8s_claim("gpu", count=1),
+        with_claims(k8s_pod("gpu"), "gpu"),
+    )
+    want = {"default/cpu-only": "n2", "default/gpu": "n1"}
+    assert dict(solve(build_cluster(extended), SolveConfig(time_limit=1)).bindings) == want
+    assert cycle(devices)[0] == want

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import anyio
@@ -131,7 +131,7 @@ def plan(
             for g in culprits
             for p in g.pods
         ]
-        cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
+        cluster = replace(cluster, gangs=tuple(g for g in cluster.gangs if g not in culprits))
         placement = solve(cluster, config, previous)
     placement, claims = _allocate(snapshot, scheduler_name, cluster, placement)
     return Plan(cluster, placement, skipped, held, claims)
