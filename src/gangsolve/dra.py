@@ -4,8 +4,9 @@ Selectors are evaluated here, once per (request, device): a DeviceClass's select
 select a request's candidate devices. A *requirement* is what a request asks of a device (its class, its
 selectors, its tolerations): requests with the same requirement share one resource. Then, per node:
 
-- `dra/<requirement>`: free devices (not allocated by any claim) reachable from the node that the requirement
-  selects; a pod asking for `count` of them requests `count`. Where the selected sets of several requirements
+- `dra/<requirement>`: devices reachable from the node that the requirement selects, those allocated by any
+  claim already counted as used (as GPUs of running pods); a pod asking for `count` of them requests `count`.
+  These resources count as GPUs in the objective (`Cluster.gpus`). Where the selected sets of several requirements
   overlap (a GPU class, and a request for its 80 GiB GPUs), every union of them is a resource too
   (`dra/a|b`: the free devices either selects), and a pod requests its count on each union its requirement is
   in. By Hall's theorem these sums are exactly the condition for the devices of the node to serve all the
