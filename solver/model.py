@@ -128,6 +128,9 @@ class Gang:
 class Cluster:
     nodes: tuple[Node, ...]
     gangs: tuple[Gang, ...]
+    # Resources the objective counts as GPUs (placed first; empty GPU nodes kept whole) besides `nvidia.com/gpu`:
+    # GPUs the edge turned into other resources, such as devices of Dynamic Resource Allocation.
+    gpus: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
