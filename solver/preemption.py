@@ -207,6 +207,10 @@ def _count_level(levels: list[dict[str, int]], gang: Gang) -> None:
     levels.sort(key=lambda level: (-level["priority"], -int(level["starving"])))
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _nodes(names: Iterable[str]) -> str:
     unique = sorted(set(names))
     return ", ".join(unique[:3]) + (f" and {len(unique) - 3} more" if len(unique) > 3 else "")
@@ -317,7 +321,8 @@ class Preemption:
             evictions += self._evictions(gang, choice)
             gangs = len({int(self.unit_of[i]) for i in choice.victims})
             why = (
-                f"preempting {len(choice.victims)} pods of {gangs} gangs of priority {choice.level} or lower; "
+                f"preempting {_count(len(choice.victims), 'pod')} of {_count(gangs, 'gang')} of priority "
+                f"{choice.level} or lower; "
                 f"nominated to {_nodes(choice.nominations.values())}, binds once they are gone"
             )
             results[gang.name] = replace(results[gang.name], reason=why)

@@ -83,6 +83,9 @@ class Toleration(_Struct):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
 
 
+PreemptionPolicy = Literal["Never", "PreemptLowerPriority"]
+
+
 class SchedulingGate(_Struct):
     name: str
 
@@ -99,10 +102,13 @@ class PodSpec(_Struct):
     initContainers: list[Container] | None = None
     overhead: Resources | None = None
     schedulingGates: list[SchedulingGate] | None = None
+    preemptionPolicy: PreemptionPolicy | None = None
 
 
 class PodStatus(_Struct):
     phase: str | None = None
+    nominatedNodeName: str | None = None
+    startTime: Timestamp | None = None
 
 
 class Pod(_Struct):
@@ -159,9 +165,14 @@ class PodDisruptionBudgetSpec(_Struct):
     maxUnavailable: IntOrString | None = None
 
 
+class PodDisruptionBudgetStatus(_Struct):
+    disruptionsAllowed: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
+
+
 class PodDisruptionBudget(_Struct):
     metadata: Metadata
     spec: PodDisruptionBudgetSpec | None = None
+    status: PodDisruptionBudgetStatus | None = None
 
 
 class PodGroupSpec(_Struct):
@@ -177,6 +188,7 @@ class PriorityClass(_Struct):
     metadata: Metadata
     value: Int32 = 0
     globalDefault: bool | None = None
+    preemptionPolicy: PreemptionPolicy | None = None
 
 
 SCHEMAS: dict[str, type[_Struct]] = {
