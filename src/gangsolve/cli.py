@@ -161,6 +161,12 @@ def solve(
     help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.",
 )
 @click.option("--time-limit", type=float, default=2.0, show_default=True, help="Seconds per solve.")
+@click.option(
+    "--preemption/--no-preemption",
+    default=True,
+    show_default=True,
+    help="Pending gangs that may preempt evict lower-priority pods to fit.",
+)
 @click.option("--lease-namespace", default="kube-system", show_default=True)
 @click.option("--lease-name", default="gangsolve", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)

@@ -28,7 +28,7 @@ from anyio.abc import ObjectReceiveStream
 
 from gangsolve.gangs import POD_GROUP_LABEL, VOLCANO_ANNOTATION
 from gangsolve.live import logs
-from gangsolve.live.binder import Bound
+from gangsolve.live.binder import COMPONENT, Bound, Evicted
 from gangsolve.live.channels import Latest
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
@@ -37,7 +37,6 @@ from gangsolve.live.solver_actor import CycleResult
 from gangsolve.live.store import ClusterStore, ObjectKey, pod_key
 from gangsolve.objects import is_pending_for
 
-COMPONENT = "gangsolve"
 MAX_MESSAGE = 1024  # the API server caps an event's note at 1 kB
 
 
@@ -144,7 +143,7 @@ class Feedback:
         self._condition_written: dict[str, str] = {}  # pod uid -> PodScheduled message written
         self._status_written: dict[str, dict] = {}  # PodGroup uid -> status written
 
-    async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound]) -> None:
+    async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound | Evicted]) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._scheduled_events, bound)
             while True:
@@ -154,9 +153,12 @@ class Feedback:
                 except _WRITE_ERRORS as exc:  # feedback must never stop the scheduler
                     logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
 
-    async def _scheduled_events(self, bound: ObjectReceiveStream[Bound]) -> None:
+    async def _scheduled_events(self, bound: ObjectReceiveStream[Bound | Evicted]) -> None:
         async with bound:
             async for b in bound:
+                if isinstance(b, Evicted):
+                    await self._preempted(b)
+                    continue
                 pod = self.store.pod(b.pod)
                 if pod is None or _uid(pod) != b.uid:
                     ns, _, name = b.pod.partition("/")
@@ -165,6 +167,14 @@ class Feedback:
                     await self.event(
                         pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {b.pod} to {b.node}"
                     )
+
+    async def _preempted(self, e: Evicted) -> None:
+        """kube-scheduler's Preempted event on each victim, naming the gang it made room for."""
+        ns, _, name = e.victim.pod.partition("/")
+        pod = {"metadata": {"namespace": ns, "name": name, "uid": e.victim.uid}}
+        note = f"Preempted by gang {e.victim.preemptor} on node {e.victim.node}"
+        async with self.limiter:
+            await self.event(pod, "Normal", "Preempted", "Preempting", note)
 
     def reasons(self, result: CycleResult) -> dict[str, str]:
         """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced."""
