@@ -581,12 +581,10 @@ class _Model:
         m, s = self.model, self.stage
         key: list[int] = []
         proven = True
-        solver: cp_model.CpSolver | None = None
+        best: dict[int, int] | None = None  # the last solution found: variable index -> value
         for k, objective in enumerate(self.objectives()):
             seconds = deadline - time.perf_counter()
             if seconds < _MIN_SECONDS:
-                if solver is None:
-                    return _NO_TIME
                 proven = False
                 break
             m.minimize(objective)
@@ -595,37 +593,40 @@ class _Model:
             if status == cp_model.INFEASIBLE and not k:
                 return None
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                if not key:
-                    return _NO_TIME
-                proven = False  # keep the solution the earlier stages found
+                proven = False  # keep the solution the earlier stages found, if any
                 break
             value = round(solver.objective_value)
             key.append(value)
             m.add(objective <= value)
-            self._hint(solver)
+            best = {v.index: int(solver.value(v)) for v in self._variables()}
+            self._hint(best)
             if status != cp_model.OPTIMAL:
                 proven = False
                 break
-        assert solver is not None
-        return self._read(solver), self._where(solver), tuple(key), proven
+        if best is None:
+            return _NO_TIME
+        return self._read(best), self._where(best), tuple(key), proven
 
-    def _hint(self, solver: cp_model.CpSolver) -> None:
+    def _variables(self) -> list[cp_model.IntVar]:
+        variables = [*self.y.values(), *self.x.values(), *self.touched.values(), *self.over]
+        return list({v.index: v for v in variables}.values())
+
+    def _hint(self, best: dict[int, int]) -> None:
         m = self.model
         m.clear_hints()  # type: ignore[no-untyped-call]  # ortools ships this one unannotated
-        variables = [*self.y.values(), *self.x.values(), *self.touched.values(), *self.over]
-        for v in {v.index: v for v in variables}.values():
-            m.add_hint(v, solver.value(v))
+        for v in self._variables():
+            m.add_hint(v, best[v.index])
 
-    def _read(self, solver: cp_model.CpSolver) -> tuple[int, ...]:
-        return tuple(sorted(i for i, v in self.x.items() if solver.value(v)))
+    def _read(self, best: dict[int, int]) -> tuple[int, ...]:
+        return tuple(sorted(i for i, v in self.x.items() if best[v.index]))
 
-    def _where(self, solver: cp_model.CpSolver) -> dict[str, str]:
+    def _where(self, best: dict[int, int]) -> dict[str, str]:
         p = self.stage.problem
         out: dict[str, str] = {}
         for k, part in enumerate(p.parts[self.g]):
             pods = iter(part.pods)
             for (kk, n), v in sorted(self.y.items()):
                 if kk == k:
-                    for _ in range(int(solver.value(v))):
+                    for _ in range(best[v.index]):
                         out[next(pods).name] = p.nodes[n].name
         return out

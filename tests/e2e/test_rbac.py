@@ -3,8 +3,9 @@
 The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
 server records every request that account makes. This test runs one more scheduler through every kind of
 call (leader election from a missing Lease to its release, every watch, binds of both PodGroup kinds, a gang
-that cannot fit and says so), then holds every request of the session so far against the chart's rules:
-every request of a kind a rule grants, every rule used, the Lease touched only by its name.
+that cannot fit and says so, a high-priority pod that preempts one of those gangs), then holds every request
+of the session so far against the chart's rules: every request of a kind a rule grants, every rule used, the
+Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -70,6 +71,20 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         timeout=30,
         what="both PodGroups' status",
     )
+    # The node is full: a high-priority pod preempts one of the gangs whole (nominatedNodeName, DisruptionTarget
+    # and a delete) and binds once it is gone.
+    high = f"high-{namespace}"
+    create(
+        control_plane,
+        "",
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high}, "value": 1000},
+    )
+    urgent = pod("urgent", scheduler=g.scheduler_name, gpus=1, node_selector=tag)
+    urgent["spec"]["priorityClassName"] = high
+    create(control_plane, namespace, urgent)
+    poll(lambda: bound([p for p in pods(control_plane, namespace) if p["metadata"]["name"] == "urgent"]), timeout=60)
+    assert len(bound(pods(control_plane, namespace))) == 3  # one gang of two is gone
+    control_plane.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
     assert g.terminate() == 0  # and the Lease is released
 
     records = [e for e in control_plane.audit_events() if e["user"]["username"] == scheduler_account.user]
