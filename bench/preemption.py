@@ -190,6 +190,58 @@ def users_tfjob() -> list[dict]:
     return objs
 
 
+def gpu_small() -> list[dict]:
+    """Four 8-GPU nodes, 30 GPUs held by 12 running pods (gangs of low and normal priority, a PDB-guarded
+    service, pods alone), a high-priority gang of two 4-GPU pods: small enough for an exhaustive search over
+    every set of victims (tests/bench/test_preemption_bench.py)."""
+    objs = [*_classes((sc.HIGH, 1000), (sc.NORMAL, 100), (sc.LOW, 0))]
+    objs += [k8s.node(f"node-{i}", 96_000, 1024 * 1024, 8) for i in range(4)]
+    t = iter(range(1, 100))
+
+    def gang(name: str, minimum: int, priority: str, pods: list[tuple[str, int]]) -> None:
+        objs.append(k8s.pod_group(name, minimum))
+        for i, (node, gpus) in enumerate(pods):
+            objs.append(
+                _running(
+                    f"{name}-{i}",
+                    gpus * 4000,
+                    gpus * 32 * 1024,
+                    gpus,
+                    node,
+                    next(t),
+                    group=name,
+                    priority_class=priority,
+                )
+            )
+
+    gang("low-a", 2, sc.LOW, [("node-0", 4), ("node-1", 4)])
+    gang("low-b", 1, sc.LOW, [("node-2", 4), ("node-3", 4)])
+    gang("normal-c", 3, sc.NORMAL, [("node-0", 2), ("node-1", 2), ("node-2", 2)])
+    objs.append(_pdb("serve", 1))
+    for i, node in enumerate(("node-1", "node-3")):
+        objs.append(
+            _running(
+                f"serve-{i}",
+                8000,
+                64 * 1024,
+                2,
+                node,
+                next(t),
+                priority_class=sc.LOW,
+                labels={"app": "serve"},
+                scheduler_name="default-scheduler",
+            )
+        )
+    for name, node, gpus, priority in (
+        ("solo-0", "node-0", 1, sc.LOW),
+        ("solo-1", "node-3", 1, sc.LOW),
+        ("solo-2", "node-2", 2, sc.NORMAL),
+    ):
+        objs.append(_running(name, gpus * 4000, gpus * 32 * 1024, gpus, node, next(t), priority_class=priority))
+    objs += sc.gang_objects("urgent", 1000, [("worker", 16000, 128 * 1024, 4)] * 2, 2, sc.HIGH)
+    return objs
+
+
 SCENARIOS: dict[str, PreemptionScenario] = {
     s.name: s
     for s in (
@@ -199,6 +251,12 @@ SCENARIOS: dict[str, PreemptionScenario] = {
             users_tfjob,
             "the users' cluster: TFJob mnist (high, 7 GPUs) against TFJob resnet (low, 3 GPUs) and a notebook "
             "under a PDB",
+        ),
+        PreemptionScenario(
+            "preempt/gpu-4nodes",
+            4,
+            gpu_small,
+            "four 8-GPU nodes held by 12 running pods (gangs, a PDB-guarded service, pods alone); a gang of 2x4 GPUs",
         ),
         PreemptionScenario(
             "preempt/perf-100nodes-1x100-vs-1000pods",
