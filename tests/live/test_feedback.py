@@ -180,3 +180,20 @@ async def test_scheduled_events_for_bound_pods():
         "Successfully assigned default/p to n1",
     ]
     assert {e["regarding"]["uid"] for e in kube.events} == {"up", "ug"}
+
+
+@pytest.mark.asyncio
+async def test_each_victim_gets_a_preempted_event_naming_the_gang_and_node():
+    from gangsolve.live.binder import Evicted
+    from gangsolve.live.solver_actor import Victim
+
+    s, kube = ClusterStore(), FakeKube()
+    send, receive = anyio.create_memory_object_stream[Evicted](math.inf)
+    send.send_nowait(Evicted(Victim("default/low-0", "v0", "n1", "default/urgent", "room")))
+    send.close()
+    await feedback(s, kube)._scheduled_events(receive)
+    (event,) = kube.events
+    assert (event["type"], event["reason"], event["action"]) == ("Normal", "Preempted", "Preempting")
+    assert event["note"] == "Preempted by gang default/urgent on node n1"
+    assert event["regarding"]["name"] == "low-0"
+    assert event["regarding"]["uid"] == "v0"
