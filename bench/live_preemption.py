@@ -14,8 +14,8 @@ Schedulers, each configured as its users would:
 
 A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
 (bound through `spec.nodeName`, Running under kwok); then the pending gangs, t = 0 at the first create. It ends when
-every pending pod is bound and Running, or nothing was bound or started for `quiet` seconds. Victims are the
-running pods gone at the end (kwok deletes a deleted pod at once, so eviction is immediate); each is attributed
+every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds. Victims are
+the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is immediate); each is attributed
 to the gang it made room for from its `Preempted` event (kube-scheduler names the preemptor pod's or PodGroup's
 uid, gangsolve the gang), and everything is measured by bench/preemption.py's `measure` on the scenario's own
 cluster, exactly as in the static mode.
@@ -135,15 +135,19 @@ def run_live(
             watch.t0 = time.monotonic()
             create_all(cp, pending)
             watch.last_change = max(watch.last_change, time.monotonic())
+            pods, evicting_since = _pod_count(cp), time.monotonic()
             while True:
-                time.sleep(0.25)
+                time.sleep(0.5)
                 cp.check_alive()
                 if gs is not None and gs.proc is not None and gs.proc.poll() is not None:
                     raise RuntimeError(f"gangsolve run exited with {gs.proc.returncode}:\n{gs.log_tail()}")
                 now = time.monotonic()
+                count = _pod_count(cp)
+                if count != pods:  # evictions are progress too: a scheduler may take a while to make them
+                    pods, evicting_since = count, now
                 with watch.lock:
                     settled = len(watch.bound) == len(pending) and len(watch.running) == len(pending)
-                    idle = now - watch.last_change
+                    idle = now - max(watch.last_change, evicting_since)
                 if settled or idle >= quiet or now - watch.t0 >= timeout:
                     break
             watch.stop.set()
@@ -198,6 +202,13 @@ def run_live(
     )
     result.pop("cycle_seconds", None)
     return result
+
+
+def _pod_count(cp: ControlPlane) -> int:
+    """Pods in the scenario's namespace: one page, the server counts the rest (it does not count for a list
+    with a label selector, so this is all of them; pending pods are only created, so a change is an eviction)."""
+    page = list_pods(cp, "?limit=1")
+    return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
 
 
 def _file(name: str) -> str:
