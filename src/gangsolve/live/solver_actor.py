@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve.errors import InputError, describe
+from gangsolve.errors import InputError
 from gangsolve.gangs import Grace, Waiting, build_cluster, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
@@ -69,21 +69,6 @@ class CycleResult:
     waiting: dict[str, Waiting] = field(default_factory=dict)  # pods joining no gang yet, and why
 
 
-def without(snapshot: Snapshot, culprit: str) -> Snapshot:
-    """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`)."""
-
-    def keep(obj: dict) -> bool:
-        return describe(obj) != culprit
-
-    return Snapshot(
-        nodes=[o for o in snapshot.nodes if keep(o)],
-        pods=[o for o in snapshot.pods if keep(o)],
-        pdbs=[o for o in snapshot.pdbs if keep(o)],
-        pod_groups={k: o for k, o in snapshot.pod_groups.items() if keep(o)},
-        priority_classes={k: o for k, o in snapshot.priority_classes.items() if keep(o)},
-    )
-
-
 def _size(snapshot: Snapshot) -> int:
     return (
         len(snapshot.nodes)
@@ -128,7 +113,7 @@ def plan(
             held = waiting(snapshot, scheduler_name, group_label, now, grace)
             break
         except InputError as exc:
-            smaller = without(snapshot, exc.obj)
+            smaller = snapshot.without(exc.obj)
             if _size(smaller) == _size(snapshot):
                 raise  # the error names nothing that can be left out: this cycle cannot run
             skipped.append(exc)
