@@ -329,11 +329,16 @@ class _Grouper:
 
     def running_key(self, pod: dict, ours: bool) -> GangKey | None:
         """The gang of a bound pod: ours by the rules above (without waiting); another scheduler's by its
-        PodGroup (scheduler-plugins' or Volcano's) if the snapshot has it, else none."""
+        PodGroup (Kubernetes' own with a gang policy, scheduler-plugins' or Volcano's) if the snapshot has it,
+        else none."""
         if ours:
             return self.key(pod, wait=False)
         meta = pod["metadata"]
         ns = meta["namespace"]
+        upstream = upstream_group_name(pod)
+        if upstream is not None:
+            pg = self.snap.pod_groups.get((UPSTREAM_GROUP, ns, upstream))
+            return GangKey("upstream", ns, upstream) if pg is not None and _gang_policy(pg) is not None else None
         for group, name in (
             ("scheduling.x-k8s.io", (meta.get("labels") or {}).get(POD_GROUP_LABEL)),
             ("scheduling.volcano.sh", (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)),
@@ -612,9 +617,9 @@ def _running(
 ) -> tuple[tuple[Running, ...], dict[str, int]]:
     """Every bound, unfinished pod as a possible victim, and the allowance of every PDB that guards one.
 
-    Our pods belong to gangs by the rules above; another scheduler's pods to their PodGroup (Volcano's or
-    scheduler-plugins'), else to no gang. A PDB that defines one of our gangs (rule 3) is that gang's minimum,
-    not a budget to keep."""
+    Our pods belong to gangs by the rules above; another scheduler's pods to their PodGroup (Kubernetes' own,
+    Volcano's or scheduler-plugins'), else to no gang. A PDB that defines one of our gangs (rule 3) is that
+    gang's minimum, not a budget to keep."""
     classes = grouper.snap.priority_classes
     keyed: list[tuple[dict, dict[str, int], GangKey | None]] = []
     by_key: dict[GangKey, list[dict]] = {key: [p for _o, p in pods] for key, pods in members.items()}

@@ -73,6 +73,31 @@ def test_another_schedulers_pods_join_their_podgroup_else_no_gang():
     assert pods["default/d0"].gang == ""
 
 
+def test_kube_schedulers_pods_join_their_upstream_pod_group_if_it_is_a_gang():
+    def group(name, policy):
+        meta = {"name": name, "namespace": "default"}
+        spec = {"schedulingPolicy": policy}
+        return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": meta, "spec": spec}
+
+    def member(name, group_name):
+        return running(name, scheduler="default-scheduler", schedulingGroup={"podGroupName": group_name})
+
+    cluster = build_cluster(
+        snapshot(
+            k8s_node("n", gpus=8),
+            group("train", {"gang": {"minCount": 3}}),
+            *(member(f"t{i}", "train") for i in range(4)),
+            group("web", {"basic": {}}),  # scheduled pod by pod: no gang
+            *(member(f"w{i}", "web") for i in range(2)),
+            member("lost", "gone"),  # its PodGroup is not in the snapshot
+        )
+    )
+    pods = by_name(cluster)
+    assert {pods[f"default/t{i}"].gang for i in range(4)} == {"default/train"}
+    assert pods["default/t0"].min_member == 3
+    assert pods["default/w0"].gang == pods["default/w1"].gang == pods["default/lost"].gang == ""
+
+
 def test_pdbs_that_define_a_gang_are_its_minimum_and_others_are_budgets():
     guard = k8s_pdb("web", 2, {"app": "web"})
     guard["status"] = {"disruptionsAllowed": 1}
