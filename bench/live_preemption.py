@@ -17,8 +17,8 @@ A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, P
 every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds. Victims are
 the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is immediate); each is attributed
 to the gang it made room for from its `Preempted` event (kube-scheduler names the preemptor pod's or PodGroup's
-uid, gangsolve the gang), and everything is measured by bench/preemption.py's `measure` on the scenario's own
-cluster, exactly as in the static mode.
+uid, gangsolve the gang; waited for up to `quiet` seconds more), and everything is measured by
+bench/preemption.py's `measure` on the scenario's own cluster, exactly as in the static mode.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def run_live(
             if scheduler == "kube-scheduler-wap":
                 for pg in cp.request("GET", f"/apis/{NATIVE_GANG_API}/namespaces/{k8s.NAMESPACE}/podgroups")["items"]:
                     group_uids[pg["metadata"]["uid"]] = f"{k8s.NAMESPACE}/{pg['metadata']['name']}"
-            events = cp.request("GET", f"/apis/events.k8s.io/v1/namespaces/{k8s.NAMESPACE}/events")["items"]
+            events = _preempted_events(cp, set(name_of) - left, quiet)
         finally:
             if gs is not None:
                 gs.stop()
@@ -202,6 +202,18 @@ def run_live(
     )
     result.pop("cycle_seconds", None)
     return result
+
+
+def _preempted_events(cp: ControlPlane, victims: set[str], wait: float) -> list[dict]:
+    """The namespace's events, once every victim has its Preempted event or `wait` seconds have passed: a
+    scheduler writes them after the evictions, and a thousand of them take a while."""
+    deadline = time.monotonic() + wait
+    while True:
+        events = cp.request("GET", f"/apis/events.k8s.io/v1/namespaces/{k8s.NAMESPACE}/events")["items"]
+        named = {e["regarding"]["name"] for e in events if e.get("reason") == "Preempted"}
+        if victims <= named or time.monotonic() >= deadline:
+            return events
+        time.sleep(0.5)
 
 
 def _pod_count(cp: ControlPlane) -> int:
