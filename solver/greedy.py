@@ -7,11 +7,14 @@ baseline of the benchmarks.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import numpy as np
 
 from gangsolve.solver.problem import Problem, Rows
+
+if TYPE_CHECKING:
+    from gangsolve.solver.planning import Limits
 
 # gang_counts[(part, node)] = pods of that gang part on that node; counts[gang] = that gang's
 GangCounts: TypeAlias = dict[tuple[int, int], int]
@@ -144,19 +147,32 @@ def place_colocated(
     return None
 
 
-def greedy(problem: Problem, order: list[int] | None = None, scorer: Scorer = node_scores) -> Counts:
+def greedy(
+    problem: Problem,
+    order: list[int] | None = None,
+    scorer: Scorer = node_scores,
+    limits: Limits | None = None,
+    free: np.ndarray | None = None,
+) -> Counts:
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
-    likes best; a gang that cannot reach its minimum takes nothing."""
-    free = problem.free.copy()
+    likes best; a gang that cannot reach its minimum takes nothing. With `limits`, each gang keeps within the
+    capacity reservations hold for later (planning.py)."""
+    free = problem.free.copy() if free is None else free
     result: Counts = {}
     for g in queue_order(problem) if order is None else order:
         gang = problem.gangs[g]
         if not gang.pods:
             continue
+        room = free if limits is None else limits.room_for(g, free)
         if gang.colocate:
-            counts = place_colocated(problem, g, free, scorer=scorer)
+            counts = place_colocated(problem, g, room, scorer=scorer)
         else:
-            counts = place_gang(problem, g, free, scorer=scorer)
-        if counts is not None:
-            result[g] = counts
+            counts = place_gang(problem, g, room, scorer=scorer)
+        if counts is None:
+            if limits is not None:
+                limits.blocked(g, free)
+            continue
+        if limits is not None:
+            limits.commit(g, counts, free)  # `room` was a copy
+        result[g] = counts
     return result

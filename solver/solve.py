@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import TypeAlias
 
-from gangsolve.solver import score
+from gangsolve.solver import planning, score
 from gangsolve.solver.candidates import candidates
 from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs, relaxed_bound
 from gangsolve.solver.explain import explain
 from gangsolve.solver.greedy import Counts, greedy, most_allocated, node_scores, smallest_first_order
-from gangsolve.solver.model import Cluster, GangResult, Level, Placement, SolveConfig
+from gangsolve.solver.model import Cluster, GangResult, Level, Placement, Reservation, SolveConfig
 from gangsolve.solver.problem import Problem
 
 # Per priority level: (gangs placed, upper bound on them, gangs that could be placed at all).
@@ -28,16 +28,18 @@ def solve(cluster: Cluster, config: SolveConfig | None = None) -> Placement:
     problem = Problem(cluster)
     scale = score.gpu_scale(problem)
     begun = time.perf_counter()
-    counts = greedy(problem)  # queue order, as Volcano allocates: the baseline never to fall below
+    # Queue order, as Volcano allocates, holding reservations for starving gangs that cannot start: the
+    # baseline never to fall below. Without reservations it is the plain greedy allocator.
+    counts, plan = planning.plan(problem, config.reservations)
     greedy_seconds = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"
     levels: LevelCounts = {}
     if config.use_cpsat and problem.gangs:
-        counts = _best_hint(problem, counts, started, greedy_seconds, config, scale)
-        counts, stages, levels = _optimise(problem, counts, config, deadline)
+        counts = _best_hint(problem, plan, counts, started, greedy_seconds, config, scale)
+        counts, stages, levels = _optimise(problem, plan, counts, config, deadline)
         status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
-    return _placement(problem, counts, stages, levels, status, time.perf_counter() - started)
+    return _placement(problem, plan, counts, stages, levels, status, time.perf_counter() - started)
 
 
 # No single greedy wins everywhere: small gangs first places more where GPUs run out, queue order where big
@@ -46,7 +48,13 @@ _HINT_SHARE = 0.4
 
 
 def _best_hint(
-    problem: Problem, baseline: Counts, started: float, took: float, config: SolveConfig, scale: int
+    problem: Problem,
+    plan: planning.Plan,
+    baseline: Counts,
+    started: float,
+    took: float,
+    config: SolveConfig,
+    scale: int,
 ) -> Counts:
     """The best of several greedy variants, tried while they take under _HINT_SHARE of the time limit."""
     best = baseline
@@ -59,7 +67,8 @@ def _best_hint(
         if time.perf_counter() - started + took > _HINT_SHARE * config.time_limit:
             break  # another pass (estimated by the last one's time) would eat into the solver's time
         begun = time.perf_counter()
-        best = max((best, greedy(problem, order, scorer)), key=key)
+        limits = planning.Limits(problem, plan) if plan.checks else None
+        best = max((best, greedy(problem, order, scorer, limits)), key=key)
         took = time.perf_counter() - begun
     return best
 
@@ -70,11 +79,14 @@ _TIER_SHARE = {"resources": 0.15, "locality": 0.05}
 
 
 def _optimise(
-    problem: Problem, hint: Counts, config: SolveConfig, deadline: float
+    problem: Problem, plan: planning.Plan, hint: Counts, config: SolveConfig, deadline: float
 ) -> tuple[Counts, list[Stage], LevelCounts]:
     """The staged CP-SAT solve. Returns the placement, the stages, and per priority level (found, bound)."""
     cands, pruned = candidates(problem, hint, config)
     model = GangModel(problem, cands, hint)
+    limits = planning.Limits(problem, plan)
+    for k, check in enumerate(plan.checks):
+        model.limit([g for g in range(len(problem.gangs)) if limits.subject(g, k)], check.room)
     levels = problem.gang_priority_levels()
     stages: list[Stage] = []
     possible = possible_gangs(problem)
@@ -172,7 +184,13 @@ def _gang_bound(levels: LevelCounts) -> int:
 
 
 def _placement(
-    problem: Problem, counts: Counts, stages: list[Stage], levels: LevelCounts, status: str, seconds: float
+    problem: Problem,
+    plan: planning.Plan,
+    counts: Counts,
+    stages: list[Stage],
+    levels: LevelCounts,
+    status: str,
+    seconds: float,
 ) -> Placement:
     bindings: dict[str, str] = {}
     for g, gang_counts in counts.items():
@@ -212,4 +230,13 @@ def _placement(
             {"priority": level[0], "starving": bool(level[1]), "placed": f, "bound": b, "gangs": most}
             for level, (f, b, most) in levels.items()
         ),
+        reservations=tuple(_reservation(problem, r) for r in plan.reservations),
     )
+
+
+def _reservation(problem: Problem, planned: planning.Planned) -> Reservation:
+    nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
+    gpus = sum(
+        k * int(problem.demand[problem.parts[planned.gang][p].cls, problem.gpu]) for (p, _n), k in planned.counts.items()
+    )
+    return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus)
