@@ -19,6 +19,7 @@ arrives and how long it runs), so a timeline's jobs can be written out and inspe
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -40,16 +41,19 @@ PERIOD = 60.0  # seconds of simulated time between cycles
 WINDOW = 180  # cycles during which jobs arrive (synthetic and scaled OpenB)
 WARM_UP = 60  # cycles before the cluster reaches its steady state (jobs run up to an hour)
 LOAD = 1.3  # offered GPU load over the window, as a share of the cluster's GPUs
+MAX_CYCLES = 480  # the queue drains for up to 5 h after the last arrival
 ESTIMATES = ("exact", "noisy", "absent")
 NOISE_SIGMA = 1.0  # noisy estimates: actual = estimate x lognormal(0, NOISE_SIGMA)
 DEFAULT_RUNTIME = 3600.0  # the configured default when a job declares nothing and its workload has no history
 WORKLOAD_LABEL = "bench.gangsolve.io/workload"  # the label the history groups finished jobs by
 SEEDS = (1, 2, 3)
-# OpenB with the trace's own times: a window of the trace's busy month (the seed picks which), on a slice of
-# its 8-GPU nodes sized so that the offered GPU load averages TRACE_LOAD.
-TRACE_START = 9_700_000  # seconds into the trace: arrivals are steady from here on
-TRACE_DAYS = 3
-TRACE_LOAD = 0.8
+# OpenB with the trace's own times. Its whole-GPU pods offer only about 6 GPUs of work a day, so TRACE_TENANTS
+# consecutive windows of TRACE_DAYS are laid over each other (each pod at its own time into its window, for its
+# own duration), on the trace's 8-GPU nodes, as many as make the offered GPU load about TRACE_LOAD.
+TRACE_START = 9_700_000  # seconds into the trace: arrivals are steady from here on (until about 12,900,000)
+TRACE_DAYS = 2
+TRACE_TENANTS = 8
+TRACE_LOAD = 0.9
 
 
 @dataclass(frozen=True)
@@ -137,20 +141,22 @@ def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
 
 
 def openb_trace_timeline(seed: int = 1) -> list[dict]:
-    """The trace's own arrivals and durations: every whole-GPU pod created in a TRACE_DAYS window of the trace
-    (window `seed`, counted from TRACE_START), a job of its own at its creation time, running until its deletion
-    time, on the trace's 8-GPU nodes (as many as make the offered load about TRACE_LOAD)."""
-    begin = TRACE_START + (seed % 10) * TRACE_DAYS * 86400
-    end = begin + TRACE_DAYS * 86400
-    pods = [(tp.created, tp) for tp in openb.trace_pods() if begin <= tp.created < end]
-    offered = sum(min(tp.duration, end - t) * tp.gpus for t, tp in pods) / (end - begin)
+    """The trace's own arrivals and durations: the whole-GPU pods created in TRACE_TENANTS consecutive windows
+    of TRACE_DAYS (the seed moves the first window on by a window per seed), laid over each other: each pod a
+    job of its own arriving at its creation time into its window and running until its deletion time."""
+    span = TRACE_DAYS * 86400
+    first = TRACE_START + (seed % 4) * span
+    pods = []
+    for tenant in range(TRACE_TENANTS):
+        begin = first + tenant * span
+        pods += [(tp.created - begin, tenant, tp) for tp in openb.trace_pods() if begin <= tp.created < begin + span]
+    pods.sort(key=lambda e: (e[0], e[1]))
+    offered = sum(min(tp.duration, span - t) * tp.gpus for t, _tenant, tp in pods) / span
     shape = ("G2", "8")  # the trace's most common node: 8 GPUs, 96 cores, 384 GiB
     rows = [r for r in openb.trace_nodes() if (r["model"], r["gpu"]) == shape]
-    count = max(1, round(offered / (TRACE_LOAD * 8)))
-    objs = openb.node_objects(rows[:count])
-    for j, (t, tp) in enumerate(pods):
-        arrival = float(t - begin)
-        job_objs = openb.job_objects(f"job-{j:05d}", [tp], arrival, _annotate(arrival, max(1, tp.duration)))
+    objs = openb.node_objects(rows[: max(1, round(offered / (TRACE_LOAD * 8)))])
+    for j, (t, _tenant, tp) in enumerate(pods):
+        job_objs = openb.job_objects(f"job-{j:05d}", [tp], t, _annotate(t, max(1, tp.duration)))
         _label(job_objs, f"{tp.gpus}gpu-{tp.cpu_milli // 1000}cpu")
         objs += job_objs
     return objs
@@ -164,22 +170,22 @@ TIMELINES = {
             synthetic_timeline,
             "100 synthetic nodes, idle at start; gang mix arriving at 130% GPU load for 3 h",
             (WARM_UP * PERIOD, WINDOW * PERIOD),
-            300,
+            MAX_CYCLES,
         ),
         Timeline(
             "timeline/openb",
             openb_timeline,
             "every 10th OpenB node (122 nodes); trace pods as gangs, trace durations, 130% GPU load for 3 h",
             (WARM_UP * PERIOD, WINDOW * PERIOD),
-            300,
+            MAX_CYCLES,
         ),
         Timeline(
             "timeline/openb-trace",
             openb_trace_timeline,
-            f"OpenB's own arrivals and durations: {TRACE_DAYS} days of the trace (the seed picks which) on "
-            f"its 8-GPU nodes sized for {TRACE_LOAD:.0%} mean GPU load",
+            f"OpenB's own arrival times and durations: {TRACE_TENANTS} windows of {TRACE_DAYS} days laid over "
+            f"each other (the seed picks them), on its 8-GPU nodes sized for {TRACE_LOAD:.0%} mean GPU load",
             (6 * 3600, TRACE_DAYS * 86400),
-            TRACE_DAYS * 1440,
+            2 * TRACE_DAYS * 1440,
         ),
     )
 }
@@ -241,7 +247,7 @@ def simulate(
     nodes, jobs = jobs_of(objects, estimates, seed)
     schedule = TIMELINE_SCHEDULERS[scheduler] if isinstance(scheduler, str) else scheduler
     window = timeline.window if timeline else (WARM_UP * PERIOD, WINDOW * PERIOD)
-    max_cycles = timeline.max_cycles if timeline else 300
+    max_cycles = timeline.max_cycles if timeline else MAX_CYCLES
     estimator = Estimator(default=DEFAULT_RUNTIME)
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
@@ -272,7 +278,7 @@ def simulate(
         if not pending:
             if arrived == len(jobs):
                 break
-            now = max(now + PERIOD, np.ceil(jobs[arrived].arrival / PERIOD) * PERIOD)
+            now = max(now + PERIOD, math.ceil(jobs[arrived].arrival / PERIOD) * PERIOD)
             continue
         gangs = tuple(
             replace(
