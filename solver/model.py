@@ -174,3 +174,4 @@ class Placement:
     stages: tuple[Mapping[str, object], ...] = ()  # per-stage solver statistics
     levels: tuple[Mapping[str, int], ...] = ()  # per priority level: gangs placed, bound, gangs modelled
     reservations: tuple[Reservation, ...] = ()  # queue order
+    backfilled: tuple[str, ...] = ()  # gangs started on nodes a reservation holds (they leave it whole)

@@ -23,14 +23,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gangsolve.solver.greedy import Counts, GangCounts, greedy, place_colocated, place_gang
+from gangsolve.solver.greedy import Counts, GangCounts, Scorer, greedy, node_scores, place_colocated, place_gang
 from gangsolve.solver.model import Resources
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Problem, Rows
 
 FOREVER = math.inf
 # A pod that outran its estimate is expected to run on for half the time it has run so far, at least this
 # long: an estimate is extended, never trusted to end anything.
 MIN_EXTENSION = 60.0
+# A GPU free now that a reservation holds for later weighs as much as two GPUs of best-fit slack (node_scores
+# weighs leftover GPUs 10 each).
+IDLE_WEIGHT = 20.0
 
 
 def expected_end(start: float, estimate: float | None, now: float) -> float | None:
@@ -125,10 +128,17 @@ class Timeline:
             for s in starts:
                 if t < s < t + runtime:
                     window = np.minimum(window, self.at(s))
-            counts = _place(problem, g, window)
+            counts = _place(problem, g, window, self._idle_aware)
             if counts is not None:
                 return t, counts
         return None
+
+    def _idle_aware(self, problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
+        """Best fit at the reservation's start, but away from GPUs free now: held for a later start, those
+        would idle until then (unless something short backfills them), where GPUs still busy lose nothing."""
+        idle = self.free[rows, problem.gpu] if problem.demand[cls, problem.gpu] > 0 else 0
+        score: np.ndarray = node_scores(problem, cls, free, rows) + IDLE_WEIGHT * np.maximum(idle, 0)
+        return score
 
     def fits_eventually(self, g: int) -> bool:
         """Whether gang g would fit once every running pod ended, those without an estimate too."""
@@ -144,13 +154,13 @@ def _vector(problem: Problem, requests: Resources) -> np.ndarray:
     return vector
 
 
-def _place(problem: Problem, g: int, free: np.ndarray) -> GangCounts | None:
+def _place(problem: Problem, g: int, free: np.ndarray, scorer: Scorer = node_scores) -> GangCounts | None:
     if not _may_fit(problem, g, free):
         return None
     free = free.copy()
     if problem.gangs[g].colocate:
-        return place_colocated(problem, g, free)
-    return place_gang(problem, g, free)
+        return place_colocated(problem, g, free, scorer=scorer)
+    return place_gang(problem, g, free, scorer=scorer)
 
 
 def _may_fit(problem: Problem, g: int, free: np.ndarray) -> bool:
@@ -170,14 +180,14 @@ class Limits:
             [problem.cluster.now + (gang.runtime if gang.runtime is not None else FOREVER) for gang in problem.gangs]
         )
         self.priority = np.array([gang.priority for gang in problem.gangs], dtype=np.int64)
-        self.held = plan.held()
 
     def running_at(self, g: int, k: int) -> bool:
         return bool(self.ends[g] > self.plan.checks[k].time)
 
     def subject(self, g: int, k: int) -> bool:
-        check = self.plan.checks[k]
-        return self.running_at(g, k) and self.priority[g] <= check.ceiling and g not in self.held
+        """Whether gang g, started now, must keep within check k. A gang holding a reservation too: started
+        now after all, it must not push another's later (nor count on its own held capacity, which errs safe)."""
+        return self.running_at(g, k) and self.priority[g] <= self.plan.checks[k].ceiling
 
     def room_for(self, g: int, free: np.ndarray) -> np.ndarray:
         """Where gang g may go now: free capacity, within every check it is subject to (a copy)."""
@@ -226,7 +236,6 @@ class Planner(Limits):
             return
         start, counts = found
         self.plan.reservations.append(Planned(g, start, counts))
-        self.held.add(g)
         self.timeline.add(start, counts, g, -1)
         self.timeline.add(start + runtime, counts, g, +1)
         self.plan.checks = checks(self.timeline, self.plan, self.priority)

@@ -231,12 +231,19 @@ def _placement(
             for level, (f, b, most) in levels.items()
         ),
         reservations=tuple(_reservation(problem, r) for r in plan.reservations),
+        backfilled=tuple(
+            problem.gangs[g].name
+            for g, gang_counts in counts.items()
+            if g not in plan.held()
+            and {n for (_p, n) in gang_counts} & {n for r in plan.reservations for (_p, n) in r.counts}
+        ),
     )
 
 
 def _reservation(problem: Problem, planned: planning.Planned) -> Reservation:
     nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
     gpus = sum(
-        k * int(problem.demand[problem.parts[planned.gang][p].cls, problem.gpu]) for (p, _n), k in planned.counts.items()
+        k * int(problem.demand[problem.parts[planned.gang][p].cls, problem.gpu])
+        for (p, _n), k in planned.counts.items()
     )
     return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus)

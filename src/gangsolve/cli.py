@@ -68,20 +68,48 @@ def fail(message: str) -> None:
     type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]),
     default=None,
     help="The cycle's clock (RFC 3339): gangs pending longer than 15 minutes by then rank as starving, as in "
-    "the live scheduler. Without it, no gang is starving.",
+    "the live scheduler, and starving gangs that cannot start get reservations from running pods' expected ends. "
+    "Without it, no gang is starving.",
 )
-def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str, now) -> None:
+@click.option(
+    "--default-runtime",
+    default=None,
+    metavar="DURATION",
+    help="With --now: the runtime (a Go duration, e.g. 1h) of gangs and running pods that declare none "
+    "(annotation gangsolve.io/expected-runtime, activeDeadlineSeconds) [default: none, they run for ever].",
+)
+def solve(
+    snapshot: str,
+    scheduler_name: str,
+    group_label: str | None,
+    time_limit: float,
+    output: str,
+    now,
+    default_runtime: str | None,
+) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import render
+    from gangsolve.estimates import Estimator, parse_duration, with_estimates
     from gangsolve.gangs import build_cluster
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
     from gangsolve.solver import solve as solve_cycle
 
+    default = None
+    if default_runtime is not None:
+        try:
+            default = parse_duration(default_runtime)
+        except ValueError:
+            fail(f"--default-runtime: expected a duration such as 90m or 1h30m, got {default_runtime!r}")
+        if default <= 0:
+            fail(f"--default-runtime: must be positive, got {default_runtime!r}")
     try:
         if now is not None and now.tzinfo is None:
             now = now.replace(tzinfo=UTC)  # the Z form parses naive
-        cluster = build_cluster(read(snapshot), scheduler_name, group_label, now=now)
+        snap = read(snapshot)
+        cluster = build_cluster(snap, scheduler_name, group_label, now=now)
+        if now is not None:
+            cluster = with_estimates(snap, cluster, now, Estimator(default=default), scheduler_name)
     except InputError as exc:
         fail(str(exc))
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit))

@@ -8,6 +8,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from gangsolve import reservations
 from gangsolve.solver.model import Placement
 
 
@@ -32,6 +33,7 @@ def as_dict(placement: Placement) -> dict:
         "solveSeconds": round(placement.solve_seconds, 4),
         "stages": list(placement.stages),
         "levels": list(placement.levels),
+        "reservations": [reservations.as_json(r) for r in placement.reservations],
     }
 
 
@@ -44,11 +46,13 @@ def print_table(placement: Placement, console: Console) -> None:
     for pod, node in placement.bindings.items():
         nodes_of.setdefault(pod, Counter())[node] += 1
     table = Table(title="Gangs", title_justify="left", show_lines=False)
-    for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON"):
+    for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION"):
         table.add_column(column, overflow="fold")
+    held = {r.gang: r for r in placement.reservations}
     for g in placement.gangs:
         placed = f"[green]{g.placed_pods}[/]" if g.placed else f"[red]{g.placed_pods}[/]"
-        table.add_row(g.name, str(g.priority), str(g.min_member), str(g.pods), placed, g.reason or "")
+        planned = reservations.message(held[g.name]) if g.name in held else ""
+        table.add_row(g.name, str(g.priority), str(g.min_member), str(g.pods), placed, g.reason or "", planned)
     console.print(table)
     if placement.bindings:
         bindings = Table(title="Bindings", title_justify="left")
