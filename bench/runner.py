@@ -44,7 +44,8 @@ def _solve(use_cpsat: bool) -> Scheduler:
             "best_bound": placement.best_bound if use_cpsat else None,
             "stages": list(placement.stages),
             "reservations": [
-                {"gang": r.gang, "nodes": list(r.nodes), "start": r.start, "gpus": r.gpus} for r in placement.reservations
+                {"gang": r.gang, "nodes": list(r.nodes), "start": r.start, "gpus": r.gpus}
+                for r in placement.reservations
             ],
         }
 

@@ -36,7 +36,6 @@ from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster
 from gangsolve.solver.model import GPU, Cluster, Gang, Node, Running
 from gangsolve.solver.planning import expected_end
 
-
 PERIOD = 60.0  # seconds of simulated time between cycles
 WINDOW = 180  # cycles during which jobs arrive (synthetic and scaled OpenB)
 WARM_UP = 60  # cycles before the cluster reaches its steady state (jobs run up to an hour)
@@ -356,11 +355,15 @@ def summarize(jobs: list[Job], cycles: list[dict], window: tuple[float, float], 
     delays = [(j.start if j.start is not None else max(end, j.arrival)) - j.arrival for j in jobs]
     jct = [j.start + j.duration - j.arrival for j in started if j.start is not None]
     slowdown = [
-        max(1.0, (j.start - j.arrival + j.duration) / max(j.duration, BSLD_FLOOR)) for j in started if j.start is not None
+        max(1.0, (j.start - j.arrival + j.duration) / max(j.duration, BSLD_FLOOR))
+        for j in started
+        if j.start is not None
     ]
     lo, hi = window
     span = max(hi - lo, PERIOD) * max(total_gpus, 1)
-    useful = sum(j.gpus * max(0.0, min(j.start + j.duration, hi) - max(j.start, lo)) for j in started if j.start is not None)
+    useful = sum(
+        j.gpus * max(0.0, min(j.start + j.duration, hi) - max(j.start, lo)) for j in started if j.start is not None
+    )
     stranded = sum(
         (c["gpu_allocation"] - c["gpu_useful"]) * total_gpus * PERIOD for c in cycles if lo <= c["time"] < hi
     )

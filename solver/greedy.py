@@ -173,6 +173,6 @@ def greedy(
                 limits.blocked(g, free)
             continue
         if limits is not None:
-            limits.commit(g, counts, free)  # `room` was a copy
+            limits.commit(g, counts, None if room is free else free)  # placing on `free` took it already
         result[g] = counts
     return result

@@ -100,9 +100,7 @@ class Timeline:
         self.events.sort(key=lambda e: e[0])
         times = np.array([e[0] for e in self.events], dtype=float)
         nodes = np.array([e[1] for e in self.events], dtype=np.int64)
-        changes = (
-            np.stack([e[2] for e in self.events]) if self.events else np.zeros((0, self.free.shape[1]), np.int64)
-        )
+        changes = np.stack([e[2] for e in self.events]) if self.events else np.zeros((0, self.free.shape[1]), np.int64)
         return times, nodes, changes
 
     def at(self, time: float) -> np.ndarray:
@@ -190,18 +188,21 @@ class Limits:
         return self.running_at(g, k) and self.priority[g] <= self.plan.checks[k].ceiling
 
     def room_for(self, g: int, free: np.ndarray) -> np.ndarray:
-        """Where gang g may go now: free capacity, within every check it is subject to (a copy)."""
-        room = free.copy()
+        """Where gang g may go now: free capacity within every check it is subject to (a copy), or `free`
+        itself when no check holds it back."""
+        room = free
         for k in range(len(self.rooms)):
             if self.subject(g, k):
-                np.minimum(room, self.rooms[k], out=room)
+                room = np.minimum(room, self.rooms[k])
         return room
 
-    def commit(self, g: int, counts: GangCounts, free: np.ndarray) -> None:
-        """Gang g starts with `counts`: it takes `free` now, and the room at every check while it runs."""
+    def commit(self, g: int, counts: GangCounts, free: np.ndarray | None) -> None:
+        """Gang g starts with `counts`: it takes the room at every check while it runs, and `free` now unless
+        it was placed on `free` itself (None)."""
         for (p, n), k in counts.items():
             demand = k * self.problem.demand[self.problem.parts[g][p].cls]
-            free[n] -= demand
+            if free is not None:
+                free[n] -= demand
             for c, room in enumerate(self.rooms):
                 if self.running_at(g, c):
                     room[n] -= demand
@@ -219,7 +220,7 @@ class Planner(Limits):
         self.most = most
         self.timeline = Timeline(problem, free)
 
-    def commit(self, g: int, counts: GangCounts, free: np.ndarray) -> None:
+    def commit(self, g: int, counts: GangCounts, free: np.ndarray | None) -> None:
         super().commit(g, counts, free)
         self.timeline.add(float(self.ends[g]), counts, g, +1)
 

@@ -95,13 +95,13 @@ def solve(
     from gangsolve.solver import SolveConfig
     from gangsolve.solver import solve as solve_cycle
 
-    default = None
+    default: float | None = None
     if default_runtime is not None:
         try:
             default = parse_duration(default_runtime)
         except ValueError:
             fail(f"--default-runtime: expected a duration such as 90m or 1h30m, got {default_runtime!r}")
-        if default <= 0:
+        if not default or default <= 0:
             fail(f"--default-runtime: must be positive, got {default_runtime!r}")
     try:
         if now is not None and now.tzinfo is None:

@@ -55,7 +55,7 @@ def parse_duration(text: str) -> float:
     return sign * total
 
 
-def _annotated(obj: Mapping) -> float | None:
+def _annotated(obj: dict) -> float | None:
     value = ((obj.get("metadata") or {}).get("annotations") or {}).get(EXPECTED_RUNTIME_ANNOTATION)
     if value is None:
         return None
@@ -63,13 +63,15 @@ def _annotated(obj: Mapping) -> float | None:
     try:
         seconds = parse_duration(str(value))
     except ValueError:
-        raise InputError(describe(obj), field_name, f"expected a duration such as 90m or 1h30m, got {value!r}") from None
+        raise InputError(
+            describe(obj), field_name, f"expected a duration such as 90m or 1h30m, got {value!r}"
+        ) from None
     if seconds <= 0:
         raise InputError(describe(obj), field_name, f"must be positive, got {value!r}")
     return seconds
 
 
-def declared_runtime(pods: Sequence[Mapping], group: Mapping | None = None, owner: Mapping | None = None) -> float | None:
+def declared_runtime(pods: Sequence[dict], group: dict | None = None, owner: dict | None = None) -> float | None:
     """The runtime the objects declare: the annotation (pods, then PodGroup, then owner), else the smallest
     activeDeadlineSeconds; None when they declare none."""
     for obj in [*pods, *(o for o in (group, owner) if o is not None)]:
@@ -133,8 +135,10 @@ class Estimator:
     history: RuntimeHistory = field(default_factory=RuntimeHistory)
     label: str | None = None  # the label naming a workload for the history; else owner kind and name prefix
 
-    def runtime(self, pods: Sequence[Mapping], group: Mapping | None = None, owner: Mapping | None = None) -> float | None:
-        return self.choose(declared_runtime(pods, group, owner), workload_key(pods[0], self.label) if pods else None)
+    def runtime(
+        self, pods: Sequence[Mapping], group: Mapping | None = None, owner: Mapping | None = None
+    ) -> float | None:
+        self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None
 
     def choose(self, declared: float | None, key: str | None) -> float | None:
         if declared is not None:
@@ -143,7 +147,7 @@ class Estimator:
         return learned if learned is not None else self.default
 
 
-def _group_of(snap: Snapshot, pod: Mapping) -> Mapping | None:
+def _group_of(snap: Snapshot, pod: dict) -> dict | None:
     meta = pod.get("metadata") or {}
     ns = meta.get("namespace", "")
     name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
@@ -153,8 +157,8 @@ def _group_of(snap: Snapshot, pod: Mapping) -> Mapping | None:
     return snap.pod_groups.get(("scheduling.volcano.sh", ns, name)) if name else None
 
 
-def _time(obj: Mapping, path: str) -> datetime | None:
-    value = obj
+def _time(obj: dict, path: str) -> datetime | None:
+    value: object = obj
     for part in path.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
     if not value:
@@ -171,7 +175,7 @@ def with_estimates(
     now: datetime,
     estimator: Estimator,
     scheduler_name: str = "gangsolve",
-    owners: Mapping[str, Mapping] | None = None,
+    owners: Mapping[str, dict] | None = None,
 ) -> Cluster:
     """`cluster` (from build_cluster on `snap`) with every pending gang's runtime estimate, every bound
     unfinished pod's expected end, and the clock, in seconds since the epoch. Pods of other schedulers end
@@ -180,7 +184,7 @@ def with_estimates(
     pods = {objects.pod_key(p): p for p in snap.pods}
     owners = owners or {}
 
-    def owner_of(pod: Mapping) -> Mapping | None:
+    def owner_of(pod: dict) -> dict | None:
         refs = (pod.get("metadata") or {}).get("ownerReferences") or []
         return next((owners[r.get("uid")] for r in refs if r.get("controller") and r.get("uid") in owners), None)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
 from gangsolve.bench import objects as k8s
@@ -74,17 +76,16 @@ def test_reservations_start_the_big_job_when_the_long_one_ends():
 
 
 def test_easy_backfill_lets_only_jobs_that_end_in_time_onto_the_head_reservation():
-    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
     held = {"cpu": 3000, "memory": 3 * 2**30, "pods": 3, GPU: 3}
-    nodes = [n.__class__(**{**n.__dict__, "used": held}) for n in nodes]
+    nodes = (replace(node("n0", gpus=4), used=held), replace(node("n1", gpus=4), used=held))
     running = (Running("n0", held, 600.0), Running("n1", held, 3600.0))
     head = solver_gang("head", 1, gpus=4)
-    short = solver_gang("short", 1, gpus=1).__class__(**{**solver_gang("short", 1, gpus=1).__dict__, "runtime": 300.0})
-    long = solver_gang("long", 1, gpus=1).__class__(**{**solver_gang("long", 1, gpus=1).__dict__, "runtime": 7200.0})
-    long2 = long.__class__(**{**long.__dict__, "name": "long2", "pods": tuple(
-        p.__class__(**{**p.__dict__, "name": "long2-0"}) for p in long.pods)})
-    bindings = easy_backfill(Cluster(tuple(nodes), (head, short, long, long2), running, 0.0))
-    # The head holds n0 from 600 s: the short job may use it, the long ones only n1 (one GPU free there).
+    short = replace(solver_gang("short", 1, gpus=1), runtime=300.0)
+    long = replace(solver_gang("long", 1, gpus=1), runtime=7200.0)
+    later = replace(solver_gang("later", 1, gpus=1), runtime=7200.0)
+    bindings = easy_backfill(Cluster(nodes, (head, short, long, later), running, 0.0))
+    # The head holds n0 from 600 s: the short job may use it; of the long ones, the first in the queue gets the
+    # one GPU free on n1.
     assert bindings == {"short-0": "n0", "long-0": "n1"}
 
 
@@ -96,6 +97,7 @@ def test_estimate_modes_declare_the_true_a_noisy_or_no_runtime():
     assert all(j.declared == round(j.duration) for j in exact)
     ratios = [j.duration / j.declared for j in noisy]
     assert 0.5 < sorted(ratios)[len(ratios) // 2] < 2  # the median noise factor is near 1 (lognormal, sigma 1)
-    assert max(ratios) > 3 and min(ratios) < 1 / 3
+    assert max(ratios) > 3
+    assert min(ratios) < 1 / 3
     assert all(j.declared is None for j in absent)
     assert len({j.workload for j in exact}) > 5  # the history learns per job template
