@@ -135,10 +135,8 @@ class Estimator:
     history: RuntimeHistory = field(default_factory=RuntimeHistory)
     label: str | None = None  # the label naming a workload for the history; else owner kind and name prefix
 
-    def runtime(
-        self, pods: Sequence[Mapping], group: Mapping | None = None, owner: Mapping | None = None
-    ) -> float | None:
-        self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None
+    def runtime(self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None) -> float | None:
+        return self.choose(declared_runtime(pods, group, owner), workload_key(pods[0], self.label) if pods else None)
 
     def choose(self, declared: float | None, key: str | None) -> float | None:
         if declared is not None:
