@@ -116,6 +116,11 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
         room = room.copy()
         return place_colocated(problem, g, room) if problem.gangs[g].colocate else place_gang(problem, g, room)
 
+    def could_fit(g: int, room: np.ndarray) -> bool:
+        """Cheap and necessary: the gang's pods fit node by node, ignoring each other."""
+        fit = sum(int(np.minimum(problem.fits(part.cls, room), len(part.pods)).sum()) for part in problem.parts[g])
+        return fit >= max(problem.gangs[g].need, 1)
+
     def take(g: int, counts: GangCounts, into: list[np.ndarray]) -> None:
         for (p, n), k in counts.items():
             for room in into:
@@ -143,15 +148,19 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
                 continue
             # The head: walk the releases in time order until it fits.
             room = free.copy()
-            for t, n, vector in sorted(releases, key=lambda e: e[0]):
+            releases.sort(key=lambda e: e[0])
+            for i, (t, n, vector) in enumerate(releases):
                 room[n] += vector
-                if shadow is None or t > shadow:
-                    head = place(g, room)
-                    if head is not None:
-                        shadow = t
-                        spare = room.copy()
-                        take(g, head, [spare])
-                        break
+                if i + 1 < len(releases) and releases[i + 1][0] == t:
+                    continue  # more is freed at the same time
+                if not could_fit(g, room):
+                    continue
+                head = place(g, room)
+                if head is not None:
+                    shadow = t
+                    spare = room.copy()
+                    take(g, head, [spare])
+                    break
             if shadow is None:
                 shadow = np.inf  # it never fits on what is known to end: backfill anything
                 spare = free.copy()
