@@ -138,7 +138,7 @@ class SolveConfig:
     candidates_per_pod: int = 3  # candidate nodes kept per pending pod of a gang (pruning on big clusters)
     min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone
-    reservations: int = 4  # starving gangs that may hold a reservation per cycle, queue order; 0: none
+    reservations: int = 1  # starving gangs that may hold a reservation per cycle, queue order; 0: none
 
 
 @dataclass(frozen=True)

@@ -130,14 +130,14 @@ def test_now_marks_long_pending_gangs_starving():
     docs = [
         k8s_node("n", gpus=4),
         k8s_pod("old", gpus=4, owner="old", created="2026-01-01T00:00:00Z"),
-        k8s_pod("new", gpus=1, owner="new", created="2026-01-01T00:55:00Z"),
-        k8s_pod("new2", gpus=1, owner="new2", created="2026-01-01T00:56:00Z"),
+        k8s_pod("new", gpus=1, owner="new", created="2026-01-01T01:25:00Z"),
+        k8s_pod("new2", gpus=1, owner="new2", created="2026-01-01T01:26:00Z"),
     ]
     text = yaml.safe_dump_all(docs)
     fresh = orjson.loads(solve("-", "-o", "json", input=text).stdout)
     assert set(fresh["bindings"]) == {"default/new", "default/new2"}  # two gangs beat one
-    aged = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=text).stdout)
-    assert set(aged["bindings"]) == {"default/old"}  # waited an hour: it goes first
+    aged = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:30:00Z", input=text).stdout)
+    assert set(aged["bindings"]) == {"default/old"}  # waited past the hour: it goes first
     assert [lv["starving"] for lv in aged["levels"]] == [True, False]
 
 
@@ -157,7 +157,7 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
             annotations={runtime: "70m"},
         ),
         k8s_pod("busy1", gpus=3, node_name="n1", phase="Running", created="2026-01-01T00:00:00Z"),
-        k8s_pod("old", gpus=4, owner="old", created="2026-01-01T00:00:00Z"),
+        k8s_pod("old", gpus=4, owner="old", created="2025-12-31T23:30:00Z"),
         k8s_pod("quick", gpus=1, owner="quick", created="2026-01-01T00:59:00Z", annotations={runtime: "5m"}),
         k8s_pod("long", gpus=1, owner="long", created="2026-01-01T00:59:30Z", annotations={runtime: "2h"}),
     ]

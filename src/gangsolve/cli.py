@@ -67,7 +67,7 @@ def fail(message: str) -> None:
     "--now",
     type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]),
     default=None,
-    help="The cycle's clock (RFC 3339): gangs pending longer than 15 minutes by then rank as starving, as in "
+    help="The cycle's clock (RFC 3339): gangs pending longer than an hour by then rank as starving, as in "
     "the live scheduler, and starving gangs that cannot start get reservations from running pods' expected ends. "
     "Without it, no gang is starving.",
 )

@@ -64,7 +64,7 @@ def starved_workload() -> list[dict]:
 def test_reservations_start_the_big_job_when_the_long_one_ends():
     big = {}
     for scheduler in ("greedy-gang", "easy-backfill", "gangsolve"):
-        result = simulate(starved_workload(), scheduler, time_limit=0.5, estimates="exact")
+        result = simulate(starved_workload(), scheduler, time_limit=0.5, estimates="exact", starvation=15 * 60)
         big[scheduler] = result["summary"]["queue_delay_by_size"]["2-8 GPUs"]["p50"]
         assert result["summary"]["started"] == 14
     # EASY reserves for the queue's head at once: the big job (waiting since minute 1) starts when the long one

@@ -98,7 +98,7 @@ def test_later_reservations_queue_behind_earlier_ones():
     running = [busy("n0", 4, 600.0), busy("n1", 4, HOUR)]
     first = starving(gang("first", 1, gpus=4), runtime=2 * HOUR)
     second = starving(gang("second", 1, gpus=4), runtime=HOUR)
-    placement = solve(cluster_with([first, second], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([first, second], running), SolveConfig(time_limit=0.5, reservations=2))
     assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [
         ("first", ("n0",), 600.0),
         ("second", ("n1",), HOUR),
