@@ -109,6 +109,22 @@ def workload_key(pod: Mapping, label: str | None = None) -> str:
     return f"{ns}/{'PodGroup' if group else 'Pod'}:{_SUFFIX.sub('', name)}"
 
 
+def finished_runtime(pod: dict) -> float | None:
+    """How long a pod that succeeded ran: from status.startTime to its last container's finishedAt."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Succeeded":
+        return None
+    started = _time(pod, "status.startTime")
+    ends = [
+        ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        for cs in status.get("containerStatuses") or []
+    ]
+    finished = [_stamp(pod, "status.containerStatuses[].state.terminated.finishedAt", e) for e in ends if e]
+    if started is None or not finished:
+        return None
+    return (max(finished) - started).total_seconds()
+
+
 @dataclass
 class RuntimeHistory:
     """Runtimes of finished gangs per workload; the estimate for the next is a high quantile of the last
@@ -117,10 +133,24 @@ class RuntimeHistory:
     window: int = 20
     quantile: float = 0.75
     runs: dict[str, deque[float]] = field(default_factory=dict)
+    seen: deque[str] = field(default_factory=lambda: deque(maxlen=100_000))  # pod uids already learned from
 
     def record(self, key: str, seconds: float) -> None:
         if seconds > 0:
             self.runs.setdefault(key, deque(maxlen=self.window)).append(float(seconds))
+
+    def learn(self, pods: Sequence[dict], label: str | None = None) -> None:
+        """Record every succeeded pod not seen before (by uid): called each cycle with the pods the cluster
+        still has, it also rebuilds the history after a restart."""
+        known = set(self.seen)
+        for pod in pods:
+            uid = (pod.get("metadata") or {}).get("uid")
+            seconds = finished_runtime(pod)
+            if seconds is None or not uid or uid in known:
+                continue
+            self.seen.append(uid)
+            known.add(uid)
+            self.record(workload_key(pod, label), seconds)
 
     def estimate(self, key: str) -> float | None:
         runs = self.runs.get(key)
@@ -159,8 +189,10 @@ def _time(obj: dict, path: str) -> datetime | None:
     value: object = obj
     for part in path.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
-    if not value:
-        return None
+    return _stamp(obj, path, value) if value else None
+
+
+def _stamp(obj: dict, path: str, value: object) -> datetime:
     try:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:

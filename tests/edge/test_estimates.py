@@ -204,3 +204,30 @@ def test_figures_for_the_metrics():
         "waiting_for_estimate": 1,
         "backfilled_gangs": 1,
     }
+
+
+def finished(name: str, uid: str, start: str, end: str, owner: str = "resnet-7d9f8") -> dict:
+    pod = k8s_pod(name, owner=owner, phase="Succeeded")
+    pod["metadata"]["uid"] = uid
+    pod["status"].update(
+        startTime=start, containerStatuses=[{"name": "main", "state": {"terminated": {"finishedAt": end}}}]
+    )
+    return pod
+
+
+def test_the_history_learns_from_succeeded_pods_once_each_and_again_after_a_restart():
+    pods = [
+        finished("a", "u1", "2026-01-01T00:00:00Z", "2026-01-01T00:30:00Z"),
+        finished("b", "u2", "2026-01-01T01:00:00Z", "2026-01-01T01:10:00Z"),
+        k8s_pod("running", owner="resnet-7d9f8", phase="Running"),
+    ]
+    history = RuntimeHistory(quantile=1.0)
+    history.learn(pods)
+    history.learn(pods)  # every cycle sees the same pods: each counts once
+    assert list(history.runs["default/Job:resnet"]) == [1800.0, 600.0]
+    restarted = RuntimeHistory(quantile=1.0)
+    restarted.learn(pods)
+    assert restarted.estimate("default/Job:resnet") == 1800.0
+    bad = finished("c", "u3", "2026-01-01T00:00:00Z", "yesterday")
+    with pytest.raises(InputError, match="finishedAt"):
+        restarted.learn([bad])
