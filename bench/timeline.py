@@ -33,8 +33,10 @@ from gangsolve.bench.runner import SCHEDULERS, Scheduler
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
 from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster
+from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Gang, Node, Running
 from gangsolve.solver.planning import expected_end
+from gangsolve.solver.problem import Problem
 
 PERIOD = 60.0  # seconds of simulated time between cycles
 WINDOW = 180  # cycles during which jobs arrive (synthetic and scaled OpenB)
@@ -332,7 +334,7 @@ def simulate(
         if arrived == len(jobs) and not running and pending and not bindings:
             break  # stuck: nothing runs that could free capacity and nothing new arrives
         now += PERIOD
-    summary = summarize(jobs, cycles, window, total_gpus, now)
+    summary = summarize(jobs, cycles, window, total_gpus, now, nodes)
     summary.update(reservations_pushed_later=later, backfilled=backfilled)
     return {
         "scheduler": scheduler if isinstance(scheduler, str) else "custom",
@@ -344,21 +346,36 @@ def simulate(
     }
 
 
+def _runnable(nodes: list[Node], jobs: list[Job]) -> list[str]:
+    """Jobs whose gang fits on the idle cluster on its own (placed as greedy gang allocation would)."""
+    problem = Problem(Cluster(tuple(replace(n, used={}) for n in nodes), tuple(j.gang for j in jobs)))
+    out = []
+    for g, gang in enumerate(problem.gangs):
+        free = problem.free.copy()
+        counts = place_colocated(problem, g, free) if gang.colocate else place_gang(problem, g, free)
+        if counts is not None:
+            out.append(gang.name)
+    return out
+
+
 SIZES = {"1 GPU": (0, 1), "2-8 GPUs": (2, 8), ">8 GPUs": (9, 1 << 30)}
 BSLD_FLOOR = 10.0  # seconds: bounded slowdown's threshold for very short jobs (the usual 10 s)
 
 
-def summarize(jobs: list[Job], cycles: list[dict], window: tuple[float, float], total_gpus: int, end: float) -> dict:
-    """Queueing, completion and slowdown per job (a job never started counts as waiting until the end), and
-    GPU use over the steady-state window from the jobs' own start and end times."""
+def summarize(
+    jobs: list[Job], cycles: list[dict], window: tuple[float, float], total_gpus: int, end: float, nodes: list[Node]
+) -> dict:
+    """Queueing, completion and slowdown per job, and GPU use over the steady-state window from the jobs' own
+    start and end times. Jobs that could not run even on the idle cluster count for no scheduler; a job never
+    started counts as starting when the simulation ended (its wait and completion time are at least that), so a
+    scheduler that starves a job for ever does not look better for leaving it out."""
+    runnable = set(_runnable(nodes, jobs))
+    counted = [j for j in jobs if j.gang.name in runnable]
     started = [j for j in jobs if j.start is not None]
-    delays = [(j.start if j.start is not None else max(end, j.arrival)) - j.arrival for j in jobs]
-    jct = [j.start + j.duration - j.arrival for j in started if j.start is not None]
-    slowdown = [
-        max(1.0, (j.start - j.arrival + j.duration) / max(j.duration, BSLD_FLOOR))
-        for j in started
-        if j.start is not None
-    ]
+    begun = {j.gang.name: j.start if j.start is not None else max(end, j.arrival) for j in counted}
+    delays = [begun[j.gang.name] - j.arrival for j in counted]
+    jct = [begun[j.gang.name] + j.duration - j.arrival for j in counted]
+    slowdown = [max(1.0, (begun[j.gang.name] - j.arrival + j.duration) / max(j.duration, BSLD_FLOOR)) for j in counted]
     lo, hi = window
     span = max(hi - lo, PERIOD) * max(total_gpus, 1)
     useful = sum(
@@ -370,7 +387,7 @@ def summarize(jobs: list[Job], cycles: list[dict], window: tuple[float, float], 
     seconds = [c["seconds"] for c in cycles]
     by_size = {}
     for label, (small, big) in SIZES.items():
-        d = [delay for j, delay in zip(jobs, delays, strict=True) if small <= j.gpus <= big]
+        d = [delay for j, delay in zip(counted, delays, strict=True) if small <= j.gpus <= big]
         by_size[label] = {
             "jobs": len(d),
             "p50": metrics.percentile(d, 50),
@@ -378,7 +395,8 @@ def summarize(jobs: list[Job], cycles: list[dict], window: tuple[float, float], 
             "mean": float(np.mean(d)) if d else None,
         }
     return {
-        "jobs": len(jobs),
+        "jobs": len(counted),
+        "never_runnable": len(jobs) - len(counted),
         "started": len(started),
         "queue_delay_p50": metrics.percentile(delays, 50),
         "queue_delay_p95": metrics.percentile(delays, 95),
