@@ -94,10 +94,11 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
     Gangs are taken in queue order (priority, then submission) and start while they fit, each pod best-fit as
     the greedy gang allocator places it. The first gang that does not fit is the queue's head: it gets a
     reservation at its *shadow time*, the earliest time the estimated ends of running pods (and of gangs
-    started before it this cycle) free enough capacity for it, on the nodes it would then take. Every later
-    gang may start now only if it does not delay the head: it is expected to end by the shadow time, or it
-    fits in what the head leaves over at the shadow time. Pods without an estimated end are never assumed to
-    end; a gang without a runtime estimate runs for ever.
+    started before it this cycle) free enough capacity for it, on the nodes it would then take; a gang that
+    would not fit even then is passed over. Every later gang may start now only if it does not delay the
+    head: it is expected to end by the shadow time, or it fits in what the head leaves over at the shadow
+    time. Pods without an estimated end are never assumed to end; a gang without a runtime estimate runs for
+    ever.
     """
     problem = Problem(cluster)
     now = cluster.now
@@ -161,10 +162,8 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
                     spare = room.copy()
                     take(g, head, [spare])
                     break
-            if shadow is None:
-                shadow = np.inf  # it never fits on what is known to end: backfill anything
-                spare = free.copy()
-                spare[:] = np.iinfo(np.int64).max // 4
+            # A gang that does not fit even once everything known to end has ended holds nothing: the next
+            # blocked gang becomes the head (Slurm skips jobs that cannot run).
             continue
         ends_in_time = end_of(g) <= shadow
         counts = place(g, free if ends_in_time else np.minimum(free, spare))

@@ -83,7 +83,8 @@ def test_easy_backfill_lets_only_jobs_that_end_in_time_onto_the_head_reservation
     short = replace(solver_gang("short", 1, gpus=1), runtime=300.0)
     long = replace(solver_gang("long", 1, gpus=1), runtime=7200.0)
     later = replace(solver_gang("later", 1, gpus=1), runtime=7200.0)
-    bindings = easy_backfill(Cluster(nodes, (head, short, long, later), running, 0.0))
+    never = solver_gang("never", 1, gpus=8)  # no node has 8 GPUs: it is passed over, not made the head
+    bindings = easy_backfill(Cluster(nodes, (never, head, short, long, later), running, 0.0))
     # The head holds n0 from 600 s: the short job may use it; of the long ones, the first in the queue gets the
     # one GPU free on n1.
     assert bindings == {"short-0": "n0", "long-0": "n1"}
