@@ -35,12 +35,18 @@ def _solve(use_cpsat: bool) -> Scheduler:
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
         from gangsolve.solver import solve
 
-        placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
+        # Greedy gang allocation is Volcano's: no reservations.
+        config = SolveConfig(time_limit=limit, use_cpsat=use_cpsat, reservations=SolveConfig.reservations * use_cpsat)
+        placement = solve(cluster, config)
         return dict(placement.bindings), {
             "status": placement.status,
             "objective": placement.objective,
             "best_bound": placement.best_bound if use_cpsat else None,
             "stages": list(placement.stages),
+            "reservations": [
+                {"gang": r.gang, "nodes": list(r.nodes), "start": r.start, "gpus": r.gpus}
+                for r in placement.reservations
+            ],
         }
 
     return run

@@ -92,6 +92,7 @@ class Gang:
     bound_nodes: tuple[str, ...] = ()  # nodes of members already bound and not finished
     colocate: str | None = None  # node label key whose single value all members must share
     starving: bool = False  # waited past the starvation age: outranks gangs of its priority that have not
+    runtime: float | None = None  # estimated seconds from start to end; None: no estimate (runs for ever)
 
     @property
     def need(self) -> int:
@@ -114,9 +115,20 @@ class Gang:
 
 
 @dataclass(frozen=True)
+class Running:
+    """A bound, unfinished pod whose requests (already in its node's `used`) come back at its estimated end."""
+
+    node: str
+    requests: Resources
+    end: float | None = None  # on the cycle's clock (Cluster.now); None: no estimate, never assumed to end
+
+
+@dataclass(frozen=True)
 class Cluster:
     nodes: tuple[Node, ...]
     gangs: tuple[Gang, ...]
+    running: tuple[Running, ...] = ()  # bound pods with estimated ends: what reservations are planned from
+    now: float = 0.0  # the cycle's clock, seconds (the same clock as Running.end)
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ class SolveConfig:
     candidates_per_pod: int = 3  # candidate nodes kept per pending pod of a gang (pruning on big clusters)
     min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone
+    reservations: int = 1  # starving gangs that may hold a reservation per cycle, queue order; 0: none
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,17 @@ class GangResult:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """Capacity held for a starving gang that cannot start now: its nodes from the estimated time running
+    pods free them. Gangs started now may use those nodes only if they are expected to end by `start`."""
+
+    gang: str
+    nodes: tuple[str, ...]
+    start: float | None  # on the cycle's clock; None: waiting for an estimate of running pods' ends
+    gpus: int = 0  # GPUs held on `nodes`
+
+
+@dataclass(frozen=True)
 class Placement:
     bindings: Mapping[str, str]  # pod -> node
     gangs: tuple[GangResult, ...]
@@ -149,3 +173,5 @@ class Placement:
     solve_seconds: float
     stages: tuple[Mapping[str, object], ...] = ()  # per-stage solver statistics
     levels: tuple[Mapping[str, int], ...] = ()  # per priority level: gangs placed, bound, gangs modelled
+    reservations: tuple[Reservation, ...] = ()  # queue order
+    backfilled: tuple[str, ...] = ()  # gangs started on nodes a reservation holds (they leave it whole)

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gangsolve import reservations
 from gangsolve.errors import printable
 from gangsolve.solver.model import Placement
 
@@ -46,6 +47,7 @@ def as_dict(
         "levels": list(placement.levels),
         "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
         "waiting": dict(waiting or {}),
+        "reservations": [reservations.as_json(r) for r in placement.reservations],
     }
 
 
@@ -68,11 +70,15 @@ def print_table(
     waiting: Mapping[str, str] | None = None,
 ) -> None:
     table = Table(title="Gangs", title_justify="left", show_lines=False)
-    for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON"):
+    for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION"):
         table.add_column(column, overflow="fold")
+    reserved = {r.gang: r for r in placement.reservations}
     for g in placement.gangs:
         placed = _text(str(g.placed_pods), "green" if g.placed else "red")
-        table.add_row(_text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""))
+        planned = _text(reservations.message(reserved[g.name])) if g.name in reserved else ""
+        table.add_row(
+            _text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""), planned
+        )
     console.print(table)
     if placement.bindings:
         bindings = Table(title="Bindings", title_justify="left")
