@@ -161,6 +161,7 @@ class Reservation:
     nodes: tuple[str, ...]
     start: float | None  # on the cycle's clock; None: waiting for an estimate of running pods' ends
     gpus: int = 0  # GPUs held on `nodes`
+    bindings: Mapping[str, str] = field(default_factory=dict)  # pod -> node it would take at `start`
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 answer. Worth is computed here from the bindings alone: gangs with pods bound per priority level, highest
 first, then GPUs and cpu placed."""
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -64,6 +66,23 @@ def test_a_step_can_trade_a_placed_gang_for_two():
     while search.step(set(problem.gang_priority_levels())) is not None and not search.improvements:
         pass
     assert set(search.counts) == {1, 2}
+
+
+def test_a_step_never_trades_a_starving_gang_away():
+    # The same cluster with every gang starving: the oldest keeps its place, first come first served, however
+    # many gangs of its level a step could place instead.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    gangs = tuple(
+        replace(g, starving=True) for g in (gang("a-big", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4))
+    )
+    problem = Problem(Cluster(tuple(nodes), gangs))
+    search = Search(problem, greedy(problem), seed=0)
+    for _ in range(50):
+        if search.step(set(problem.gang_priority_levels())) is None:
+            break
+    assert set(search.counts) == {0}
+    assert search.steps > 0
+    assert search.improvements == 0
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

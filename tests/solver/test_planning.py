@@ -6,10 +6,15 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gangsolve.solver import Cluster, Running, SolveConfig, solve, validate
+from gangsolve.solver import Cluster, Running, SolveConfig, planning, solve, validate
+from gangsolve.solver.lns import Search
 from gangsolve.solver.model import GPU, Gang
 from gangsolve.solver.planning import MIN_EXTENSION, expected_end
+from gangsolve.solver.problem import Problem
+from gangsolve.solver.solve import _placement
 from tests.builders import gang, node
+from tests.solver.test_lns import worth
+from tests.solver.test_properties import gangs_placed_per_level
 
 HOUR = 3600.0
 
@@ -132,52 +137,164 @@ def test_an_overrun_estimate_is_extended_never_ended():
     assert expected_end(0.0, None, 10.0) is None
 
 
-# --- the property: a placement never delays a reservation ------------------------------------------------------
+def test_extra_pods_of_an_elastic_gang_keep_off_reserved_capacity():
+    # n0 frees its last GPU in 10 minutes, for the starving 4-GPU gang; the elastic gang runs two hours, so its
+    # pods past the minimum (placed after every gang's minimum) may not take n0's 3 free GPUs either.
+    running = [busy("n0", 1, 600.0), busy("n1", 2, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    elastic = timed(gang("elastic", 4, min_member=1, gpus=1), 2 * HOUR)
+    cluster = cluster_with([big, elastic], running)
+    placement = solve(cluster, SolveConfig(time_limit=0.5))
+    assert placement.reservations[0].nodes == ("n0",)
+    assert sorted(placement.bindings.values()) == ["n1", "n1"]
+    assert reservation_violations(cluster, placement) == []
+
+
+# --- the properties: no placement the pipeline returns delays a reservation ------------------------------------
+
+
+def reservation_violations(cluster: Cluster, placement) -> list[str]:
+    """An oracle from the definition, sharing no code with the planner: at each reservation's start T, on every
+    node, what still runs then (running pods not yet ended, gangs started now that run past T and are not of a
+    higher priority than every reservation active at T) plus the pods of the reservations active at T fit the
+    node's allocatable, resource by resource."""
+    gangs = {g.name: g for g in cluster.gangs}
+    pods = {p.name: (g, p) for g in cluster.gangs for p in g.pods}
+    nodes = {n.name: n for n in cluster.nodes}
+
+    def runtime(g):
+        return float("inf") if g.runtime is None else g.runtime
+
+    out = []
+    for reservation in placement.reservations:
+        if reservation.start is None:
+            continue
+        at = reservation.start
+        active = [
+            r
+            for r in placement.reservations
+            if r.start is not None and r.start <= at < r.start + runtime(gangs[r.gang])
+        ]
+        ceiling = max(gangs[r.gang].priority for r in active)
+        use = {name: dict(n.used) for name, n in nodes.items()}
+
+        def add(node, requests, sign, use=use):
+            for k, q in requests.items():
+                use[node][k] = use[node].get(k, 0) + sign * q
+
+        for r in cluster.running:
+            if r.end is not None and r.end <= at:
+                add(r.node, r.requests, -1)
+        for r in active:
+            for pod_name, node_name in r.bindings.items():
+                add(node_name, pods[pod_name][1].requests, +1)
+        for pod_name, node_name in placement.bindings.items():
+            g, p = pods[pod_name]
+            if cluster.now + runtime(g) > at and g.priority <= ceiling:
+                add(node_name, p.requests, +1)
+        for name, used in use.items():
+            for k, q in used.items():
+                if q > nodes[name].allocatable.get(k, 0):
+                    out.append(f"at {at:g} ({reservation.gang}): {name} {k} {q} > {nodes[name].allocatable.get(k, 0)}")
+    return out
+
+
+RUNTIMES = (300.0, 900.0, 3600.0, 14400.0, None)
 
 
 @st.composite
 def timed_clusters(draw):
-    nodes = [node(f"n{i}", cpu=64, gpus=8) for i in range(draw(st.integers(1, 5)))]
+    """Up to 5 nodes of 8 GPUs in two zones, partly busy with pods ending at known times (or never known); up to 8
+    gangs of several sizes, priorities and runtimes, some starving, elastic or co-located."""
+    nodes = [
+        node(f"n{i}", cpu=draw(st.sampled_from((16, 64))), gpus=8, labels={"zone": f"z{i % 2}"})
+        for i in range(draw(st.integers(1, 5)))
+    ]
     running = []
     for n in nodes:
         left = 8
         while left and draw(st.booleans()):
             gpus = draw(st.integers(1, left))
-            running.append(busy(n.name, gpus, float(draw(st.sampled_from((60, 600, 1800, 3600, 7200))))))
+            end = draw(st.sampled_from((60.0, 600.0, 1800.0, 3600.0, 7200.0, None)))
+            running.append(busy(n.name, gpus, end))
             left -= gpus
-    big = starving(gang("big", draw(st.integers(1, 3)), gpus=draw(st.sampled_from((4, 8)))), HOUR)
-    others = [
-        timed(
-            gang(f"g{i}", draw(st.integers(1, 3)), gpus=draw(st.sampled_from((1, 2)))),
-            float(draw(st.sampled_from((300, 900, 3600, 14400)))),
+    gangs = []
+    for i in range(draw(st.integers(1, 8))):
+        size = draw(st.integers(1, 4))
+        g = gang(
+            f"g{i}",
+            size,
+            min_member=draw(st.integers(1, size)),
+            gpus=draw(st.sampled_from((1, 2, 4, 8))),
+            cpu=draw(st.sampled_from((1, 4))),
+            priority=draw(st.sampled_from((0, 0, 10))),
+            colocate=draw(st.sampled_from((None, None, "zone"))),
         )
-        for i in range(draw(st.integers(0, 6)))
-    ]
-    return cluster_with([big, *others], running, nodes)
+        gangs.append(replace(g, starving=draw(st.booleans()), runtime=draw(st.sampled_from(RUNTIMES))))
+    return cluster_with(gangs, running, nodes)
+
+
+def previous_plans(cluster: Cluster):
+    """A plan from an earlier cycle: any pending pod on any node."""
+    names = [p.name for g in cluster.gangs for p in g.pods]
+    return (
+        st.dictionaries(st.sampled_from(names), st.sampled_from([n.name for n in cluster.nodes]))
+        if names
+        else st.just({})
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timed_clusters(), st.integers(1, 3), st.data())
+def test_no_placement_the_pipeline_returns_delays_a_reservation(cluster, most, data):
+    """Every path (hints, warm start from any earlier plan, exact CP-SAT, search, locality) keeps the limits; and
+    the cycle is never worse than the queue-order greedy pass holding the same reservations."""
+    previous = data.draw(previous_plans(cluster))
+    config = SolveConfig(time_limit=0.3, reservations=most)
+    placement = solve(cluster, config, previous=previous)
+    assert validate(cluster, placement) == []
+    assert reservation_violations(cluster, placement) == []
+
+    greedy = solve(cluster, SolveConfig(use_cpsat=False, reservations=most))
+    assert reservation_violations(cluster, greedy) == []
+    assert gangs_placed_per_level(cluster, placement.bindings) >= gangs_placed_per_level(cluster, greedy.bindings)
+    # The same reservations, less those whose gang found room now after all.
+    started = {g.name for g in placement.gangs if g.placed_pods}
+    assert placement.reservations == tuple(r for r in greedy.reservations if r.gang not in started)
+    assert placement.objective <= placement.best_bound
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timed_clusters(), st.integers(0, 3))
+def test_every_search_step_keeps_the_limits(cluster, seed):
+    problem = Problem(cluster)
+    counts, plan = planning.plan(problem, 2)
+    search = Search(problem, counts, seed=seed, nodes=3, extra=2, limits=planning.Limits(problem, plan))
+    every_level = set(problem.gang_priority_levels())
+    for _ in range(20):
+        if search.step(every_level) is None:
+            break
+        placement = _placement(problem, search.counts, [], {}, None, "X", 0.0, plan)
+        assert reservation_violations(cluster, placement) == []
+        assert validate(cluster, placement) == []
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(timed_clusters())
-def test_gangs_started_now_leave_the_reservation_room_at_its_start(cluster):
-    """An oracle from the definition: at the reservation's start, its nodes' GPUs (running pods ended by then
-    given back, gangs started now and still running held) hold the reserved gang."""
-    placement = solve(cluster, SolveConfig(time_limit=0.3, reservations=1))
-    assert validate(cluster, placement) == []
-    if not placement.reservations or placement.reservations[0].start is None:
-        return
-    reservation = placement.reservations[0]
-    start = reservation.start
-    gangs = {g.name: g for g in cluster.gangs}
-    free = {n.name: n.allocatable[GPU] - n.used.get(GPU, 0) for n in cluster.nodes}
-    for r in cluster.running:
-        if r.end is not None and r.end <= start:
-            free[r.node] += r.requests[GPU]
-    pods = {p.name: (g, p) for g in cluster.gangs for p in g.pods}
-    for pod_name, node_name in placement.bindings.items():
-        g, p = pods[pod_name]
-        if g.runtime is None or cluster.now + g.runtime > start:
-            free[node_name] -= p.requests[GPU]
-    big = gangs[reservation.gang]
-    per_pod = big.pods[0].requests[GPU]
-    assert sum(free[n] // per_pod for n in reservation.nodes) >= big.need
-    assert reservation.gpus == big.need * per_pod
+def test_more_time_never_gives_a_worse_answer_with_reservations(cluster):
+    short = solve(cluster, SolveConfig(time_limit=0.1, reservations=2))
+    longer = solve(cluster, SolveConfig(time_limit=1.0, reservations=2))
+    assert worth(cluster, longer.bindings) >= worth(cluster, short.bindings)
+
+
+def test_the_oracle_sees_a_gang_that_runs_into_a_reservation():
+    """The oracle itself: the long gang on the reserved node is a violation, on the other node it is not."""
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    long = timed(gang("long", 1, gpus=1), 2 * HOUR)
+    cluster = cluster_with([big, long], running)
+    placement = solve(cluster, SolveConfig(time_limit=0.5))
+    assert placement.bindings == {"long-0": "n1"}
+    assert reservation_violations(cluster, placement) == []
+    moved = replace(placement, bindings={"long-0": "n0"})
+    assert reservation_violations(cluster, moved) == [f"at 600 (big): n0 {GPU} 5 > 4"]
