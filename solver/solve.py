@@ -382,10 +382,12 @@ def _placement(
     bindings = {pod: node for g, gang_counts in counts.items() for pod, node in _bind(problem, g, gang_counts).items()}
     results = []
     explained: dict[tuple[int, ...], str] = {}
+    plan = plan or planning.Plan()
+    limits = _limits(problem, plan)
     for g, gang in enumerate(problem.gangs):
         placed_pods = sum(counts.get(g, {}).values())
         placed = len(gang.bound_nodes) + placed_pods >= gang.min_member and (placed_pods > 0 or gang.need == 0)
-        reason = "" if placed_pods == len(gang.pods) else explain(problem, g, counts, explained)
+        reason = "" if placed_pods == len(gang.pods) else explain(problem, g, counts, explained, limits)
         results.append(
             GangResult(
                 name=gang.name,
@@ -398,7 +400,6 @@ def _placement(
             )
         )
     objective = _gangs(problem, counts)
-    plan = plan or planning.Plan()
     reserved = {n for r in plan.reservations if r.gang not in counts for (_p, n) in r.counts}
     return Placement(
         bindings=bindings,

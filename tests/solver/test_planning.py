@@ -76,6 +76,8 @@ def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
     placement = solve(cluster_with([big, lower], running), SolveConfig(time_limit=0.5))
     assert placement.bindings == {}
     assert placement.reservations[0].nodes == ("n0",)
+    reason = {g.name: g.reason for g in placement.gangs}["lower"]
+    assert reason.startswith("fits the free capacity now, but would still be running when a reservation")
 
 
 def test_a_gang_without_an_estimate_may_backfill_only_capacity_the_reservation_leaves():
