@@ -132,25 +132,31 @@ class RuntimeHistory:
 
     window: int = 20
     quantile: float = 0.75
+    most_seen: int = 100_000  # pod uids remembered as learned from, the oldest forgotten first
     runs: dict[str, deque[float]] = field(default_factory=dict)
-    seen: deque[str] = field(default_factory=lambda: deque(maxlen=100_000))  # pod uids already learned from
+    seen: dict[str, None] = field(default_factory=dict)  # pod uids already learned from, oldest first
 
     def record(self, key: str, seconds: float) -> None:
         if seconds > 0:
             self.runs.setdefault(key, deque(maxlen=self.window)).append(float(seconds))
 
-    def learn(self, pods: Sequence[dict], label: str | None = None) -> None:
-        """Record every succeeded pod not seen before (by uid): called each cycle with the pods the cluster
-        still has, it also rebuilds the history after a restart."""
-        known = set(self.seen)
+    def learn(self, pods: Sequence[dict], label: str | None = None) -> int:
+        """Record every succeeded pod not seen before (by uid), so the same pod seen again (a relist, a
+        restart listing what the cluster still has) counts once. Returns how many were new."""
+        learned = 0
         for pod in pods:
             uid = (pod.get("metadata") or {}).get("uid")
-            seconds = finished_runtime(pod)
-            if seconds is None or not uid or uid in known:
+            if not uid or uid in self.seen:
                 continue
-            self.seen.append(uid)
-            known.add(uid)
+            seconds = finished_runtime(pod)
+            if seconds is None:
+                continue
+            self.seen[uid] = None
+            if len(self.seen) > self.most_seen:
+                del self.seen[next(iter(self.seen))]
             self.record(workload_key(pod, label), seconds)
+            learned += 1
+        return learned
 
     def estimate(self, key: str) -> float | None:
         runs = self.runs.get(key)
@@ -164,6 +170,10 @@ class Estimator:
     default: float | None = 3600.0
     history: RuntimeHistory = field(default_factory=RuntimeHistory)
     label: str | None = None  # the label naming a workload for the history; else owner kind and name prefix
+
+    def learn(self, pods: Sequence[dict]) -> int:
+        """The history learns from these finished pods (those it has not seen yet)."""
+        return self.history.learn(pods, self.label)
 
     def runtime(self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None) -> float | None:
         return self.choose(declared_runtime(pods, group, owner), workload_key(pods[0], self.label) if pods else None)

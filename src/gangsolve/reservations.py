@@ -34,7 +34,7 @@ def message(reservation: Reservation, now: float | None = None, tz: tzinfo = UTC
     start = datetime.fromtimestamp(reservation.start, tz)
     same_day = now is not None and datetime.fromtimestamp(now, tz).date() == start.date()
     when = start.strftime("%H:%M %Z" if same_day else "%Y-%m-%d %H:%M %Z")
-    what = f"{reservation.gpus} GPUs" if reservation.gpus else "capacity"
+    what = f"{reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'}" if reservation.gpus else "capacity"
     noun = "node" if len(reservation.nodes) == 1 else "nodes"
     return f"reserved {what} on {noun} {', '.join(nodes)} from about {when}"
 
