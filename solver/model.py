@@ -139,6 +139,10 @@ class SolveConfig:
     min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone
     reservations: int = 1  # starving gangs that may hold a reservation per cycle, queue order; 0: none
+    # A deterministic budget instead of the clock: the search makes at most this many steps, every hint variant
+    # runs, and CP-SAT and the bounds stop on their own work only (as much as `time_limit` grants them), so the
+    # same input gives the same placement however loaded the machine. None: the wall clock, as live.
+    steps: int | None = None
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ _WORK_PER_SECOND = 0.5
 _EXACT_VARIABLES = 20_000
 _EXACT_WORK = 2.0
 _BUILD_SECONDS = 100e-6  # per model variable, for building the model and its locality objective
+_BUDGET_SAFETY = 600.0  # seconds: with `SolveConfig.steps`, the wall clock cuts in only past this
 
 
 def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping[str, str] | None = None) -> Placement:
@@ -71,7 +72,8 @@ def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping
     start: where those pods are still pending and their nodes still hold them, it competes as a hint."""
     config = config or SolveConfig()
     started = time.perf_counter()
-    deadline = started + config.time_limit * (1 - _RESERVE)
+    # With a budget of steps the clock ends nothing: the deadline is only a safety net.
+    deadline = started + (config.time_limit * (1 - _RESERVE) if config.steps is None else _BUDGET_SAFETY)
     problem = Problem(cluster)
     begun = time.perf_counter()
     # Queue order, as Volcano allocates, holding reservations for starving gangs that cannot start: the
@@ -114,7 +116,8 @@ def _optimise(
     stages: list[Stage] = []
 
     begun = time.perf_counter()
-    counts = _best_hint(problem, plan, baseline, took, previous, scale, started + _HINT_SHARE * limit, search_end)
+    hints_end = started + _HINT_SHARE * limit if config.steps is None else search_end
+    counts = _best_hint(problem, plan, baseline, took, previous, scale, hints_end, search_end)
     stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
     begun = time.perf_counter()
@@ -133,7 +136,7 @@ def _optimise(
     begun = time.perf_counter()
     search = Search(problem, counts, limits=_limits(problem, plan))
     stalled, ended = 0, "TIME_LIMIT"
-    while time.perf_counter() < search_end:
+    while time.perf_counter() < search_end and (config.steps is None or search.steps < config.steps):
         found = _found(problem, search.counts, order)
         open_levels = {level for level in order if found[level] < bounds[level]}
         # Once every level is at its bound, steps may still place more resources, until they stop doing so;
@@ -330,6 +333,8 @@ def _locality(
     the resources placed held."""
     begun = time.perf_counter()
     seconds = min(deadline - begun, _LOCALITY_MOST * config.time_limit)
+    if config.steps is not None:  # a fixed share, whatever the earlier stages took
+        seconds = _LOCALITY_MOST * config.time_limit
     current = score.locality(problem, counts)
     # Picking candidates and building the model take about 100 us a variable: don't start what cannot finish.
     variables = sum(

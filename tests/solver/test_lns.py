@@ -4,6 +4,7 @@ answer. Worth is computed here from the bindings alone: gangs with pods bound pe
 first, then GPUs and cpu placed."""
 
 from dataclasses import replace
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -92,3 +93,18 @@ def test_more_time_never_gives_a_worse_answer(node_list, gang_list):
     short = solve(cluster, SolveConfig(time_limit=0.1))
     longer = solve(cluster, SolveConfig(time_limit=1.0))
     assert worth(cluster, longer.bindings) >= worth(cluster, short.bindings)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes(), gangs())
+def test_a_budget_of_steps_gives_the_same_answer_however_slow_the_clock(node_list, gang_list):
+    """With SolveConfig.steps the clock ends nothing (a time-based benchmark is then reproducible on a loaded
+    machine): a clock that jumps 0.2 s at every reading, which would end a 0.5 s cycle at once, changes nothing."""
+    cluster = Cluster(tuple(node_list), tuple(gang_list))
+    config = SolveConfig(time_limit=0.5, steps=30)
+    normal = solve(cluster, config)
+    ticks = iter(range(10**9))
+    with patch("time.perf_counter", lambda: 0.2 * next(ticks)):
+        crawling = solve(cluster, config)
+    assert crawling.bindings == normal.bindings
+    assert [s["name"] for s in crawling.stages] == [s["name"] for s in normal.stages]
