@@ -152,6 +152,8 @@ def _optimise(
             closed = level_bounds(relaxation, now, most, search_end - time.perf_counter())
             bounds, total = _tighter((bounds, total), closed)
     counts = search.counts
+    if ended == "TIME_LIMIT" and config.steps is not None and search.steps >= config.steps:
+        ended = "STEP_LIMIT"
     if search.steps:
         detail = f"{search.steps} steps, {search.improvements} improving"
         seconds = time.perf_counter() - begun
