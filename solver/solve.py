@@ -126,7 +126,9 @@ def _optimise(
     stages.append(Stage("bound", "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
 
     if any(_found(problem, counts, order)[level] < bounds[level] for level in order):
-        counts, proven, stage = _exact(problem, counts, order, search_end, config.workers, plan)
+        # On a budget, the work the time limit would grant (the clock ends the stage earlier otherwise).
+        work = _EXACT_WORK if config.steps is None else min(_EXACT_WORK, _WORK_PER_SECOND * limit)
+        counts, proven, stage = _exact(problem, counts, order, search_end, config.workers, plan, work)
         if stage is not None:
             stages.append(stage)
         if proven:
@@ -280,6 +282,7 @@ def _exact(
     deadline: float,
     workers: int,
     plan: planning.Plan | None = None,
+    work: float = _EXACT_WORK,
 ) -> tuple[Counts, bool, Stage | None]:
     """CP-SAT on every fitting node when the model is small: the gangs per level, as one objective with
     mixed-radix weights (one more gang at a level outweighs any change below it). Returns the placement,
@@ -306,7 +309,7 @@ def _exact(
         expr = model.gangs_expr(weights)
     except Exception as exc:  # building the model failed: keep the placement, as for a failing stage
         return counts, False, _failed("exact", exc, begun)
-    stage = model.solve_stage("exact", expr, MAX, current, w - 1, _EXACT_WORK, deadline, workers)
+    stage = model.solve_stage("exact", expr, MAX, current, w - 1, work, deadline, workers)
     seconds = time.perf_counter() - begun
     exact = Stage(stage.name, stage.status, stage.objective, stage.bound, seconds, stage.detail)
     return model.counts, stage.status == "OPTIMAL", exact
