@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gangsolve.bench import metrics
 from gangsolve.bench import objects as k8s
-from gangsolve.bench.runner import SCHEDULERS, Runner, add_gaps
+from gangsolve.bench.runner import PEERS_ONLY, SCHEDULERS, Runner, add_gaps
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 
 TIMELINE_TIME_LIMIT = 0.5  # per cycle: the time-based mode runs hundreds of cycles
@@ -58,7 +58,8 @@ def run_static(
         return results
     with _progress(console) as progress, Runner() as runner:
         per_scenario = len(schedulers) + len(quality_times) * quality_repeat
-        task = progress.add_task("scenarios", total=len(names) * per_scenario)
+        peers = sum(len(SCENARIOS[name].peers) for name in names)
+        task = progress.add_task("scenarios", total=len(names) * per_scenario + peers)
         for name in names:
             scenario = SCENARIOS[name]
             progress.update(task, description=f"{name}: generating")
@@ -67,7 +68,7 @@ def run_static(
             path.write_bytes(k8s.dumps(objs))
             limit = time_limit or scenario.time_limit
             runs = []
-            for scheduler in schedulers:
+            for scheduler in dict.fromkeys([*schedulers, *scenario.peers]):
                 progress.update(task, description=f"{name}: {scheduler}")
                 runs.append(runner.run(path, scheduler, limit, repeat))
                 progress.advance(task)
@@ -303,8 +304,8 @@ def bench_command(
         grid = grid or "quick"
         static = list(dict.fromkeys([*GRIDS[grid], *(n for n in names if n in SCENARIOS)]))
         timed = TIMELINE_GRIDS[grid] if timeline else []
-    timeline_schedulers = list(schedulers) or list(TIMELINE_SCHEDULERS)
-    schedulers = [s for s in schedulers if s in SCHEDULERS] or list(SCHEDULERS)
+    timeline_schedulers = list(schedulers) or [s for s in TIMELINE_SCHEDULERS if s not in PEERS_ONLY]
+    schedulers = [s for s in schedulers if s in SCHEDULERS] or [s for s in SCHEDULERS if s not in PEERS_ONLY]
     times = _times(quality_times) if quality_times else ()
 
     out.mkdir(parents=True, exist_ok=True)

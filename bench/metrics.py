@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from gangsolve.bench.objects import BLOCK_LABEL, RACK_LABEL
 from gangsolve.solver.model import GPU, Cluster
 from gangsolve.solver.validate import validate
 
@@ -66,7 +67,46 @@ def quality(cluster: Cluster, bindings: dict[str, str]) -> dict:
         "stranded_gpus": stranded,
         "nodes_per_gang": float(np.mean(spans)) if spans else None,  # multi-pod gangs placed this cycle
         "violations": hard,  # capacity, taints, selectors, co-location: must stay empty for every scheduler
+        **topology(cluster, bindings),
     }
+
+
+def topology(cluster: Cluster, bindings: dict[str, str]) -> dict:
+    """Where the clusters have racks and blocks: how many of each a placed gang of more than one pod spans
+    (mean, p95; bound members count), and the racks left partly used: some of their GPUs held, some free
+    (fragmentation: a whole-rack gang can no longer go there)."""
+    nodes = {n.name: n for n in cluster.nodes}
+    if not any(RACK_LABEL in n.labels for n in cluster.nodes):
+        return {}
+    out: dict = {}
+    placed: dict[str, list[str]] = defaultdict(list)
+    gang_of = {pod.name: gang for gang in cluster.gangs for pod in gang.pods}
+    for pod, node in bindings.items():
+        placed[gang_of[pod].name].append(node)
+    gangs = {g.name: g for g in cluster.gangs}
+    for name, key in (("racks", RACK_LABEL), ("blocks", BLOCK_LABEL)):
+        spans: list[float] = [
+            len({nodes[n].labels.get(key, n) for n in [*got, *gangs[g].bound_nodes] if n in nodes})
+            for g, got in placed.items()
+            if len(got) >= gangs[g].need and len(got) + len(gangs[g].bound_nodes) > 1
+        ]
+        out[f"{name}_per_gang"] = float(np.mean(spans)) if spans else None
+        out[f"{name}_per_gang_p95"] = percentile(spans, 95)
+    held: dict[str, int] = defaultdict(int)
+    total: dict[str, int] = defaultdict(int)
+    for n in cluster.nodes:
+        rack = n.labels.get(RACK_LABEL)
+        if rack is not None:
+            total[rack] += n.allocatable.get(GPU, 0)
+            held[rack] += n.used.get(GPU, 0)
+    pods = {pod.name: pod for gang in cluster.gangs for pod in gang.pods}
+    for pod, node in bindings.items():
+        rack = nodes[node].labels.get(RACK_LABEL)
+        if rack is not None:
+            held[rack] += pods[pod].requests.get(GPU, 0)
+    out["racks_partly_used"] = sum(1 for r, t in total.items() if 0 < held[r] < t)
+    out["racks"] = len(total)
+    return out
 
 
 def priority_key(result: dict) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gangsolve.bench.metrics import priority_key, worth
 
-BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang")
+BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
 COLORS = {
     "kube-scheduler": "tab:gray",
     "kube-scheduler-gang": "tab:green",
@@ -100,6 +100,42 @@ def _by_scenario(title: str, columns: tuple[str, ...], body: list[tuple[str, ...
     return table
 
 
+TOPOLOGY_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "gangs placed",
+    "racks/gang",
+    "p95",
+    "blocks/gang",
+    "p95",
+    "racks partly used",
+    "required-level violations",
+)
+
+
+def topology_rows(results: dict) -> list[tuple[str, ...]]:
+    """Scenarios with racks and blocks: how far each scheduler spreads gangs, and the racks it leaves broken."""
+    out: list[tuple[str, ...]] = []
+    for sc in results["scenarios"]:
+        for r in sc["runs"]:
+            if "error" in r or r.get("racks_per_gang") is None or sc["name"].split("/")[0] != "topology":
+                continue
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{r['gangs_placed']}/{r['gangs']}",
+                    _num(r["racks_per_gang"], "{:.2f}"),
+                    _num(r["racks_per_gang_p95"]),
+                    _num(r["blocks_per_gang"], "{:.2f}"),
+                    _num(r["blocks_per_gang_p95"]),
+                    f"{r['racks_partly_used']}/{r['racks']}",
+                    str(sum(1 for v in r["violations"] if ": spans " in v)),
+                )
+            )
+    return out
+
+
 QUALITY_COLUMNS = (
     "scenario",
     "time limit",
@@ -154,6 +190,9 @@ def print_table(results: dict, console: Console) -> None:
     table = _by_scenario("gangsolve bench: one scheduling cycle per scenario", COLUMNS, rows(results))
     if results["scenarios"]:
         console.print(table)
+    if topology_rows(results):
+        title = "Topology: racks and blocks per placed gang, racks left partly used"
+        console.print(_by_scenario(title, TOPOLOGY_COLUMNS, topology_rows(results)))
     if any(sc.get("quality") for sc in results["scenarios"]):
         title = "gangsolve's quality against its time limit (gangsolve alone; medians over runs)"
         console.print(_by_scenario(title, QUALITY_COLUMNS, quality_rows(results)))
@@ -310,6 +349,8 @@ def markdown(results: dict) -> str:
         return lines + ["| " + " | ".join(r) + " |" for r in body]
 
     lines = md(COLUMNS, rows(results)) if results["scenarios"] else []
+    if topology_rows(results):
+        lines += ["", *md(TOPOLOGY_COLUMNS, topology_rows(results))]
     if any(sc.get("quality") for sc in results["scenarios"]):
         lines += ["", *md(QUALITY_COLUMNS, quality_rows(results))]
     if results.get("timeline"):
@@ -403,6 +444,17 @@ def check_targets(results: dict) -> list[dict]:
                     f"{'/'.join(map(str, mine))} vs {'/'.join(map(str, theirs))}",
                     mine >= theirs,
                 )
+        tas = _run(sc, "tas-bestfit")
+        if tas is not None and gs.get("racks_per_gang") is not None:
+            spans = sum(1 for v in gs["violations"] if ": spans " in v)
+            add("0 required-level violations", sc["name"], f"{spans} gangs span more than one domain", spans == 0)
+            add(
+                "at least tas-bestfit's gangs placed, fewer racks per gang",
+                sc["name"],
+                f"{gs['gangs_placed']} vs {tas['gangs_placed']} gangs; "
+                f"{gs['racks_per_gang']:.2f} vs {tas['racks_per_gang']:.2f} racks per gang",
+                gs["gangs_placed"] >= tas["gangs_placed"] and gs["racks_per_gang"] < tas["racks_per_gang"],
+            )
         greedy = _run(sc, "greedy-gang")
         if sc["contended"] and greedy is not None and gs["gpus_total"]:
             more = (gs["gpus_placed"] - greedy["gpus_placed"]) / max(greedy["gpus_placed"], 1)

@@ -16,10 +16,11 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from gangsolve.bench import metrics
-from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
+from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, tas_best_fit
 from gangsolve.bench.objects import SCHEDULER
 from gangsolve.solver.model import Cluster, SolveConfig
 
@@ -38,6 +39,8 @@ def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
         from gangsolve.solver import solve
 
+        if not use_cpsat:  # greedy gang allocation as Volcano does it: a required level, no preferred ones
+            cluster = replace(cluster, gangs=tuple(replace(g, preferred=()) for g in cluster.gangs))
         # Greedy gang allocation is Volcano's: no reservations.
         reservations = SolveConfig.reservations * use_cpsat
         config = SolveConfig(time_limit=limit, use_cpsat=use_cpsat, reservations=reservations, steps=steps)
@@ -61,7 +64,10 @@ SCHEDULERS: dict[str, Scheduler] = {
     "per-pod-most": _per_pod(MOST_ALLOCATED),  # kube-scheduler configured to bin-pack
     "greedy-gang": solve_with(use_cpsat=False),  # kube-batch / Volcano allocate
     "gangsolve": solve_with(use_cpsat=True),
+    # Kueue's topology-aware scheduling (BestFit), with the node level last: run on topology scenarios only.
+    "tas-bestfit": lambda cluster, _snapshot, _limit: (tas_best_fit(cluster), {}),
 }
+PEERS_ONLY = ("tas-bestfit",)  # run where a scenario names them (Scenario.peers), not by default
 
 
 def _rss_mib() -> float:

@@ -97,6 +97,12 @@ def possible_gangs(problem: Problem) -> list[int]:
     ]
 
 
+def _domain_of(problem: Problem, g: int, level: int, n: int) -> int:
+    """Node n's domain at gang g's `level`-th preferred label; a node without the label is its own."""
+    d = int(problem.domains(problem.gangs[g].preferred[level])[n])
+    return d if d >= 0 else -1 - n
+
+
 # (gang, part, class, x's upper bound) of the variables on one node
 NodeTerms: TypeAlias = list[tuple[int, int, int, int]]
 
@@ -112,6 +118,7 @@ class GangModel:
         self.placed: dict[int, cp_model.IntVar] = {}
         self.counts = hint
         self.failed = False  # a stage failed: later stages keep the placement as it is
+        self.spans: dict[tuple[int, int, int], cp_model.IntVar] = {}  # (gang, level, domain) -> gang spans it
         per_node: dict[int, NodeTerms] = {}
         for g in sorted({g for g, _p in cands}):
             self._gang(g, cands, per_node)
@@ -199,6 +206,14 @@ class GangModel:
         self.model.clear_hints()  # type: ignore[no-untyped-call]  # ortools ships this one unannotated
         values = {var.index: self.counts.get(g, {}).get((p, n), 0) for (g, p, n), var in self.x.items()}
         values.update({var.index: int(g in self.counts) for g, var in self.placed.items()})
+        if self.spans:
+            used = {
+                (g, level, _domain_of(self.problem, g, level, n))
+                for g, c in self.counts.items()
+                for (_p, n) in c
+                for level in range(len(self.problem.gangs[g].preferred))
+            }
+            values.update({var.index: int(key in used) for key, var in self.spans.items()})
         values.update({var.index: value for var, value in (extra or {}).items()})
         hint = self.model.proto.solution_hint
         hint.vars.extend(values.keys())
@@ -224,6 +239,21 @@ class GangModel:
             for (g, p), k in room.items()
         )
         return _weighted([self.x[k] for k in keys], weights), bound
+
+    def topology_expr(self, level: int) -> tuple[cp_model.LinearExpr, int]:
+        """Domains of each gang's `level`-th preferred topology label that it spans, summed over gangs; bounded
+        below by one per placed gang that has such a level."""
+        problem, m = self.problem, self.model
+        for (g, p, n), var in self.x.items():
+            if level >= len(problem.gangs[g].preferred):
+                continue
+            key = (g, level, _domain_of(problem, g, level, n))
+            if key not in self.spans:
+                self.spans[key] = m.new_bool_var(f"span_{g}_{level}_{key[2]}")
+            m.add(var <= self.ub[(g, p, n)] * self.spans[key])
+        self._hint()
+        terms = [var for (_g, lv, _d), var in self.spans.items() if lv == level]
+        return _sum(terms), sum(1 for g in self.counts if level < len(problem.gangs[g].preferred))
 
     def locality_expr(self) -> tuple[cp_model.LinearExpr, int]:
         """Nodes spanned per gang plus empty GPU nodes broken into; bounded below by one node per placed gang."""

@@ -16,9 +16,6 @@ from gangsolve.solver.problem import Problem, Rows
 if TYPE_CHECKING:
     from gangsolve.solver.planning import Limits
 
-if TYPE_CHECKING:
-    from gangsolve.solver.planning import Limits
-
 # gang_counts[(part, node)] = pods of that gang part on that node; counts[gang] = that gang's
 GangCounts: TypeAlias = dict[tuple[int, int], int]
 Counts: TypeAlias = dict[int, GangCounts]
@@ -151,10 +148,13 @@ def place_colocated(
     most: int | None = None,
     later: bool = False,
 ) -> GangCounts | None:
-    """A gang that must share one value of a node label: try the tightest domains that could hold it (`later`
-    as for place_gang)."""
+    """A gang with topology levels: one value of its required level's label (the tightest domains that could
+    hold it tried first), and within it as few domains of each preferred level as hold it (`place_in_levels`).
+    `later` as for place_gang."""
     gang = problem.gangs[g]
-    domain = problem.domains(gang.colocate or "")
+    if not gang.colocate:
+        return place_in_levels(problem, g, free, None, gang.preferred, scorer, most, later)
+    domain = problem.domains(gang.colocate)
     bound = {problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index}
     if bound:
         fixed = {int(domain[n]) for n in bound}
@@ -176,10 +176,68 @@ def place_colocated(
         order = np.lexsort((ok, size[ok], room[ok, problem.gpu]))
         candidates = [int(d) for d in ok[order][:max_tries]]
     for d in candidates:
-        counts = place_gang(problem, g, free, allowed=domain == d, scorer=scorer, most=most, later=later)
+        counts = place_in_levels(problem, g, free, domain == d, gang.preferred, scorer, most, later)
         if counts is not None:
             return counts
     return None
+
+
+def place_in_levels(
+    problem: Problem,
+    g: int,
+    free: np.ndarray,
+    allowed: np.ndarray | None,
+    levels: tuple[str, ...],
+    scorer: Scorer = node_scores,
+    most: int | None = None,
+    later: bool = False,
+) -> GangCounts | None:
+    """Place gang g on `allowed` nodes in as few domains of each preferred level as hold it, level by level
+    from the widest (`fewest_domains`); a level whose chosen domains do not hold the gang after all (its
+    other pod classes) is given up, as a preference may be."""
+    if levels:
+        narrowed = fewest_domains(problem, g, free, allowed, levels[0], most)
+        if narrowed is not None:
+            counts = place_in_levels(problem, g, free, narrowed, levels[1:], scorer, most, later)
+            if counts is not None:
+                return counts
+    return place_gang(problem, g, free, allowed=allowed, scorer=scorer, most=most, later=later)
+
+
+def fewest_domains(
+    problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None, key: str, most: int | None = None
+) -> np.ndarray | None:
+    """The nodes of the fewest domains of label `key` (among `allowed`) that hold gang g, chosen as Kueue's
+    topology-aware scheduling does (BestFit): the tightest single domain that holds the whole gang; else the
+    roomiest domains until they hold it, the last one swapped for the tightest that holds the rest. Room is
+    counted in pods of the gang's largest part; a node without the label is a domain of its own. None when
+    even all of them do not hold it."""
+    parts = problem.parts[g]
+    want = sum(len(part.pods) for part in parts) if most is None else min(most, sum(len(p.pods) for p in parts))
+    main = max(parts, key=lambda part: len(part.pods)).cls
+    slots = problem.fits(main, free)
+    if allowed is not None:
+        slots = np.where(allowed, slots, 0)
+    domain = problem.domains(key)
+    ids = np.where(domain >= 0, domain, int(domain.max(initial=-1)) + 1 + np.arange(len(domain)))
+    room = np.bincount(ids, weights=slots)
+    if room.sum() < want:
+        return None
+    holding = np.flatnonzero(room >= want)
+    if len(holding):
+        chosen = [int(holding[np.argmin(room[holding])])]
+    else:
+        chosen, left = [], want
+        for d in np.argsort(-room, kind="stable").tolist():
+            if left <= 0:
+                break
+            chosen.append(d)
+            left -= room[d]
+        rest = want - room[chosen[:-1]].sum()
+        spare = np.flatnonzero(room >= rest)
+        spare = spare[~np.isin(spare, chosen[:-1])]
+        chosen[-1] = int(spare[np.argmin(room[spare])])
+    return np.isin(ids, chosen)
 
 
 def greedy(
@@ -233,7 +291,7 @@ def place_within(
     """Gang g placed on `free` (updated in place) as place_gang or place_colocated place it, within what
     `limits` leaves it; `counts`: pods of the gang already placed, to add extras to (on `allowed` nodes)."""
     room = free if limits is None else limits.room_for(g, free)
-    if counts is None and problem.gangs[g].colocate:
+    if counts is None and problem.gangs[g].topology:
         found = place_colocated(problem, g, room, scorer=scorer, most=most)
     else:
         found = place_gang(problem, g, room, allowed=allowed, scorer=scorer, most=most, counts=counts)

@@ -229,7 +229,10 @@ class Search:
             # Equal steps are kept when they span no more nodes (the locality tier), so the search moves on
             # plateaus without scattering gangs.
             nodes = sorted({n for c in (before, after) for gang_counts in c.values() for (_p, n) in gang_counts})
-            keep = self._spread(after, before, nodes) <= self._spread(before, before, nodes)
+            keep = (score.topology(problem, after), self._spread(after, before, nodes)) <= (
+                score.topology(problem, before),
+                self._spread(before, before, nodes),
+            )
         if keep:
             for g in before:
                 self._use(g, self.counts.pop(g), -1)

@@ -156,7 +156,7 @@ def _place(problem: Problem, g: int, free: np.ndarray, scorer: Scorer = node_sco
     if not _may_fit(problem, g, free):
         return None
     free = free.copy()
-    if problem.gangs[g].colocate:
+    if problem.gangs[g].topology:
         return place_colocated(problem, g, free, scorer=scorer, later=True)
     return place_gang(problem, g, free, scorer=scorer, later=True)
 

@@ -53,6 +53,9 @@ _RESERVE = 0.15
 _HINT_SHARE = 0.4  # of the time limit, for the greedy variants (each estimated by the last one's time)
 _LOCALITY_SHARE = 0.05  # of the time limit, kept from the search for the locality stage at the end ...
 _LOCALITY_MOST = 0.1  # ... which may take up to this share when the search ended early
+# With preferred topology levels, the locality tier is what the user asked for and only CP-SAT reduces it:
+# the search leaves it this share of the time limit.
+_TOPOLOGY_SHARE = 0.3
 _STALL = 50  # steps without improvement that end a search whose levels are all at their bounds
 _MIP_SHARE = 0.05  # of the time limit, for the final bounds as a MIP ...
 _MIP_FROM = 10.0  # ... when the limit is at least this many seconds (an LP otherwise)
@@ -112,7 +115,7 @@ def _optimise(
     order = problem.gang_priority_levels()
     possible = possible_gangs(problem)
     most = {level: sum(1 for g in possible if problem.gangs[g].level == level) for level in order}
-    search_end = deadline - _LOCALITY_SHARE * limit
+    search_end = deadline - _locality_share(problem) * limit
     stages: list[Stage] = []
 
     begun = time.perf_counter()
@@ -168,8 +171,8 @@ def _optimise(
     bounds, total = _tighter((bounds, total), final)
     stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
 
-    counts, stage = _locality(problem, plan, counts, order, scale, config, deadline)
-    stages.append(stage)
+    counts, locality = _locality(problem, plan, counts, order, scale, config, deadline)
+    stages.extend(locality)
     found = _found(problem, counts, order)
     return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
 
@@ -210,8 +213,9 @@ def _best_hint(
     before `cycle_end`, the others while they fit before `deadline`) and the warm start, each within the
     reservations' limits."""
 
-    def key(counts: Counts) -> tuple[tuple[int, ...], int]:
-        return score.rank(problem, counts, scale), -score.locality(problem, counts)
+    def key(counts: Counts) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        spans = tuple(-k for k in score.topology(problem, counts))
+        return score.rank(problem, counts, scale), spans, -score.locality(problem, counts)
 
     orders = {"smallest": smallest_first_order(problem), "queue": queue_order(problem)}
     hints = [baseline]
@@ -333,14 +337,16 @@ def _locality(
     scale: int,
     config: SolveConfig,
     deadline: float,
-) -> tuple[Counts, Stage]:
-    """Fewer nodes per gang and partly used GPU nodes first, on candidate nodes, with every level's count and
-    the resources placed held."""
+) -> tuple[Counts, list[Stage]]:
+    """The locality tier, on candidate nodes, with every level's count, the resources placed and the
+    reservations' limits held: the domains gangs span at each preferred topology level, widest first (one
+    `topology` stage each), then nodes spanned per gang and empty GPU nodes broken into (`locality`)."""
     begun = time.perf_counter()
-    seconds = min(deadline - begun, _LOCALITY_MOST * config.time_limit)
-    if config.steps is not None:  # a fixed share, whatever the earlier stages took
-        seconds = _LOCALITY_MOST * config.time_limit
+    seconds = max(_LOCALITY_MOST, _locality_share(problem)) * config.time_limit
+    if config.steps is None:  # on a budget of steps, the full share whatever the earlier stages took
+        seconds = min(deadline - begun, seconds)
     current = score.locality(problem, counts)
+    levels = score.topology_levels(problem)
     # Picking candidates and building the model take about 100 us a variable: don't start what cannot finish.
     variables = sum(
         min(len(problem.fitting(part.cls)), max(config.min_candidates, config.candidates_per_pod * len(part.pods)))
@@ -348,8 +354,9 @@ def _locality(
         for part in parts
     )
     if seconds < MIN_STAGE_SECONDS + _BUILD_SECONDS * variables:
-        return counts, Stage("locality", "NO_TIME", current, len(counts), time.perf_counter() - begun)
+        return counts, [Stage("locality", "NO_TIME", current, len(counts), time.perf_counter() - begun)]
     cands, _pruned = candidates(problem, counts, config)
+    stages: list[Stage] = []
     try:
         model = GangModel(problem, cands, counts)
         _limit(model, problem, plan)
@@ -357,14 +364,30 @@ def _locality(
             model.model.add(model.gangs_expr({level: 1}) >= score.placed_at(problem, counts, level))
         resources, _room = model.resource_expr(scale)
         model.model.add(resources >= score.resources(problem, counts, scale))
+        work = seconds * _WORK_PER_SECOND / (1 + levels)  # an equal share for each stage
+        spans = score.topology(problem, counts)
+        for tier in range(levels):
+            expr, bound = model.topology_expr(tier)
+            stage = model.solve_stage("topology", expr, MIN, spans[tier], bound, work, deadline, config.workers)
+            keys = sorted({g.preferred[tier] for g in problem.gangs if tier < len(g.preferred)})
+            stages.append(_timed(stage, begun, f"level {tier + 1}: {', '.join(keys)}"))
+            begun = time.perf_counter()
         expr, bound = model.locality_expr()
     except Exception as exc:  # building the model failed: keep the placement, as for a failing stage
-        return counts, _failed("locality", exc, begun)
-    work = seconds * _WORK_PER_SECOND
+        return (model.counts if stages else counts), [*stages, _failed("locality", exc, begun)]
+    current = score.locality(problem, model.counts)
     stage = model.solve_stage("locality", expr, MIN, current, bound, work, deadline, config.workers)
-    return model.counts, Stage(
-        stage.name, stage.status, stage.objective, stage.bound, time.perf_counter() - begun, stage.detail
-    )
+    return model.counts, [*stages, _timed(stage, begun)]
+
+
+def _locality_share(problem: Problem) -> float:
+    return _TOPOLOGY_SHARE if score.topology_levels(problem) else _LOCALITY_SHARE
+
+
+def _timed(stage: Stage, begun: float, detail: str = "") -> Stage:
+    """The stage with its time counted from `begun` (building its part of the model included)."""
+    text = "; ".join(t for t in (detail, stage.detail) if t)
+    return Stage(stage.name, stage.status, stage.objective, stage.bound, time.perf_counter() - begun, text)
 
 
 def _limit(model: GangModel, problem: Problem, plan: planning.Plan | None) -> None:

@@ -1,6 +1,8 @@
 """From a snapshot to the solver's Cluster: which pods are ours, which gang each belongs to, and its minimum.
 
 A pod joins the gang of the first rule that applies:
+0. `spec.schedulingGroup.podGroupName` -> that scheduling.k8s.io PodGroup (Kubernetes' own, KEP-4671): a
+   `gang` policy's minCount, its priority and its topology constraint; a `basic` policy means no gang;
 1. label `scheduling.x-k8s.io/pod-group` -> that PodGroup (scheduler-plugins, Kubeflow training-operator);
 2. annotation `scheduling.k8s.io/group-name` -> that Volcano PodGroup;
 3. a PodDisruptionBudget selecting it (kube-batch's legacy convention) -> the pods it selects;
@@ -33,7 +35,12 @@ from gangsolve.solver.model import Cluster, Gang, Node
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 MIN_AVAILABLE_ANNOTATION = "gangsolve.io/min-available"
-COLOCATE_ANNOTATION = "gangsolve.io/colocate"
+COLOCATE_ANNOTATION = "gangsolve.io/colocate"  # the required topology level (upstream: schedulingConstraints)
+# Preferred topology levels, node label keys widest first, comma-separated: fewest domains of each, in order.
+PREFERRED_ANNOTATION = "gangsolve.io/topology-preferred"
+UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
+# kube-scheduler's words for a PodGroup whose pods' priorities differ from its own (KEP-5710)
+PRIORITY_MISMATCH = "all pods in a single pod group should have the same priority as the pod group's priority"
 # A gang pending longer than this outranks the gangs of its priority that are not, and may hold a reservation:
 # maximizing the number of gangs placed would otherwise pass over big gangs for as long as small ones keep
 # arriving. An hour, measured against 15 and 30 minutes in the time-based benchmark (docs/benchmarks.md): shorter
@@ -51,7 +58,7 @@ _WHOLE = re.compile(r"^-?[0-9]{1,18}$")  # anything longer is out of range, or n
 
 @dataclass(frozen=True)
 class GangKey:
-    rule: str  # podgroup | volcano | pdb | label | owner | pod
+    rule: str  # upstream | podgroup | volcano | pdb | label | owner | pod
     namespace: str
     name: str
 
@@ -195,7 +202,12 @@ class _Grouper:
         self.pdbs = _Pdbs(snap.pdbs, self.live)
         self._owned: dict[str, int] = {}  # controller uid -> live pods it owns
         self._annotated: set[tuple[str, str]] = set()  # (namespace, group-label value) with min-available
+        self._upstream_members: dict[tuple[str, str], list[dict]] = {}  # (ns, PodGroup) -> live pods naming it
+        self._mismatch: dict[tuple[str, str], str | None] = {}
         for p in self.live:
+            upstream = upstream_group_name(p)
+            if upstream is not None:
+                self._upstream_members.setdefault((p["metadata"]["namespace"], upstream), []).append(p)
             ref = _controller(p)
             if ref is not None:
                 self._owned[str(ref.get("uid"))] = self._owned.get(str(ref.get("uid")), 0) + 1
@@ -207,7 +219,12 @@ class _Grouper:
         """Why this pod joins no gang yet, or None when `key` places it in one."""
         meta = pod["metadata"]
         ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
+        upstream = upstream_group_name(pod)
+        if upstream is not None and (UPSTREAM_GROUP, ns, upstream) in self.snap.pod_groups:
+            mismatch = self.priority_mismatch(ns, upstream)
+            return Waiting(mismatch) if mismatch else None
         for group, name in (
+            (UPSTREAM_GROUP, upstream),
             ("scheduling.x-k8s.io", labels.get(POD_GROUP_LABEL)),
             ("scheduling.volcano.sh", annotations.get(VOLCANO_ANNOTATION)),
         ):
@@ -247,6 +264,14 @@ class _Grouper:
     def key(self, pod: dict) -> GangKey | None:
         meta = pod["metadata"]
         ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
+        upstream = upstream_group_name(pod)
+        if upstream is not None:
+            key = self._pod_group(pod, UPSTREAM_GROUP, upstream, "spec.schedulingGroup.podGroupName")
+            if key is None or self.priority_mismatch(ns, upstream):
+                return None  # waits: for its PodGroup, or for its members' priorities to agree with it
+            if _gang_policy(self.snap.pod_groups[(UPSTREAM_GROUP, ns, upstream)]) is None:
+                return GangKey("pod", ns, meta["name"])  # a `basic` policy: scheduled pod by pod
+            return key
         if POD_GROUP_LABEL in labels:
             return self._pod_group(
                 pod, "scheduling.x-k8s.io", labels[POD_GROUP_LABEL], f"metadata.labels.{POD_GROUP_LABEL}"
@@ -276,14 +301,40 @@ class _Grouper:
             if self.strict:
                 raise InputError(describe(pod), field, f"names PodGroup {ns}/{name} ({group}), not in snapshot")
             return None  # live: wait until the PodGroup appears
-        return GangKey("podgroup" if group == "scheduling.x-k8s.io" else "volcano", ns, name)
+        return GangKey(_RULES[group], ns, name)
 
     def pod_group(self, key: GangKey) -> dict | None:
-        group = {"podgroup": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh"}.get(key.rule)
+        group = _GROUPS.get(key.rule)
         return self.snap.pod_groups.get((group, key.namespace, key.name)) if group else None
+
+    def priority_mismatch(self, ns: str, name: str) -> str | None:
+        """Upstream schedules no gang whose members' priorities differ from its PodGroup's (KEP-5710): it
+        marks the PodGroup SchedulerError. The same message, or None when they agree (or it is no gang)."""
+        key = (ns, name)
+        if key not in self._mismatch:
+            pg = self.snap.pod_groups[(UPSTREAM_GROUP, ns, name)]
+            message = None
+            if _gang_policy(pg) is not None:
+                want = objects.priority(pg, self.snap.priority_classes)
+                for p in self._upstream_members.get(key, []):
+                    got = objects.priority(p, self.snap.priority_classes)
+                    if got != want:
+                        pod = objects.pod_key(p)
+                        message = f"{PRIORITY_MISMATCH}, got {got} and {want} (pod {pod}, PodGroup {ns}/{name})"
+                        break
+            self._mismatch[key] = message
+        return self._mismatch[key]
+
+    def group_priority(self, key: GangKey) -> int | None:
+        """An upstream PodGroup's priority, which is its gang's (KEP-5710); None for other gangs."""
+        pg = self.pod_group(key)
+        return objects.priority(pg, self.snap.priority_classes) if pg is not None and key.rule == "upstream" else None
 
     def min_member(self, key: GangKey, members: list[dict]) -> int:
         pg = self.pod_group(key)
+        if pg is not None and key.rule == "upstream":
+            gang = _gang_policy(pg) or {}
+            return _positive_int(pg, "spec.schedulingPolicy.gang.minCount", gang.get("minCount"))
         if pg is not None:
             return _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
         if key.rule == "pdb":
@@ -307,13 +358,43 @@ class _Grouper:
         return max(mins, default=1)
 
     def colocate(self, key: GangKey, members: list[dict]) -> str | None:
+        """The required topology level: the upstream PodGroup's topology constraint, else the annotation."""
         pg = self.pod_group(key)
-        sources = ([pg] if pg is not None else []) + members
-        for obj in sources:
-            value = (obj["metadata"].get("annotations") or {}).get(COLOCATE_ANNOTATION)
+        topology = (((pg or {}).get("spec") or {}).get("schedulingConstraints") or {}).get("topology") or []
+        if topology:
+            return str(topology[0]["key"])  # upstream allows one constraint for now
+        return self._annotation(pg, members, COLOCATE_ANNOTATION)
+
+    def preferred(self, key: GangKey, members: list[dict]) -> tuple[str, ...]:
+        """Preferred topology levels, widest first, from the annotation (upstream has no such field yet)."""
+        value = self._annotation(self.pod_group(key), members, PREFERRED_ANNOTATION) or ""
+        return tuple(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
+
+    @staticmethod
+    def _annotation(pg: dict | None, members: list[dict], name: str) -> str | None:
+        """The annotation on the PodGroup, else on the first member that has it."""
+        for obj in ([pg] if pg is not None else []) + members:
+            value = (obj["metadata"].get("annotations") or {}).get(name)
             if value:
                 return str(value)
         return None
+
+
+_RULES = {UPSTREAM_GROUP: "upstream", "scheduling.x-k8s.io": "podgroup", "scheduling.volcano.sh": "volcano"}
+_GROUPS = {rule: group for group, rule in _RULES.items()}
+
+
+def upstream_group_name(pod: dict) -> str | None:
+    """The scheduling.k8s.io PodGroup a pod names in spec.schedulingGroup, if any."""
+    name = (((pod.get("spec") or {}).get("schedulingGroup")) or {}).get("podGroupName")
+    return str(name) if name else None
+
+
+def _gang_policy(pg: dict) -> dict | None:
+    """An upstream PodGroup's gang policy; None for a `basic` one (no gang)."""
+    policy = ((pg.get("spec") or {}).get("schedulingPolicy")) or {}
+    gang = policy.get("gang")
+    return gang if isinstance(gang, dict) else None
 
 
 def _controller(pod: dict) -> dict | None:
@@ -341,8 +422,13 @@ def check(snap: Snapshot) -> None:
     ):
         for obj in objs:
             schema.check(obj, kind)
-    for pg in snap.pod_groups.values():
-        _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+    for (group, _ns, _name), pg in snap.pod_groups.items():
+        if group != UPSTREAM_GROUP:
+            _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+        elif (gang := _gang_policy(pg)) is not None:
+            _positive_int(pg, "spec.schedulingPolicy.gang.minCount", gang.get("minCount"))
+        elif not isinstance(((pg.get("spec") or {}).get("schedulingPolicy") or {}).get("basic"), dict):
+            raise InputError(describe(pg), "spec.schedulingPolicy", "expected a gang or a basic policy")
     for pdb in snap.pdbs:
         spec = pdb.get("spec") or {}
         for field in ("minAvailable", "maxUnavailable"):
@@ -437,6 +523,8 @@ def build_cluster(
                 bound_nodes=tuple(p["spec"]["nodeName"] for p in objs if objects.is_bound(p)),
                 colocate=grouper.colocate(key, objs),
                 starving=starving,
+                preferred=grouper.preferred(key, objs),
+                group_priority=grouper.group_priority(key),
             )
         )
     return Cluster(tuple(nodes), tuple(gangs))

@@ -87,7 +87,12 @@ class SchedulingGate(_Struct):
     name: str
 
 
+class PodSchedulingGroup(_Struct):
+    podGroupName: str | None = None
+
+
 class PodSpec(_Struct):
+    schedulingGroup: PodSchedulingGroup | None = None  # Kubernetes' own PodGroup (scheduling.k8s.io)
     nodeName: str | None = None
     schedulerName: str | None = None
     priority: Int32 | None = None
@@ -164,8 +169,30 @@ class PodDisruptionBudget(_Struct):
     spec: PodDisruptionBudgetSpec | None = None
 
 
+class GangSchedulingPolicy(_Struct):
+    minCount: Int32 | None = None
+
+
+class PodGroupSchedulingPolicy(_Struct):
+    gang: GangSchedulingPolicy | None = None
+    basic: dict[str, Any] | None = None
+
+
+class TopologyConstraint(_Struct):
+    key: str
+
+
+class PodGroupSchedulingConstraints(_Struct):
+    topology: list[TopologyConstraint] | None = None
+
+
 class PodGroupSpec(_Struct):
     minMember: Int32 | str | None = None  # the CRDs say int32; a string is read if it holds a whole number
+    # Kubernetes' own PodGroup (scheduling.k8s.io v1beta1, v1alpha2)
+    schedulingPolicy: PodGroupSchedulingPolicy | None = None
+    schedulingConstraints: PodGroupSchedulingConstraints | None = None
+    priority: Int32 | None = None
+    priorityClassName: str | None = None
 
 
 class PodGroup(_Struct):

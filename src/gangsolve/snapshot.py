@@ -22,6 +22,7 @@ from gangsolve import schema
 from gangsolve.errors import InputError, describe, shown
 
 POD_GROUP_KINDS = {
+    "scheduling.k8s.io": "PodGroup",  # Kubernetes' own (KEP-4671): v1beta1, v1alpha2
     "scheduling.x-k8s.io": "PodGroup",  # scheduler-plugins coscheduling, Kubeflow training-operator
     "scheduling.volcano.sh": "PodGroup",  # Volcano
 }
@@ -70,6 +71,22 @@ class Snapshot:
             if obj["metadata"]["name"] in self.priority_classes:
                 raise _duplicate(obj)
             self.priority_classes[obj["metadata"]["name"]] = obj
+
+    def without(self, culprit: str) -> Snapshot:
+        """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`): how the live
+        scheduler leaves out an object it cannot read."""
+
+        def keep(obj: dict) -> bool:
+            return describe(obj) != culprit
+
+        return Snapshot(
+            nodes=[o for o in self.nodes if keep(o)],
+            pods=[o for o in self.pods if keep(o)],
+            pdbs=[o for o in self.pdbs if keep(o)],
+            pod_groups={k: o for k, o in self.pod_groups.items() if keep(o)},
+            priority_classes={k: o for k, o in self.priority_classes.items() if keep(o)},
+            taken_at=self.taken_at,
+        )
 
     def check_duplicates(self) -> None:
         seen: set[tuple[str, str, str, str]] = set()

@@ -285,12 +285,16 @@ def _selects(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
     return True
 
 
-def _gang_of(pod: dict, pdbs: list[dict], pod_groups: set[tuple[str, str, str]], group_label: str | None):
+def _gang_of(pod: dict, pdbs: list[dict], pod_groups: Mapping[tuple[str, str, str], dict], group_label: str | None):
     """README's gang table, first rule that applies: (rule, namespace, name), or None while a named PodGroup
     does not exist."""
     meta = pod["metadata"]
     ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
+    upstream = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    if upstream is not None and "basic" in pod_groups.get(("scheduling.k8s.io", ns, upstream), {}):
+        return ("pod", ns, meta["name"])  # a basic policy: no gang
     for group, name in (
+        ("scheduling.k8s.io", upstream),
         ("scheduling.x-k8s.io", labels.get("scheduling.x-k8s.io/pod-group")),
         ("scheduling.volcano.sh", annotations.get("scheduling.k8s.io/group-name")),
     ):
@@ -309,6 +313,8 @@ def _gang_of(pod: dict, pdbs: list[dict], pod_groups: set[tuple[str, str, str]],
 
 def _minimum(gang: tuple[str, str, str], members: list[dict], pdbs: list[dict], groups: dict, live: list[dict]) -> int:
     rule, ns, name = gang
+    if rule == "scheduling.k8s.io":
+        return int(groups[gang]["spec"]["schedulingPolicy"]["gang"]["minCount"])
     if rule in ("scheduling.x-k8s.io", "scheduling.volcano.sh"):
         return int((groups[gang].get("spec") or {}).get("minMember", 1))
     if rule == "pdb":
@@ -339,7 +345,7 @@ def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> No
     pods = cp.request("GET", "/api/v1/pods")["items"]
     pdbs = cp.request("GET", "/apis/policy/v1/poddisruptionbudgets")["items"]
     groups: dict[tuple[str, str, str], dict] = {}
-    for api in ("scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"):
+    for api in ("scheduling.k8s.io/v1beta1", "scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"):
         try:
             for obj in cp.request("GET", f"/apis/{api}/podgroups")["items"]:
                 groups[(api.split("/")[0], obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
@@ -366,11 +372,20 @@ def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> No
         for p in pods
         if (p.get("status") or {}).get("phase") not in FINISHED and not p["metadata"].get("deletionTimestamp")
     ]
+    # A namespace being deleted loses its pods one by one, so its gangs are torn down, not placed.
+    leaving = {
+        ns["metadata"]["name"]
+        for ns in cp.request("GET", "/api/v1/namespaces")["items"]
+        if ns["metadata"].get("deletionTimestamp")
+    }
     gangs: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    policies = {k: (g.get("spec") or {}).get("schedulingPolicy") or {} for k, g in groups.items()}
     for p in live:
         if p["spec"].get("schedulerName", "default-scheduler") == "default-scheduler":
             continue
-        gang = _gang_of(p, pdbs, set(groups), group_label)
+        if p["metadata"]["namespace"] in leaving:
+            continue
+        gang = _gang_of(p, pdbs, policies, group_label)
         if gang is not None:
             gangs[gang].append(p)
     for gang, members in gangs.items():

@@ -2,7 +2,7 @@
 
 The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
 server records every request that account makes. This test runs one more scheduler through every kind of
-call (leader election from a missing Lease to its release, every watch, binds of both PodGroup kinds, a gang
+call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a gang
 that cannot fit and says so), then holds every request of the session so far against the chart's rules:
 every request of a kind a rule grants, every rule used, the Lease touched only by its name.
 """
@@ -56,8 +56,23 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
                 namespace,
                 pod(f"{name}-{i}", scheduler=g.scheduler_name, gpus=1, node_selector=tag, **member),
             )
+    # Kubernetes' own PodGroup: a gang of two cpu-only pods.
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "kpg"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        },
+    )
+    for i in range(2):
+        member = pod(f"kpg-{i}", scheduler=g.scheduler_name, node_selector=tag)
+        member["spec"]["schedulingGroup"] = {"podGroupName": "kpg"}
+        create(control_plane, namespace, member)
     create(control_plane, namespace, pod("too-big", scheduler=g.scheduler_name, gpus=8, node_selector=tag))
-    poll(lambda: len(bound(pods(control_plane, namespace))) == 4, timeout=60, what="both gangs bound")
+    poll(lambda: len(bound(pods(control_plane, namespace))) == 6, timeout=60, what="the three gangs bound")
     poll(lambda: events(control_plane, namespace, "FailedScheduling"), timeout=30, what="the oversized pod's event")
     poll(
         lambda: all(
@@ -65,10 +80,11 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
             for group, version, name in (
                 ("scheduling.x-k8s.io", "v1alpha1", "xpg"),
                 ("scheduling.volcano.sh", "v1beta1", "vpg"),
+                ("scheduling.k8s.io", "v1beta1", "kpg"),
             )
         ),
         timeout=30,
-        what="both PodGroups' status",
+        what="the three PodGroups' status",
     )
     assert g.terminate() == 0  # and the Lease is released
 

@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangsolve.cli import cli
-from gangsolve.errors import InputError, describe
+from gangsolve.errors import InputError
 from gangsolve.gangs import build_cluster
 from gangsolve.quantity import MAX_UNITS, parse_quantity, to_units
-from gangsolve.snapshot import Snapshot, parse
+from gangsolve.snapshot import parse
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 
 EXAMPLES = int(os.environ.get("GANGSOLVE_FUZZ_EXAMPLES", "100"))
@@ -326,24 +326,11 @@ def test_a_bad_object_is_named_so_the_live_scheduler_can_leave_it_out(text, stri
                 if strict:
                     return
                 culprit = exc.obj
-            smaller = _without(snap, culprit)
+            smaller = snap.without(culprit)
             if smaller == snap:
                 pytest.fail(f"{culprit} names no object of the snapshot")
             snap = smaller
         pytest.fail("leaving out the named objects never let the snapshot build")
-
-
-def _without(snap: Snapshot, culprit: str) -> Snapshot:
-    def keep(obj: dict) -> bool:
-        return describe(obj) != culprit
-
-    return Snapshot(
-        nodes=[o for o in snap.nodes if keep(o)],
-        pods=[o for o in snap.pods if keep(o)],
-        pdbs=[o for o in snap.pdbs if keep(o)],
-        pod_groups={k: o for k, o in snap.pod_groups.items() if keep(o)},
-        priority_classes={k: o for k, o in snap.priority_classes.items() if keep(o)},
-    )
 
 
 @settings(FUZZ, max_examples=EXAMPLES * 3)

@@ -180,3 +180,55 @@ async def test_scheduled_events_for_bound_pods():
         "Successfully assigned default/p to n1",
     ]
     assert {e["regarding"]["uid"] for e in kube.events} == {"up", "ug"}
+
+
+KPG = next(r for r in RESOURCES if r.api_version == "scheduling.k8s.io/v1beta1")
+
+
+def upstream_group(name: str, min_count: int, uid: str, status: dict | None = None) -> dict:
+    pg = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+    if status is not None:
+        pg["status"] = status
+    return pg
+
+
+def upstream_member(name: str, uid: str, **kw) -> dict:
+    return with_uid(k8s_pod(name, gpus=1, schedulingGroup={"podGroupName": "kpg"}, **kw), uid)
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_pod_group_gets_the_condition_kube_scheduler_writes():
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
+    s.apply(Resync(POD, [upstream_member(f"w{i}", f"u{i}") for i in range(3)]))
+    other = {"type": "DisruptionTarget", "status": "False", "reason": "x", "message": ""}
+    s.apply(Resync(KPG, [upstream_group("kpg", 3, "g1", {"conditions": [other]})]))
+    await feedback(s, kube).apply(cycle(s))
+    (status,) = [b["status"] for p, b in kube.patches if "/podgroups/" in p]
+    kept, mine = status["conditions"]
+    assert kept == other  # a merge patch replaces the list: conditions of others go back as they were
+    assert {k: mine[k] for k in ("type", "status", "reason")} == {
+        "type": "PodGroupInitiallyScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+    }
+    assert "needs 3 nvidia.com/gpu, 2 free" in mine["message"]
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_pod_group_once_scheduled_stays_so_and_others_pods_groups_are_left_alone():
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=1)]))  # the gang no longer fits: still True
+    scheduled = {"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": ""}
+    s.apply(Resync(POD, [upstream_member("w0", "u0"), upstream_member("w1", "u1", scheduler="default-scheduler")]))
+    s.apply(Resync(KPG, [upstream_group("kpg", 2, "g1", {"conditions": [scheduled]})]))
+    await feedback(s, kube).apply(cycle(s))
+    assert [p for p, _b in kube.patches if "/podgroups/" in p] == []  # kube-scheduler's pods: its status
+    s.apply(Resync(POD, [upstream_member("w0", "u0"), upstream_member("w1", "u1")]))
+    await feedback(s, kube).apply(cycle(s))
+    assert [p for p, _b in kube.patches if "/podgroups/" in p] == []  # True is terminal: nothing to write

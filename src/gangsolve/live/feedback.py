@@ -6,8 +6,11 @@
 - Events: FailedScheduling (Warning) for those pods and Scheduled (Normal) for each bound pod. An identical
   event about one pod is written at most once per `event_interval`, and all events share a rate of
   `events_per_second`.
-- PodGroups of both kinds (scheduling.x-k8s.io, scheduling.volcano.sh): phase, scheduled/running counts and
-  a Scheduled/Unschedulable condition, written through the status subresource when it changes.
+- PodGroups of both CRD kinds (scheduling.x-k8s.io, scheduling.volcano.sh): phase, scheduled/running counts
+  and a Scheduled/Unschedulable condition, written through the status subresource when it changes.
+- Kubernetes' own PodGroups (scheduling.k8s.io) whose pods are ours: the condition kube-scheduler writes,
+  PodGroupInitiallyScheduled (True, reason Scheduled, once minCount pods are scheduled, and never False
+  again; else False, reason Unschedulable, or SchedulerError when its pods' priorities differ from its own).
 
 Feedback works on the latest cycle's result only (a mailbox the solver actor overwrites); a slow API server
 delays it but never the scheduling. It owns what it has written (keyed by uid, so a pod or PodGroup deleted
@@ -28,7 +31,13 @@ from aiolimiter import AsyncLimiter
 from anyio.abc import ObjectReceiveStream
 
 from gangsolve import reservations
-from gangsolve.gangs import POD_GROUP_LABEL, VOLCANO_ANNOTATION
+from gangsolve.gangs import (
+    POD_GROUP_LABEL,
+    PRIORITY_MISMATCH,
+    UPSTREAM_GROUP,
+    VOLCANO_ANNOTATION,
+    upstream_group_name,
+)
 from gangsolve.live import logs
 from gangsolve.live.binder import Bound
 from gangsolve.live.channels import Latest
@@ -106,6 +115,38 @@ def pod_group_status(pg: dict, members: list[dict], reason: str, existing: dict 
     if group == "scheduling.volcano.sh":
         status.pop("scheduled")
     return status
+
+
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+
+
+def upstream_pod_group_status(pg: dict, members: list[dict], reason: str, existing: dict | None = None) -> dict:
+    """A scheduling.k8s.io PodGroup's status as kube-scheduler writes it: its one scheduling condition, other
+    conditions (DisruptionTarget) kept as they are. True is terminal: it is never turned back to False."""
+    conditions = [c for c in ((existing or {}).get("conditions") or []) if c.get("type") != INITIALLY_SCHEDULED]
+    prev = next((c for c in (existing or {}).get("conditions") or [] if c.get("type") == INITIALLY_SCHEDULED), None)
+    if prev is not None and prev.get("status") == "True":
+        return dict(existing or {})
+    gang = (((pg.get("spec") or {}).get("schedulingPolicy")) or {}).get("gang")
+    need = int((gang or {}).get("minCount") or 1) if isinstance(gang, dict) else 1
+    scheduled = sum(1 for p in members if (p.get("spec") or {}).get("nodeName") and not _terminating(p))
+    if scheduled >= need:
+        condition = {"status": "True", "reason": "Scheduled", "message": ""}
+    elif not reason:
+        return dict(existing or {})  # placed by this cycle, its bindings on their way: nothing to say yet
+    elif reason.startswith(PRIORITY_MISMATCH):
+        condition = {"status": "False", "reason": "SchedulerError", "message": reason}
+    else:
+        condition = {"status": "False", "reason": "Unschedulable", "message": reason}
+    same = prev is not None and all(prev.get(k) == v for k, v in condition.items())
+    stamp = prev.get("lastTransitionTime") if same and prev else now_rfc3339()
+    condition = {"type": INITIALLY_SCHEDULED, **condition, "lastTransitionTime": stamp}
+    condition["message"] = str(condition["message"])[:MAX_MESSAGE]
+    return {**(existing or {}), "conditions": [*conditions, condition]}
+
+
+def _terminating(pod: dict) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def _comparable(status: dict | None) -> dict:
@@ -218,10 +259,13 @@ class Feedback:
             if f"Pod {key}" in unreadable:
                 out[key] = f"cannot be scheduled: {unreadable[f'Pod {key}']}"
                 continue
+            upstream = upstream_group_name(p)
             label = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
             annotation = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
             wanted = (
-                ("scheduling.x-k8s.io", label)
+                (UPSTREAM_GROUP, upstream)
+                if upstream
+                else ("scheduling.x-k8s.io", label)
                 if label
                 else ("scheduling.volcano.sh", annotation)
                 if annotation
@@ -312,6 +356,10 @@ class Feedback:
         for p in self.store.pods():
             meta = p["metadata"]
             ns = meta.get("namespace", "")
+            name = upstream_group_name(p)
+            if name:
+                members.setdefault((UPSTREAM_GROUP, ns, name), []).append(p)
+                continue
             name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
             if name:
                 members.setdefault(("scheduling.x-k8s.io", ns, name), []).append(p)
@@ -322,7 +370,16 @@ class Feedback:
         for key, pg in self.store.pod_groups().items():
             group_pods = members.get(key, [])
             reason = next((reasons[pod_key(p)] for p in group_pods if pod_key(p) in reasons), "")
-            status = pod_group_status(pg, group_pods, reason, pg.get("status"))
+            if key[0] == UPSTREAM_GROUP:
+                # kube-scheduler writes the status of the groups of its own pods: gangsolve of its own only.
+                if not group_pods or any(
+                    (p.get("spec") or {}).get("schedulerName", "default-scheduler") != self.scheduler_name
+                    for p in group_pods
+                ):
+                    continue
+                status = upstream_pod_group_status(pg, group_pods, reason, pg.get("status"))
+            else:
+                status = pod_group_status(pg, group_pods, reason, pg.get("status"))
             uid = _uid(pg)
             if _comparable(status) in (_comparable(pg.get("status")), _comparable(self._status_written.get(uid))):
                 continue

@@ -21,7 +21,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gangsolve import reservations
-from gangsolve.errors import InputError, describe
+from gangsolve.errors import InputError
 from gangsolve.estimates import Estimator, with_estimates
 from gangsolve.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, waiting
 from gangsolve.live import logs
@@ -50,21 +50,6 @@ class CycleResult:
     skipped: tuple[tuple[str, str], ...] = ()  # objects left out as unreadable: (`Kind ns/name`, error)
     backing_off: dict[str, float] = field(default_factory=dict)  # pod key -> seconds of back-off left
     waiting: dict[str, Waiting] = field(default_factory=dict)  # pods joining no gang yet, and why
-
-
-def without(snapshot: Snapshot, culprit: str) -> Snapshot:
-    """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`)."""
-
-    def keep(obj: dict) -> bool:
-        return describe(obj) != culprit
-
-    return Snapshot(
-        nodes=[o for o in snapshot.nodes if keep(o)],
-        pods=[o for o in snapshot.pods if keep(o)],
-        pdbs=[o for o in snapshot.pdbs if keep(o)],
-        pod_groups={k: o for k, o in snapshot.pod_groups.items() if keep(o)},
-        priority_classes={k: o for k, o in snapshot.priority_classes.items() if keep(o)},
-    )
 
 
 def _size(snapshot: Snapshot) -> int:
@@ -119,7 +104,7 @@ def plan(
             held = waiting(snapshot, scheduler_name, group_label, now, grace)
             break
         except InputError as exc:
-            smaller = without(snapshot, exc.obj)
+            smaller = snapshot.without(exc.obj)
             if _size(smaller) == _size(snapshot):
                 raise  # the error names nothing that can be left out: this cycle cannot run
             skipped.append(exc)

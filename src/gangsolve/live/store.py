@@ -128,10 +128,13 @@ class ClusterStore:
     def _resync(self, event: Resync) -> bool:
         kind = event.resource.kind
         table = self._objects[kind]
-        group = event.resource.api_version.split("/")[0] if "/" in event.resource.api_version else ""
         fresh = {object_key(o): o for o in event.objects}
         relevant = False
-        for key in [k for k in table if k[0] == group and k not in fresh]:  # gone while we were away
+        # Gone while we were away: objects of this resource's version only (two versions of one group, as
+        # the upstream PodGroup's v1alpha2 and v1beta1, are watched apart and may not both be served).
+        version = event.resource.api_version
+        mine = [k for k, o in table.items() if o.get("apiVersion", version) == version]
+        for key in [k for k in mine if k not in fresh]:
             relevant |= self._apply_one(kind, "DELETED", table[key])
         for obj in fresh.values():
             relevant |= self._apply_one(kind, "MODIFIED", obj)
