@@ -24,7 +24,7 @@ import numpy as np
 
 from gangsolve import objects
 from gangsolve.errors import InputError, describe
-from gangsolve.gangs import POD_GROUP_LABEL, VOLCANO_ANNOTATION
+from gangsolve.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver.model import Cluster, Running
 from gangsolve.solver.planning import expected_end
@@ -186,8 +186,12 @@ class Estimator:
 
 
 def _group_of(snap: Snapshot, pod: dict) -> dict | None:
+    """The PodGroup the pod names, by the gang rules' order (gangs.py)."""
     meta = pod.get("metadata") or {}
     ns = meta.get("namespace", "")
+    name = upstream_group_name(pod)
+    if name:
+        return snap.pod_groups.get((UPSTREAM_GROUP, ns, name))
     name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
     if name:
         return snap.pod_groups.get(("scheduling.x-k8s.io", ns, name))

@@ -165,6 +165,35 @@ def test_running_pods_get_expected_ends_and_pending_gangs_runtimes():
     assert [g.runtime for g in cluster.gangs] == [1200.0]
 
 
+def test_a_kubernetes_podgroups_declared_runtime_is_its_pods():
+    group = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "default", "annotations": {EXPECTED_RUNTIME_ANNOTATION: "90m"}},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    snap = Snapshot()
+    for obj in (
+        k8s_node("n0", gpus=4),
+        group,
+        *(k8s_pod(f"w{i}", gpus=1, schedulingGroup={"podGroupName": "train"}) for i in range(2)),
+        k8s_pod(
+            "running",
+            gpus=1,
+            node_name="n0",
+            phase="Running",
+            created="2026-01-01T00:00:00Z",
+            schedulingGroup={"podGroupName": "train"},
+        ),
+    ):
+        snap.add(obj)
+    now = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
+    cluster = with_estimates(snap, build_cluster(snap, now=now), now, Estimator(default=None))
+    assert [g.runtime for g in cluster.gangs] == [5400.0]
+    [running] = cluster.running  # a member already running: expected to end as declared, not by the default
+    assert running.end == datetime(2026, 1, 1, 1, 30, tzinfo=UTC).timestamp()
+
+
 # --- what people read ------------------------------------------------------------------------------------------
 
 
