@@ -60,6 +60,9 @@ class LiveScenario:
     build: Callable[[], list[dict]]
     description: str
     time_limit: float = 1.0  # gangsolve run's --time-limit
+    # Seconds after the pending pods that their gang definitions (PDBs, PodGroups) are created, the pods owned
+    # by TFJobs, as a training operator making separate calls creates them; 0: definitions first.
+    late_definitions: float = 0.0
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -122,6 +125,14 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             "(7 + 5 GPUs) grouped by PDB",
         ),
         LiveScenario(
+            "live/tfjob-late-pdb",
+            3,
+            users_tfjob,
+            "the users' TFJobs owned by TFJob objects, their PDBs created 2 s after the pods (separate calls, "
+            "as a training operator makes them): the race a gang scheduler must not lose",
+            late_definitions=2.0,
+        ),
+        LiveScenario(
             "live/synthetic-100nodes",
             100,
             lambda: sc.synthetic(100, 40, seed=100),
@@ -152,23 +163,29 @@ def node_spec(node: dict) -> NodeSpec:
 
 def pod_group_crd() -> dict:
     """scheduler-plugins' PodGroup CRD (scheduling.x-k8s.io), schema-less, with the status subresource."""
+    return _crd("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups", ["pg"])
+
+
+def tfjob_crd() -> dict:
+    """Kubeflow's TFJob CRD, schema-less: only owners for the pods, no operator runs."""
+    return _crd("kubeflow.org", "v1", "TFJob", "tfjobs", [])
+
+
+def _crd(group: str, version: str, kind: str, plural: str, short: list[str]) -> dict:
+    names: dict[str, Any] = {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()}
+    if short:
+        names["shortNames"] = short
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "scheduling.x-k8s.io",
+            "group": group,
             "scope": "Namespaced",
-            "names": {
-                "kind": "PodGroup",
-                "listKind": "PodGroupList",
-                "plural": "podgroups",
-                "singular": "podgroup",
-                "shortNames": ["pg"],
-            },
+            "names": names,
             "versions": [
                 {
-                    "name": "v1alpha1",
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
@@ -179,11 +196,36 @@ def pod_group_crd() -> dict:
     }
 
 
+def own_by_tfjobs(cp: ControlPlane, pods: list[dict]) -> list[dict]:
+    """`pods` owned by a TFJob each (one per `tf-job-name` label, created here), as the operator creates them."""
+    cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", tfjob_crd())
+    cp.wait_for(lambda: _served(cp, "/apis/kubeflow.org/v1/tfjobs"), timeout=60, what="the TFJob API")
+    uids: dict[str, str] = {}
+    out = []
+    for pod in pods:
+        name = (pod["metadata"].get("labels") or {}).get("tf-job-name")
+        if name is None:
+            out.append(pod)
+            continue
+        if name not in uids:
+            job = {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "TFJob",
+                "metadata": {"name": name, "namespace": k8s.NAMESPACE},
+                "spec": {},
+            }
+            uids[name] = create(cp, job)["metadata"]["uid"]
+        owner = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": name, "uid": uids[name], "controller": True}
+        out.append({**pod, "metadata": {**pod["metadata"], "ownerReferences": [owner]}})
+    return out
+
+
 PLURALS = {
     "Pod": "pods",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "PodGroup": "podgroups",
     "PriorityClass": "priorityclasses",
+    "TFJob": "tfjobs",
 }
 
 
@@ -231,8 +273,12 @@ def list_pods(cp: ControlPlane, query: str = "") -> dict:
     return cp.request("GET", f"/api/v1/namespaces/{k8s.NAMESPACE}/pods{query}")
 
 
-def prepare(cp: ControlPlane, objs: list[dict], log: Callable[[str], None]) -> None:
-    """Everything but the pending pods: nodes, priority classes, PDBs, PodGroups, background pods Running."""
+DEFINITIONS = ("PodDisruptionBudget", "PodGroup")
+
+
+def prepare(cp: ControlPlane, objs: list[dict], log: Callable[[str], None], definitions: bool = True) -> None:
+    """Everything but the pending pods: nodes, priority classes, PDBs and PodGroups (unless `definitions` is
+    false: they come later), background pods Running."""
     cp.create_namespace(k8s.NAMESPACE)
     kinds = {o["kind"] for o in objs}
     if "PodGroup" in kinds:
@@ -243,7 +289,7 @@ def prepare(cp: ControlPlane, objs: list[dict], log: Callable[[str], None]) -> N
     nodes = [o for o in objs if o["kind"] == "Node"]
     log(f"creating {len(nodes)} kwok nodes")
     cp.add_nodes([node_spec(n) for n in nodes], timeout=180)
-    create_all(cp, [o for o in objs if o["kind"] in ("PriorityClass", "PodDisruptionBudget", "PodGroup")])
+    create_all(cp, [o for o in objs if o["kind"] == "PriorityClass" or (definitions and o["kind"] in DEFINITIONS)])
     background = [o for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")]
     if background:
         log(f"creating {len(background)} background pods")
@@ -474,7 +520,10 @@ def run_live(
         }
     with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
         try:
-            prepare(cp, objs, log)
+            late = scenario.late_definitions
+            prepare(cp, objs, log, definitions=not late)
+            if late:
+                pending = own_by_tfjobs(cp, pending)
             if native:
                 create_all(cp, native_pod_groups(cluster, pending))
             if scheduler == "gangsolve":
@@ -487,6 +536,9 @@ def run_live(
             watch.t0 = time.monotonic()
             create_all(cp, pending)
             created = time.monotonic() - watch.t0
+            if late:
+                time.sleep(late)
+                create_all(cp, [o for o in objs if o["kind"] in DEFINITIONS])
             watch.last_change = max(watch.last_change, time.monotonic())
             while True:
                 time.sleep(0.25)
@@ -605,6 +657,7 @@ def run_scenarios(
                 "name": name,
                 "description": scenario.description,
                 "nodes": scenario.nodes,
+                "late_definitions": scenario.late_definitions,
                 "objects": {
                     "nodes": kinds.count("Node"),
                     "pods": kinds.count("Pod"),
