@@ -1,10 +1,11 @@
 """The CP-SAT model of one cycle and its lexicographic solve.
 
 Variables: x[g, p, n] = pods of gang g's part p on node n (integer, only on candidate nodes); placed[g] = gang g
-reaches its minimum. Constraints: all-or-nothing per gang, node capacity per resource, one label domain per
-co-located gang, starving gangs the hint placed stay placed. Objectives in strict order, each a stage that
-holds the earlier stages' values: gangs placed per level (priority, then starving; one weighted stage when
-exact weights fit), resources placed (GPUs first), then locality. Each stage starts from the best placement
+reaches its minimum. Constraints: all-or-nothing per gang, node capacity per resource, each queue's capability
+per resource, one label domain per co-located gang, starving gangs the hint placed stay placed. Objectives in
+strict order, each a stage that holds the earlier stages' values: gangs placed per level (priority, then within
+fair share, then starving; one weighted stage when exact weights fit), resources placed (GPUs first), then
+locality. Each stage starts from the best placement
 so far as a complete hint and keeps it when CP-SAT finds nothing better in its time.
 """
 
@@ -93,6 +94,7 @@ def possible_gangs(problem: Problem) -> list[int]:
         for g, gang in enumerate(problem.gangs)
         if score.counted(problem, g)
         and sum(int(np.minimum(problem.fit[part.cls], len(part.pods)).sum()) for part in problem.parts[g]) >= gang.need
+        and bool((problem.floor[g] <= problem.cap_left[problem.queue_of[g]]).all())
     ]
 
 
@@ -124,6 +126,7 @@ class GangModel:
         add_knapsack_cuts(self.model, problem, self.placed)
         for n, terms in per_node.items():
             self._node_capacity(n, terms)
+        self._queue_caps()
         self._hint()
 
     def _gang(self, g: int, cands: dict[tuple[int, int], np.ndarray], per_node: dict[int, NodeTerms]) -> None:
@@ -169,6 +172,22 @@ class GangModel:
             used = np.flatnonzero(demand[:, r] > 0).tolist()
             variables = [self.x[(terms[i][0], terms[i][1], n)] for i in used]
             self.model.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
+
+    def _queue_caps(self) -> None:
+        """What a capped queue's gangs take stays within what its capability leaves, per resource."""
+        problem = self.problem
+        by_queue: dict[int, list[tuple[int, int, int]]] = {}
+        for key in self.x:
+            q = int(problem.queue_of[key[0]])
+            if problem.capped[q]:
+                by_queue.setdefault(q, []).append(key)
+        for q, keys in by_queue.items():
+            demand = problem.demand[[problem.parts[g][p].cls for g, p, _n in keys]]
+            most = np.array([self.ub[k] for k in keys]) @ demand
+            for r in np.flatnonzero(most > problem.cap_left[q]).tolist():
+                used = np.flatnonzero(demand[:, r] > 0).tolist()
+                variables = [self.x[keys[i]] for i in used]
+                self.model.add(_weighted(variables, demand[used, r].tolist()) <= max(int(problem.cap_left[q, r]), 0))
 
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")

@@ -114,6 +114,26 @@ def _single_pod(problem: Problem, g: int) -> str | None:
     return None
 
 
+def _over_capability(problem: Problem, g: int, counts: Counts) -> str | None:
+    """The first resource the gang's minimum would take its queue past its capability, with the gangs of its
+    queue placed this cycle; the words a pending gang held by its queue's cap says so with."""
+    q = int(problem.queue_of[g])
+    if not problem.capped[q]:
+        return None
+    left = problem.cap_left[q].copy()
+    for h, gang_counts in counts.items():
+        if problem.queue_of[h] == q:
+            for (p, _n), k in gang_counts.items():
+                left -= k * problem.demand[problem.parts[h][p].cls]
+    for r in np.flatnonzero(problem.floor[g] > left).tolist():
+        name = problem.resources[r]
+        return (
+            f"held by queue {problem.queue_names[q]}'s capability: needs {quantity(name, int(problem.floor[g, r]))} "
+            f"{name}, {quantity(name, max(int(left[r]), 0))} left under its cap"
+        )
+    return None
+
+
 def fits_alone(problem: Problem, g: int) -> bool:
     """Whether the gang's minimum fits the cycle's free capacity with no other gang placed."""
     gang, parts = problem.gangs[g], problem.parts[g]
@@ -132,6 +152,9 @@ def explain(problem: Problem, g: int, counts: Counts, cache: dict[tuple[int, ...
         return f"gang has {total} pods, fewer than minMember {gang.min_member}: waiting for more members"
     if placed:
         return f"placed {placed} of {len(gang.pods)} pending pods (minMember reached); no room for the rest this cycle"
+    capped = _over_capability(problem, g, counts)
+    if capped:
+        return capped
     excluded = _exclusions(problem, g, {} if cache is None else cache)
     why = _shortage(problem, g) or _single_pod(problem, g)
     if why is None:

@@ -11,7 +11,9 @@ from typing import Protocol, TypeAlias
 
 import numpy as np
 
+from gangsolve.solver.model import Level
 from gangsolve.solver.problem import Problem, Rows
+from gangsolve.solver.queues import Budget
 
 # gang_counts[(part, node)] = pods of that gang part on that node; counts[gang] = that gang's
 GangCounts: TypeAlias = dict[tuple[int, int], int]
@@ -25,13 +27,17 @@ class Scorer(Protocol):
 
 
 def queue_order(problem: Problem) -> list[int]:
-    """Gangs in scheduling-queue order: priority (starving gangs first within it), then the oldest member."""
+    """Gangs in scheduling-queue order: by level (priority; gangs within their queue's fair share first; starving
+    gangs first), then the poorest queue's first (its weighted dominant share), then the oldest member."""
     gangs = problem.gangs
-    return sorted(range(len(gangs)), key=lambda g: (_desc(gangs[g].level), gangs[g].order, gangs[g].name))
+    return sorted(
+        range(len(gangs)), key=lambda g: (desc(gangs[g].level), gangs[g].share, gangs[g].order, gangs[g].name)
+    )
 
 
-def _desc(level: tuple[int, int]) -> tuple[int, int]:
-    return (-level[0], -level[1])
+def desc(level: Level) -> Level:
+    """A level's sort key, highest first."""
+    return (-level[0], -level[1], -level[2])
 
 
 def smallest_first_order(problem: Problem) -> list[int]:
@@ -43,7 +49,7 @@ def smallest_first_order(problem: Problem) -> list[int]:
 
     def key(g: int) -> tuple[object, ...]:
         size = (0, 0.0) if gangs[g].starving else (int(problem.floor[g, problem.gpu]), float(share[g]))
-        return (_desc(gangs[g].level), *size, gangs[g].order, gangs[g].name)
+        return (desc(gangs[g].level), *size, gangs[g].order, gangs[g].name)
 
     return sorted(range(len(gangs)), key=key)
 
@@ -242,16 +248,18 @@ def greedy(
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
     likes best; a gang that cannot reach its minimum takes nothing. `minimum_first`: every gang gets only its
     minimum, and the pods past it (of elastic gangs) are placed after all gangs had their turn, so that they
-    do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are."""
+    do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are. No
+    queue takes more than its capability."""
     free = problem.free.copy()
     result: Counts = {g: dict(c) for g, c in (placed or {}).items()}
     for g, gang_counts in result.items():
         for (p, n), k in gang_counts.items():
             free[n] -= k * problem.demand[problem.parts[g][p].cls]
+    budget = Budget(problem, placed=result)
     order = queue_order(problem) if order is None else order
     for g in order:
         gang = problem.gangs[g]
-        if not gang.pods or g in result:
+        if not gang.pods or g in result or not budget.may_start(g):
             continue
         most = max(gang.need, 1) if minimum_first else None
         if gang.topology:
@@ -259,15 +267,19 @@ def greedy(
         else:
             counts = place_gang(problem, g, free, scorer=scorer, most=most)
         if counts is not None:
+            counts = budget.admit(g, counts, free)
+        if counts is not None:
             result[g] = counts
     if minimum_first:
-        add_extras(problem, result, free, order, scorer)
+        add_extras(problem, result, free, order, scorer, budget)
     return result
 
 
-def add_extras(problem: Problem, counts: Counts, free: np.ndarray, order: list[int], scorer: Scorer) -> None:
+def add_extras(
+    problem: Problem, counts: Counts, free: np.ndarray, order: list[int], scorer: Scorer, budget: Budget
+) -> None:
     """Pods past their gang's minimum, gang by gang in `order`, where they fit (co-located gangs in their
-    domain)."""
+    domain) and their queue's cap (`budget`, which holds `counts`) allows."""
     for g in order:
         if g not in counts or sum(counts[g].values()) == len(problem.gangs[g].pods):
             continue
@@ -277,5 +289,7 @@ def add_extras(problem: Problem, counts: Counts, free: np.ndarray, order: list[i
             domain = problem.domains(key)
             allowed = domain == domain[next(iter(counts[g]))[1]]
         extended = place_gang(problem, g, free, allowed=allowed, scorer=scorer, counts=counts[g])
+        if extended is not None:
+            extended = budget.admit(g, extended, free, keep=counts[g])
         if extended is not None:
             counts[g] = extended

@@ -24,6 +24,7 @@ from gangsolve.solver.greedy import (
     Counts,
     Scorer,
     add_extras,
+    desc,
     most_allocated_off_gpus,
     node_scores,
     place_colocated,
@@ -31,6 +32,7 @@ from gangsolve.solver.greedy import (
 )
 from gangsolve.solver.model import Level
 from gangsolve.solver.problem import Problem
+from gangsolve.solver.queues import Budget
 
 SCORERS: tuple[Scorer, ...] = (node_scores, most_allocated_off_gpus)
 
@@ -56,6 +58,7 @@ class Search:
         self.possible = possible_gangs(problem)
         self.empty = score.empty_gpu_nodes(problem)
         self.used = np.zeros_like(problem.free)
+        self.budget = Budget(problem)  # what each queue may still take under its cap, given `counts`
         for g, gang_counts in self.counts.items():
             self._use(g, gang_counts, 1)
         self.nodes = nodes  # nodes freed around the target, and roomy nodes offered to the gangs taken off
@@ -70,6 +73,8 @@ class Search:
     def _use(self, g: int, gang_counts: dict[tuple[int, int], int], sign: int) -> None:
         for (p, n), k in gang_counts.items():
             self.used[n] += sign * k * self.problem.demand[self.problem.parts[g][p].cls]
+        if self.budget.capped(g):
+            self.budget.left[self.problem.queue_of[g]] -= sign * self.budget.use(g, gang_counts)
 
     def reach(self, g: int) -> np.ndarray:
         """Nodes that could hold some pod of gang g if nothing else were placed."""
@@ -181,21 +186,26 @@ class Search:
         gangs = self.neighbourhood(target)
         before = {g: self.counts[g] for g in gangs if g in self.counts}
         free = problem.free - self.used
+        budget = Budget(problem, left=self.budget.left)
         for g, gang_counts in before.items():
             for (p, n), k in gang_counts.items():
                 free[n] += k * problem.demand[problem.parts[g][p].cls]
+            if budget.capped(g):
+                budget.left[problem.queue_of[g]] += budget.use(g, gang_counts)
         # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
         size = self.size[gangs] * (0.75 + 0.5 * self.rng.random(len(gangs)))
         order = [
             gangs[i]
             for i in sorted(
                 range(len(gangs)),
-                key=lambda i: (_desc(problem.gangs[gangs[i]].level), gangs[i] != target, size[i]),
+                key=lambda i: (desc(problem.gangs[gangs[i]].level), gangs[i] != target, size[i]),
             )
         ]
         scorer = SCORERS[int(self.rng.integers(len(SCORERS)))]
         after: Counts = {}
         for g in order:
+            if not budget.may_start(g):
+                continue
             most = max(problem.gangs[g].need, 1)
             placed = (
                 place_colocated(problem, g, free, scorer=scorer, most=most)
@@ -203,8 +213,10 @@ class Search:
                 else place_gang(problem, g, free, scorer=scorer, most=most)
             )
             if placed is not None:
+                placed = budget.admit(g, placed, free)
+            if placed is not None:
                 after[g] = placed
-        add_extras(problem, after, free, order, scorer)
+        add_extras(problem, after, free, order, scorer, budget)
         new, old = self.rank(after), self.rank(before)
         keep = new > old
         if new == old and drift:
@@ -239,7 +251,3 @@ class Search:
                     gpus[index[n]] += sign * k * problem.demand[problem.parts[g][p].cls, gpu]
         opened = int((self.empty[nodes] & (gpus > 0)).sum())
         return sum(len({n for (_p, n) in gang_counts}) for gang_counts in placed.values()) + opened
-
-
-def _desc(level: Level) -> tuple[int, int]:
-    return (-level[0], -level[1])

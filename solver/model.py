@@ -14,7 +14,9 @@ GPU = "nvidia.com/gpu"
 PODS = "pods"
 
 Resources = Mapping[str, int]
-Level = tuple[int, int]  # (priority, starving): the strict order gangs are placed in
+# (priority, within its queue's fair share, starving): the strict order gangs are placed in
+Level = tuple[int, int, int]
+DEFAULT_QUEUE = "default"  # the queue of gangs that name none
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,12 @@ class Gang:
     preferred: tuple[str, ...] = ()
     group_priority: int | None = None  # the priority its gang definition gives it (an upstream PodGroup's)
     starving: bool = False  # waited past the starvation age: outranks gangs of its priority that have not
+    queue: str = DEFAULT_QUEUE
+    # Set by the solver from the queues (queues.rank), not by callers: whether the gang's minimum fits its
+    # queue's fair share with the queue's earlier gangs (a gang borrowing idle capacity does not), and the
+    # weighted dominant share its queue would hold with it placed (lower goes first within a level).
+    fair: bool = True
+    share: float = 0.0
 
     @property
     def need(self) -> int:
@@ -115,9 +123,10 @@ class Gang:
 
     @property
     def level(self) -> Level:
-        """The strict-order tier: priority first; within a priority, starving gangs before the rest (so
-        maximizing gangs placed cannot starve big gangs for ever)."""
-        return (self.priority, int(self.starving))
+        """The strict-order tier: priority first; within a priority, gangs within their queue's fair share
+        before gangs that would borrow; then starving gangs before the rest (so maximizing gangs placed
+        cannot starve big gangs for ever)."""
+        return (self.priority, int(self.fair), int(self.starving))
 
     @property
     def order(self) -> int:
@@ -125,9 +134,22 @@ class Gang:
 
 
 @dataclass(frozen=True)
+class Queue:
+    """A tenant's queue (Volcano's Queue). Gangs naming a queue the cluster lacks get weight 1 and no cap."""
+
+    name: str
+    weight: int = 1
+    capability: Resources = field(default_factory=dict)  # hard cap per resource named; others unlimited
+    guarantee: Resources = field(default_factory=dict)  # fair share never below this (while it has demand)
+    reclaimable: bool = True  # others may reclaim what it borrowed (with preemption; not yet done)
+    allocated: Resources = field(default_factory=dict)  # requests of its bound, unfinished pods
+
+
+@dataclass(frozen=True)
 class Cluster:
     nodes: tuple[Node, ...]
     gangs: tuple[Gang, ...]
+    queues: tuple[Queue, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,3 +182,17 @@ class Placement:
     solve_seconds: float
     stages: tuple[Mapping[str, object], ...] = ()  # per-stage solver statistics
     levels: tuple[Mapping[str, int], ...] = ()  # per priority level: gangs placed, bound, gangs modelled
+    queues: tuple[QueueResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueResult:
+    """A queue after the cycle: what it holds (bound pods plus this placement) and its dominant shares of the
+    cluster (the largest fraction of any resource), held and fair."""
+
+    name: str
+    weight: int
+    capability: Resources
+    allocated: Resources
+    share: float
+    fair_share: float

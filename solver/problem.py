@@ -13,6 +13,7 @@ from typing import TypeAlias
 
 import numpy as np
 
+from gangsolve.solver import queues
 from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from gangsolve.solver.constraints.taints import untolerated
 from gangsolve.solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
@@ -63,7 +64,7 @@ class Problem:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.nodes: Sequence[Node] = cluster.nodes
-        self.gangs: Sequence[Gang] = cluster.gangs
+        self.gangs: Sequence[Gang] = queues.rank(cluster)  # with their fair-share tier set
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self._domains: dict[str, np.ndarray] = {}
         self._fitting: dict[int, np.ndarray] = {}
@@ -107,6 +108,12 @@ class Problem:
                     for c, ps in sorted(by_class.items())
                 )
             )
+
+        # Per queue (row), what it may still take under its capability; queue_of[g] is gang g's row.
+        self.queue_names, self.cap_left = queues.capability_left(cluster, self.gangs, self.resources)
+        row = {name: i for i, name in enumerate(self.queue_names)}
+        self.queue_of = np.array([row[g.queue] for g in self.gangs], dtype=np.int64)
+        self.capped: np.ndarray = np.any(self.cap_left < queues.UNLIMITED, axis=1)
 
         self.demand = np.zeros((len(self.class_pods), len(self.resources)), dtype=np.int64)
         for c, pod in enumerate(self.class_pods):
@@ -194,5 +201,5 @@ class Problem:
         return ids
 
     def gang_priority_levels(self) -> list[Level]:
-        """Every gang's level (priority, starving), highest first."""
+        """Every gang's level (priority, fair, starving), highest first."""
         return sorted({g.level for g in self.gangs}, reverse=True)

@@ -23,7 +23,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from gangsolve.solver import score
+from gangsolve.solver import queues, score
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.candidates import candidates
 from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs
@@ -210,8 +210,8 @@ def _best_hint(
 
 def warm_start(problem: Problem, previous: Mapping[str, str]) -> Counts:
     """The gangs of `previous` (pod -> node) that it placed whole and that still fit there: pods still pending,
-    nodes still eligible, capacity still free, the gang's minimum reached, one domain for co-located gangs.
-    Gangs are taken in queue order; one that no longer fits is dropped whole."""
+    nodes still eligible, capacity still free, the gang's minimum reached, one domain for co-located gangs,
+    its queue's cap. Gangs are taken in queue order; one that no longer fits is dropped whole."""
     where = {
         pod.name: (g, p) for g, parts in enumerate(problem.parts) for p, part in enumerate(parts) for pod in part.pods
     }
@@ -222,6 +222,7 @@ def warm_start(problem: Problem, previous: Mapping[str, str]) -> Counts:
             key = (p, problem.node_index[node])
             per_gang.setdefault(g, {})[key] = per_gang.get(g, {}).get(key, 0) + 1
     free = problem.free.copy()
+    budget = queues.Budget(problem)
     counts: Counts = {}
     for g in queue_order(problem):
         gang_counts = per_gang.get(g)
@@ -234,7 +235,8 @@ def warm_start(problem: Problem, previous: Mapping[str, str]) -> Counts:
         eligible = all(problem.eligible[problem.parts[g][p].cls, n] for (p, n) in gang_counts)
         if not eligible or (use[nodes] > free[nodes]).any() or not _one_domain(problem, g, nodes):
             continue
-        free -= use
+        if not budget.take(g, gang_counts):
+            continue
         counts[g] = gang_counts
     return counts
 
@@ -392,7 +394,15 @@ def _placement(
         solve_seconds=seconds,
         stages=tuple(s.as_dict() for s in stages),
         levels=tuple(
-            {"priority": level[0], "starving": bool(level[1]), "placed": f, "bound": b, "gangs": most}
+            {
+                "priority": level[0],
+                "withinFairShare": bool(level[1]),
+                "starving": bool(level[2]),
+                "placed": f,
+                "bound": b,
+                "gangs": most,
+            }
             for level, (f, b, most) in levels.items()
         ),
+        queues=queues.report(problem.cluster, bindings),
     )
