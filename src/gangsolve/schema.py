@@ -193,6 +193,7 @@ class PodGroupSpec(_Struct):
     schedulingConstraints: PodGroupSchedulingConstraints | None = None
     priority: Int32 | None = None
     priorityClassName: str | None = None
+    queue: str | None = None  # Volcano's PodGroup names its Queue
 
 
 class PodGroup(_Struct):
@@ -206,12 +207,29 @@ class PriorityClass(_Struct):
     globalDefault: bool | None = None
 
 
+class QueueGuarantee(_Struct):
+    resource: Resources | None = None
+
+
+class QueueSpec(_Struct):
+    weight: Int32 | None = None
+    capability: Resources | None = None
+    guarantee: QueueGuarantee | None = None
+    reclaimable: bool | None = None
+
+
+class Queue(_Struct):  # scheduling.volcano.sh/v1beta1
+    metadata: Metadata
+    spec: QueueSpec | None = None
+
+
 SCHEMAS: dict[str, type[_Struct]] = {
     "Node": Node,
     "Pod": Pod,
     "PodDisruptionBudget": PodDisruptionBudget,
     "PodGroup": PodGroup,
     "PriorityClass": PriorityClass,
+    "Queue": Queue,
 }
 
 

@@ -1,4 +1,5 @@
-"""Reading a cluster snapshot: what `kubectl get nodes,pods,pdb,podgroups...,priorityclasses -A -o yaml` prints.
+"""Reading a cluster snapshot: what `kubectl get nodes,pods,pdb,podgroups...,priorityclasses,queues -A -o yaml`
+prints.
 
 Accepts a `kind: List` (or any `*List`) with `items`, a single object, or a multi-document YAML/JSON stream.
 Kinds other than the ones gangsolve understands are ignored. Objects are filed here by kind and name; the
@@ -28,7 +29,8 @@ POD_GROUP_KINDS = {
 }
 PDB_VERSIONS = ("policy/v1", "policy/v1beta1")
 TAKEN_AT_ANNOTATION = "gangsolve.io/snapshot-time"  # on the List `gangsolve export` writes: when it listed
-KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass")
+QUEUE_GROUP = "scheduling.volcano.sh"  # Volcano's Queue (v1beta1): tenants' weights and caps
+KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue")
 # YAML aliases may repeat a value; a document may not grow by them to more values than it has characters
 # (plus this many): a billion-laughs document of under 1 KB would otherwise expand to billions of values.
 ALIAS_ALLOWANCE = 100_000
@@ -42,6 +44,7 @@ class Snapshot:
     pdbs: list[dict] = field(default_factory=list)
     pod_groups: dict[tuple[str, str, str], dict] = field(default_factory=dict)  # (group, ns, name) -> PodGroup
     priority_classes: dict[str, dict] = field(default_factory=dict)
+    queues: dict[str, dict] = field(default_factory=dict)  # Volcano Queues by name (cluster-scoped)
     taken_at: datetime | None = None  # when `gangsolve export` listed the cluster (its List's annotation)
 
     def add(self, obj: dict) -> None:
@@ -71,6 +74,11 @@ class Snapshot:
             if obj["metadata"]["name"] in self.priority_classes:
                 raise _duplicate(obj)
             self.priority_classes[obj["metadata"]["name"]] = obj
+        elif kind == "Queue" and group == QUEUE_GROUP:
+            obj = _checked(obj)
+            if obj["metadata"]["name"] in self.queues:
+                raise _duplicate(obj)
+            self.queues[obj["metadata"]["name"]] = obj
 
     def without(self, culprit: str) -> Snapshot:
         """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`): how the live
@@ -85,6 +93,7 @@ class Snapshot:
             pdbs=[o for o in self.pdbs if keep(o)],
             pod_groups={k: o for k, o in self.pod_groups.items() if keep(o)},
             priority_classes={k: o for k, o in self.priority_classes.items() if keep(o)},
+            queues={k: o for k, o in self.queues.items() if keep(o)},
             taken_at=self.taken_at,
         )
 
