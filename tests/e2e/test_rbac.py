@@ -3,8 +3,8 @@
 The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
 server records every request that account makes. This test runs one more scheduler through every kind of
 call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a gang
-that cannot fit and says so), then holds every request of the session so far against the chart's rules:
-every request of a kind a rule grants, every rule used, the Lease touched only by its name.
+that cannot fit and says so, a Volcano Queue's status), then holds every request of the session so far against the
+chart's rules: every request of a kind a rule grants, every rule used, the Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -72,7 +72,20 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         member["spec"]["schedulingGroup"] = {"podGroupName": "kpg"}
         create(control_plane, namespace, member)
     create(control_plane, namespace, pod("too-big", scheduler=g.scheduler_name, gpus=8, node_selector=tag))
-    poll(lambda: len(bound(pods(control_plane, namespace))) == 6, timeout=60, what="the three gangs bound")
+    queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"q-{namespace}"}}
+    create(control_plane, namespace, queue)
+    queued = pod(
+        "queued", scheduler=g.scheduler_name, node_selector=tag, annotations={"gangsolve.io/queue": f"q-{namespace}"}
+    )
+    create(control_plane, namespace, queued)
+    poll(lambda: len(bound(pods(control_plane, namespace))) == 7, timeout=60, what="the three gangs and a pod bound")
+    queues = "/apis/scheduling.volcano.sh/v1beta1/queues"
+    poll(
+        lambda: (control_plane.get(f"{queues}/q-{namespace}").get("status") or {}).get("allocated"),
+        timeout=30,
+        what="the Queue's status",
+    )
+    control_plane.request("DELETE", f"{queues}/q-{namespace}")
     poll(lambda: events(control_plane, namespace, "FailedScheduling"), timeout=30, what="the oversized pod's event")
     poll(
         lambda: all(

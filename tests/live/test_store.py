@@ -157,6 +157,7 @@ def test_memory_is_only_what_exists():
         "PodDisruptionBudget": 0,
         "PodGroup": 0,
         "PriorityClass": 0,
+        "Queue": 0,
         "assumed": 0,
         "backoff": 0,
     }

@@ -54,6 +54,7 @@ def _size(snapshot: Snapshot) -> int:
         + len(snapshot.pdbs)
         + len(snapshot.pod_groups)
         + len(snapshot.priority_classes)
+        + len(snapshot.queues)
     )
 
 
@@ -246,3 +247,4 @@ class SolverActor:
             pending_pods += len(gang.pods) - result.placed_pods
         m.pending_gangs.set(pending_gangs)
         m.pending_pods.set(pending_pods)
+        m.observe_queues(cluster, placement)

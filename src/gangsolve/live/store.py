@@ -29,9 +29,9 @@ from anyio.abc import ObjectReceiveStream
 
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.snapshot import POD_GROUP_KINDS, Snapshot
+from gangsolve.snapshot import POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 
-KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass")
+KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue")
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 
 BACKOFF_INITIAL = 1.0  # seconds, as kube-scheduler's podInitialBackoffSeconds
@@ -79,7 +79,7 @@ def fingerprint(kind: str, obj: dict) -> object:
         )
     if kind == "PriorityClass":
         return (obj.get("value"), obj.get("globalDefault"))
-    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
+    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup, Queue: not their status
 
 
 @dataclass(frozen=True)
@@ -270,6 +270,9 @@ class ClusterStore:
     def priority_classes(self) -> dict[str, dict]:
         return {k[2]: v for k, v in self._objects["PriorityClass"].items()}
 
+    def queues(self) -> dict[str, dict]:
+        return {k[2]: v for k, v in self._objects["Queue"].items() if k[0] == QUEUE_GROUP}
+
     def counts(self) -> dict[str, int]:
         """Objects per kind, assumptions and back-offs: what the scheduler holds in memory."""
         out = {kind: len(table) for kind, table in self._objects.items()}
@@ -289,6 +292,7 @@ class ClusterStore:
             pdbs=list(self._objects["PodDisruptionBudget"].values()),
             pod_groups={k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS},
             priority_classes=self.priority_classes(),
+            queues=self.queues(),
         )
 
     def _as_assumed(self, pod: dict) -> dict:

@@ -22,7 +22,7 @@ from gangsolve.live.kube import ApiError, Kube
 
 @dataclass(frozen=True)
 class Resource:
-    kind: str  # the key the cache files objects under: Pod, Node, PodDisruptionBudget, PodGroup, PriorityClass
+    kind: str  # the key the cache files objects under: Pod, Node, PodDisruptionBudget, PodGroup, PriorityClass, Queue
     api_version: str
     path: str  # the cluster-wide collection
     optional: bool = False  # a CRD that may be missing
@@ -42,6 +42,7 @@ RESOURCES = (
     # Kubernetes' own PodGroup (KEP-4671): v1beta1 from 1.37 (GenericWorkload feature gate), v1alpha2 in 1.36.
     Resource("PodGroup", "scheduling.k8s.io/v1beta1", "/apis/scheduling.k8s.io/v1beta1/podgroups", optional=True),
     Resource("PodGroup", "scheduling.k8s.io/v1alpha2", "/apis/scheduling.k8s.io/v1alpha2/podgroups", optional=True),
+    Resource("Queue", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/queues", optional=True),
 )
 
 
