@@ -114,7 +114,7 @@ def run_timelines(
             objs = TIMELINES[name].build()
             (snapshots / _file_name(name)).write_bytes(k8s.dumps(objs))
             runs = []
-            for scheduler in schedulers:
+            for scheduler in dict.fromkeys([*schedulers, *TIMELINES[name].peers]):
                 task = progress.add_task(f"{name}: {scheduler}", total=MAX_CYCLES)
                 runs.append(simulate(objs, scheduler, time_limit, on_cycle=partial(progress.advance, task)))
                 progress.update(task, total=len(runs[-1]["cycles"]), completed=len(runs[-1]["cycles"]))

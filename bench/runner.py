@@ -22,7 +22,8 @@ from pathlib import Path
 from gangsolve.bench import metrics
 from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, tas_best_fit
 from gangsolve.bench.objects import SCHEDULER
-from gangsolve.solver.model import Cluster, SolveConfig
+from gangsolve.bench.tenants import proportion
+from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, SolveConfig
 
 # (cluster, snapshot path, time limit) -> (bindings, solver facts)
 Scheduler = Callable[[Cluster, str, float], tuple[dict[str, str], dict]]
@@ -36,8 +37,12 @@ def _solve(use_cpsat: bool) -> Scheduler:
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
         from gangsolve.solver import solve
 
-        if not use_cpsat:  # greedy gang allocation as Volcano does it: a required level, no preferred ones
-            cluster = Cluster(cluster.nodes, tuple(replace(g, preferred=()) for g in cluster.gangs))
+        if (
+            not use_cpsat
+        ):  # greedy gang allocation as kube-batch does it: a required level, no preferred ones, no queues
+            cluster = Cluster(
+                cluster.nodes, tuple(replace(g, preferred=(), queue=DEFAULT_QUEUE) for g in cluster.gangs)
+            )
 
         placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
         return dict(placement.bindings), {
@@ -57,8 +62,11 @@ SCHEDULERS: dict[str, Scheduler] = {
     "gangsolve": _solve(use_cpsat=True),
     # Kueue's topology-aware scheduling (BestFit), with the node level last: run on topology scenarios only.
     "tas-bestfit": lambda cluster, _snapshot, _limit: (tas_best_fit(cluster), {}),
+    # Volcano's proportion plugin (queues by weight) with greedy gang allocation: run on queue timelines only.
+    "proportion": lambda cluster, _snapshot, _limit: (proportion(cluster), {}),
 }
-PEERS_ONLY = ("tas-bestfit",)  # run where a scenario names them (Scenario.peers), not by default
+# Run where a scenario or timeline names them (Scenario.peers, Timeline.peers), not by default.
+PEERS_ONLY = ("tas-bestfit", "proportion")
 
 
 def _rss_mib() -> float:

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gangsolve.bench import metrics, openb
+from gangsolve.bench import metrics, openb, tenants
 from gangsolve.bench import objects as k8s
 from gangsolve.bench.runner import SCHEDULERS
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
 from gangsolve.gangs import STARVATION_SECONDS, build_cluster
-from gangsolve.solver.model import GPU, Cluster, Gang, Node
+from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue
 
 PERIOD = 60.0  # seconds of simulated time between cycles
 WINDOW = 180  # cycles during which jobs arrive
@@ -37,6 +37,7 @@ class Timeline:
     name: str
     build: Callable[[], list[dict]]
     description: str
+    peers: tuple[str, ...] = ()  # schedulers run on this timeline only (runner.PEERS_ONLY)
 
 
 @dataclass
@@ -109,12 +110,18 @@ TIMELINES = {
             openb_timeline,
             "every 10th OpenB node (122 nodes); trace pods as gangs, trace durations, 130% GPU load for 3 h",
         ),
+        Timeline(
+            "timeline/tenants",
+            lambda: tenants.tenants_timeline(WINDOW * PERIOD),
+            "16 8-GPU nodes; three tenants, Volcano Queues weighted 1:2:4, each bursting past its share (200% load)",
+            peers=("proportion",),
+        ),
     )
 }
 TIMELINE_GRIDS = {"quick": ["timeline/synthetic-100nodes"], "full": list(TIMELINES)}
 
 
-def jobs_of(objects: list[dict]) -> tuple[list[Node], list[Job]]:
+def jobs_of(objects: list[dict]) -> tuple[list[Node], list[Job], tuple[Queue, ...]]:
     snap = k8s.to_snapshot(objects)
     cluster = build_cluster(snap, k8s.SCHEDULER)
     jobs = []
@@ -122,23 +129,26 @@ def jobs_of(objects: list[dict]) -> tuple[list[Node], list[Job]]:
         ns, name = gang.name.split("/", 1)
         notes = snap.pod_groups[("scheduling.x-k8s.io", ns, name)]["metadata"]["annotations"]
         jobs.append(Job(gang, float(notes[k8s.ARRIVAL_ANNOTATION]), float(notes[k8s.DURATION_ANNOTATION])))
-    return list(cluster.nodes), sorted(jobs, key=lambda j: (j.arrival, j.gang.name))
+    return list(cluster.nodes), sorted(jobs, key=lambda j: (j.arrival, j.gang.name)), cluster.queues
 
 
 def simulate(
     objects: list[dict], scheduler: str, time_limit: float, on_cycle: Callable[[], None] | None = None
 ) -> dict:
-    nodes, jobs = jobs_of(objects)
+    nodes, jobs, queues = jobs_of(objects)
     schedule = SCHEDULERS[scheduler]
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
     requests = {p.name: p.requests for job in jobs for p in job.gang.pods}
+    queue_of = {p.name: job.gang.queue for job in jobs for p in job.gang.pods}
+    held: dict[str, dict[str, int]] = {q.name: {} for q in queues}  # what each queue's bound pods hold
+    violations = 0  # cycles x queues x resources over the queue's capability
 
     def hold(pod: str, node: str, sign: int) -> None:
-        u = used[index[node]]
-        for r, q in requests[pod].items():
-            u[r] = u.get(r, 0) + sign * q
+        for u in (used[index[node]], held.setdefault(queue_of[pod], {})):
+            for r, q in requests[pod].items():
+                u[r] = u.get(r, 0) + sign * q
 
     arrived = 0
     pending: list[Job] = []
@@ -161,10 +171,15 @@ def simulate(
                 tuple(j.bound.values()),
                 j.gang.colocate,
                 starving=now - j.arrival > STARVATION_SECONDS,
+                queue=j.gang.queue,
             )
             for j in pending
         )
-        cluster = Cluster(tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)), gangs)
+        cluster = Cluster(
+            tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)),
+            gangs,
+            tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
+        )
         started = time.perf_counter()
         bindings, _facts = schedule(cluster, "", time_limit) if gangs else ({}, {})
         seconds = time.perf_counter() - started
@@ -189,14 +204,31 @@ def simulate(
                 "gpu_useful": useful / total_gpus,
             }
         )
+        if queues:
+            violations += sum(held[q.name].get(r, 0) > cap for q in queues for r, cap in q.capability.items())
+            waiting = {q.name: 0 for q in queues}
+            for j in pending:
+                waiting[j.gang.queue] += sum(p.requests.get(GPU, 0) for p in j.gang.pods if p.name not in j.bound)
+            cycles[-1]["held"] = {q: h.get(GPU, 0) for q, h in held.items()}
+            cycles[-1]["demand"] = {q: h.get(GPU, 0) + waiting[q] for q, h in held.items()}
         if on_cycle:
             on_cycle()
         if arrived == len(jobs) and not running and (not pending or not bindings):
             break  # drained, or stuck: nothing runs that could free capacity and nothing new arrives
+    summary = summarize(jobs, cycles)
+    if queues:
+        weights = {q.name: q.weight for q in queues}
+        steady = (WARM_UP * PERIOD, WINDOW * PERIOD)
+        summary.update(
+            fairness=tenants.fairness(cycles, weights, total_gpus, steady),
+            tenant_delay_p95=tenants.tenant_delays(jobs, {j.gang.name: j.gang.queue for j in jobs}),
+            capability_violations=violations,
+            gpus=total_gpus,
+        )
     return {
         "scheduler": scheduler,
         "time_limit": time_limit if scheduler == "gangsolve" else None,
-        "summary": summarize(jobs, cycles),
+        "summary": summary,
         "cycles": cycles,
     }
 

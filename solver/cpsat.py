@@ -94,7 +94,7 @@ def possible_gangs(problem: Problem) -> list[int]:
         for g, gang in enumerate(problem.gangs)
         if score.counted(problem, g)
         and sum(int(np.minimum(problem.fit[part.cls], len(part.pods)).sum()) for part in problem.parts[g]) >= gang.need
-        and bool((problem.floor[g] <= problem.cap_left[problem.queue_of[g]]).all())
+        and all(bool((problem.floor[g] <= problem.cap_left[r]).all()) for r in problem.cap_rows[g])
     ]
 
 
@@ -174,14 +174,15 @@ class GangModel:
             self.model.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
 
     def _queue_caps(self) -> None:
-        """What a capped queue's gangs take stays within what its capability leaves, per resource."""
+        """What a capped queue's gangs take stays within what its capability leaves, and what gangs that would
+        borrow take within what may be lent, per resource (the rows of problem.cap_left)."""
         problem = self.problem
-        by_queue: dict[int, list[tuple[int, int, int]]] = {}
+        by_row: dict[int, list[tuple[int, int, int]]] = {}
         for key in self.x:
-            q = int(problem.queue_of[key[0]])
-            if problem.capped[q]:
-                by_queue.setdefault(q, []).append(key)
-        for q, keys in by_queue.items():
+            for q in problem.cap_rows[key[0]]:
+                if problem.capped[q]:
+                    by_row.setdefault(q, []).append(key)
+        for q, keys in by_row.items():
             demand = problem.demand[[problem.parts[g][p].cls for g, p, _n in keys]]
             most = np.array([self.ub[k] for k in keys]) @ demand
             for r in np.flatnonzero(most > problem.cap_left[q]).tolist():

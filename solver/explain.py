@@ -115,22 +115,26 @@ def _single_pod(problem: Problem, g: int) -> str | None:
 
 
 def _over_capability(problem: Problem, g: int, counts: Counts) -> str | None:
-    """The first resource the gang's minimum would take its queue past its capability, with the gangs of its
-    queue placed this cycle; the words a pending gang held by its queue's cap says so with."""
-    q = int(problem.queue_of[g])
-    if not problem.capped[q]:
-        return None
-    left = problem.cap_left[q].copy()
-    for h, gang_counts in counts.items():
-        if problem.queue_of[h] == q:
-            for (p, _n), k in gang_counts.items():
-                left -= k * problem.demand[problem.parts[h][p].cls]
-    for r in np.flatnonzero(problem.floor[g] > left).tolist():
-        name = problem.resources[r]
-        return (
-            f"held by queue {problem.queue_names[q]}'s capability: needs {quantity(name, int(problem.floor[g, r]))} "
-            f"{name}, {quantity(name, max(int(left[r]), 0))} left under its cap"
-        )
+    """Why the gang's minimum may not be placed whatever the free capacity: it would take its queue past its
+    capability, or borrow capacity held for queues below their fair share (with this cycle's placement)."""
+    for row in problem.cap_rows[g]:
+        if not problem.capped[row]:
+            continue
+        left = problem.cap_left[row].copy()
+        for h, gang_counts in counts.items():
+            if row in problem.cap_rows[h]:
+                for (p, _n), k in gang_counts.items():
+                    left -= k * problem.demand[problem.parts[h][p].cls]
+        for r in np.flatnonzero(problem.floor[g] > left).tolist():
+            name = problem.resources[r]
+            needs = f"needs {quantity(name, int(problem.floor[g, r]))} {name}"
+            if row == problem.borrow_row:
+                return (
+                    f"queue {problem.gangs[g].queue} is at its fair share: {needs}, and the free capacity is held "
+                    "for queues below theirs"
+                )
+            left_ = quantity(name, max(int(left[r]), 0))
+            return f"held by queue {problem.queue_names[row]}'s capability: {needs}, {left_} left under its cap"
     return None
 
 

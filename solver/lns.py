@@ -73,8 +73,7 @@ class Search:
     def _use(self, g: int, gang_counts: dict[tuple[int, int], int], sign: int) -> None:
         for (p, n), k in gang_counts.items():
             self.used[n] += sign * k * self.problem.demand[self.problem.parts[g][p].cls]
-        if self.budget.capped(g):
-            self.budget.left[self.problem.queue_of[g]] -= sign * self.budget.use(g, gang_counts)
+        self.budget.charge(g, gang_counts, sign)
 
     def reach(self, g: int) -> np.ndarray:
         """Nodes that could hold some pod of gang g if nothing else were placed."""
@@ -190,8 +189,7 @@ class Search:
         for g, gang_counts in before.items():
             for (p, n), k in gang_counts.items():
                 free[n] += k * problem.demand[problem.parts[g][p].cls]
-            if budget.capped(g):
-                budget.left[problem.queue_of[g]] += budget.use(g, gang_counts)
+            budget.charge(g, gang_counts, -1)
         # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
         size = self.size[gangs] * (0.75 + 0.5 * self.rng.random(len(gangs)))
         order = [

@@ -109,12 +109,6 @@ class Problem:
                 )
             )
 
-        # Per queue (row), what it may still take under its capability; queue_of[g] is gang g's row.
-        self.queue_names, self.cap_left = queues.capability_left(cluster, self.gangs, self.resources)
-        row = {name: i for i, name in enumerate(self.queue_names)}
-        self.queue_of = np.array([row[g.queue] for g in self.gangs], dtype=np.int64)
-        self.capped: np.ndarray = np.any(self.cap_left < queues.UNLIMITED, axis=1)
-
         self.demand = np.zeros((len(self.class_pods), len(self.resources)), dtype=np.int64)
         for c, pod in enumerate(self.class_pods):
             for r, q in pod.requests.items():
@@ -122,11 +116,38 @@ class Problem:
             self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
         self.eligible = self._eligibility()
         self.floor = self._floors()
+        self._caps(cluster)
         self.fit = (
             np.stack([self.fits(c, self.free) for c in range(len(self.class_pods))])
             if self.class_pods
             else (np.zeros((0, len(self.nodes)), dtype=np.int64))
         )
+
+    def _caps(self, cluster: Cluster) -> None:
+        """Rows of `cap_left`, what may still be taken per resource: one per queue (capability less what it
+        holds), then one for every gang that would borrow (the free capacity less the minimums of the possible
+        gangs within their queue's fair share: capacity a queue below its share waits for is not lent).
+        `cap_rows[g]`: the rows gang g draws from."""
+        self.queue_names, by_queue = queues.capability_left(cluster, self.gangs, self.resources)
+        row = {name: i for i, name in enumerate(self.queue_names)}
+        self.queue_of = np.array([row[g.queue] for g in self.gangs], dtype=np.int64)
+        borrow = np.full(len(self.resources), queues.UNLIMITED, dtype=np.int64)
+        if not all(g.fair for g in self.gangs):
+            usable = np.array([n.ready and not n.unschedulable for n in self.nodes], dtype=bool)
+            owed = [g for g, gang in enumerate(self.gangs) if gang.fair and gang.need > 0 and self._may_fit(g)]
+            borrow = np.maximum(self.free[usable], 0).sum(axis=0) - self.floor[owed].sum(axis=0)
+        self.borrow_row = len(self.queue_names)
+        self.cap_left = np.vstack([by_queue, borrow[None, :]])
+        self.capped: np.ndarray = np.any(self.cap_left < queues.UNLIMITED, axis=1)
+        self.cap_rows = [
+            (int(self.queue_of[g]),) if gang.fair else (int(self.queue_of[g]), self.borrow_row)
+            for g, gang in enumerate(self.gangs)
+        ]
+
+    def _may_fit(self, g: int) -> bool:
+        """Whether gang g's eligible nodes, were they empty, would hold its minimum (so it is worth waiting for)."""
+        room = sum(int(np.minimum(self.fits(p.cls, self.allocatable), len(p.pods)).sum()) for p in self.parts[g])
+        return room >= self.gangs[g].need
 
     def fitting(self, cls: int) -> np.ndarray:
         """The nodes that hold a pod of class `cls` with nothing else placed (free capacity only shrinks)."""

@@ -4,6 +4,7 @@ shares, computed here from their definition, are honoured: each queue gets its f
 gang) before any queue borrows, and capacity nobody is owed is still used."""
 
 from collections import defaultdict
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -138,3 +139,22 @@ def test_each_queue_gets_its_weighted_fair_share_before_any_queue_borrows(n_node
     idle = 8 * n_nodes - sum(gpus.values())
     pending = [len(g.pods) for g in gang_list if not any(p.name in placement.bindings for p in g.pods)]
     assert all(size > idle for size in pending), "work-conserving: a pending gang fits the idle GPUs"
+
+
+def test_capacity_a_queue_below_its_share_waits_for_is_not_lent():
+    """Two 8-GPU nodes, 12 of their GPUs held by queue a (weight 1). Queue b (weight 1, fair share 8 GPUs) waits
+    for an 8-GPU pod that does not fit the 4 free GPUs; queue a's next pod would borrow past its share of 8.
+    Lending the 4 GPUs would keep b waiting for as long as a's pod runs: they stay free, and a's pod says why."""
+    nodes_ = tuple(replace(node(f"n{i}", gpus=8), used={GPU: gpus, "pods": 1}) for i, gpus in enumerate((4, 8)))
+    big = Gang("b/big", (pod("big", gpus=8),), 1, queue="b")
+    small = Gang("a/small", (pod("small", gpus=4, order=1),), 1, queue="a")
+    held = {GPU: 12, "pods": 2}
+    cluster = Cluster(nodes_, (big, small), (Queue("a", allocated=held), Queue("b")))
+    for use_cpsat in (True, False):
+        placement = solve(cluster, SolveConfig(time_limit=0.5, use_cpsat=use_cpsat))
+        assert placement.bindings == {}
+        reason = {g.name: g.reason for g in placement.gangs}["a/small"]
+        assert reason.startswith("queue a is at its fair share: needs 4 nvidia.com/gpu"), reason
+    # Without b's pending gang the same GPUs are lent: the schedule stays work-conserving.
+    alone = Cluster(nodes_, (small,), cluster.queues)
+    assert solve(alone, SolveConfig(time_limit=0.5)).bindings == {"small": "n0"}
