@@ -180,7 +180,7 @@ def fairness(cycles: list[dict], weights: dict[str, int], capacity: int, window:
     for t in weights:
         held = np.array([c["held"].get(t, 0) for c in steady], dtype=float)
         fair = np.array([fair_split(capacity, weights, c["demand"])[t] for c in steady])
-        has = np.array([c["demand"].get(t, 0) > 0 for c in steady])
+        has = np.array([c["demand"].get(t, 0) > 0 for c in steady], dtype=bool)
         worst = 0.0
         for s in range(max(0, len(steady) - HOUR_CYCLES + 1)):
             if has[s : s + HOUR_CYCLES].all():
@@ -191,7 +191,7 @@ def fairness(cycles: list[dict], weights: dict[str, int], capacity: int, window:
             "weight": weights[t],
             "share": float(gpu_hours / (has.sum() * capacity)) if has.any() else 0.0,
             "fair_share": float(fair_hours / (has.sum() * capacity)) if has.any() else 0.0,
-            "max_hourly_deviation": worst,
+            "max_hourly_deviation": float(worst),
         }
         if fair_hours > 0:
             ratios.append(gpu_hours / fair_hours)

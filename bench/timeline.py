@@ -136,6 +136,7 @@ def simulate(
     objects: list[dict], scheduler: str, time_limit: float, on_cycle: Callable[[], None] | None = None
 ) -> dict:
     nodes, jobs, queues = jobs_of(objects)
+    tenants_mode = len(queues) > 1  # queues to share between (a timeline without any has just `default`)
     schedule = SCHEDULERS[scheduler]
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
@@ -204,7 +205,7 @@ def simulate(
                 "gpu_useful": useful / total_gpus,
             }
         )
-        if queues:
+        if tenants_mode:
             violations += sum(held[q.name].get(r, 0) > cap for q in queues for r, cap in q.capability.items())
             waiting = {q.name: 0 for q in queues}
             for j in pending:
@@ -216,7 +217,7 @@ def simulate(
         if arrived == len(jobs) and not running and (not pending or not bindings):
             break  # drained, or stuck: nothing runs that could free capacity and nothing new arrives
     summary = summarize(jobs, cycles)
-    if queues:
+    if tenants_mode:
         weights = {q.name: q.weight for q in queues}
         steady = (WARM_UP * PERIOD, WINDOW * PERIOD)
         summary.update(
