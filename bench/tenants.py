@@ -1,7 +1,8 @@
 """Tenants sharing a cluster through queues, in the time-based mode: the workload, Volcano's `proportion`
 allocation as a peer, and how fairly each scheduler shared the GPUs over time.
 
-Three teams, Volcano Queues of weights 1:2:4, each submitting far more than its weighted share in bursts.
+Three teams, Volcano Queues of weights 1:2:4 (team-a also capped at 24 GPUs), each submitting far more than its
+weighted share in bursts.
 Fairness is measured against weighted max-min fairness computed here from its definition (not with the
 solver's code): each cycle, the cluster's GPUs divided between the tenants that have demand (GPUs held plus
 GPUs their pending jobs ask for) in proportion to their weights, no tenant getting more than its demand.
@@ -16,22 +17,23 @@ import numpy as np
 from gangsolve.bench import metrics
 from gangsolve.bench import objects as k8s
 from gangsolve.solver.greedy import node_scores, place_gang
-from gangsolve.solver.model import Cluster
+from gangsolve.solver.model import GPU, Cluster
 from gangsolve.solver.problem import Problem
 
 TENANTS = {"team-a": 1, "team-b": 2, "team-c": 4}  # queue -> weight
+CAPABILITY = {"team-a": {GPU: "24"}}  # a hard cap on team-a: 24 of the 128 GPUs, above its fair share of 18
 OFFERED = {"team-a": 0.5, "team-b": 0.6, "team-c": 0.9}  # GPU load each offers over the window (of the cluster)
 BURSTS = 6  # per tenant, over the arrival window
 BURST_MINUTES = 10  # a burst's jobs arrive within this long
 HOUR_CYCLES = 60  # a sliding window for GPU-hours shares (cycles are a minute)
 
 
-def queue_object(name: str, weight: int) -> dict:
+def queue_object(name: str, weight: int, capability: dict[str, str] | None = None) -> dict:
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "Queue",
         "metadata": {"name": name},
-        "spec": {"weight": weight},
+        "spec": {"weight": weight, **({"capability": capability} if capability else {})},
     }
 
 
@@ -39,7 +41,7 @@ def tenants_timeline(horizon: float, n_nodes: int = 16, seed: int = 11) -> list[
     """`n_nodes` 8-GPU nodes; each tenant's jobs arrive in bursts over `horizon` seconds (gangs of 1-4 pods of
     1-8 GPUs, durations log-normal, median 20 minutes, 5 to 60), GPU-seconds `OFFERED` x the cluster's."""
     rng = np.random.default_rng(seed)
-    objs: list[dict] = [queue_object(name, weight) for name, weight in TENANTS.items()]
+    objs: list[dict] = [queue_object(name, weight, CAPABILITY.get(name)) for name, weight in TENANTS.items()]
     objs += [k8s.node(f"gpu-{i:03d}", 64_000, 512 * 1024, gpus=8) for i in range(n_nodes)]
     capacity = 8 * n_nodes
     j = 0

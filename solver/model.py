@@ -14,7 +14,7 @@ GPU = "nvidia.com/gpu"
 PODS = "pods"
 
 Resources = Mapping[str, int]
-# (priority, within its queue's fair share, starving): the strict order gangs are placed in
+# (priority, fair-share tier, starving): the strict order gangs are placed in
 Level = tuple[int, int, int]
 DEFAULT_QUEUE = "default"  # the queue of gangs that name none
 
@@ -104,6 +104,9 @@ class Gang:
     # weighted dominant share its queue would hold with it placed (lower goes first within a level).
     fair: bool = True
     share: float = 0.0
+    # The fair-share tier (queues.rank): highest for gangs within their queue's fair share; below it, gangs that
+    # would borrow, the poorest queue's (weighted dominant share held) highest.
+    tier: int = 0
 
     @property
     def need(self) -> int:
@@ -126,7 +129,7 @@ class Gang:
         """The strict-order tier: priority first; within a priority, gangs within their queue's fair share
         before gangs that would borrow; then starving gangs before the rest (so maximizing gangs placed
         cannot starve big gangs for ever)."""
-        return (self.priority, int(self.fair), int(self.starving))
+        return (self.priority, self.tier, int(self.starving))
 
     @property
     def order(self) -> int:

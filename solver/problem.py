@@ -222,5 +222,5 @@ class Problem:
         return ids
 
     def gang_priority_levels(self) -> list[Level]:
-        """Every gang's level (priority, fair, starving), highest first."""
+        """Every gang's level (priority, fair-share tier, starving), highest first."""
         return sorted({g.level for g in self.gangs}, reverse=True)

@@ -10,7 +10,9 @@ minimum still fits the queue's fair share (with what the queue holds and its ear
 and ranks above every gang of its priority that would borrow; so a queue below its fair share is served
 before one above it, and gangs that borrow idle capacity are placed after (the schedule stays
 work-conserving). Within a tier, gangs go in order of the weighted dominant share their queue would hold with
-them placed, as dominant-resource fairness serves the poorest queue first.
+them placed, as dominant-resource fairness serves the poorest queue first. Gangs that would borrow are tiered
+by queue too, the queue holding the lowest weighted dominant share highest: idle capacity goes first to the
+queue furthest below its weight, not to whichever queue has the smallest gangs.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
     queues holding pending gangs there is nothing to share: every gang is fair, as without queues."""
     gangs = cluster.gangs
     if len({g.queue for g in gangs if g.pods}) < 2:
-        return tuple(dataclasses.replace(g, fair=True, share=0.0) for g in gangs)
+        return tuple(dataclasses.replace(g, fair=True, share=0.0, tier=0) for g in gangs)
     queues = queues_of(cluster)
     total = schedulable_total(cluster)
     fair_share = deserved(cluster)
@@ -131,7 +133,10 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
         _add(held_all[q], need)
         share = dominant(held_all[q], total) / max(queues[q].weight, 1)
         ranked[g] = dataclasses.replace(gang, fair=fits, share=share)
-    return tuple(ranked)
+    # Borrowing tiers: queues by the weighted dominant share they hold now, the poorest highest.
+    poorest = sorted(queues, key=lambda q: (dominant(queues[q].allocated, total) / max(queues[q].weight, 1), q))
+    tier = {q: len(poorest) - i for i, q in enumerate(poorest)}
+    return tuple(dataclasses.replace(g, tier=len(poorest) + 1 if g.fair else tier[g.queue]) for g in ranked)
 
 
 def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, ...]:

@@ -396,7 +396,7 @@ def _placement(
         levels=tuple(
             {
                 "priority": level[0],
-                "withinFairShare": bool(level[1]),
+                "fairShareTier": level[1],
                 "starving": bool(level[2]),
                 "placed": f,
                 "bound": b,

@@ -9,6 +9,7 @@ from gangsolve.bench import objects as k8s
 from gangsolve.bench.tenants import OFFERED, TENANTS, fair_split, fairness, proportion, queue_object, tenants_timeline
 from gangsolve.bench.timeline import PERIOD, simulate
 from gangsolve.snapshot import QUEUE_GROUP
+from gangsolve.solver.model import GPU
 
 
 def test_weighted_max_min_fairness_by_its_definition():
@@ -21,8 +22,9 @@ def test_weighted_max_min_fairness_by_its_definition():
 
 def test_the_workload_has_three_weighted_queues_each_offering_more_than_its_share():
     objs = tenants_timeline(3600, n_nodes=4)
-    queues = {o["metadata"]["name"]: o["spec"]["weight"] for o in objs if o["kind"] == "Queue"}
-    assert queues == TENANTS == {"team-a": 1, "team-b": 2, "team-c": 4}
+    queues = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "Queue"}
+    assert {name: spec["weight"] for name, spec in queues.items()} == TENANTS == {"team-a": 1, "team-b": 2, "team-c": 4}
+    assert queues["team-a"]["capability"] == {GPU: "24"}
     for tenant, load in OFFERED.items():
         assert load > TENANTS[tenant] / sum(TENANTS.values())
     groups = [o for o in objs if o["kind"] == "PodGroup"]
