@@ -212,6 +212,15 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
     show_default=True,
     help="Live mode: a run ends when no pod was bound or started for this many seconds.",
 )
+@click.option(
+    "--dra",
+    "dra_seeds",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="SEEDS",
+    help="Only compare GPUs as DRA devices with GPUs as an extended resource on the synthetic 100- and "
+    "1,000-node clusters, SEEDS clusters each (cycles of --repeat per seed; --time-limit, default 1).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
 def bench_command(
     names,
@@ -226,6 +235,7 @@ def bench_command(
     timeline,
     live,
     live_quiet,
+    dra_seeds,
     list_only,
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
@@ -236,6 +246,9 @@ def bench_command(
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
+    if dra_seeds:
+        _compare_dra(console, dra_seeds, repeat, time_limit or 1.0)
+        return
     if list_only:
         described: dict[str, str] = {
             name: s.description for registry in (SCENARIOS, TIMELINES, LIVE_SCENARIOS) for name, s in registry.items()
@@ -281,3 +294,20 @@ def bench_command(
     (out / "results.md").write_text(report.markdown(results))
     paths = report.plot(results, out)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(p) for p in paths))
+
+
+def _compare_dra(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
+    from rich.table import Table
+
+    from gangsolve.bench import dra
+
+    results = {n: dra.compare(n, seeds, repeat, time_limit) for n in dra.SIZES}
+    rows = dra.table(results)
+    out = Table(title=f"GPUs as DRA devices vs extended resources ({seeds} seeds x {repeat} cycles, {time_limit:g} s)")
+    for column in rows[0]:
+        out.add_column(column)
+    for row in rows[1:]:
+        out.add_row(*row)
+    console.print(out)
+    bad = sum(v.violations for variants in results.values() for v in variants.values())
+    console.print(f"validator violations: {bad}")

@@ -39,10 +39,9 @@ def _solve(use_cpsat: bool) -> Scheduler:
 
         if (
             not use_cpsat
-        ):  # greedy gang allocation as kube-batch does it: a required level, no preferred ones, no queues
-            cluster = Cluster(
-                cluster.nodes, tuple(replace(g, preferred=(), queue=DEFAULT_QUEUE) for g in cluster.gangs)
-            )
+        ):  # greedy gang allocation as kube-batch does it: a required level; no preferred ones, no queues
+            gangs = tuple(replace(g, preferred=(), queue=DEFAULT_QUEUE) for g in cluster.gangs)
+            cluster = replace(cluster, gangs=gangs, queues=())
 
         placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
         return dict(placement.bindings), {

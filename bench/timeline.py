@@ -179,7 +179,7 @@ def simulate(
         cluster = Cluster(
             tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)),
             gangs,
-            tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
+            queues=tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
         )
         started = time.perf_counter()
         bindings, _facts = schedule(cluster, "", time_limit) if gangs else ({}, {})

@@ -152,6 +152,9 @@ class Queue:
 class Cluster:
     nodes: tuple[Node, ...]
     gangs: tuple[Gang, ...]
+    # Resources the objective counts as GPUs (placed first; empty GPU nodes kept whole) besides `nvidia.com/gpu`:
+    # GPUs the edge turned into other resources, such as devices of Dynamic Resource Allocation.
+    gpus: frozenset[str] = frozenset()
     queues: tuple[Queue, ...] = ()
 
 

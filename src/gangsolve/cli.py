@@ -114,11 +114,12 @@ def solve(
     training_kinds: tuple[str, ...],
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
-    from gangsolve import render
+    from gangsolve import dra, render
     from gangsolve.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
     from gangsolve.solver import solve as solve_cycle
+    from gangsolve.solver.devices import allocate
 
     grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
     try:
@@ -131,12 +132,13 @@ def solve(
     except InputError as exc:
         fail(str(exc))
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit))
+    placement, allocations = allocate(cluster, placement, dra.model(snap, scheduler_name).state)
     gates = gated(snap, scheduler_name)
     reasons = {pod: why.reason for pod, why in held.items()}
     if output == "json":
-        sys.stdout.buffer.write(render.to_json(placement, gates, reasons))
+        sys.stdout.buffer.write(render.to_json(placement, gates, reasons, allocations))
     else:
-        render.print_table(placement, Console(), gates, reasons)
+        render.print_table(placement, Console(), gates, reasons, allocations)
 
 
 @cli.command()

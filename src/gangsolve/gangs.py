@@ -24,13 +24,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from gangsolve import objects, schema
+from gangsolve import dra, objects, schema
 from gangsolve.errors import InputError, describe, shown
 from gangsolve.snapshot import Snapshot
-from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, Gang, Node, Queue
+from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, Gang, Node, Pod, Queue
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -438,6 +438,10 @@ def check(snap: Snapshot) -> None:
         ("PodGroup", snap.pod_groups.values()),
         ("PriorityClass", snap.priority_classes.values()),
         ("Queue", snap.queues.values()),
+        ("ResourceSlice", snap.resource_slices),
+        ("DeviceClass", snap.device_classes.values()),
+        ("ResourceClaim", snap.resource_claims.values()),
+        ("ResourceClaimTemplate", snap.claim_templates.values()),
     ):
         for obj in objs:
             schema.check(obj, kind)
@@ -477,11 +481,23 @@ def waiting(
     """Pending pods of `scheduler_name` that join no gang yet, and why: their PodGroup does not exist yet, or
     their gang definition may still come (see the module's docstring). `build_cluster` leaves them out."""
     grouper = _Grouper(snap, group_label, strict=False, grace=grace, now=now)
-    return {
+    held = {
         objects.pod_key(p): why
         for p in grouper.live
         if objects.is_pending_for(p, scheduler_name) and (why := grouper.waiting(p)) is not None
     }
+    for pod, problem in dra.model(snap, scheduler_name).problems.items():
+        held.setdefault(pod, Waiting(problem))
+    return held
+
+
+def _with_devices(pod: Pod, devices: dra.Dra) -> Pod:
+    """The pod with the device capacity its claims request, held to the nodes its allocated claims name."""
+    extra = devices.requests.get(pod.name)
+    terms = devices.terms.get(pod.name)
+    if not extra and not terms:
+        return pod
+    return replace(pod, requests={**pod.requests, **(extra or {})}, affinity=devices.affinity(pod.name, pod.affinity))
 
 
 def build_cluster(
@@ -499,6 +515,7 @@ def build_cluster(
     for it by `grace`. Raises InputError naming the first object it cannot read (strict or not: the live
     scheduler leaves that object out and tries again)."""
     check(snap)
+    devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(snap, group_label, strict, grace, now)
     nodes = [objects.node(n) for n in snap.nodes]
     index = {n.name: i for i, n in enumerate(nodes)}
@@ -509,7 +526,16 @@ def build_cluster(
             for r, q in objects.pod_requests(p).items():
                 used[index[node_name]][r] = used[index[node_name]].get(r, 0) + q
     nodes = [
-        Node(n.name, n.allocatable, n.labels, n.taints, n.unschedulable, n.ready, used[i]) for i, n in enumerate(nodes)
+        Node(
+            n.name,
+            {**n.allocatable, **devices.capacity.get(n.name, {})},
+            n.labels,
+            n.taints,
+            n.unschedulable,
+            n.ready,
+            {**used[i], **devices.used.get(n.name, {})},
+        )
+        for i, n in enumerate(nodes)
     ]
 
     ours = [
@@ -518,7 +544,9 @@ def build_cluster(
     ours.sort(key=lambda p: (str(p["metadata"].get("creationTimestamp", "")), objects.pod_key(p)))
     members: dict[GangKey, list[tuple[int, dict]]] = {}
     for order, p in enumerate(ours):
-        if objects.is_bound(p) or objects.is_pending_for(p, scheduler_name):
+        if objects.is_bound(p) or (
+            objects.is_pending_for(p, scheduler_name) and objects.pod_key(p) not in devices.problems
+        ):
             key = grouper.key(p)
             if key is not None:
                 members.setdefault(key, []).append((order, p))
@@ -533,7 +561,11 @@ def build_cluster(
             if objects.is_bound(p):
                 for r, q in objects.pod_requests(p).items():
                     held[r] = held.get(r, 0) + q
-        pending = [objects.pod(p, snap.priority_classes, order) for order, p in pods if not objects.is_bound(p)]
+        pending = [
+            _with_devices(objects.pod(p, snap.priority_classes, order), devices)
+            for order, p in pods
+            if not objects.is_bound(p)
+        ]
         if not pending:
             continue
         objs = [p for _o, p in pods]
@@ -559,4 +591,4 @@ def build_cluster(
     queues = [objects.queue(q, allocated[name]) for name, q in sorted(snap.queues.items())]
     if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in snap.queues:  # implicit, as Volcano creates it
         queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))
-    return Cluster(tuple(nodes), tuple(gangs), tuple(queues))
+    return Cluster(tuple(nodes), tuple(gangs), devices.gpus, tuple(queues))

@@ -116,14 +116,19 @@ def _requirements(obj: dict, field: str, raw: list[dict] | None) -> tuple[Requir
     return tuple(out)
 
 
-def _affinity(obj: dict) -> tuple[SelectorTerm, ...]:
+def selector_terms(obj: dict, field: str, terms: list[dict] | None) -> tuple[SelectorTerm, ...]:
+    """A core/v1 NodeSelector's terms (`field` names them in errors)."""
     return tuple(
         SelectorTerm(
-            _requirements(obj, f"{_AFFINITY}[{i}].matchExpressions", t.get("matchExpressions")),
-            _requirements(obj, f"{_AFFINITY}[{i}].matchFields", t.get("matchFields")),
+            _requirements(obj, f"{field}[{i}].matchExpressions", t.get("matchExpressions")),
+            _requirements(obj, f"{field}[{i}].matchFields", t.get("matchFields")),
         )
-        for i, t in enumerate(_get(obj, _AFFINITY, []))
+        for i, t in enumerate(terms or [])
     )
+
+
+def _affinity(obj: dict) -> tuple[SelectorTerm, ...]:
+    return selector_terms(obj, _AFFINITY, _get(obj, _AFFINITY, []))
 
 
 def _tolerations(obj: dict) -> tuple[Toleration, ...]:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gangsolve.errors import printable
+from gangsolve.solver.devices import Allocations
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import Placement, QueueResult, Resources
 
@@ -38,9 +39,12 @@ def as_dict(
     placement: Placement,
     gated: Mapping[str, Sequence[str]] | None = None,
     waiting: Mapping[str, str] | None = None,
+    allocations: Allocations | None = None,
 ) -> dict:
     """`gated`: pods held back by scheduling gates (pod -> gate names), never placed. `waiting`: pods that join
-    no gang yet (pod -> why: their PodGroup does not exist, or their gang definition may still come)."""
+    no gang yet (pod -> why: their PodGroup does not exist, their gang definition or their ResourceClaim may
+    still come, or a claim uses what gangsolve does not model). `allocations`: the devices of the claims of the
+    pods placed (Dynamic Resource Allocation)."""
     return {
         "bindings": dict(placement.bindings),
         "gangs": [
@@ -64,6 +68,10 @@ def as_dict(
         "queues": [queue_dict(q) for q in placement.queues],
         "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
         "waiting": dict(waiting or {}),
+        "allocations": {
+            claim: [{"request": r, "driver": d[0], "pool": d[1], "device": d[2]} for r, d in devices]
+            for claim, devices in (allocations or {}).items()
+        },
     }
 
 
@@ -71,8 +79,9 @@ def to_json(
     placement: Placement,
     gated: Mapping[str, Sequence[str]] | None = None,
     waiting: Mapping[str, str] | None = None,
+    allocations: Allocations | None = None,
 ) -> bytes:
-    return orjson.dumps(as_dict(placement, gated, waiting), option=orjson.OPT_INDENT_2) + b"\n"
+    return orjson.dumps(as_dict(placement, gated, waiting, allocations), option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def _text(value: str, style: str = "") -> Text:
@@ -88,6 +97,7 @@ def print_table(
     console: Console,
     gated: Mapping[str, Sequence[str]] | None = None,
     waiting: Mapping[str, str] | None = None,
+    allocations: Allocations | None = None,
 ) -> None:
     table = Table(title="Gangs", title_justify="left", show_lines=False)
     for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON"):
@@ -117,6 +127,13 @@ def print_table(
         for pod, node in placement.bindings.items():
             bindings.add_row(_text(pod), _text(node))
         console.print(bindings)
+    if allocations:
+        devices = Table(title="Allocations (ResourceClaim: driver/pool/device)", title_justify="left")
+        devices.add_column("CLAIM")
+        devices.add_column("DEVICES", overflow="fold")
+        for claim, got in allocations.items():
+            devices.add_row(_text(claim), _text(", ".join("/".join(d) for _r, d in got)))
+        console.print(devices)
     if gated:
         held = Table(title="Gated (not planned until their scheduling gates are removed)", title_justify="left")
         held.add_column("POD")

@@ -180,8 +180,12 @@ def create(cp: ControlPlane, namespace: str, obj: dict) -> dict:
         "PodGroup": "podgroups",
         "PriorityClass": "priorityclasses",
         "Queue": "queues",
+        "ResourceSlice": "resourceslices",
+        "DeviceClass": "deviceclasses",
+        "ResourceClaim": "resourceclaims",
+        "ResourceClaimTemplate": "resourceclaimtemplates",
     }[obj["kind"]]
-    cluster_scoped = obj["kind"] in ("PriorityClass", "Queue")
+    cluster_scoped = obj["kind"] in ("PriorityClass", "Queue", "ResourceSlice", "DeviceClass")
     path = f"{base}/{plural}" if cluster_scoped else f"{base}/namespaces/{namespace}/{plural}"
     return cp.request("POST", path, obj)
 

@@ -2,9 +2,10 @@
 
 The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
 server records every request that account makes. This test runs one more scheduler through every kind of
-call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a gang
-that cannot fit and says so, a Volcano Queue's status), then holds every request of the session so far against the
-chart's rules: every request of a kind a rule grants, every rule used, the Lease touched only by its name.
+call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a
+pod whose ResourceClaim it allocates, a gang that cannot fit and says so, a Volcano Queue's status), then holds
+every request of the session so far against the chart's rules: every request of a kind a rule grants, every rule
+used, the Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -72,13 +73,55 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         member["spec"]["schedulingGroup"] = {"podGroupName": "kpg"}
         create(control_plane, namespace, member)
     create(control_plane, namespace, pod("too-big", scheduler=g.scheduler_name, gpus=8, node_selector=tag))
+    # Dynamic Resource Allocation: a pod whose claim gangsolve allocates and reserves before binding it.
+    node = make_nodes(1, labels={**tag, "dra": "yes"})[0]
+    device_class = f"rbac-{namespace}"
+    driver = "gpu.rbac.gangsolve.io"
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+    )
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{driver}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0"}],
+            },
+        },
+    )
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "one-gpu"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}},
+        },
+    )
+    with_claim = pod("dra-0", scheduler=g.scheduler_name, node_selector={"dra": "yes"})
+    with_claim["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-gpu"}]
+    create(control_plane, namespace, with_claim)
     queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"q-{namespace}"}}
     create(control_plane, namespace, queue)
     queued = pod(
         "queued", scheduler=g.scheduler_name, node_selector=tag, annotations={"gangsolve.io/queue": f"q-{namespace}"}
     )
     create(control_plane, namespace, queued)
-    poll(lambda: len(bound(pods(control_plane, namespace))) == 7, timeout=60, what="the three gangs and a pod bound")
+    poll(lambda: len(bound(pods(control_plane, namespace))) == 8, timeout=60, what="the three gangs and two pods bound")
     queues = "/apis/scheduling.volcano.sh/v1beta1/queues"
     poll(
         lambda: (control_plane.get(f"{queues}/q-{namespace}").get("status") or {}).get("allocated"),
@@ -100,6 +143,8 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         what="the three PodGroups' status",
     )
     assert g.terminate() == 0  # and the Lease is released
+    control_plane.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices/{node}-{driver}")
+    control_plane.request("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{device_class}")
 
     records = [e for e in control_plane.audit_events() if e["user"]["username"] == scheduler_account.user]
     assert records, "the audit log holds none of the scheduler's requests"
@@ -115,4 +160,8 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         used.add(key)
         if key in names:
             assert ref.get("name") in names[key], f"{e['verb']} {e['requestURI']} outside the rule's names"
+    # Permissions the API server checks without a request of their own: an update of a ResourceClaim's status
+    # that changes its allocation or reservedFor also needs `update` on the synthetic resourceclaims/binding.
+    if ("resource.k8s.io", "resourceclaims", "status", "update") in used:
+        used.add(("resource.k8s.io", "resourceclaims", "binding", "update"))
     assert used == granted

@@ -33,7 +33,19 @@ from gangsolve.errors import InputError
 from gangsolve.gangs import build_cluster
 from gangsolve.quantity import MAX_UNITS, parse_quantity, to_units
 from gangsolve.snapshot import parse
-from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group, k8s_queue
+from tests.builders import (
+    k8s_claim,
+    k8s_claim_template,
+    k8s_device_class,
+    k8s_gpu,
+    k8s_node,
+    k8s_pdb,
+    k8s_pod,
+    k8s_pod_group,
+    k8s_queue,
+    k8s_slice,
+    with_claims,
+)
 
 EXAMPLES = int(os.environ.get("GANGSOLVE_FUZZ_EXAMPLES", "100"))
 RUN_SECONDS = 30  # far above any run's time: only a hang trips it
@@ -119,7 +131,35 @@ def _users_snapshot() -> list[dict]:
     return items
 
 
-BASES = [_rich_snapshot(), _users_snapshot(), [k8s_node("n", gpus=4), k8s_pod("p", gpus=1)]]
+def _dra_snapshot() -> list[dict]:
+    """Devices in ResourceSlices (node-local, a pool for a node selector), a DeviceClass, claims (one allocated,
+    one by matchAttribute, one with a selector), a template, pods using them."""
+    shared = k8s_slice(
+        None,
+        [k8s_gpu("net-0")],
+        pool="net",
+        nodeSelector={
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+        },
+    )
+    return [
+        k8s_node("n0", labels={"zone": "a"}),
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n0", [k8s_gpu(f"gpu-{i}", pcie_root=f"r{i // 2}") for i in range(4)]),
+        shared,
+        k8s_claim("a", count=2, match="gpu.example.com/pcieRoot"),
+        k8s_claim("b", selectors=['device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0']),
+        k8s_claim("c", allocated=[("n0", "gpu-3")], node="n0"),
+        k8s_claim_template("t", count=1),
+        with_claims(k8s_pod("p0", labels={"job": "d"}), "a"),
+        with_claims(k8s_pod("p1", labels={"job": "d"}), "b", templates={"t": None}),
+        with_claims(k8s_pod("p2"), "c"),
+        k8s_pdb("d", 2, {"job": "d"}),
+    ]
+
+
+BASES = [_rich_snapshot(), _users_snapshot(), [k8s_node("n", gpus=4), k8s_pod("p", gpus=1)], _dra_snapshot()]
 
 # --- values and mutations -------------------------------------------------------------------------------------
 
@@ -132,6 +172,9 @@ INTERESTING = [
     *("In", "NotIn", "Gt", "Lt", "Exists", "DoesNotExist", "Foo", "NoSchedule", "NoExecute", "Always", "Equal"),
     *("default", "kube-system", "a/b", "Pending", "Running", "Succeeded", "True", "Ready", "gangsolve", "List"),
     *("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass", "v1", "policy/v1", "scheduling.x-k8s.io/v1"),
+    *("ResourceSlice", "ResourceClaim", "DeviceClass", "resource.k8s.io/v1", "All", "ExactCount", "gpu.example.com"),
+    *('device.driver == "gpu.example.com"', "1/0 == 1", 'device.attributes["x"].y', "(((", "quantity('x') == 1"),
+    *('semver("1.2") == semver("1.2.3")', "device.capacity", "size(device.attributes) > 0", "true"),
 ]
 LEAVES = st.one_of(
     st.none(),

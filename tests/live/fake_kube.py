@@ -74,7 +74,8 @@ class FakeKube:
         return self._store(full, body)
 
     async def put(self, path: str, body: dict, timeout: float | None = None) -> dict:
-        await self._write("PUT", path, timeout, {"body": body})
+        await self._write("PUT", path, timeout, {"body": copy.deepcopy(body)})
+        path = path.removesuffix("/status")  # a status subresource writes the same object
         current = self.objects.get(path)
         if current is None:
             raise _error(404, "NotFound", f"{path} not found")

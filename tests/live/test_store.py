@@ -158,7 +158,12 @@ def test_memory_is_only_what_exists():
         "PodGroup": 0,
         "PriorityClass": 0,
         "Queue": 0,
+        "ResourceSlice": 0,
+        "DeviceClass": 0,
+        "ResourceClaim": 0,
+        "ResourceClaimTemplate": 0,
         "assumed": 0,
+        "assumed_claims": 0,
         "backoff": 0,
     }
     assert s.pods_on("n1") == []

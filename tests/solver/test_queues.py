@@ -61,7 +61,7 @@ def per_level(cluster: Cluster, bindings) -> tuple[int, ...]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes(), gangs(), queues(), st.data())
 def test_capability_is_never_exceeded_and_the_solver_never_loses_to_greedy(node_list, gang_list, queue_list, data):
-    cluster = Cluster(tuple(node_list), tuple(with_queues(gang_list, data.draw)), tuple(queue_list))
+    cluster = Cluster(tuple(node_list), tuple(with_queues(gang_list, data.draw)), queues=tuple(queue_list))
     placement = solve(cluster, SolveConfig(time_limit=0.5))
     greedy = solve(cluster, SolveConfig(use_cpsat=False))
     for result in (placement, greedy):
@@ -78,7 +78,7 @@ def test_capability_is_never_exceeded_and_the_solver_never_loses_to_greedy(node_
 @given(nodes(), gangs(), queues(), st.data())
 def test_the_validator_catches_a_queue_over_its_capability(node_list, gang_list, queue_list, data):
     """Take a sound placement, lower a queue's capability below what it was given: the validator must say so."""
-    cluster = Cluster(tuple(node_list), tuple(with_queues(gang_list, data.draw)), tuple(queue_list))
+    cluster = Cluster(tuple(node_list), tuple(with_queues(gang_list, data.draw)), queues=tuple(queue_list))
     bindings = solve(cluster, SolveConfig(use_cpsat=False)).bindings
     given_ = held(cluster, bindings)
     for queue in queue_list:
@@ -86,7 +86,7 @@ def test_the_validator_catches_a_queue_over_its_capability(node_list, gang_list,
             if amount > 0:
                 lowered = Queue(queue.name, queue.weight, {**queue.capability, resource: amount - 1})
                 others = tuple(q for q in queue_list if q.name != queue.name)
-                violations = validate(Cluster(cluster.nodes, cluster.gangs, (*others, lowered)), bindings)
+                violations = validate(Cluster(cluster.nodes, cluster.gangs, queues=(*others, lowered)), bindings)
                 assert f"queue {queue.name}: {resource} over capability" in "\n".join(violations)
 
 
@@ -127,7 +127,7 @@ def test_each_queue_gets_its_weighted_fair_share_before_any_queue_borrows(n_node
         for i, (q, size) in enumerate(gang_specs)
         if q in weights
     )
-    cluster = Cluster(nodes_, gang_list, tuple(Queue(q, w) for q, w in weights.items()))
+    cluster = Cluster(nodes_, gang_list, queues=tuple(Queue(q, w) for q, w in weights.items()))
     placement = solve(cluster, SolveConfig(time_limit=0.5, use_cpsat=use_cpsat))
     assert validate(cluster, placement) == []
     gpus = {q: held(cluster, placement.bindings)[q][GPU] for q in weights}
@@ -149,12 +149,12 @@ def test_capacity_a_queue_below_its_share_waits_for_is_not_lent():
     big = Gang("b/big", (pod("big", gpus=8),), 1, queue="b")
     small = Gang("a/small", (pod("small", gpus=4, order=1),), 1, queue="a")
     held = {GPU: 12, "pods": 2}
-    cluster = Cluster(nodes_, (big, small), (Queue("a", allocated=held), Queue("b")))
+    cluster = Cluster(nodes_, (big, small), queues=(Queue("a", allocated=held), Queue("b")))
     for use_cpsat in (True, False):
         placement = solve(cluster, SolveConfig(time_limit=0.5, use_cpsat=use_cpsat))
         assert placement.bindings == {}
         reason = {g.name: g.reason for g in placement.gangs}["a/small"]
         assert reason.startswith("queue a is at its fair share: needs 4 nvidia.com/gpu"), reason
     # Without b's pending gang the same GPUs are lent: the schedule stays work-conserving.
-    alone = Cluster(nodes_, (small,), cluster.queues)
+    alone = Cluster(nodes_, (small,), queues=cluster.queues)
     assert solve(alone, SolveConfig(time_limit=0.5)).bindings == {"small": "n0"}

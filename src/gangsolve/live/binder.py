@@ -7,9 +7,16 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
    its taints tolerated and its selectors and affinity matched, and with room for the gang's pods next to
    everything bound or assumed there now (other schedulers' pods and terminating ones included). A gang that
    fails it is not bound at all: its pods are forgotten and it is planned again.
-2. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
+2. **Claims** (Dynamic Resource Allocation), as kube-scheduler writes them before binding: each claim of the
+   gang's pods gets the delete-protection finalizer, its `status.allocation` (the devices the solver actor
+   chose, unless it is allocated already) and the pod in `status.reservedFor`, each write preconditioned on
+   the claim's uid and resourceVersion as the cycle saw them. If any write fails, the claims written are
+   undone and nothing is bound. The last check has made sure no device is allocated to another claim,
+   observed or assumed.
+3. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
    has run out, and none may still be in flight after it.
-3. A failed bind forgets that pod with back-off (1 s doubling to 10 s) and starts a new cycle.
+4. A failed bind forgets that pod with back-off (1 s doubling to 10 s), undoes its claims' reservation (and
+   the allocation it made) and starts a new cycle.
 
 Each bound pod is announced on the `bound` stream (feedback writes its Scheduled event). The binder owns no
 state of its own beyond its concurrency limit; assumptions belong to the store.
@@ -17,6 +24,7 @@ state of its own beyond its concurrency limit; assumptions belong to the store.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -26,13 +34,13 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve import objects
+from gangsolve import dra, objects
 from gangsolve.errors import InputError
 from gangsolve.live import logs
 from gangsolve.live.kube import ApiError, Kube
 from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import GangPlan
+from gangsolve.live.solver_actor import ClaimWrite, GangPlan
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, validate
 
@@ -73,6 +81,18 @@ class BinderActor:
             for key, uid, _node in plan.pods:
                 self.store.forget(key, uid, failed=False)
             return False
+        uids = {key: uid for key, uid, _node in plan.pods}
+        written: list[tuple[ClaimWrite, dict]] = []
+        try:
+            for w in plan.claims:
+                written.append((w, await self._reserve(w, uids[w.pod])))
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            logs.warning("claim write failed, gang not bound", gang=plan.gang, error=str(exc)[:300])
+            self.metrics.bind_errors.labels("claim").inc()
+            await self._unreserve(written, uids)
+            for key, uid, _node in plan.pods:
+                self.store.forget(key, uid, failed=True)
+            return False
         failures: list[str] = []
         async with anyio.create_task_group() as tg:
             for key, uid, node in plan.pods:
@@ -80,6 +100,7 @@ class BinderActor:
         self.metrics.gang_bind_duration.observe(time.monotonic() - plan.planned_at)
         if failures:
             logs.warning("gang partly failed to bind", gang=plan.gang, failed=len(failures), pods=len(plan.pods))
+            await self._unreserve([(w, obj) for w, obj in written if w.pod in failures], uids)
             return False
         logs.info("gang bound", gang=plan.gang, pods=len(plan.pods), nodes=",".join(sorted({n for *_, n in plan.pods})))
         return True
@@ -121,7 +142,94 @@ class BinderActor:
         pods = tuple(p for ps in pods_by_node.values() for p in ps)
         gang = Gang(plan.gang, pods, min_member=len(pods))
         violations = validate(Cluster(tuple(nodes), (gang,)), {p.name: n for n, ps in pods_by_node.items() for p in ps})
-        return violations[0] if violations else None
+        return violations[0] if violations else self._claims_check(plan)
+
+    def _claims_check(self, plan: GangPlan) -> str | None:
+        """Every claim as the cycle saw it and unallocated (or allocated already, to be reserved only); no
+        device chosen for two claims, or allocated to any other claim, observed or assumed; no pod with claims
+        bound without them."""
+        with_writes = {w.pod for w in plan.claims}
+        for key, _uid, _node in plan.pods:
+            obj = self.store.pod(key)
+            if obj is not None and (obj.get("spec") or {}).get("resourceClaims") and key not in with_writes:
+                return f"pod {key} has resource claims and no allocation was planned for them"
+        in_use = self.store.devices_in_use(but={w.claim for w in plan.claims})
+        chosen: dict[tuple[str, str, str], str] = {}
+        for w in plan.claims:
+            claim = self.store.claim(w.claim)
+            if claim is None:
+                return f"ResourceClaim {w.claim} is gone"
+            meta = claim["metadata"]
+            if meta.get("uid") != w.uid or meta.get("resourceVersion") != w.resource_version:
+                return f"ResourceClaim {w.claim} changed since the cycle"
+            allocated = (claim.get("status") or {}).get("allocation") is not None
+            if allocated != (w.allocation is None):
+                return (
+                    f"ResourceClaim {w.claim} was allocated meanwhile"
+                    if allocated
+                    else f"{w.claim} lost its allocation"
+                )
+            for r in ((w.allocation or {}).get("devices") or {}).get("results") or []:
+                device = (r["driver"], r["pool"], r["device"])
+                holder = in_use.get(device) or chosen.get(device)
+                if holder is not None:
+                    return f"device {'/'.join(device)} is allocated to ResourceClaim {holder}"
+                chosen[device] = w.claim
+        return None
+
+    def _claim_path(self, claim: str) -> str:
+        ns, _, name = claim.partition("/")
+        return f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}"
+
+    def _budget(self) -> float:
+        budget = self.fence.remaining()
+        if budget <= 0:
+            raise TimeoutError("leadership ended before the claim write")
+        return budget
+
+    async def _reserve(self, w: ClaimWrite, pod_uid: str) -> dict:
+        """The claim allocated (finalizer first, as kube-scheduler does) and reserved for the pod; each write
+        carries the resourceVersion it was read at, so a claim changed meanwhile is refused (409)."""
+        observed = self.store.claim(w.claim)
+        if observed is None:
+            raise ApiError(404, f"ResourceClaim {w.claim} is gone", "PUT", self._claim_path(w.claim))
+        body = copy.deepcopy(observed)
+        body["metadata"]["resourceVersion"] = w.resource_version
+        finalizers = body["metadata"].get("finalizers") or []
+        async with self.limiter:
+            if w.allocation is not None and dra.FINALIZER not in finalizers:
+                body["metadata"]["finalizers"] = [*finalizers, dra.FINALIZER]
+                body = await self.kube.put(self._claim_path(w.claim), body, timeout=self._budget())
+            status = body.setdefault("status", {})
+            if w.allocation is not None:
+                status["allocation"] = w.allocation
+            _ns, _, pod = w.pod.partition("/")
+            status["reservedFor"] = [
+                *(status.get("reservedFor") or []),
+                {"resource": "pods", "name": pod, "uid": pod_uid},
+            ]
+            return await self.kube.put(self._claim_path(w.claim) + "/status", body, timeout=self._budget())
+
+    async def _unreserve(self, written: list[tuple[ClaimWrite, dict]], uids: dict[str, str]) -> None:
+        """Undo `_reserve`: the pod out of reservedFor, and the allocation and finalizer this plan added once no
+        one else holds the claim. Best effort: a claim left reserved for a pending pod is read as allocated
+        next cycle (the pod then goes where its devices are), as kube-scheduler's own leftovers are."""
+        for w, obj in reversed(written):
+            body = copy.deepcopy(obj)
+            status = body.setdefault("status", {})
+            status["reservedFor"] = [r for r in status.get("reservedFor") or [] if r.get("uid") != uids[w.pod]]
+            release = w.allocation is not None and not status["reservedFor"]
+            if release:
+                status.pop("allocation", None)
+            try:
+                async with self.limiter:
+                    body = await self.kube.put(self._claim_path(w.claim) + "/status", body, timeout=self._budget())
+                    finalizers = body["metadata"].get("finalizers") or []
+                    if release and dra.FINALIZER in finalizers:
+                        body["metadata"]["finalizers"] = [f for f in finalizers if f != dra.FINALIZER]
+                        await self.kube.put(self._claim_path(w.claim), body, timeout=self._budget())
+            except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                logs.warning("claim not undone", claim=w.claim, error=str(exc)[:300])
 
     async def _bind_one(
         self, key: str, uid: str, node: str, failures: list[str], bound: MemoryObjectSendStream[Bound]

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
+from gangsolve import dra
 from gangsolve.errors import InputError
 from gangsolve.gangs import Grace, Waiting, build_cluster, waiting
 from gangsolve.live import logs
@@ -26,15 +27,31 @@ from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, pod_key
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, Node, Placement, SolveConfig, solve
+from gangsolve.solver.devices import allocate
+from gangsolve.solver.validate import validate_devices
+
+
+@dataclass(frozen=True)
+class ClaimWrite:
+    """A ResourceClaim of a placed pod, as the binder must write it before the bind: allocated with these
+    devices (`allocation`, None when it is allocated already) and reserved for the pod. `uid` and
+    `resource_version` are the claim the cycle saw: the writes are preconditioned on them."""
+
+    pod: str
+    claim: str  # namespace/name
+    uid: str
+    resource_version: str
+    allocation: dict | None
 
 
 @dataclass(frozen=True)
 class GangPlan:
-    """A placed gang for the binder: each pod (key, the uid that was solved, node)."""
+    """A placed gang for the binder: each pod (key, the uid that was solved, node), and the claims to write."""
 
     gang: str
     pods: tuple[tuple[str, str, str], ...]
     planned_at: float  # monotonic
+    claims: tuple[ClaimWrite, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,10 @@ def _size(snapshot: Snapshot) -> int:
         + len(snapshot.pod_groups)
         + len(snapshot.priority_classes)
         + len(snapshot.queues)
+        + len(snapshot.resource_slices)
+        + len(snapshot.device_classes)
+        + len(snapshot.resource_claims)
+        + len(snapshot.claim_templates)
     )
 
 
@@ -66,6 +87,7 @@ class Plan:
     placement: Placement
     skipped: list[InputError]  # objects left out as unreadable
     waiting: dict[str, Waiting]  # pending pods that join no gang yet
+    claims: dict[str, tuple[ClaimWrite, ...]] = field(default_factory=dict)  # placed pod -> its claims' writes
 
 
 def plan(
@@ -110,9 +132,38 @@ def plan(
             for g in culprits
             for p in g.pods
         ]
-        cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
+        cluster = replace(cluster, gangs=tuple(g for g in cluster.gangs if g not in culprits))
         placement = solve(cluster, config, previous)
-    return Plan(cluster, placement, skipped, held)
+    placement, claims = _allocate(snapshot, scheduler_name, cluster, placement)
+    return Plan(cluster, placement, skipped, held, claims)
+
+
+def _allocate(
+    snapshot: Snapshot, scheduler_name: str, cluster: Cluster, placement: Placement
+) -> tuple[Placement, dict[str, tuple[ClaimWrite, ...]]]:
+    """Devices for the claims of the placed pods (gangs whose claims cannot be met are taken off), checked by
+    the device oracle, as the writes the binder makes before binding."""
+    model = dra.model(snapshot, scheduler_name)
+    if not model.claims_of:
+        return placement, {}
+    placement, allocations = allocate(cluster, placement, model.state)
+    violations = validate_devices(model.state, placement, allocations)
+    if violations:
+        raise RuntimeError(f"device assignment unsound: {violations[0]}")
+    out: dict[str, tuple[ClaimWrite, ...]] = {}
+    for pod, node in placement.bindings.items():
+        writes = []
+        for claim in model.claims_of.get(pod, ()):
+            ns, _, name = claim.partition("/")
+            obj = snapshot.resource_claims[(ns, name)]
+            meta = obj["metadata"]
+            allocation = None
+            if claim in allocations:
+                allocation = dra.allocation_result(claim, allocations[claim], node, model.state)
+            writes.append(ClaimWrite(pod, claim, meta.get("uid", ""), meta.get("resourceVersion", ""), allocation))
+        if writes:
+            out[pod] = tuple(writes)
+    return placement, out
 
 
 def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
@@ -211,8 +262,10 @@ class SolverActor:
                 if p.name in placement.bindings
             ]
             if placed:
-                gang_plan = GangPlan(gang.name, tuple(placed), now)
-                self.store.assume(gang.name, gang_plan.pods)
+                writes = tuple(w for key, _uid, _node in placed for w in decided.claims.get(key, ()))
+                gang_plan = GangPlan(gang.name, tuple(placed), now, writes)
+                chosen = [(w.pod, w.claim, w.allocation) for w in writes if w.allocation is not None]
+                self.store.assume(gang.name, gang_plan.pods, chosen)
                 plans.send_nowait(gang_plan)
         result = CycleResult(
             snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped), backing_off, decided.waiting

@@ -8,6 +8,10 @@ It holds three things, and says who may change each:
   shows as bound to its node in every later snapshot, so no cycle gives its capacity away twice. Written by
   the solver actor (`assume`), ended by the watch showing the pod bound (confirmed) or gone, or by the binder
   (`forget`);
+- **assumed claim allocations**, the DRA half of an assumption: the devices the solver actor chose for a
+  claim of a placed pod show as allocated in every later snapshot until the watch shows the claim allocated
+  (or gone), so no cycle hands a device out twice. Written with the pod's assumption (`assume`), dropped with
+  it when the binder forgets the pod or the pod is replaced or deleted;
 - **back-off** after a failed bind: the binder's `forget(..., failed=True)` keeps that pod out of planning for
   1 s, doubling up to 10 s (kube-scheduler's pod back-off), so a pod the API server keeps refusing cannot make
   the scheduler hammer it.
@@ -29,9 +33,9 @@ from anyio.abc import ObjectReceiveStream
 
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.snapshot import POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
+from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 
-KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue")
+KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 
 BACKOFF_INITIAL = 1.0  # seconds, as kube-scheduler's podInitialBackoffSeconds
@@ -79,6 +83,16 @@ def fingerprint(kind: str, obj: dict) -> object:
         )
     if kind == "PriorityClass":
         return (obj.get("value"), obj.get("globalDefault"))
+    if kind == "ResourceClaim":  # its allocation and reservations decide which devices are free
+        return (
+            meta.get("uid"),
+            meta.get("deletionTimestamp"),
+            spec,
+            status.get("allocation"),
+            status.get("reservedFor"),
+        )
+    if kind in DRA_KINDS:
+        return spec
     return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup, Queue: not their status
 
 
@@ -87,6 +101,12 @@ class Assumption:
     node: str
     uid: str
     gang: str
+
+
+@dataclass(frozen=True)
+class ClaimAssumption:
+    pod: str  # the pod key whose placement allocated it
+    allocation: dict  # the claim's status.allocation as the binder writes it
 
 
 @dataclass
@@ -102,6 +122,7 @@ class ClusterStore:
         self._prints: dict[str, dict[ObjectKey, object]] = {k: {} for k in KINDS}
         self._on_node: dict[str, set[str]] = {}  # node name -> keys of pods observed bound there
         self._assumed: dict[str, Assumption] = {}  # pod key -> where the solver placed it
+        self._claims: dict[tuple[str, str], ClaimAssumption] = {}  # (ns, claim) -> the devices chosen for it
         self._backoff: dict[str, Backoff] = {}  # pod key -> kept out of planning until
         self._clock = clock
         self.generation = 0
@@ -150,10 +171,14 @@ class ClusterStore:
             prints.pop(key, None)
             if kind == "Pod":
                 self._pod_gone(pod_key(obj))
+            if kind == "ResourceClaim":
+                self._claims.pop(key[1:], None)
             return gone is not None
         table[key] = obj
         if kind == "Pod":
             self._observe_pod(obj)
+        if kind == "ResourceClaim" and (obj.get("status") or {}).get("allocation") is not None:
+            self._claims.pop(key[1:], None)  # confirmed: the watch shows it allocated
         fp = fingerprint(kind, obj)
         if prints.get(key) == fp:
             return False
@@ -199,6 +224,11 @@ class ClusterStore:
     def _drop(self, key: str, why: str) -> None:
         if self._assumed.pop(key, None) is not None:
             logs.debug("assumption dropped", pod=key, why=why)
+        self._drop_claims(key)
+
+    def _drop_claims(self, pod: str) -> None:
+        for claim in [c for c, a in self._claims.items() if a.pod == pod]:
+            del self._claims[claim]
 
     def _bump(self) -> None:
         self.generation += 1
@@ -207,10 +237,16 @@ class ClusterStore:
 
     # ------------------------------------------------------------------ assume (solver actor) / forget (binder)
 
-    def assume(self, gang: str, pods: Iterable[tuple[str, str, str]]) -> None:
-        """The solver placed these (pod key, uid, node): they count as bound until confirmed or forgotten."""
+    def assume(
+        self, gang: str, pods: Iterable[tuple[str, str, str]], claims: Iterable[tuple[str, str, dict]] = ()
+    ) -> None:
+        """The solver placed these (pod key, uid, node): they count as bound until confirmed or forgotten; and
+        chose these devices (pod key, claim `ns/name`, status.allocation): allocated until the watch shows it."""
         for key, uid, node in pods:
             self._assumed[key] = Assumption(node, uid, gang)
+        for pod, claim, allocation in claims:
+            ns, _, name = claim.partition("/")
+            self._claims[(ns, name)] = ClaimAssumption(pod, allocation)
 
     def forget(self, key: str, uid: str, *, failed: bool) -> None:
         """The binder did not bind this pod: its capacity is free again and its gang is planned anew; after a
@@ -219,6 +255,7 @@ class ClusterStore:
         if a is None or a.uid != uid:
             return
         del self._assumed[key]
+        self._drop_claims(key)
         if failed:
             previous = self._backoff.get(key)
             attempts = previous.attempts + 1 if previous is not None and previous.uid == uid else 1
@@ -264,6 +301,29 @@ class ClusterStore:
     def is_assumed(self, key: str) -> bool:
         return key in self._assumed
 
+    def claim(self, key: str) -> dict | None:
+        """A ResourceClaim as observed, by `ns/name`."""
+        ns, _, name = key.partition("/")
+        return self._objects["ResourceClaim"].get(("resource.k8s.io", ns, name))
+
+    def devices_in_use(self, but: Iterable[str] = ()) -> dict[tuple[str, str, str], str]:
+        """Every device allocated by an observed claim or chosen for an assumed one, and its claim (`ns/name`),
+        leaving out the claims `but` names."""
+        skip = set(but)
+        out: dict[tuple[str, str, str], str] = {}
+        allocations = {
+            f"{k[1]}/{k[2]}": (c.get("status") or {}).get("allocation")
+            for k, c in self._objects["ResourceClaim"].items()
+        }
+        allocations.update({f"{ns}/{name}": a.allocation for (ns, name), a in self._claims.items()})
+        for claim, allocation in allocations.items():
+            if claim in skip or not allocation:
+                continue
+            for r in (allocation.get("devices") or {}).get("results") or []:
+                if not r.get("adminAccess"):
+                    out[(r["driver"], r["pool"], r["device"])] = claim
+        return out
+
     def pod_groups(self) -> dict[ObjectKey, dict]:
         return dict(self._objects["PodGroup"])
 
@@ -276,7 +336,7 @@ class ClusterStore:
     def counts(self) -> dict[str, int]:
         """Objects per kind, assumptions and back-offs: what the scheduler holds in memory."""
         out = {kind: len(table) for kind, table in self._objects.items()}
-        out.update(assumed=len(self._assumed), backoff=len(self._backoff))
+        out.update(assumed=len(self._assumed), assumed_claims=len(self._claims), backoff=len(self._backoff))
         return out
 
     def snapshot(self) -> Snapshot:
@@ -293,7 +353,17 @@ class ClusterStore:
             pod_groups={k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS},
             priority_classes=self.priority_classes(),
             queues=self.queues(),
+            resource_slices=list(self._objects["ResourceSlice"].values()),
+            device_classes={k[2]: v for k, v in self._objects["DeviceClass"].items()},
+            resource_claims={(k[1], k[2]): self._as_allocated(k, v) for k, v in self._objects["ResourceClaim"].items()},
+            claim_templates={(k[1], k[2]): v for k, v in self._objects["ResourceClaimTemplate"].items()},
         )
+
+    def _as_allocated(self, key: ObjectKey, claim: dict) -> dict:
+        a = self._claims.get(key[1:])
+        if a is None or (claim.get("status") or {}).get("allocation") is not None:
+            return claim
+        return {**claim, "status": {**(claim.get("status") or {}), "allocation": a.allocation}}
 
     def _as_assumed(self, pod: dict) -> dict:
         a = self._assumed.get(pod_key(pod))
