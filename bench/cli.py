@@ -142,6 +142,47 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
     return results
 
 
+def run_preemption(names: list[str], time_limit: float | None, console: Console) -> list[dict]:
+    from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS, run_scenarios
+
+    if not names:
+        return []
+    with _progress(console) as progress:
+        task = progress.add_task("preemption", total=len(names) * len(PREEMPTION_SCHEDULERS))
+
+        def started(name: str, scheduler: str) -> None:
+            if progress.tasks[0].description != "preemption":
+                progress.advance(task)
+            progress.update(task, description=f"{name}: {scheduler}")
+
+        results = run_scenarios(names, list(PREEMPTION_SCHEDULERS), time_limit, on_run=started)
+        progress.update(task, completed=len(names) * len(PREEMPTION_SCHEDULERS))
+    return results
+
+
+def run_live_preemption(
+    names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
+) -> list[dict]:
+    from gangsolve.bench.live_preemption import run_scenarios
+    from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS
+
+    if not names:
+        return []
+    with _progress(console) as progress:
+        task = progress.add_task("live preemption", total=len(names) * len(PREEMPTION_SCHEDULERS))
+
+        def started(name: str, scheduler: str) -> None:
+            if progress.tasks[0].description != "live preemption":
+                progress.advance(task)
+            progress.update(task, description=f"{name}: {scheduler} (live)")
+
+        results = run_scenarios(
+            names, list(PREEMPTION_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet, on_run=started
+        )
+        progress.update(task, completed=len(names) * len(PREEMPTION_SCHEDULERS))
+    return results
+
+
 @click.command()
 @click.option("--scenario", "names", multiple=True, metavar="NAME", help="A scenario to run (repeatable); see --list.")
 @click.option(
@@ -221,6 +262,12 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
     help="Only compare GPUs as DRA devices with GPUs as an extended resource on the synthetic 100- and "
     "1,000-node clusters, SEEDS clusters each (cycles of --repeat per seed; --time-limit, default 1).",
 )
+@click.option(
+    "--preemption",
+    is_flag=True,
+    help="Also run the preemption scenarios (gangsolve, kube-scheduler's per-pod and workload-aware preemption); "
+    "with --live, on the real control plane too. Alone, it runs only those.",
+)
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
 def bench_command(
     names,
@@ -236,11 +283,15 @@ def bench_command(
     live,
     live_quiet,
     dra_seeds,
+    preemption,
     list_only,
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
     from gangsolve.bench.live import LIVE_GRID, LIVE_SCENARIOS
+    from gangsolve.bench.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
+    from gangsolve.bench.preemption import GRID as PREEMPTION_GRID
+    from gangsolve.bench.preemption import SCENARIOS as PREEMPTION_SCENARIOS
     from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
 
     console = Console()
@@ -250,19 +301,23 @@ def bench_command(
         _compare_dra(console, dra_seeds, repeat, time_limit or 1.0)
         return
     if list_only:
-        described: dict[str, str] = {
-            name: s.description for registry in (SCENARIOS, TIMELINES, LIVE_SCENARIOS) for name, s in registry.items()
-        }
+        registries = (SCENARIOS, TIMELINES, LIVE_SCENARIOS, PREEMPTION_SCENARIOS, LIVE_PREEMPTION_SCENARIOS)
+        described: dict[str, str] = {name: s.description for registry in registries for name, s in registry.items()}
         for name, description in described.items():
             console.print(f"[bold]{name}[/]  {description}")
         for g, members in GRIDS.items():
             console.print(f"grid [bold]{g}[/]: {', '.join(members + (TIMELINE_GRIDS[g] if timeline else []))}")
         return
-    unknown = [n for n in names if n not in SCENARIOS and n not in TIMELINES and n not in LIVE_SCENARIOS]
+    known = (SCENARIOS, TIMELINES, LIVE_SCENARIOS, PREEMPTION_SCENARIOS, LIVE_PREEMPTION_SCENARIOS)
+    unknown = [n for n in names if not any(n in registry for registry in known)]
     if unknown:
         raise click.BadParameter(f"unknown scenario {', '.join(unknown)} (see --list)", param_hint="--scenario")
-    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRID if live else [])
-    if (names or live) and grid is None:
+    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRID if live and not preemption else [])
+    preempt_names = [n for n in names if n in PREEMPTION_SCENARIOS] or (PREEMPTION_GRID if preemption else [])
+    live_preempt_names = [n for n in names if n in LIVE_PREEMPTION_SCENARIOS] or (
+        LIVE_PREEMPTION_GRID if live and preemption else []
+    )
+    if (names or live or preemption) and grid is None:
         static, timed = [n for n in names if n in SCENARIOS], [n for n in names if n in TIMELINES]
     else:
         grid = grid or "quick"
@@ -287,6 +342,10 @@ def bench_command(
             "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console, times, quality_repeat),
             "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
             "live": run_live(live_names, time_limit, live_quiet, out / "live-logs", console),
+            "preemption": run_preemption(preempt_names, time_limit, console),
+            "live_preemption": run_live_preemption(
+                live_preempt_names, time_limit, live_quiet, out / "live-logs", console
+            ),
         }
     results["targets"] = report.check_targets(results)
     report.print_table(results, console)

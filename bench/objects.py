@@ -199,8 +199,11 @@ def resource_claim(
     return claim
 
 
-def priority_class(name: str, value: int) -> dict:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+def priority_class(name: str, value: int, preemption_policy: str | None = None) -> dict:
+    obj = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+    if preemption_policy:
+        obj["preemptionPolicy"] = preemption_policy
+    return obj
 
 
 def as_list(objects: list[dict]) -> dict:

@@ -18,7 +18,14 @@ from gangsolve.bench import openb
 from gangsolve.solver.model import GPU
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
-PRIORITY_CLASSES = [k8s.priority_class(HIGH, 1000), k8s.priority_class(NORMAL, 100), k8s.priority_class(LOW, 0)]
+# The placement scenarios compare schedulers that do not preempt, on the same free capacity: their classes say
+# preemptionPolicy Never (as the live mode's do), so gangsolve preempts nothing there either. The preemption
+# scenarios (bench/preemption.py) have classes that may.
+PRIORITY_CLASSES = [
+    k8s.priority_class(HIGH, 1000, "Never"),
+    k8s.priority_class(NORMAL, 100, "Never"),
+    k8s.priority_class(LOW, 0, "Never"),
+]
 H100_TAINT = {"key": "dedicated", "value": "h100", "effect": "NoSchedule"}
 RACK_SIZE = 8  # nodes per rack (the co-location domain)
 

@@ -72,6 +72,10 @@ def as_dict(
             claim: [{"request": r, "driver": d[0], "pool": d[1], "device": d[2]} for r, d in devices]
             for claim, devices in (allocations or {}).items()
         },
+        "nominations": dict(placement.nominations),
+        "evictions": [
+            {"pod": e.pod, "node": e.node, "for": e.preemptor, "reason": e.reason} for e in placement.evictions
+        ],
     }
 
 
@@ -134,6 +138,20 @@ def print_table(
         for claim, got in allocations.items():
             devices.add_row(_text(claim), _text(", ".join("/".join(d) for _r, d in got)))
         console.print(devices)
+    if placement.nominations:
+        nominated = Table(title="Nominated (bind once the pods preempted for them are gone)", title_justify="left")
+        nominated.add_column("POD")
+        nominated.add_column("NODE")
+        for pod, node in placement.nominations.items():
+            nominated.add_row(_text(pod), _text(node))
+        console.print(nominated)
+    if placement.evictions:
+        evicted = Table(title="Evictions", title_justify="left")
+        for column in ("POD", "NODE", "FOR", "REASON"):
+            evicted.add_column(column, overflow="fold")
+        for e in placement.evictions:
+            evicted.add_row(_text(e.pod), _text(e.node), _text(e.preemptor), _text(e.reason))
+        console.print(evicted)
     if gated:
         held = Table(title="Gated (not planned until their scheduling gates are removed)", title_justify="left")
         held.add_column("POD")
@@ -151,6 +169,8 @@ def print_table(
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
+        + (f", {len(placement.nominations)} nominated" if placement.nominations else "")
+        + (f", {len(placement.evictions)} to evict" if placement.evictions else "")
         + (f", {len(gated)} pods gated" if gated else "")
         + (f", {len(waiting)} waiting for their gang" if waiting else "")
         + f" · status {placement.status} · objective {placement.objective}, bound {placement.best_bound} · "

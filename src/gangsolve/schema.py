@@ -83,6 +83,9 @@ class Toleration(_Struct):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
 
 
+PreemptionPolicy = Literal["Never", "PreemptLowerPriority"]
+
+
 class SchedulingGate(_Struct):
     name: str
 
@@ -111,6 +114,7 @@ class PodSpec(_Struct):
     initContainers: list[Container] | None = None
     overhead: Resources | None = None
     schedulingGates: list[SchedulingGate] | None = None
+    preemptionPolicy: PreemptionPolicy | None = None
 
 
 class PodResourceClaimStatus(_Struct):
@@ -121,6 +125,8 @@ class PodResourceClaimStatus(_Struct):
 class PodStatus(_Struct):
     phase: str | None = None
     resourceClaimStatuses: list[PodResourceClaimStatus] | None = None
+    nominatedNodeName: str | None = None
+    startTime: Timestamp | None = None
 
 
 class Pod(_Struct):
@@ -177,9 +183,14 @@ class PodDisruptionBudgetSpec(_Struct):
     maxUnavailable: IntOrString | None = None
 
 
+class PodDisruptionBudgetStatus(_Struct):
+    disruptionsAllowed: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
+
+
 class PodDisruptionBudget(_Struct):
     metadata: Metadata
     spec: PodDisruptionBudgetSpec | None = None
+    status: PodDisruptionBudgetStatus | None = None
 
 
 class GangSchedulingPolicy(_Struct):
@@ -218,6 +229,7 @@ class PriorityClass(_Struct):
     metadata: Metadata
     value: Int32 = 0
     globalDefault: bool | None = None
+    preemptionPolicy: PreemptionPolicy | None = None
 
 
 class QueueGuarantee(_Struct):

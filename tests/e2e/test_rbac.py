@@ -3,9 +3,9 @@
 The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
 server records every request that account makes. This test runs one more scheduler through every kind of
 call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a
-pod whose ResourceClaim it allocates, a gang that cannot fit and says so, a Volcano Queue's status), then holds
-every request of the session so far against the chart's rules: every request of a kind a rule grants, every rule
-used, the Lease touched only by its name.
+pod whose ResourceClaim it allocates, a gang that cannot fit and says so, a high-priority pod that preempts one
+of those gangs, a Volcano Queue's status), then holds every request of the session so far against the chart's
+rules: every request of a kind a rule grants, every rule used, the Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -142,6 +142,22 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         timeout=30,
         what="the three PodGroups' status",
     )
+    # The node is full: a high-priority pod preempts one of the gangs whole (nominatedNodeName, DisruptionTarget
+    # and a delete) and binds once it is gone.
+    high = f"high-{namespace}"
+    create(
+        control_plane,
+        "",
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high}, "value": 1000},
+    )
+    urgent = pod("urgent", scheduler=g.scheduler_name, gpus=1, node_selector=tag)
+    urgent["spec"]["priorityClassName"] = high
+    create(control_plane, namespace, urgent)
+    poll(lambda: bound([p for p in pods(control_plane, namespace) if p["metadata"]["name"] == "urgent"]), timeout=60)
+    everyone = {f"{name}-{i}" for name in ("xpg", "vpg", "kpg") for i in range(2)} | {"urgent"}
+    gone = everyone - {p["metadata"]["name"] for p in bound(pods(control_plane, namespace))}
+    assert gone in ({"xpg-0", "xpg-1"}, {"vpg-0", "vpg-1"})  # one GPU gang, whole
+    control_plane.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
     assert g.terminate() == 0  # and the Lease is released
     control_plane.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices/{node}-{driver}")
     control_plane.request("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{device_class}")

@@ -100,6 +100,9 @@ def _rich_snapshot() -> list[dict]:
         k8s_pod("theirs", scheduler="default-scheduler", node_name="n1", phase="Running", cpu="500m"),
     ]
     pods[-3]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pods[4]["spec"]["preemptionPolicy"] = "Never"
+    pods[4]["status"]["nominatedNodeName"] = "n0"
+    pods[-4]["status"]["startTime"] = "2026-01-01T00:00:00Z"
     pods[4]["spec"]["initContainers"] = [
         {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
         {"name": "init", "resources": {"limits": {"memory": "1Gi"}}},
@@ -112,7 +115,14 @@ def _rich_snapshot() -> list[dict]:
         k8s_queue("team-a", 2, {"nvidia.com/gpu": "8", "cpu": "16"}, {"nvidia.com/gpu": "2"}, reclaimable=False),
         k8s_queue("team-b", capability={"memory": "64Gi"}),
         k8s_pdb("tf", "50%", {"job": "tf"}),
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+        {**k8s_pdb("guard", 1, {"app": "x"}), "status": {"disruptionsAllowed": 1}},
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "high"},
+            "value": 1000,
+            "preemptionPolicy": "PreemptLowerPriority",
+        },
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
@@ -170,6 +180,7 @@ INTERESTING = [
     *("\x1b[2J", "a\nb", "\r", "\x00", "\u202e", "\u2028", "\ud7ff", "x" * 5000, "😀" * 50),
     *("2026-01-01T00:00:00", "2026-01-01T00:00:00Z", "yesterday", "2026-13-45T99:99:99Z", "2026-01-01T00:00:00+25:00"),
     *("In", "NotIn", "Gt", "Lt", "Exists", "DoesNotExist", "Foo", "NoSchedule", "NoExecute", "Always", "Equal"),
+    *("Never", "PreemptLowerPriority"),
     *("default", "kube-system", "a/b", "Pending", "Running", "Succeeded", "True", "Ready", "gangsolve", "List"),
     *("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass", "v1", "policy/v1", "scheduling.x-k8s.io/v1"),
     *("ResourceSlice", "ResourceClaim", "DeviceClass", "resource.k8s.io/v1", "All", "ExactCount", "gpu.example.com"),

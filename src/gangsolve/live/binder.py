@@ -18,8 +18,19 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
 4. A failed bind forgets that pod with back-off (1 s doubling to 10 s), undoes its claims' reservation (and
    the allocation it made) and starts a new cycle.
 
-Each bound pod is announced on the `bound` stream (feedback writes its Scheduled event). The binder owns no
-state of its own beyond its concurrency limit; assumptions belong to the store.
+A `Preemption` is carried out the way kube-scheduler does it, within the same fence:
+
+1. **Nominations** first (`status.nominatedNodeName` through pods/status, the pod's uid as precondition;
+   `null` clears one), so that whoever schedules next sees whom the room being freed is for.
+2. **Victims**: each gets the `DisruptionTarget` condition (reason `PreemptionByScheduler`) and is deleted with
+   its uid as precondition and its own grace period. Not the Eviction API: it refuses victims whose PDB allows
+   no disruption, and a victim gang must go whole (the solver already spent PDB violations only where it had
+   to). A victim deleted or replaced meanwhile is fine; other failures are retried twice, then forgotten in
+   the store so the next cycle plans with it running.
+
+Each bound pod and each evicted victim is announced on the `events` stream (feedback writes Scheduled and
+Preempted events). The binder owns no state of its own beyond its concurrency limit; assumptions, nominations
+and evictions in flight belong to the store.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import copy
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import aiohttp
 import anyio
@@ -37,12 +49,14 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gangsolve import dra, objects
 from gangsolve.errors import InputError
 from gangsolve.live import logs
-from gangsolve.live.kube import ApiError, Kube
+from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import ClaimWrite, GangPlan
+from gangsolve.live.solver_actor import ClaimWrite, GangPlan, Preemption, Victim
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, validate
+
+COMPONENT = "gangsolve"  # how events and conditions name the scheduler
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,11 @@ class Bound:
     pod: str  # namespace/name
     uid: str
     node: str
+
+
+@dataclass(frozen=True)
+class Evicted:
+    victim: Victim
 
 
 def _add(into: dict[str, int], requests: dict[str, int]) -> None:
@@ -65,13 +84,19 @@ class BinderActor:
         self.fence = fence
         self.limiter = anyio.CapacityLimiter(concurrency)
 
-    async def run(self, plans: ObjectReceiveStream[GangPlan], bound: MemoryObjectSendStream[Bound]) -> None:
-        """Bind every plan received; returns once the plan stream is closed and every gang is done."""
+    async def run(
+        self, plans: ObjectReceiveStream[GangPlan | Preemption], bound: MemoryObjectSendStream[Bound | Evicted]
+    ) -> None:
+        """Bind every plan received and carry out every preemption; returns once the plan stream is closed and
+        every one is done."""
         async with plans, bound, anyio.create_task_group() as tg:
             async for plan in plans:
-                tg.start_soon(self.bind_gang, plan, bound)
+                if isinstance(plan, Preemption):
+                    tg.start_soon(self.preempt, plan, bound)
+                else:
+                    tg.start_soon(self.bind_gang, plan, bound)
 
-    async def bind_gang(self, plan: GangPlan, bound: MemoryObjectSendStream[Bound]) -> bool:
+    async def bind_gang(self, plan: GangPlan, bound: MemoryObjectSendStream[Bound | Evicted]) -> bool:
         why = self.last_check(plan)
         if why is None and self.fence.remaining() <= 0:
             why = "not the leader"
@@ -232,7 +257,7 @@ class BinderActor:
                 logs.warning("claim not undone", claim=w.claim, error=str(exc)[:300])
 
     async def _bind_one(
-        self, key: str, uid: str, node: str, failures: list[str], bound: MemoryObjectSendStream[Bound]
+        self, key: str, uid: str, node: str, failures: list[str], bound: MemoryObjectSendStream[Bound | Evicted]
     ) -> None:
         ns, _, name = key.partition("/")
         body = {
@@ -276,3 +301,74 @@ class BinderActor:
         self.metrics.bind_errors.labels(reason).inc()
         logs.warning("bind failed", pod=key, node=node, reason=reason, error=message[:300])
         self.store.forget(key, uid, failed=backoff)
+
+    # ------------------------------------------------------------------ preemption
+
+    async def preempt(self, p: Preemption, events: MemoryObjectSendStream[Bound | Evicted]) -> None:
+        if self.fence.remaining() <= 0:
+            logs.info("preemption not carried out: not the leader", victims=len(p.victims))
+            for key, uid, _node in p.nominations:
+                self.store.forget_nomination(key, uid)
+            for v in p.victims:
+                self.store.forget_eviction(v.pod, v.uid)
+            return
+        async with anyio.create_task_group() as tg:
+            for key, uid, node in p.nominations:
+                tg.start_soon(self._nominate, key, uid, node)
+        async with anyio.create_task_group() as tg:
+            for v in p.victims:
+                tg.start_soon(self._evict, v, events)
+        if p.victims:
+            gangs = ",".join(sorted({v.preemptor for v in p.victims}))
+            logs.info("preempted", gangs=gangs, victims=len(p.victims), nominated=len(p.nominations))
+
+    async def _nominate(self, key: str, uid: str, node: str | None) -> None:
+        ns, _, name = key.partition("/")
+        body = {"metadata": {"uid": uid}, "status": {"nominatedNodeName": node}}
+        async with self.limiter:
+            try:
+                await self.kube.patch(
+                    f"/api/v1/namespaces/{ns}/pods/{name}/status", body, timeout=self.fence.remaining()
+                )
+            except _ERRORS as exc:
+                self.store.forget_nomination(key, uid)
+                if not (isinstance(exc, ApiError) and exc.status in (404, 409)):  # gone or replaced: nothing to do
+                    logs.warning("nomination not written", pod=key, node=node, error=str(exc)[:300])
+
+    async def _evict(self, v: Victim, events: MemoryObjectSendStream[Bound | Evicted]) -> None:
+        ns, _, name = v.pod.partition("/")
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{COMPONENT}: preempting to accommodate a higher priority gang {v.preemptor}",
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        status = {"metadata": {"uid": v.uid}, "status": {"conditions": [condition]}}
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v.uid}}
+        path = f"/api/v1/namespaces/{ns}/pods/{name}"
+        for attempt in range(_EVICT_ATTEMPTS):
+            async with self.limiter:
+                try:
+                    await self.kube.patch(path + "/status", status, STRATEGIC_PATCH, timeout=self.fence.remaining())
+                    await self.kube.delete(path, options, timeout=self.fence.remaining())
+                except _ERRORS as exc:
+                    if isinstance(exc, ApiError) and exc.status in (404, 409):  # deleted or replaced meanwhile
+                        self.metrics.evictions.labels("gone").inc()
+                        return
+                    error = str(exc)[:300]
+                else:
+                    self.metrics.evictions.labels("evicted").inc()
+                    events.send_nowait(Evicted(v))
+                    return
+            if self.fence.remaining() <= 0:
+                break
+            await anyio.sleep(_EVICT_RETRY * 2**attempt)
+        self.metrics.evictions.labels("failed").inc()
+        logs.warning("victim not evicted", pod=v.pod, preemptor=v.preemptor, error=error)
+        self.store.forget_eviction(v.pod, v.uid)
+
+
+_ERRORS = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
+_EVICT_ATTEMPTS = 3
+_EVICT_RETRY = 0.2  # seconds before the second attempt, doubling

@@ -3,8 +3,10 @@
 It waits for a change that matters to scheduling (or the resync period, or a pod's back-off to end), lets
 more changes arrive for `debounce` seconds, takes an immutable snapshot from the store, groups gangs and
 solves in a worker thread, then for every placed gang assumes its pods in the store and sends a `GangPlan` to
-the binder. Each cycle's `CycleResult` goes to feedback's mailbox. It owns nothing but its settings and a
-cycle counter; it stops when cancelled (a cycle cancelled mid-solve has assumed and sent nothing).
+the binder. When the cycle preempted, it records the nominations (and those to clear: pods no longer
+nominated, still pending) and the victims in the store the same way, and sends one `Preemption` to the binder
+first. Each cycle's `CycleResult` goes to feedback's mailbox. It owns nothing but its settings and a cycle
+counter; it stops when cancelled (a cycle cancelled mid-solve has assumed and sent nothing).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, pod_key
+from gangsolve.objects import is_waiting_for
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, Node, Placement, SolveConfig, solve
 from gangsolve.solver.devices import allocate
@@ -52,6 +55,25 @@ class GangPlan:
     pods: tuple[tuple[str, str, str], ...]
     planned_at: float  # monotonic
     claims: tuple[ClaimWrite, ...] = ()
+
+
+@dataclass(frozen=True)
+class Victim:
+    pod: str  # namespace/name
+    uid: str
+    node: str
+    preemptor: str  # the gang it makes room for
+    reason: str
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """A cycle's preemption for the binder: nominations to write first (pod key, uid, node; None clears one),
+    then the victims to evict."""
+
+    nominations: tuple[tuple[str, str, str | None], ...]
+    victims: tuple[Victim, ...]
+    planned_at: float  # monotonic
 
 
 @dataclass(frozen=True)
@@ -98,6 +120,7 @@ def plan(
     grace: Grace | None = None,
     now: datetime | None = None,
     previous: Mapping[str, str] | None = None,
+    preemption: bool = True,
 ) -> Plan:
     """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
     `minMember: many`, a pod asking for more cpu than the model can count) is left out of the cycle and
@@ -118,7 +141,7 @@ def plan(
                 raise  # the error names nothing that can be left out: this cycle cannot run
             skipped.append(exc)
             snapshot = smaller
-    config = SolveConfig(time_limit=time_limit)
+    config = SolveConfig(time_limit=time_limit, preemption=preemption)
     try:
         placement = solve(cluster, config, previous)
     except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
@@ -190,6 +213,7 @@ class SolverActor:
         debounce: float,
         resync_period: float,
         grace: Grace | None = None,
+        preemption: bool = True,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -199,11 +223,12 @@ class SolverActor:
         self.debounce = debounce
         self.resync_period = resync_period
         self.grace = grace or Grace()
+        self.preemption = preemption
         self.cycles = 0
         self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
         self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
 
-    async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
+    async def run(self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
         async with plans:
             seen = -1
@@ -218,7 +243,9 @@ class SolverActor:
                 seen = self.store.generation
                 await self.cycle(plans, results)
 
-    async def cycle(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> CycleResult | None:
+    async def cycle(
+        self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]
+    ) -> CycleResult | None:
         started = time.perf_counter()
         snapshot = self.store.snapshot()
         backing_off = self.store.backing_off()
@@ -232,6 +259,7 @@ class SolverActor:
                 self.grace,
                 None,
                 self._previous,
+                self.preemption,
                 abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
@@ -255,6 +283,11 @@ class SolverActor:
         # Assume and send with no await in between: a cancelled cycle leaves neither half done.
         uids = {pod_key(p): p["metadata"].get("uid", "") for p in snapshot.pods}
         now = time.monotonic()
+        preemption = self._preemption(snapshot, placement, uids, now)
+        if preemption is not None:
+            self.store.nominate(preemption.nominations)
+            self.store.evict((v.pod, v.uid) for v in preemption.victims)
+            plans.send_nowait(preemption)
         for gang in cluster.gangs:
             placed = [
                 (p.name, uids.get(p.name, ""), placement.bindings[p.name])
@@ -284,6 +317,30 @@ class SolverActor:
             cycle_s=round(time.perf_counter() - started, 3),
         )
         return result
+
+    def _preemption(
+        self, snapshot: Snapshot, placement: Placement, uids: Mapping[str, str], now: float
+    ) -> Preemption | None:
+        """Nominations that change (set, moved, or cleared where a pending pod of ours is no longer nominated
+        and not placed: binding clears it on the API server) and the victims; None when there are neither."""
+        shown = {
+            pod_key(p): (p.get("status") or {}).get("nominatedNodeName") or None
+            for p in snapshot.pods
+            if is_waiting_for(p, self.scheduler_name)
+        }
+        nominations: list[tuple[str, str, str | None]] = [
+            (k, uids.get(k, ""), n) for k, n in placement.nominations.items() if shown.get(k) != n
+        ]
+        nominations += [
+            (k, uids.get(k, ""), None)
+            for k, n in shown.items()
+            if n and k not in placement.nominations and k not in placement.bindings
+        ]
+        victims = [Victim(e.pod, uids.get(e.pod, ""), e.node, e.preemptor, e.reason) for e in placement.evictions]
+        if not nominations and not victims:
+            return None
+        self.metrics.preemption_victims.inc(len(victims))
+        return Preemption(tuple(nominations), tuple(victims), now)
 
     def _observe(self, cluster: Cluster, placement: Placement) -> None:
         m = self.metrics

@@ -14,7 +14,12 @@ It holds three things, and says who may change each:
   it when the binder forgets the pod or the pod is replaced or deleted;
 - **back-off** after a failed bind: the binder's `forget(..., failed=True)` keeps that pod out of planning for
   1 s, doubling up to 10 s (kube-scheduler's pod back-off), so a pod the API server keeps refusing cannot make
-  the scheduler hammer it.
+  the scheduler hammer it;
+- **preemptions in flight**, the same way as assumptions: a nomination the solver actor decided (a pending
+  pod's `status.nominatedNodeName`, or its clearing) and a victim it chose show in every later snapshot, the
+  pod nominated and the victim leaving, until the watch shows the API server has them (or the pod is gone or
+  replaced), or the binder reports the write failed (`forget_nomination`, `forget_eviction`). The capacity a
+  nomination holds is no state of its own: each cycle derives it from the pods' nominations.
 
 Everyone else reads: an immutable `Snapshot` per cycle, or single objects (`pod`, `node`, `pods_on`) for the
 binder's last check and feedback. A change that matters to scheduling bumps `generation` (status writes
@@ -38,6 +43,7 @@ from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 
+EVICTING = "1970-01-01T00:00:00Z"  # a victim's deletionTimestamp until the watch shows the real one
 BACKOFF_INITIAL = 1.0  # seconds, as kube-scheduler's podInitialBackoffSeconds
 BACKOFF_MAX = 10.0  # as its podMaxBackoffSeconds
 
@@ -109,6 +115,12 @@ class ClaimAssumption:
     allocation: dict  # the claim's status.allocation as the binder writes it
 
 
+@dataclass(frozen=True)
+class Nomination:
+    node: str | None  # None: the nomination is being cleared
+    uid: str
+
+
 @dataclass
 class Backoff:
     uid: str
@@ -124,6 +136,8 @@ class ClusterStore:
         self._assumed: dict[str, Assumption] = {}  # pod key -> where the solver placed it
         self._claims: dict[tuple[str, str], ClaimAssumption] = {}  # (ns, claim) -> the devices chosen for it
         self._backoff: dict[str, Backoff] = {}  # pod key -> kept out of planning until
+        self._nominated: dict[str, Nomination] = {}  # pod key -> nomination written, not observed yet
+        self._evicting: dict[str, str] = {}  # pod key -> uid of a victim being evicted, not observed leaving yet
         self._clock = clock
         self.generation = 0
         self._changed = anyio.Event()
@@ -205,6 +219,7 @@ class ClusterStore:
         backoff = self._backoff.get(key)
         if backoff is not None and backoff.uid != uid:
             del self._backoff[key]  # a new pod under the old name starts afresh
+        self._observe_preemption(key, uid, obj)
         a = self._assumed.get(key)
         if a is None:
             return
@@ -217,9 +232,23 @@ class ClusterStore:
             del self._assumed[key]  # confirmed: the watch shows it bound
             self._backoff.pop(key, None)
 
+    def _observe_preemption(self, key: str, uid: str | None, obj: dict) -> None:
+        """End what the watch now shows (or makes moot): a nomination the pod carries, or that no longer matters
+        (bound, replaced); a victim observed leaving, or replaced."""
+        n = self._nominated.get(key)
+        if n is not None:
+            spec, status = obj.get("spec") or {}, obj.get("status") or {}
+            if n.uid != uid or spec.get("nodeName") or (status.get("nominatedNodeName") or None) == n.node:
+                del self._nominated[key]
+        victim = self._evicting.get(key)
+        if victim is not None and (victim != uid or obj["metadata"].get("deletionTimestamp")):
+            del self._evicting[key]
+
     def _pod_gone(self, key: str) -> None:
         self._drop(key, "pod deleted")
         self._backoff.pop(key, None)
+        self._nominated.pop(key, None)
+        self._evicting.pop(key, None)
 
     def _drop(self, key: str, why: str) -> None:
         if self._assumed.pop(key, None) is not None:
@@ -262,6 +291,31 @@ class ClusterStore:
             delay = min(BACKOFF_MAX, BACKOFF_INITIAL * 2 ** (attempts - 1))
             self._backoff[key] = Backoff(uid, attempts, self._clock() + delay)
         self._bump()
+
+    # ------------------------------------------------------------------ preemption (solver actor / binder)
+
+    def nominate(self, pods: Iterable[tuple[str, str, str | None]]) -> None:
+        """The solver nominated these (pod key, uid, node; None clears the nomination)."""
+        for key, uid, node in pods:
+            self._nominated[key] = Nomination(node, uid)
+
+    def evict(self, pods: Iterable[tuple[str, str]]) -> None:
+        """The solver chose these (pod key, uid) as victims: they count as leaving from now on."""
+        for key, uid in pods:
+            self._evicting[key] = uid
+
+    def forget_nomination(self, key: str, uid: str) -> None:
+        """The nomination was not written: the pod shows what the API server has again."""
+        n = self._nominated.get(key)
+        if n is not None and n.uid == uid:
+            del self._nominated[key]
+            self._bump()
+
+    def forget_eviction(self, key: str, uid: str) -> None:
+        """The victim was not evicted: it counts as running again."""
+        if self._evicting.get(key) == uid:
+            del self._evicting[key]
+            self._bump()
 
     # ------------------------------------------------------------------ reading
 
@@ -336,15 +390,21 @@ class ClusterStore:
     def counts(self) -> dict[str, int]:
         """Objects per kind, assumptions and back-offs: what the scheduler holds in memory."""
         out = {kind: len(table) for kind, table in self._objects.items()}
-        out.update(assumed=len(self._assumed), assumed_claims=len(self._claims), backoff=len(self._backoff))
+        out.update(
+            assumed=len(self._assumed),
+            assumed_claims=len(self._claims),
+            backoff=len(self._backoff),
+            nominated=len(self._nominated),
+            evicting=len(self._evicting),
+        )
         return out
 
     def snapshot(self) -> Snapshot:
         """An immutable view for one cycle: assumed pods appear bound to their node, pods in back-off are
-        left out (their gangs wait for them)."""
+        left out (their gangs wait for them), nominations and evictions in flight appear done."""
         held = self.backing_off()
         pods = list(self._objects["Pod"].values())
-        if self._assumed or held:
+        if self._assumed or held or self._nominated or self._evicting:
             pods = [self._as_assumed(p) for p in pods if pod_key(p) not in held]
         return Snapshot(
             nodes=list(self._objects["Node"].values()),
@@ -366,7 +426,13 @@ class ClusterStore:
         return {**claim, "status": {**(claim.get("status") or {}), "allocation": a.allocation}}
 
     def _as_assumed(self, pod: dict) -> dict:
-        a = self._assumed.get(pod_key(pod))
-        if a is None or (pod.get("spec") or {}).get("nodeName"):
-            return pod
-        return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": a.node}}
+        key = pod_key(pod)
+        a = self._assumed.get(key)
+        if a is not None and not (pod.get("spec") or {}).get("nodeName"):
+            pod = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": a.node}}
+        n = self._nominated.get(key)
+        if n is not None:
+            pod = {**pod, "status": {**(pod.get("status") or {}), "nominatedNodeName": n.node}}
+        if key in self._evicting:
+            pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": EVICTING}}
+        return pod
