@@ -22,7 +22,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gangsolve import dra
 from gangsolve.errors import InputError
-from gangsolve.gangs import Grace, Waiting, build_cluster, waiting
+from gangsolve.gangs import Grace, Waiting, build_cluster, created, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
@@ -227,6 +227,7 @@ class SolverActor:
         self.cycles = 0
         self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
         self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
+        self._waiting: dict[str, datetime | None] = {}  # pod key -> creation, of the pods the last cycle held back
 
     async def run(self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
@@ -272,6 +273,7 @@ class SolverActor:
         self._grace_ends = (
             time.monotonic() + (min(ends) - datetime.now(UTC)).total_seconds() + 0.05 if ends else math.inf
         )
+        self._observe_waits(snapshot, decided.waiting)
         for err in skipped:
             logs.warning("object left out of the cycle", object=err.obj, error=str(err))
             self.metrics.objects_skipped.inc()
@@ -341,6 +343,22 @@ class SolverActor:
             return None
         self.metrics.preemption_victims.inc(len(victims))
         return Preemption(tuple(nominations), tuple(victims), now)
+
+    def _observe_waits(self, snapshot: Snapshot, held: Mapping[str, Waiting]) -> None:
+        """A pod the last cycle held back for its gang definition and this one did not (the definition came, or
+        the grace ended): how long it had existed then is what the grace added to its latency."""
+        now = datetime.now(UTC)
+        pending = {pod_key(p) for p in snapshot.pods if not (p.get("spec") or {}).get("nodeName")}
+        for key, since in self._waiting.items():
+            if key not in held and key in pending and since is not None:
+                self.metrics.definition_wait.observe(max(0.0, (now - since).total_seconds()))
+        self._waiting = {}
+        for p in snapshot.pods:
+            if pod_key(p) in held:
+                try:
+                    self._waiting[pod_key(p)] = created(p)
+                except InputError:  # its timestamp was unreadable: the cycle said so already
+                    self._waiting[pod_key(p)] = None
 
     def _observe(self, cluster: Cluster, placement: Placement) -> None:
         m = self.metrics
