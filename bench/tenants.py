@@ -237,7 +237,7 @@ def tenant_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
                 delay = r["summary"]["tenant_delay_p95"].get(t)
                 rows.append(
                     (
-                        sc["name"],
+                        f"{sc['name']} seed {sc['seed']} {sc['estimates']}",
                         r["scheduler"],
                         f"{t} ({f['weight']})",
                         f"{f['share']:.1%}",
@@ -257,10 +257,12 @@ def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
+    plotted = set()
     for sc in timeline:
         runs = [r for r in sc["runs"] if r["summary"].get("fairness")]
-        if not runs:
-            continue
+        if not runs or sc["name"] in plotted:
+            continue  # one plot per scenario: its first seed and estimate mode
+        plotted.add(sc["name"])
         fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), sharex=True, squeeze=False)
         for ax, r in zip(axes[:, 0], runs, strict=True):
             weights = {t: f["weight"] for t, f in r["summary"]["fairness"]["tenants"].items()}
@@ -276,7 +278,7 @@ def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7, loc="upper right")
         axes[-1, 0].set_xlabel("minutes")
-        fig.suptitle(f"{sc['name']}: tenants' GPU shares over time")
+        fig.suptitle(f"{sc['name']} seed {sc['seed']} {sc['estimates']}: tenants' GPU shares over time")
         fig.tight_layout()
         paths.append(out / f"shares-{sc['name'].split('/')[-1]}.png")
         fig.savefig(paths[-1], dpi=110)

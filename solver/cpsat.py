@@ -12,6 +12,7 @@ so far as a complete hint and keeps it when CP-SAT finds nothing better in its t
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -183,12 +184,28 @@ class GangModel:
                 if problem.capped[q]:
                     by_row.setdefault(q, []).append(key)
         for q, keys in by_row.items():
-            demand = problem.demand[[problem.parts[g][p].cls for g, p, _n in keys]]
-            most = np.array([self.ub[k] for k in keys]) @ demand
-            for r in np.flatnonzero(most > problem.cap_left[q]).tolist():
-                used = np.flatnonzero(demand[:, r] > 0).tolist()
-                variables = [self.x[keys[i]] for i in used]
-                self.model.add(_weighted(variables, demand[used, r].tolist()) <= max(int(problem.cap_left[q, r]), 0))
+            self._within(keys, problem.cap_left[q])
+
+    def limit(self, gangs: Collection[int], room: np.ndarray) -> None:
+        """Pods of `gangs` together fit, node by node, in `room` (nodes x resources): capacity beyond what is
+        free now, e.g. what a reservation leaves at its start for the gangs still running then."""
+        chosen = set(gangs)
+        per_node: dict[int, list[tuple[int, int, int]]] = {}
+        for key in self.x:
+            if key[0] in chosen:
+                per_node.setdefault(key[2], []).append(key)
+        for n, keys in per_node.items():
+            self._within(keys, room[n])
+
+    def _within(self, keys: list[tuple[int, int, int]], room: np.ndarray) -> None:
+        """The pods of variables `keys` together take at most `room` of each resource (a constraint only for
+        resources they could exceed it in)."""
+        demand = self.problem.demand[[self.problem.parts[g][p].cls for g, p, _n in keys]]
+        most = np.array([self.ub[k] for k in keys]) @ demand
+        for r in np.flatnonzero(most > room).tolist():
+            used = np.flatnonzero(demand[:, r] > 0).tolist()
+            variables = [self.x[keys[i]] for i in used]
+            self.model.add(_weighted(variables, demand[used, r].tolist()) <= max(int(room[r]), 0))
 
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")

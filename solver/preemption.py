@@ -239,11 +239,20 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
+        # A reservation holds its nodes against every gang not above its priority (planning.py); the placement
+        # kept those gangs off them, and preemption must not undo that: only gangs above every holder preempt.
+        priorities = {g.name: g.priority for g in cluster.gangs}
+        above = max((priorities.get(r.gang, 0) for r in placement.reservations), default=None)
         self.preemptors = sorted(
             (
                 g
                 for g in cluster.gangs
-                if g.pods and g.need > 0 and g.preempts and not results[g.name].placed and g.name not in waiting
+                if g.pods
+                and g.need > 0
+                and g.preempts
+                and not results[g.name].placed
+                and g.name not in waiting
+                and (above is None or g.priority > above)
             ),
             key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
         )
@@ -254,6 +263,14 @@ class Preemption:
         for name, node in [*placement.bindings.items(), *placement.nominations.items()]:
             self.free[p.node_index[node]] -= self._vector({**pods[name].requests, "pods": 1})
         self.now = self.free.copy()  # as it is
+        # What each queue may still take under its capability once this cycle's placement is in (queues.py):
+        # a preemptor keeps within its queue's, as every placed gang does.
+        row = {name: i for i, name in enumerate(p.queue_names)}
+        queue_of = {pod.name: g.queue for g in cluster.gangs for pod in g.pods}
+        self.cap_left = p.cap_left[: p.borrow_row].copy()
+        for name, _node in [*placement.bindings.items(), *placement.nominations.items()]:
+            if queue_of[name] in row:
+                self.cap_left[row[queue_of[name]]] -= self._vector({**pods[name].requests, "pods": 1})
 
         # The running pods that could ever be victims, and the gangs (units) they belong to.
         units: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -305,9 +322,16 @@ class Preemption:
             if now >= deadline:
                 break
             tried += 1
+            queue = int(self.problem.queue_of[g])
+            if (self.problem.floor[g] > self.cap_left[queue]).any():
+                continue  # its queue's capability leaves too little for its minimum
             choice = self.choose(g, now + (deadline - now) / left)
             if choice is None:
                 continue
+            use = self._use(g, choice).sum(axis=0)
+            if (use > self.cap_left[queue]).any():
+                continue
+            self.cap_left[queue] -= use
             proven &= choice.proven
             now_fits = not choice.victims and self._fits_now(g, choice)
             self._apply(g, choice)

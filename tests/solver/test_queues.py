@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gangsolve.solver import GPU, Cluster, Gang, Queue, SolveConfig, solve, validate
 from gangsolve.solver.queues import rank
 from tests.builders import node, pod
+from tests.solver.test_planning import busy, cluster_with
 from tests.solver.test_properties import gangs, nodes
 
 QUEUES = ("a", "b", "c")
@@ -158,3 +159,14 @@ def test_capacity_a_queue_below_its_share_waits_for_is_not_lent():
     # Without b's pending gang the same GPUs are lent: the schedule stays work-conserving.
     alone = Cluster(nodes_, (small,), queues=cluster.queues)
     assert solve(alone, SolveConfig(time_limit=0.5)).bindings == {"small": "n0"}
+
+
+def test_a_preemptor_keeps_within_its_queues_capability():
+    """Preemption places gangs too: a higher-priority gang evicts only if its queue's cap leaves it room."""
+    urgent = Gang("urgent", (pod("urgent-0", gpus=4, priority=10),), queue="a")
+    for cap, evicted in ((2, False), (4, True)):
+        cluster = cluster_with([urgent], [busy("n0", 4, None)], [node("n0", gpus=4)])
+        cluster = replace(cluster, queues=(Queue("a", capability={GPU: cap}),))
+        placement = solve(cluster, SolveConfig(time_limit=0.5))
+        assert bool(placement.evictions) == evicted
+        assert validate(cluster, placement) == []

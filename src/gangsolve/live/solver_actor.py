@@ -5,8 +5,10 @@ more changes arrive for `debounce` seconds, takes an immutable snapshot from the
 solves in a worker thread, then for every placed gang assumes its pods in the store and sends a `GangPlan` to
 the binder. When the cycle preempted, it records the nominations (and those to clear: pods no longer
 nominated, still pending) and the victims in the store the same way, and sends one `Preemption` to the binder
-first. Each cycle's `CycleResult` goes to feedback's mailbox. It owns nothing but its settings and a cycle
-counter; it stops when cancelled (a cycle cancelled mid-solve has assumed and sent nothing).
+first. Each cycle's `CycleResult` goes to feedback's mailbox. It owns its settings, a cycle counter and the
+runtime estimator with its workload history, which learns from the succeeded pods a watcher sends it (drained
+at the start of each cycle, never while a solve reads the estimator); it stops when cancelled (a cycle
+cancelled mid-solve has assumed and sent nothing).
 """
 
 from __future__ import annotations
@@ -18,18 +20,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from gangsolve import dra
+from gangsolve import dra, reservations
 from gangsolve.errors import InputError
-from gangsolve.gangs import Grace, Waiting, build_cluster, created, waiting
+from gangsolve.estimates import Estimator, with_estimates
+from gangsolve.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, created, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, pod_key
+from gangsolve.live.watchers import Event, Resync
 from gangsolve.objects import is_waiting_for
 from gangsolve.snapshot import Snapshot
-from gangsolve.solver import Cluster, Gang, Node, Placement, SolveConfig, solve
+from gangsolve.solver import Cluster, Gang, Placement, SolveConfig, solve
 from gangsolve.solver.devices import allocate
 from gangsolve.solver.validate import validate_devices
 
@@ -121,18 +125,27 @@ def plan(
     now: datetime | None = None,
     previous: Mapping[str, str] | None = None,
     preemption: bool = True,
+    estimator: Estimator | None = None,
+    reservations: int = SolveConfig.reservations,
+    starvation: float = STARVATION_SECONDS,
 ) -> Plan:
     """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
-    `minMember: many`, a pod asking for more cpu than the model can count) is left out of the cycle and
-    returned with its error: one bad object must not stop everyone else. `previous` (the last cycle's bindings)
-    warm-starts the solver where its gangs are still pending and still fit."""
+    `minMember: many`, a pod asking for more cpu than the model can count, a runtime annotation that is no
+    duration) is left out of the cycle and returned with its error: one bad object must not stop everyone else.
+    `previous` (the last cycle's bindings) warm-starts the solver where its gangs are still pending and still
+    fit. With `estimator`, gangs pending over `starvation` seconds that cannot start get up to `reservations`
+    reservations from running pods' expected ends."""
     skipped: list[InputError] = []
     # The live clock marks gangs pending past the starvation age, so big gangs are not passed over, and ends
     # the wait of pods whose gang definition never came.
     now = now or datetime.now(UTC)
     while True:
         try:
-            cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False, now=now, grace=grace)
+            cluster = build_cluster(
+                snapshot, scheduler_name, group_label, strict=False, now=now, starvation_seconds=starvation, grace=grace
+            )
+            if estimator is not None:
+                cluster = with_estimates(snapshot, cluster, now, estimator, scheduler_name)
             held = waiting(snapshot, scheduler_name, group_label, now, grace)
             break
         except InputError as exc:
@@ -141,12 +154,14 @@ def plan(
                 raise  # the error names nothing that can be left out: this cycle cannot run
             skipped.append(exc)
             snapshot = smaller
-    config = SolveConfig(time_limit=time_limit, preemption=preemption)
+    config = SolveConfig(
+        time_limit=time_limit, preemption=preemption, reservations=reservations if estimator is not None else 0
+    )
     try:
         placement = solve(cluster, config, previous)
     except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
-        solve(Cluster(cluster.nodes, ()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
-        culprits = _failing_gangs(cluster.nodes, list(cluster.gangs))
+        solve(replace(cluster, gangs=()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
+        culprits = _failing_gangs(cluster, list(cluster.gangs))
         if not culprits:
             raise
         logs.error("gangs left out: the solver fails on them", gangs=",".join(g.name for g in culprits), exc_info=exc)
@@ -189,16 +204,16 @@ def _allocate(
     return placement, out
 
 
-def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
+def _failing_gangs(cluster: Cluster, gangs: list[Gang]) -> list[Gang]:
     """The gangs whose (greedy) solve raises, by bisection: a handful of cheap solves, only after a failure."""
     try:
-        solve(Cluster(nodes, tuple(gangs)), SolveConfig(use_cpsat=False))
+        solve(replace(cluster, gangs=tuple(gangs)), SolveConfig(use_cpsat=False))
         return []
     except Exception:
         if len(gangs) == 1:
             return gangs
     half = len(gangs) // 2
-    return _failing_gangs(nodes, gangs[:half]) + _failing_gangs(nodes, gangs[half:])
+    return _failing_gangs(cluster, gangs[:half]) + _failing_gangs(cluster, gangs[half:])
 
 
 class SolverActor:
@@ -214,6 +229,9 @@ class SolverActor:
         resync_period: float,
         grace: Grace | None = None,
         preemption: bool = True,
+        estimator: Estimator | None = None,
+        reservations: int = SolveConfig.reservations,
+        starvation: float = STARVATION_SECONDS,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -224,13 +242,24 @@ class SolverActor:
         self.resync_period = resync_period
         self.grace = grace or Grace()
         self.preemption = preemption
+        self.estimator = estimator or Estimator(default=None)
+        self.reservations = reservations
+        self.starvation = starvation
+        self._succeeded: MemoryObjectReceiveStream[Event | Resync] | None = None  # finished pods to learn from
         self.cycles = 0
         self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
         self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
         self._waiting: dict[str, datetime | None] = {}  # pod key -> creation, of the pods the last cycle held back
 
-    async def run(self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]) -> None:
-        """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
+    async def run(
+        self,
+        plans: MemoryObjectSendStream[GangPlan | Preemption],
+        results: Latest[CycleResult],
+        succeeded: MemoryObjectReceiveStream[Event | Resync] | None = None,
+    ) -> None:
+        """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come. `succeeded`:
+        a watch of our pods that succeeded, which the runtime history learns from."""
+        self._succeeded = succeeded
         async with plans:
             seen = -1
             while True:
@@ -248,6 +277,7 @@ class SolverActor:
         self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]
     ) -> CycleResult | None:
         started = time.perf_counter()
+        self._learn()
         snapshot = self.store.snapshot()
         backing_off = self.store.backing_off()
         try:
@@ -261,6 +291,9 @@ class SolverActor:
                 None,
                 self._previous,
                 self.preemption,
+                self.estimator,
+                self.reservations,
+                self.starvation,
                 abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
@@ -360,6 +393,28 @@ class SolverActor:
                 except InputError:  # its timestamp was unreadable: the cycle said so already
                     self._waiting[pod_key(p)] = None
 
+    def _learn(self) -> None:
+        """The history learns from the succeeded pods received since the last cycle (a list after a restart
+        or relist, then one at a time); a pod whose times do not parse is skipped."""
+        if self._succeeded is None:
+            return
+        pods: list[dict] = []
+        while True:
+            try:
+                message = self._succeeded.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            if isinstance(message, Resync):
+                pods += message.objects
+            elif message.type != "DELETED":
+                pods.append(message.obj)
+        for pod in pods:
+            try:
+                self.estimator.learn([pod])
+            except InputError as exc:
+                logs.warning("finished pod not learned from", object=exc.obj, error=str(exc))
+        self.metrics.held_objects.labels("runtime_history").set(len(self.estimator.history.seen))
+
     def _observe(self, cluster: Cluster, placement: Placement) -> None:
         m = self.metrics
         m.solve_duration.observe(placement.solve_seconds)
@@ -376,3 +431,8 @@ class SolverActor:
         m.pending_gangs.set(pending_gangs)
         m.pending_pods.set(pending_pods)
         m.observe_queues(cluster, placement)
+        figures = reservations.figures(placement)
+        m.reservations.set(figures["reservations"])
+        m.reserved_gpus.set(figures["reserved_gpus"])
+        m.waiting_for_estimate.set(figures["waiting_for_estimate"])
+        m.backfilled_gangs.inc(figures["backfilled_gangs"])
