@@ -23,6 +23,7 @@
    5. the fewest GPUs evicted, then the fewest pods;
    6. the most recently started victims (the least work lost).
 
+   A preemptor keeps within its queue's capability (what the placement left it), as placed gangs do.
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
