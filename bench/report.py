@@ -13,6 +13,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from gangsolve.bench import tenants
 from gangsolve.bench.metrics import priority_key, worth
 
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
@@ -291,6 +292,8 @@ def print_timeline(timeline: list[dict], console: Console) -> None:
     console.print(
         _by_scenario("Time-based mode: every seed and estimate mode", TIMELINE_COLUMNS, timeline_rows(timeline))
     )
+    if rows := tenants.tenant_rows(timeline):
+        console.print(_by_scenario("Tenants: GPU shares against weighted fair shares", tenants.TENANT_COLUMNS, rows))
 
 
 LIVE_COLUMNS = (
@@ -423,6 +426,8 @@ def markdown(results: dict) -> str:
     if results.get("timeline"):
         lines += ["", *md(TIMELINE_COLUMNS, timeline_medians(results["timeline"]))]
         lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
+        if shares := tenants.tenant_rows(results["timeline"]):
+            lines += ["", *md(tenants.TENANT_COLUMNS, shares)]
     if results.get("live"):
         lines += ["", *md(LIVE_COLUMNS, live_rows(results["live"]))]
     for key in PREEMPTION_TITLES:
@@ -734,6 +739,7 @@ def plot(results: dict, out: Path) -> list[Path]:
         paths.append(out / f"timeline-{sc['name'].split('/')[-1]}.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
+    paths += tenants.plot_shares(results.get("timeline") or [], out)
     return paths
 
 

@@ -16,7 +16,24 @@ from rich.text import Text
 from gangsolve import reservations
 from gangsolve.errors import printable
 from gangsolve.solver.devices import Allocations
-from gangsolve.solver.model import Placement
+from gangsolve.solver.explain import quantity
+from gangsolve.solver.model import Placement, QueueResult, Resources
+
+
+def quantities(amounts: Resources) -> dict[str, str]:
+    """Base units as Kubernetes quantities (`500m` cpu, `4Gi` memory), as Volcano writes a Queue's status."""
+    return {r: quantity(r, q) for r, q in sorted(amounts.items())}
+
+
+def queue_dict(q: QueueResult) -> dict:
+    return {
+        "name": q.name,
+        "weight": q.weight,
+        "capability": quantities(q.capability),
+        "allocated": quantities(q.allocated),
+        "share": q.share,
+        "fairShare": q.fair_share,
+    }
 
 
 def as_dict(
@@ -49,6 +66,7 @@ def as_dict(
         "solveSeconds": round(placement.solve_seconds, 4),
         "stages": list(placement.stages),
         "levels": list(placement.levels),
+        "queues": [queue_dict(q) for q in placement.queues],
         "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
         "waiting": dict(waiting or {}),
         "allocations": {
@@ -76,6 +94,10 @@ def _text(value: str, style: str = "") -> Text:
     return Text(printable(value), style=style)
 
 
+def _listed(amounts: Resources) -> str:
+    return ", ".join(f"{r}={q}" for r, q in quantities(amounts).items() if r != "pods")
+
+
 def print_table(
     placement: Placement,
     console: Console,
@@ -94,6 +116,20 @@ def print_table(
             _text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""), planned
         )
     console.print(table)
+    if any(q.name != "default" or q.capability or q.weight != 1 for q in placement.queues):
+        queues = Table(title="Queues (shares: the largest fraction of any resource held)", title_justify="left")
+        for column in ("QUEUE", "WEIGHT", "CAPABILITY", "ALLOCATED", "SHARE", "FAIR SHARE"):
+            queues.add_column(column, overflow="fold")
+        for q in placement.queues:
+            queues.add_row(
+                _text(q.name),
+                str(q.weight),
+                _text(_listed(q.capability) or "-"),
+                _text(_listed(q.allocated) or "-"),
+                f"{q.share:.1%}",
+                f"{q.fair_share:.1%}",
+            )
+        console.print(queues)
     if placement.bindings:
         bindings = Table(title="Bindings", title_justify="left")
         bindings.add_column("POD")

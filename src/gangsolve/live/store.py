@@ -38,9 +38,9 @@ from anyio.abc import ObjectReceiveStream
 
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, Snapshot
+from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 
-KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", *DRA_KINDS)
+KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 
 EVICTING = "1970-01-01T00:00:00Z"  # a victim's deletionTimestamp until the watch shows the real one
@@ -99,7 +99,7 @@ def fingerprint(kind: str, obj: dict) -> object:
         )
     if kind in DRA_KINDS:
         return spec
-    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
+    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup, Queue: not their status
 
 
 @dataclass(frozen=True)
@@ -384,6 +384,9 @@ class ClusterStore:
     def priority_classes(self) -> dict[str, dict]:
         return {k[2]: v for k, v in self._objects["PriorityClass"].items()}
 
+    def queues(self) -> dict[str, dict]:
+        return {k[2]: v for k, v in self._objects["Queue"].items() if k[0] == QUEUE_GROUP}
+
     def counts(self) -> dict[str, int]:
         """Objects per kind, assumptions and back-offs: what the scheduler holds in memory."""
         out = {kind: len(table) for kind, table in self._objects.items()}
@@ -409,6 +412,7 @@ class ClusterStore:
             pdbs=list(self._objects["PodDisruptionBudget"].values()),
             pod_groups={k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS},
             priority_classes=self.priority_classes(),
+            queues=self.queues(),
             resource_slices=list(self._objects["ResourceSlice"].values()),
             device_classes={k[2]: v for k, v in self._objects["DeviceClass"].items()},
             resource_claims={(k[1], k[2]): self._as_allocated(k, v) for k, v in self._objects["ResourceClaim"].items()},
