@@ -236,8 +236,9 @@ def create(cp: ControlPlane, obj: dict) -> dict:
     path = f"{base}/namespaces/{ns}/{PLURALS[kind]}" if ns else f"{base}/{PLURALS[kind]}"
     body = {k: v for k, v in obj.items() if k != "status"}
     if kind == "PriorityClass":
-        # gangsolve does not preempt, nor does the static mode's per-pod baseline: kube-scheduler may not either,
-        # or it would evict background pods and the runs would not place onto the same free capacity.
+        # Placement scenarios measure placement: no scheduler may preempt (gangsolve reads the class's policy as
+        # kube-scheduler does), or background pods would be evicted and the runs would not place onto the same
+        # free capacity. Preemption has its own scenarios (live_preemption.py).
         body["preemptionPolicy"] = "Never"
     body["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "creationTimestamp"}
     if kind == "Pod":
