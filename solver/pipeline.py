@@ -419,7 +419,9 @@ def _placement(
     seconds: float,
     plan: planning.Plan | None = None,
 ) -> Placement:
-    bindings = {pod: node for g, gang_counts in counts.items() for pod, node in _bind(problem, g, gang_counts).items()}
+    bindings = {
+        pod: node for g, gang_counts in counts.items() for pod, node in problem.bindings(g, gang_counts).items()
+    }
     results = []
     explained: dict[tuple[int, ...], str] = {}
     plan = plan or planning.Plan()
@@ -471,19 +473,8 @@ def _placement(
     )
 
 
-def _bind(problem: Problem, g: int, gang_counts: GangCounts) -> dict[str, str]:
-    """Pod -> node for gang g's counts, each part's highest-priority pods first."""
-    bindings = {}
-    for p, part in enumerate(problem.parts[g]):
-        pods = iter(part.pods)
-        for n in sorted(n for (q, n) in gang_counts if q == p):
-            for _ in range(gang_counts[(p, n)]):
-                bindings[next(pods).name] = problem.nodes[n].name
-    return bindings
-
-
 def _reservation(problem: Problem, planned: planning.Planned) -> Reservation:
     nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
     gpus = sum(k * int(problem.gpu_demand[problem.parts[planned.gang][p].cls]) for (p, _n), k in planned.counts.items())
-    bindings = _bind(problem, planned.gang, planned.counts)
+    bindings = problem.bindings(planned.gang, planned.counts)
     return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus, bindings)

@@ -646,12 +646,4 @@ class _Model:
         return tuple(sorted(i for i, v in self.x.items() if best[v.index]))
 
     def _where(self, best: dict[int, int]) -> dict[str, str]:
-        p = self.stage.problem
-        out: dict[str, str] = {}
-        for k, part in enumerate(p.parts[self.g]):
-            pods = iter(part.pods)
-            for (kk, n), v in sorted(self.y.items()):
-                if kk == k:
-                    for _ in range(best[v.index]):
-                        out[next(pods).name] = p.nodes[n].name
-        return out
+        return self.stage.problem.bindings(self.g, {key: best[v.index] for key, v in self.y.items()})

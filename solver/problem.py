@@ -7,7 +7,7 @@ taints, selectors, affinity) are evaluated once per distinct node signature, not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -158,6 +158,17 @@ class Problem:
         if cls not in self._fitting:
             self._fitting[cls] = np.flatnonzero(self.fit[cls] > 0)
         return self._fitting[cls]
+
+    def bindings(self, g: int, counts: Mapping[tuple[int, int], int]) -> dict[str, str]:
+        """Pod -> node for gang g, from pods per (part, node): each part's pods in order (highest priority
+        first) onto its nodes in order."""
+        out = {}
+        for p, part in enumerate(self.parts[g]):
+            pods = iter(part.pods)
+            for n in sorted(n for (q, n) in counts if q == p):
+                for _ in range(counts[(p, n)]):
+                    out[next(pods).name] = self.nodes[n].name
+        return out
 
     def fits(self, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
         """How many pods of class `cls` each node (of `rows`) holds given `free`; 0 where not eligible."""
