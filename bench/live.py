@@ -36,6 +36,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -646,13 +647,12 @@ def run_scenarios(
         scenario = LIVE_SCENARIOS[name]
         objs = scenario.build()
         kinds = [o["kind"] for o in objs]
-        runs = []
-        for scheduler in schedulers:
-            on_run(name, scheduler)
-            try:
-                runs.append(run_live(scenario, scheduler, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log))
-            except Exception as exc:  # a failed run is a result to report, not the end of the benchmark
-                runs.append({"scheduler": scheduler, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+        runs = each_scheduler(
+            name,
+            schedulers,
+            partial(run_live, scenario, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log),
+            on_run,
+        )
         results.append(
             {
                 "name": name,
@@ -670,3 +670,18 @@ def run_scenarios(
             }
         )
     return results
+
+
+def each_scheduler(
+    name: str, schedulers: list[str], run: Callable[[str], dict], on_run: Callable[[str, str], None]
+) -> list[dict]:
+    """`run(scheduler)` for each scheduler in turn; a run that fails is a result to report, not the end of the
+    benchmark."""
+    runs = []
+    for scheduler in schedulers:
+        on_run(name, scheduler)
+        try:
+            runs.append(run(scheduler))
+        except Exception as exc:
+            runs.append({"scheduler": scheduler, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+    return runs
