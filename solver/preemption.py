@@ -24,6 +24,12 @@
    6. the most recently started victims (the least work lost).
 
    A preemptor keeps within its queue's capability (what the placement left it), as placed gangs do.
+
+   **Reclaim.** When no lower-priority victims make room, a preemptor whose queue stays within its fair share
+   (queues.py) with it placed may also evict gangs of its own priority from other `reclaimable` queues that hold
+   more than their fair share (what was borrowed while the preemptor's queue had no demand), last and with the
+   same objectives. Whole gangs only, and each queue taken from stays at or above its fair share in the resource
+   its fair share is largest in (GPUs), so the queue that lost them has nothing to reclaim back (no ping-pong).
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -39,8 +45,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
+from gangsolve.solver import queues
 from gangsolve.solver.cpsat import Stage, cpsat_solver
-from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, GangResult, Node, Placement, SolveConfig
+from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, GangResult, Node, Placement, Running, SolveConfig
 from gangsolve.solver.problem import Problem, exclusion
 from gangsolve.solver.validate import validate
 
@@ -52,6 +59,8 @@ _PLACE_SHARE = 0.7
 _END_SHARE = 0.95
 _WORK_PER_SECOND = 2.0  # CP-SAT's deterministic time granted per wall second left (it stops much earlier)
 _MIN_SECONDS = 0.01
+_BUDGET_SAFETY = 600.0  # seconds: on a deterministic budget, the wall clock cuts in only past this
+_SLACK = 1e-6  # fair shares are water-filled floats: held amounts within this are at them
 
 
 def cycle(cluster: Cluster, config: SolveConfig, place: Place) -> Placement:
@@ -67,14 +76,28 @@ def cycle(cluster: Cluster, config: SolveConfig, place: Place) -> Placement:
     if not preempting:
         return replace(placement, solve_seconds=time.perf_counter() - started)
     deadline = started + config.time_limit * _END_SHARE
-    placement = Preemption(cluster, placement, config.workers).run(deadline)
+    work = None
+    if config.steps is not None:  # a deterministic budget (SolveConfig.steps): CP-SAT's work, not the clock
+        deadline = time.perf_counter() + _BUDGET_SAFETY
+        work = config.time_limit * (_END_SHARE - _PLACE_SHARE) * _WORK_PER_SECOND
+    placement = Preemption(cluster, placement, config.workers, work).run(deadline)
     return replace(placement, solve_seconds=time.perf_counter() - started)
 
 
 def _may_preempt(cluster: Cluster) -> bool:
-    """Whether any pending gang may preempt and any running pod is of lower priority (a cheap test)."""
-    top = max((g.priority for g in cluster.gangs if g.pods and g.need > 0 and g.preempts), default=None)
-    return top is not None and any(r.priority < top and not r.protected and not r.leaving for r in cluster.running)
+    """Whether any pending gang may preempt and any running pod is of lower priority, or of its priority in
+    another reclaimable queue (a cheap test)."""
+    preemptors = [g for g in cluster.gangs if g.pods and g.need > 0 and g.preempts]
+    top = max((g.priority for g in preemptors), default=None)
+    if top is None:
+        return False
+    reclaimable = {q.name for q in queues.queues_of(cluster).values() if q.reclaimable}
+    wanted = {(g.priority, g.queue) for g in preemptors}
+
+    def reclaimed(r: Running) -> bool:
+        return r.queue in reclaimable and any(p == r.priority and q != r.queue for p, q in wanted)
+
+    return any(not r.protected and not r.leaving and (r.priority < top or reclaimed(r)) for r in cluster.running)
 
 
 # --- 1. nominations -------------------------------------------------------------------------------------------
@@ -229,14 +252,16 @@ class Choice:
     level: int  # the highest victim priority (the preemptor's own priority when there is no victim)
     key: tuple[int, ...]  # (victim gangs, PDB violations, GPUs, pods, recency rank sum): the objective reached
     proven: bool  # every stage of the lexicographic objective proven optimal
+    reclaim: bool = False  # victims of the preemptor's own priority, reclaimed for its queue's fair share
 
 
 class Preemption:
     """The preemption stage of one cycle: state shared by its preemptors, chosen one after another."""
 
-    def __init__(self, cluster: Cluster, placement: Placement, workers: int = 1) -> None:
+    def __init__(self, cluster: Cluster, placement: Placement, workers: int = 1, work: float | None = None) -> None:
         self.placement = placement
         self.workers = workers
+        self.work = work  # CP-SAT's deterministic time for the whole stage; None: from the wall clock left
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
@@ -299,6 +324,61 @@ class Preemption:
         self.rank[recency] = np.arange(len(pool))
         self.budgets = cluster.budgets
 
+        # Reclaim: each queue's fair share and what it holds once this cycle's placement is in and its leaving pods
+        # are gone, per resource; and the resource its fair share is largest in (GPUs on GPU clusters), in which a
+        # queue that loses gangs to reclaim stays at or above its fair share.
+        declared = queues.queues_of(cluster)
+        fair = queues.deserved(cluster)
+        total = self._amounts(queues.schedulable_total(cluster))
+        self.fair = {name: self._amounts(fair[name]) for name in declared}
+        self.held = {name: self._amounts(q.allocated) for name, q in declared.items()}
+        for name, _node in [*placement.bindings.items(), *placement.nominations.items()]:
+            self.held[queue_of[name]] += self._vector({**pods[name].requests, "pods": 1})
+        for r in cluster.running:
+            if r.leaving and r.queue in self.held:
+                self.held[r.queue] -= self._vector(r.requests)
+        fraction = {name: np.divide(f, total, out=np.zeros_like(f), where=total > 0) for name, f in self.fair.items()}
+        self.dominant = {name: int(np.argmax(f)) for name, f in fraction.items()}
+        self.reclaimable = {name for name, q in declared.items() if q.reclaimable}
+        self.within = {g.name: g.fair for g in queues.rank(cluster)}  # within its queue's fair share, or borrowing
+        self.queue = [r.queue for r in pool]
+
+    def _amounts(self, amounts: Mapping[str, float]) -> np.ndarray:
+        """`amounts` as a vector over the problem's resources (floats: fair shares are not whole)."""
+        v = np.zeros(len(self.problem.resources), dtype=np.float64)
+        for r, q in amounts.items():
+            i = self.problem.res_index.get(r)
+            if i is not None:
+                v[i] = q
+        return v
+
+    def excess(self, queue: str) -> int:
+        """What the queue holds past its fair share in the resource that share is largest in: the most reclaim
+        may take from it."""
+        k = self.dominant[queue]
+        return int(np.floor(self.held[queue][k] - self.fair[queue][k] + _SLACK))
+
+    def reclaim(self, g: int) -> np.ndarray:
+        """The running pods preemptor g may reclaim (a mask over the pool): pods of its own priority in other
+        reclaimable queues past their fair share, of gangs that may go whole; none when its queue would pass its
+        own fair share with it."""
+        gang = self.problem.gangs[g]
+        mine = gang.queue
+        none = np.zeros(len(self.pool), dtype=bool)
+        if mine not in self.fair:
+            return none
+        need = self.problem.floor[g].astype(np.float64)
+        asked = need > 0
+        if ((self.held[mine] + need)[asked] > self.fair[mine][asked] + _SLACK).any():
+            return none
+        over = {q for q in self.reclaimable if q != mine and self.excess(q) > 0}
+        mask: np.ndarray = self.alive & self.evictable & (self.priority == gang.priority)
+        mask &= np.array([q in over for q in self.queue], dtype=bool)
+        for members in self.units:  # whole gangs only: a gang with a member that may not go stays
+            if mask[members].any() and not all(mask[i] or not self.alive[i] for i in members):
+                mask[members] = False
+        return mask
+
     def _vector(self, requests: Mapping[str, int]) -> np.ndarray:
         v = np.zeros(len(self.problem.resources), dtype=np.int64)
         for r, q in requests.items():
@@ -326,7 +406,8 @@ class Preemption:
             queue = int(self.problem.queue_of[g])
             if (self.problem.floor[g] > self.cap_left[queue]).any():
                 continue  # its queue's capability leaves too little for its minimum
-            choice = self.choose(g, now + (deadline - now) / left)
+            share = None if self.work is None else self.work / len(self.preemptors)
+            choice = self.choose(g, now + (deadline - now) / left, share)
             if choice is None:
                 continue
             use = self._use(g, choice).sum(axis=0)
@@ -345,8 +426,9 @@ class Preemption:
             nominations.update(choice.nominations)
             evictions += self._evictions(gang, choice)
             gangs = len({int(self.unit_of[i]) for i in choice.victims})
+            what = "reclaiming" if choice.reclaim else "preempting"
             why = (
-                f"preempting {_count(len(choice.victims), 'pod')} of {_count(gangs, 'gang')} of priority "
+                f"{what} {_count(len(choice.victims), 'pod')} of {_count(gangs, 'gang')} of priority "
                 f"{choice.level} or lower; "
                 f"nominated to {_nodes(choice.nominations.values())}, binds once they are gone"
             )
@@ -374,9 +456,13 @@ class Preemption:
         for i in choice.victims:
             self.alive[i] = False
             self.free[self.node[i]] += self.vec[i]
+            if self.queue[i] in self.held:
+                self.held[self.queue[i]] -= self.vec[i]
         use = self._use(g, choice)
         self.free -= use
         self.now -= use
+        if self.problem.gangs[g].queue in self.held:
+            self.held[self.problem.gangs[g].queue] += use.sum(axis=0)
 
     def _use(self, g: int, choice: Choice) -> np.ndarray:
         """What the preemptor's pods take on each node."""
@@ -397,33 +483,49 @@ class Preemption:
         for i in choice.victims:
             r = self.pool[i]
             why = f"preempted by gang {gang.name} (priority {gang.priority}), which needs its room on {r.node}"
-            if r.node not in nodes:
+            if choice.reclaim and r.priority == gang.priority:
+                why = (
+                    f"reclaimed from queue {r.queue}, past its fair share, for gang {gang.name} of queue "
+                    f"{gang.queue}, below its own"
+                )
+            elif r.node not in nodes:
                 why = f"its gang {r.gang} would fall below its minimum of {r.min_member} (gang {gang.name} preempts)"
             out.append(Eviction(r.name, r.node, gang.name, why))
         return out
 
     # ------------------------------------------------------------------ one preemptor
 
-    def choose(self, g: int, deadline: float) -> Choice | None:
+    def choose(self, g: int, deadline: float, work: float | None = None) -> Choice | None:
         """The best victims for preemptor g, or None (it cannot fit even with every allowed victim gone, or
         there was no time to find out)."""
         gang = self.problem.gangs[g]
         candidates = self.alive & self.evictable & (self.priority < gang.priority)
-        for level in sorted({int(x) for x in self.priority[candidates]}) or [gang.priority]:
+        reclaim = self.reclaim(g)
+        levels = sorted({int(x) for x in self.priority[candidates]})
+        if not levels and not reclaim.any() and self.within[gang.name]:
+            # No victim at all: whether it fits as things are. Not for a gang that would borrow: the placement
+            # kept it off capacity that gangs within their queue's fair share wait for.
+            levels = [gang.priority]
+        tries: list[tuple[np.ndarray, np.ndarray | None]] = [
+            (candidates & (self.priority <= level), None) for level in levels
+        ]
+        if reclaim.any():  # last, as its own priority is the highest victim priority
+            tries.append((candidates | reclaim, reclaim))
+        for allowed, reclaiming in tries:
             if time.perf_counter() >= deadline:
                 return None
-            allowed = candidates & (self.priority <= level)
             nodes = self._room(g, allowed)
             if nodes is None:
                 continue
-            found = _Model(self, g, allowed, nodes).solve(deadline)
+            found = _Model(self, g, allowed, nodes, reclaiming).solve(deadline, work)
             if found is None:  # proven infeasible at this level
                 continue
             if isinstance(found, _NoTime):
                 return None
             victims, nominations, key, proven = found
             highest = max((int(self.priority[i]) for i in victims), default=gang.priority)
-            choice = Choice(victims, nominations, highest, key, proven)
+            reclaimed = reclaiming is not None and any(reclaiming[i] for i in victims)
+            choice = Choice(victims, nominations, highest, key, proven, reclaimed)
             return choice if self._sound(g, choice) else None
         return None
 
@@ -479,8 +581,11 @@ class _Model:
     y[c, n]: the preemptor's pods of class c on node n; x[i]: victim i evicted; whole[u]: unit u (a running
     gang) evicted whole; touched[u]: unit u loses a pod; over[b]: victims beyond PDB b's allowance."""
 
-    def __init__(self, stage: Preemption, g: int, allowed: np.ndarray, nodes: np.ndarray) -> None:
+    def __init__(
+        self, stage: Preemption, g: int, allowed: np.ndarray, nodes: np.ndarray, reclaim: np.ndarray | None = None
+    ) -> None:
         self.stage = stage
+        self.reclaim = reclaim
         p = stage.problem
         self.g = g
         gang = p.gangs[g]
@@ -509,6 +614,16 @@ class _Model:
         near = [i for i in np.flatnonzero(allowed).tolist() if int(stage.node[i]) in local]
         for u in sorted({int(stage.unit_of[i]) for i in near}):
             self._unit(u, allowed, local)
+        # Reclaim leaves every queue it takes from at or above its fair share (no reclaim back and forth).
+        if reclaim is not None:
+            taken: dict[str, list[int]] = defaultdict(list)
+            for i in self.x:
+                if reclaim[i]:
+                    taken[stage.queue[i]].append(i)
+            for queue, members in sorted(taken.items()):
+                k = stage.dominant[queue]
+                amounts = [int(stage.vec[i, k]) for i in members]
+                m.add(_weighted([self.x[i] for i in members], amounts) <= stage.excess(queue))
 
         # Capacity: what the preemptor puts on a node fits its free room plus what its victims there free.
         on: dict[int, list[int]] = defaultdict(list)
@@ -558,11 +673,12 @@ class _Model:
         touched = self.touched[u] = m.new_bool_var(f"touched_{u}")
         if all(allowed[i] for i in members):
             whole = m.new_bool_var(f"whole_{u}")
+            reclaimed = self.reclaim is not None and bool(self.reclaim[members].any())  # whole gangs only
             for i in members:
-                if int(stage.node[i]) in local:
+                if int(stage.node[i]) in local and not reclaimed:
                     self.x[i] = m.new_bool_var(f"x_{i}")
                     m.add(self.x[i] >= whole)
-                else:  # evicting it frees nothing the preemptor can use: it goes only with the whole gang
+                else:  # it frees nothing the preemptor can use, or its gang is reclaimed: only with the whole gang
                     self.x[i] = whole
             m.add(_sum([self.x[i] for i in members]) <= spare + len(members) * whole)
         else:
@@ -601,7 +717,7 @@ class _Model:
             _weighted([v for _i, v in xs], [int(s.rank[i]) for i, _v in xs]),
         ]
 
-    def solve(self, deadline: float) -> Found | _NoTime | None:
+    def solve(self, deadline: float, work: float | None = None) -> Found | _NoTime | None:
         """Each objective in turn, minimized and then held at its optimum. None: infeasible."""
         m, s = self.model, self.stage
         key: list[int] = []
@@ -613,7 +729,7 @@ class _Model:
                 proven = False
                 break
             m.minimize(objective)
-            solver = cpsat_solver(seconds * _WORK_PER_SECOND, deadline, s.workers)
+            solver = cpsat_solver(seconds * _WORK_PER_SECOND if work is None else work, deadline, s.workers)
             status = solver.solve(m)
             if status == cp_model.INFEASIBLE and not k:
                 return None

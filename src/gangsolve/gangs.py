@@ -614,8 +614,9 @@ def build_cluster(
     gangs = []
     allocated: dict[str, dict[str, int]] = {name: {} for name in snap.queues}  # what bound members hold
     nominated: dict[str, str] = {}
+    queue_of: dict[GangKey, str] = {}
     for key, pods in sorted(members.items(), key=lambda kv: (kv[0].namespace, kv[0].name, kv[0].rule)):
-        queue = grouper.queue(key, [p for _o, p in pods])
+        queue = queue_of[key] = grouper.queue(key, [p for _o, p in pods])
         held = allocated.setdefault(queue, {})
         for _o, p in pods:
             if objects.is_bound(p):
@@ -648,7 +649,7 @@ def build_cluster(
             node = objects.nominated_node(p) if not objects.is_bound(p) else None
             if node is not None:
                 nominated[objects.pod_key(p)] = node
-    running, budgets = _running(grouper, bound, scheduler_name, members, names)
+    running, budgets = _running(grouper, bound, scheduler_name, members, names, queue_of)
     queues = [objects.queue(q, allocated[name]) for name, q in sorted(snap.queues.items())]
     if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in snap.queues:  # implicit, as Volcano creates it
         queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))
@@ -690,6 +691,7 @@ def _running(
     scheduler_name: str,
     members: dict[GangKey, list[tuple[int, dict]]],
     names: _Names,
+    queue_of: Mapping[GangKey, str],
 ) -> tuple[tuple[Running, ...], dict[str, int]]:
     """Every bound, unfinished pod as a possible victim, and the allowance of every PDB that guards one.
 
@@ -740,6 +742,7 @@ def _running(
                 started=objects.started(p),
                 protected=protected or spec.get("priorityClassName") in SYSTEM_CLASSES or priority >= SYSTEM_PRIORITY,
                 leaving=bool(meta.get("deletionTimestamp")),
+                queue=queue_of.get(key, "") if key is not None else "",  # our gangs' only: theirs are not reclaimed
             )
         )
     return tuple(running), budgets
