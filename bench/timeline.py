@@ -390,7 +390,9 @@ def simulate(
             for j in pending:
                 waiting[j.gang.queue] += sum(p.requests.get(GPU, 0) for p in j.gang.pods if p.name not in j.bound)
             cycles[-1]["held"] = {q: h.get(GPU, 0) for q, h in held.items()}
-            cycles[-1]["demand"] = {q: h.get(GPU, 0) + waiting[q] for q, h in held.items()}
+            # What a tenant could hold: GPUs held and asked for, at most its queue's capability (a hard cap).
+            cap = {q.name: q.capability.get(GPU, total_gpus) for q in queues}
+            cycles[-1]["demand"] = {q: min(h.get(GPU, 0) + waiting[q], cap.get(q, total_gpus)) for q, h in held.items()}
         if on_cycle:
             on_cycle()
         if arrived == len(jobs) and not running and pending and not bindings:

@@ -29,7 +29,9 @@
    (queues.py) with it placed may also evict gangs of its own priority from other `reclaimable` queues that hold
    more than their fair share (what was borrowed while the preemptor's queue had no demand), last and with the
    same objectives. Whole gangs only, and each queue taken from stays at or above its fair share in the resource
-   its fair share is largest in (GPUs), so the queue that lost them has nothing to reclaim back (no ping-pong).
+   its share is measured in (the one it holds the largest fraction of: GPUs on GPU clusters), so the queue that
+   lost them has nothing to reclaim back (no ping-pong). A reservation's nodes are used by no preemptor of its
+   gang's priority or lower.
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -265,25 +267,23 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
-        # A reservation holds its nodes against every gang not above its priority (planning.py); the placement
-        # kept those gangs off them, and preemption must not undo that: only gangs above every holder preempt.
-        priorities = {g.name: g.priority for g in cluster.gangs}
-        above = max((priorities.get(r.gang, 0) for r in placement.reservations), default=None)
         self.preemptors = sorted(
             (
                 g
                 for g in cluster.gangs
-                if g.pods
-                and g.need > 0
-                and g.preempts
-                and not results[g.name].placed
-                and g.name not in waiting
-                and (above is None or g.priority > above)
+                if g.pods and g.need > 0 and g.preempts and not results[g.name].placed and g.name not in waiting
             ),
             key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
         )
         self.problem = Problem(Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus, queues=cluster.queues))
         p = self.problem
+        # A reservation holds its nodes against every gang not above its priority (planning.py); the placement
+        # kept those gangs off them, and preemption must not undo that: such a preemptor's pods go elsewhere.
+        priorities = {g.name: g.priority for g in cluster.gangs}
+        self.reserved = [
+            (priorities.get(r.gang, 0), r.gang, [p.node_index[n] for n in r.nodes if n in p.node_index])
+            for r in placement.reservations
+        ]
         pods = {pod.name: pod for g in cluster.gangs for pod in g.pods}
         self.free = p.free.copy()  # once this stage's victims are gone
         for name, node in [*placement.bindings.items(), *placement.nominations.items()]:
@@ -325,8 +325,8 @@ class Preemption:
         self.budgets = cluster.budgets
 
         # Reclaim: each queue's fair share and what it holds once this cycle's placement is in and its leaving pods
-        # are gone, per resource; and the resource its fair share is largest in (GPUs on GPU clusters), in which a
-        # queue that loses gangs to reclaim stays at or above its fair share.
+        # are gone, per resource; and the resource its share is measured in, in which a queue that loses gangs to
+        # reclaim stays at or above its fair share.
         declared = queues.queues_of(cluster)
         fair = queues.deserved(cluster)
         total = self._amounts(queues.schedulable_total(cluster))
@@ -337,10 +337,12 @@ class Preemption:
         for r in cluster.running:
             if r.leaving and r.queue in self.held:
                 self.held[r.queue] -= self._vector(r.requests)
-        fraction = {name: np.divide(f, total, out=np.zeros_like(f), where=total > 0) for name, f in self.fair.items()}
+        # A queue's share is measured in the resource it holds the largest fraction of (GPUs on GPU clusters).
+        fraction = {name: np.divide(h, total, out=np.zeros_like(h), where=total > 0) for name, h in self.held.items()}
         self.dominant = {name: int(np.argmax(f)) for name, f in fraction.items()}
         self.reclaimable = {name for name, q in declared.items() if q.reclaimable}
-        self.within = {g.name: g.fair for g in queues.rank(cluster)}  # within its queue's fair share, or borrowing
+        # Gangs within their queue's fair share; the placement kept the others off capacity those wait for.
+        self.within = {g.name: g.fair for g in queues.rank(cluster)}
         self.queue = [r.queue for r in pool]
 
     def _amounts(self, amounts: Mapping[str, float]) -> np.ndarray:
@@ -353,7 +355,7 @@ class Preemption:
         return v
 
     def excess(self, queue: str) -> int:
-        """What the queue holds past its fair share in the resource that share is largest in: the most reclaim
+        """What the queue holds past its fair share in the resource its share is measured in: the most reclaim
         may take from it."""
         k = self.dominant[queue]
         return int(np.floor(self.held[queue][k] - self.fair[queue][k] + _SLACK))
@@ -535,6 +537,10 @@ class Preemption:
         p = self.problem
         room = self.free.copy()
         np.add.at(room, self.node[allowed], self.vec[allowed])
+        gang = p.gangs[g]
+        for priority, holder, nodes in self.reserved:
+            if holder != gang.name and priority >= gang.priority:
+                room[nodes] = 0  # held for the reservation's gang
         total, mask = 0, np.zeros(len(p.nodes), dtype=bool)
         for part in p.parts[g]:
             fit = np.minimum(p.fits(part.cls, room), len(part.pods))

@@ -207,7 +207,8 @@ def test_reclaim_is_never_futile_takes_whole_gangs_of_queues_past_their_share_an
         for e in placement.evictions:
             victim, reclaimer = pods[e.pod], gang_of[e.preemptor]
             assert victim.priority == reclaimer.priority  # every gang here has priority 0: reclaim only
-            assert victim.queue != reclaimer.queue and queues[victim.queue].reclaimable
+            assert victim.queue != reclaimer.queue
+            assert queues[victim.queue].reclaimable
             assert queues[victim.queue].allocated[GPU] > fair[victim.queue], "taken from a queue past its share"
             taken[victim.queue] += victim.requests[GPU]
             reclaims.add((reclaimer.queue, victim.queue))
@@ -217,7 +218,7 @@ def test_reclaim_is_never_futile_takes_whole_gangs_of_queues_past_their_share_an
         # The queue taken from stays at or above its fair share; each reclaiming queue stays within its own.
         for queue, gpus in taken.items():
             assert queues[queue].allocated[GPU] - gpus >= fair[queue] - 1e-6
-        placed = {p for p in [*placement.bindings, *placement.nominations]}
+        placed = {*placement.bindings, *placement.nominations}
         for queue in {gang_of[e.preemptor].queue for e in placement.evictions}:
             new = sum(p.requests[GPU] for g in cluster.gangs if g.queue == queue for p in g.pods if p.name in placed)
             assert queues[queue].allocated.get(GPU, 0) + new <= fair[queue] + 1e-6
