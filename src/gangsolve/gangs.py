@@ -699,20 +699,21 @@ def _running(
     Volcano's or scheduler-plugins'), else to no gang. A PDB that defines one of our gangs (rule 3) is that
     gang's minimum, not a budget to keep."""
     classes = grouper.snap.priority_classes
-    keyed: list[tuple[dict, dict[str, int], GangKey | None]] = []
+    keyed: list[tuple[dict, dict[str, int], GangKey | None, str]] = []
     by_key: dict[GangKey, list[dict]] = {key: [p for _o, p in pods] for key, pods in members.items()}
     for p, requests in bound:
         key = grouper.running_key(p, (p.get("spec") or {}).get("schedulerName") == scheduler_name)
+        queue = queue_of.get(key, "") if key is not None else ""  # our gangs' only: theirs are never reclaimed
         if key is not None and key.rule == "pod":
             key = None
         if key is not None and key not in members:
             by_key.setdefault(key, []).append(p)
-        keyed.append((p, requests, key))
+        keyed.append((p, requests, key, queue))
     gang_pdbs = {(k.namespace, k.name) for k in by_key if k.rule == "pdb"}
     minimum: dict[GangKey, int] = {}
     budgets: dict[str, int] = {}
     running = []
-    for p, requests, key in keyed:
+    for p, requests, key, queue in keyed:
         meta, spec = p["metadata"], p.get("spec") or {}
         ns = meta["namespace"]
         pdbs = []
@@ -742,7 +743,7 @@ def _running(
                 started=objects.started(p),
                 protected=protected or spec.get("priorityClassName") in SYSTEM_CLASSES or priority >= SYSTEM_PRIORITY,
                 leaving=bool(meta.get("deletionTimestamp")),
-                queue=queue_of.get(key, "") if key is not None else "",  # our gangs' only: theirs are not reclaimed
+                queue=queue,
             )
         )
     return tuple(running), budgets
