@@ -173,11 +173,21 @@ def _one_domain(gang: Gang, chosen: list[str], nodes: Mapping[str, Node]) -> boo
 
 
 def _with_holds(cluster: Cluster, held: Holds) -> Cluster:
-    """The cluster the placement sees: held and bound-now pods use their nodes; bound-now gangs are done."""
+    """The cluster the placement sees: held and bound-now pods use their nodes and count in their queue's
+    allocation (against its capability); bound-now gangs are done."""
     pods = {p.name: p for g in cluster.gangs for p in g.pods}
+    queue_of = {p.name: g.queue for g in cluster.gangs for p in g.pods}
     extra: dict[str, dict[str, int]] = defaultdict(dict)
+    taken: dict[str, dict[str, int]] = defaultdict(dict)
     for name, node in [*held.bind.items(), *held.wait.items()]:
         _add(extra[node], {**pods[name].requests, "pods": 1})
+        _add(taken[queue_of[name]], {**pods[name].requests, "pods": 1})
+    queues = tuple(
+        replace(q, allocated={**q.allocated, **{r: q.allocated.get(r, 0) + v for r, v in taken[q.name].items()}})
+        if q.name in taken
+        else q
+        for q in cluster.queues
+    )
     nodes = tuple(
         replace(n, used={**n.used, **{r: n.used.get(r, 0) + q for r, q in extra[n.name].items()}})
         if n.name in extra
@@ -185,7 +195,8 @@ def _with_holds(cluster: Cluster, held: Holds) -> Cluster:
         for n in cluster.nodes
     )
     done = _gangs_with(cluster, held.bind)
-    return replace(cluster, nodes=nodes, gangs=tuple(g for g in cluster.gangs if g.name not in done), nominated={})
+    gangs = tuple(g for g in cluster.gangs if g.name not in done)
+    return replace(cluster, nodes=nodes, gangs=gangs, nominated={}, queues=queues)
 
 
 def _merged(cluster: Cluster, held: Holds, inner: Placement) -> Placement:

@@ -225,3 +225,18 @@ def test_reclaim_is_never_futile_takes_whole_gangs_of_queues_past_their_share_an
         world.apply(cluster, placement)
     event(f"queue pairs reclaiming: {len(reclaims)}")
     assert not any((b, a) in reclaims for a, b in reclaims), f"reclaim back and forth: {reclaims}"
+
+
+def test_a_nominated_gang_counts_against_its_queues_capability():
+    """A gang binding on its nominated node and another gang of its queue: the cap leaves room for one."""
+    nominated = Gang("a/nom", (pod("a/nom-0", gpus=4),), 1, queue="team-a")
+    other = Gang("a/other", (pod("a/other-0", gpus=4, order=1),), 1, queue="team-a")
+    cluster = Cluster(
+        (node("n0", gpus=8),),
+        (nominated, other),
+        nominated={"a/nom-0": "n0"},
+        queues=(Queue("team-a", capability={GPU: 4}),),
+    )
+    placement = solve(cluster, CONFIG)
+    assert placement.bindings == {"a/nom-0": "n0"}
+    assert validate(cluster, placement) == []
