@@ -27,11 +27,12 @@
 
    **Reclaim.** When no lower-priority victims make room, a preemptor whose queue stays within its fair share
    (queues.py) with it placed may also evict gangs of its own priority from other `reclaimable` queues that hold
-   more than their fair share (what was borrowed while the preemptor's queue had no demand), last and with the
-   same objectives. Whole gangs only, and each queue taken from stays at or above its fair share in the resource
-   its share is measured in (the one it holds the largest fraction of: GPUs on GPU clusters), so the queue that
-   lost them has nothing to reclaim back (no ping-pong). A reservation's nodes are used by no preemptor of its
-   gang's priority or lower.
+   more than their fair share (what was borrowed while the preemptor's queue had no demand), last. Whole gangs
+   only, and each queue taken from stays at or above its fair share in the resource its share is measured in
+   (the one it holds the largest fraction of: GPUs on GPU clusters), so the queue that lost them has nothing to
+   reclaim back (no ping-pong). Its victims, of the preemptor's own priority, are chosen with the least work
+   lost (GPU-minutes run) right after the fewest gangs and PDB violations. A reservation's nodes are used by no
+   preemptor of its gang's priority or lower.
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -330,6 +331,11 @@ class Preemption:
             else np.zeros((0, len(p.resources)), dtype=np.int64)
         )
         self.gpus = np.array([int(r.requests.get(GPU, 0)) for r in pool], dtype=np.int64)
+        # GPU-minutes each has run (its work lost if evicted), on the cycle's clock, else from the latest start.
+        clock = max([cluster.now, *(r.started for r in pool)])
+        self.work_lost = np.array(
+            [int(r.requests.get(GPU, 0)) * int(max(0.0, clock - r.started) // 60) for r in pool], dtype=np.int64
+        )
         recency = sorted(range(len(pool)), key=lambda i: (-pool[i].started, pool[i].name))
         self.rank = np.zeros(len(pool), dtype=np.int64)
         self.rank[recency] = np.arange(len(pool))
@@ -726,13 +732,17 @@ class _Model:
         s = self.stage
         xs = list(self.x.items())
         gpus = [(i, v) for i, v in xs if s.gpus[i]]
-        return [
+        out = [
             _sum(list(self.touched.values())),
             _sum(self.over),
             _weighted([v for _i, v in gpus], [int(s.gpus[i]) for i, _v in gpus]),
             _sum([v for _i, v in xs]),
             _weighted([v for _i, v in xs], [int(s.rank[i]) for i, _v in xs]),
         ]
+        if self.reclaim is not None:  # reclaim takes gangs of its own priority: the least work lost first
+            lost = [(i, v) for i, v in xs if s.work_lost[i]]
+            out.insert(2, _weighted([v for _i, v in lost], [int(s.work_lost[i]) for i, _v in lost]))
+        return out
 
     def solve(self, deadline: float, work: float | None = None) -> Found | _NoTime | None:
         """Each objective in turn, minimized and then held at its optimum. None: infeasible."""
