@@ -32,7 +32,7 @@
    (the one it holds the largest fraction of: GPUs on GPU clusters), so the queue that lost them has nothing to
    reclaim back (no ping-pong). Its victims, of the preemptor's own priority, are chosen with the least work
    lost (GPU-minutes run) right after the fewest gangs and PDB violations. A reservation's nodes are used by no
-   preemptor of its gang's priority or lower.
+   preemptor of its gang's priority or lower, and a gang holding a reservation waits for it.
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -279,11 +279,17 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
+        holders = {r.gang for r in placement.reservations}  # their plan is the reservation
         self.preemptors = sorted(
             (
                 g
                 for g in cluster.gangs
-                if g.pods and g.need > 0 and g.preempts and not results[g.name].placed and g.name not in waiting
+                if g.pods
+                and g.need > 0
+                and g.preempts
+                and not results[g.name].placed
+                and g.name not in waiting
+                and g.name not in holders
             ),
             key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
         )
@@ -293,7 +299,7 @@ class Preemption:
         # kept those gangs off them, and preemption must not undo that: such a preemptor's pods go elsewhere.
         priorities = {g.name: g.priority for g in cluster.gangs}
         self.reserved = [
-            (priorities.get(r.gang, 0), r.gang, [p.node_index[n] for n in r.nodes if n in p.node_index])
+            (priorities.get(r.gang, 0), [p.node_index[n] for n in r.nodes if n in p.node_index])
             for r in placement.reservations
         ]
         pods = {pod.name: pod for g in cluster.gangs for pod in g.pods}
@@ -555,8 +561,8 @@ class Preemption:
         room = self.free.copy()
         np.add.at(room, self.node[allowed], self.vec[allowed])
         gang = p.gangs[g]
-        for priority, holder, nodes in self.reserved:
-            if holder != gang.name and priority >= gang.priority:
+        for priority, nodes in self.reserved:
+            if priority >= gang.priority:
                 room[nodes] = 0  # held for the reservation's gang
         total, mask = 0, np.zeros(len(p.nodes), dtype=bool)
         for part in p.parts[g]:
