@@ -31,8 +31,8 @@
    only, and each queue taken from stays at or above its fair share in the resource its share is measured in
    (the one it holds the largest fraction of: GPUs on GPU clusters), so the queue that lost them has nothing to
    reclaim back (no ping-pong). Its victims, of the preemptor's own priority, are chosen with the least work
-   lost (GPU-minutes run) right after the fewest gangs and PDB violations. A reservation's nodes are used by no
-   preemptor of its gang's priority or lower, and a gang holding a reservation waits for it.
+   lost (GPU-minutes run) right after the fewest gangs and PDB violations. Reserved nodes are used by no
+   preemptor that is not above every reservation's gang, and a gang holding a reservation waits for it.
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -295,13 +295,12 @@ class Preemption:
         )
         self.problem = Problem(Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus, queues=cluster.queues))
         p = self.problem
-        # A reservation holds its nodes against every gang not above its priority (planning.py); the placement
-        # kept those gangs off them, and preemption must not undo that: such a preemptor's pods go elsewhere.
+        # Reservations hold their nodes against every gang not above all their holders (planning.py); the
+        # placement kept those gangs off them, and preemption must not undo that: such a preemptor's pods go
+        # elsewhere.
         priorities = {g.name: g.priority for g in cluster.gangs}
-        self.reserved = [
-            (priorities.get(r.gang, 0), [p.node_index[n] for n in r.nodes if n in p.node_index])
-            for r in placement.reservations
-        ]
+        self.reserved_below = max((priorities.get(r.gang, 0) for r in placement.reservations), default=None)
+        self.reserved = [p.node_index[n] for r in placement.reservations for n in r.nodes if n in p.node_index]
         pods = {pod.name: pod for g in cluster.gangs for pod in g.pods}
         self.free = p.free.copy()  # once this stage's victims are gone
         for name, node in [*placement.bindings.items(), *placement.nominations.items()]:
@@ -561,9 +560,8 @@ class Preemption:
         room = self.free.copy()
         np.add.at(room, self.node[allowed], self.vec[allowed])
         gang = p.gangs[g]
-        for priority, nodes in self.reserved:
-            if priority >= gang.priority:
-                room[nodes] = 0  # held for the reservation's gang
+        if self.reserved_below is not None and gang.priority <= self.reserved_below:
+            room[self.reserved] = 0  # held for the reservations' gangs
         total, mask = 0, np.zeros(len(p.nodes), dtype=bool)
         for part in p.parts[g]:
             fit = np.minimum(p.fits(part.cls, room), len(part.pods))
