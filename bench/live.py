@@ -40,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gangsolve.bench import metrics
+from gangsolve.bench import live_topology, metrics
 from gangsolve.bench import objects as k8s
 from gangsolve.bench import scenarios as sc
 from gangsolve.bench.devcluster import ApiError, ControlPlane, NodeSpec
@@ -64,6 +64,13 @@ class LiveScenario:
     # Seconds after the pending pods that their gang definitions (PDBs, PodGroups) are created, the pods owned
     # by TFJobs, as a training operator making separate calls creates them; 0: definitions first.
     late_definitions: float = 0.0
+    # The objects each scheduler's users create from the scenario's (objects, scheduler); None: the scenario's
+    # own, plus a native PodGroup per gang for kube-scheduler-gang.
+    users: Callable[[list[dict], str], list[dict]] | None = None
+    # The feature gates kube-scheduler-gang runs with (API server, scheduler, controller manager).
+    native_gates: tuple[str, ...] = ("GenericWorkload",)
+    # An independent check of the final bindings: (the scenario's objects, pod -> node, pod -> seconds bound).
+    oracle: Callable[[list[dict], dict[str, str], dict[str, float]], dict] | None = None
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -139,6 +146,17 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             lambda: sc.synthetic(100, 40, seed=100),
             "synthetic/100nodes' cluster and background, 40 pending gangs",
             1.0,
+        ),
+        LiveScenario(
+            "live/topology",
+            live_topology.NODES,
+            live_topology.objects,
+            f"{live_topology.NODES} 8-GPU nodes in racks of 8, blocks of 3 racks, a third held; "
+            f"{live_topology.GANGS} scheduling.k8s.io PodGroups of 8-64 GPUs, required block, preferred rack",
+            2.0,
+            users=live_topology.for_scheduler,
+            native_gates=live_topology.TOPOLOGY_GATES,
+            oracle=live_topology.oracle,
         ),
     )
 }
@@ -282,8 +300,7 @@ def prepare(cp: ControlPlane, objs: list[dict], log: Callable[[str], None], defi
     """Everything but the pending pods: nodes, priority classes, PDBs and PodGroups (unless `definitions` is
     false: they come later), background pods Running."""
     cp.create_namespace(k8s.NAMESPACE)
-    kinds = {o["kind"] for o in objs}
-    if "PodGroup" in kinds:
+    if any(o["apiVersion"] == "scheduling.x-k8s.io/v1alpha1" for o in objs):
         cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
         cp.wait_for(
             lambda: _served(cp, "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), timeout=60, what="the PodGroup API"
@@ -291,7 +308,10 @@ def prepare(cp: ControlPlane, objs: list[dict], log: Callable[[str], None], defi
     nodes = [o for o in objs if o["kind"] == "Node"]
     log(f"creating {len(nodes)} kwok nodes")
     cp.add_nodes([node_spec(n) for n in nodes], timeout=180)
-    create_all(cp, [o for o in objs if o["kind"] == "PriorityClass" or (definitions and o["kind"] in DEFINITIONS)])
+    # Classes before the definitions: admission refuses a PodGroup whose priority class does not exist yet.
+    create_all(cp, [o for o in objs if o["kind"] == "PriorityClass"])
+    if definitions:
+        create_all(cp, [o for o in objs if o["kind"] in DEFINITIONS])
     background = [o for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")]
     if background:
         log(f"creating {len(background)} background pods")
@@ -467,6 +487,18 @@ class GangsolveRun:
 # scheduling.k8s.io/v1beta1 PodGroup API and its GangScheduling plugin, both behind the GenericWorkload gate.
 NATIVE_GANG_GATE = "--feature-gates=GenericWorkload=true"
 NATIVE_GANG_API = "scheduling.k8s.io/v1beta1"
+
+
+def workload_flags(gates: tuple[str, ...], scheduler: bool) -> dict[str, list[str]]:
+    """The control plane's flags for the PodGroup API with `gates` on (and kube-scheduler's, if it runs)."""
+    gate = "--feature-gates=" + ",".join(f"{g}=true" for g in gates)
+    return {
+        "extra_apiserver_args": [gate, f"--runtime-config={NATIVE_GANG_API}=true"],
+        "extra_scheduler_args": [gate] if scheduler else [],
+        "extra_controller_manager_args": [gate],
+    }
+
+
 LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
 
 
@@ -505,8 +537,9 @@ def run_live(
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict:
     """One scheduler on a fresh control plane: the measured run as a dict (see the module docstring)."""
-    objs = scenario.build()
-    cluster = k8s.to_cluster(objs)
+    scenario_objs = scenario.build()
+    cluster = k8s.to_cluster(scenario_objs)  # gangs as the scenario defines them, whatever each scheduler reads
+    objs = scenario.users(scenario_objs, scheduler) if scenario.users else scenario_objs
     limit = time_limit or scenario.time_limit
     scheduler_name = k8s.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
     pending = pending_pods(objs, scheduler_name)
@@ -514,19 +547,15 @@ def run_live(
     gs: GangsolveRun | None = None
     native = scheduler == "kube-scheduler-gang"
     flags: dict[str, Any] = {}
-    if native:
-        flags = {
-            "extra_apiserver_args": [NATIVE_GANG_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
-            "extra_scheduler_args": [NATIVE_GANG_GATE],
-            "extra_controller_manager_args": [NATIVE_GANG_GATE],
-        }
+    if native or any(o["apiVersion"] == NATIVE_GANG_API for o in objs):
+        flags = workload_flags(scenario.native_gates, scheduler != "gangsolve")
     with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
         try:
             late = scenario.late_definitions
             prepare(cp, objs, log, definitions=not late)
             if late:
                 pending = own_by_tfjobs(cp, pending)
-            if native:
+            if native and scenario.users is None:
                 create_all(cp, native_pod_groups(cluster, pending))
             if scheduler == "gangsolve":
                 gs = GangsolveRun(cp, limit, log_dir / f"{scenario.name.replace('/', '__')}-gangsolve.log")
@@ -579,6 +608,9 @@ def run_live(
     result["background_pods_lost"] = (
         sum(1 for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")) - background
     )
+    if scenario.oracle is not None:
+        bound_at = {pod: t for pod, (t, _node) in watch.bound.items()}
+        result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)
     return result
 
 

@@ -345,9 +345,52 @@ def live_rows(live: list[dict]) -> list[tuple[str, ...]]:
     return out
 
 
+LIVE_TOPOLOGY_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "gangs placed",
+    "high/normal/low",
+    "pods bound",
+    "partial",
+    "required-level violations",
+    "racks/gang (mean / p95)",
+    "blocks/gang (mean / p95)",
+    "time to place (p50 / last)",
+)
+
+
+def live_topology_rows(live: list[dict]) -> list[tuple[str, ...]]:
+    """Live scenarios checked by an oracle (live/topology): what the real bindings did to the gangs."""
+    out: list[tuple[str, ...]] = []
+    for sc in live:
+        for r in sc["runs"]:
+            o = r.get("oracle")
+            if o is None:
+                continue
+            by = o["placed_by_class"]
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{o['gangs_placed']}/{o['gangs']}",
+                    "/".join(str(by.get(c, 0)) for c in ("high", "normal", "low")),
+                    f"{o['pods_bound']}/{o['pods']}",
+                    str(o["partial_gangs"]),
+                    str(o["required_violations"]),
+                    f"{_num(o['racks_per_gang'], '{:.2f}')} / {_num(o['racks_per_gang_p95'], '{:g}')}",
+                    f"{_num(o['blocks_per_gang'], '{:.2f}')} / {_num(o['blocks_per_gang_p95'], '{:g}')}",
+                    f"{_secs(o['time_to_place_p50'])} / {_secs(o['time_to_place_max'])}",
+                )
+            )
+    return out
+
+
 def print_live(live: list[dict], console: Console) -> None:
     title = "Live mode: the real control plane (kwok nodes), times from the first pod created"
     console.print(_by_scenario(title, LIVE_COLUMNS, live_rows(live)))
+    if rows := live_topology_rows(live):
+        title = "Live topology: gangs, required level and spans from the final bindings (oracle on node labels)"
+        console.print(_by_scenario(title, LIVE_TOPOLOGY_COLUMNS, rows))
     for line in definition_waits(live):
         console.print(line)
 
@@ -430,6 +473,8 @@ def markdown(results: dict) -> str:
             lines += ["", *md(tenants.TENANT_COLUMNS, shares)]
     if results.get("live"):
         lines += ["", *md(LIVE_COLUMNS, live_rows(results["live"]))]
+        if oracle_rows := live_topology_rows(results["live"]):
+            lines += ["", *md(LIVE_TOPOLOGY_COLUMNS, oracle_rows)]
     for key in PREEMPTION_TITLES:
         if results.get(key):
             lines += ["", *md(PREEMPTION_COLUMNS, preemption_rows(results[key]))]
