@@ -147,16 +147,20 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             "synthetic/100nodes' cluster and background, 40 pending gangs",
             1.0,
         ),
-        LiveScenario(
-            "live/topology",
-            live_topology.NODES,
-            live_topology.objects,
-            f"{live_topology.NODES} 8-GPU nodes in racks of 8, blocks of 3 racks, a third held; "
-            f"{live_topology.GANGS} scheduling.k8s.io PodGroups of 8-64 GPUs, required block, preferred rack",
-            2.0,
-            users=live_topology.for_scheduler,
-            native_gates=live_topology.TOPOLOGY_GATES,
-            oracle=live_topology.oracle,
+        *(
+            LiveScenario(
+                f"live/topology-seed{seed}",
+                live_topology.NODES,
+                partial(live_topology.objects, seed=seed),
+                f"{live_topology.NODES} 8-GPU nodes in racks of 8, blocks of 3 racks, a third held; "
+                f"scheduling.k8s.io PodGroups of 8-64 GPUs asking {live_topology.LOAD:.0%} of the free GPUs, "
+                f"required block, preferred rack (seed {seed})",
+                2.0,
+                users=live_topology.for_scheduler,
+                native_gates=live_topology.TOPOLOGY_GATES,
+                oracle=live_topology.oracle,
+            )
+            for seed in live_topology.SEEDS
         ),
     )
 }

@@ -31,8 +31,8 @@ from gangsolve.bench import objects as k8s
 from gangsolve.bench import scenarios as sc
 
 # A 2-core machine runs all three schedulers on this in a few minutes: 96 nodes (768 GPUs) in racks of 8,
-# blocks of 3 racks, zones of 2 blocks; a third of the GPUs held; gangs of 8-64 GPUs asking about 125% of
-# what is free.
+# blocks of 3 racks, zones of 2 blocks; a third of the GPUs held; gangs of 8-64 GPUs asking 130% of what is
+# free.
 SHAPE = sc.Topology(
     nodes_per_rack=8,
     racks_per_block=3,
@@ -40,7 +40,8 @@ SHAPE = sc.Topology(
     gang_gpus=(8, 16, 32, 64),
     gang_gpus_p=(0.3, 0.3, 0.25, 0.15),
 )
-NODES, GANGS = 96, 32
+NODES, LOAD = 96, 1.3
+SEEDS = (1, 2, 3)  # live/topology-seed1..3: the same shape, three workloads
 
 # kube-scheduler's topology-aware workload scheduling (KEP-5732, alpha in v1.37) needs GenericWorkload (the
 # PodGroup API and gang scheduling, beta, off by default) and its own gate, on the API server (or the
@@ -50,8 +51,38 @@ TOPOLOGY_GATES = ("GenericWorkload", "TopologyAwareWorkloadScheduling")
 JOB_LABEL = "job-name"  # what a per-pod user's affinity selects the job's pods by
 
 
-def objects(nodes: int = NODES, gangs: int = GANGS, seed: int = NODES) -> list[dict]:
-    return sc.topology(nodes, gangs, seed=seed, shape=SHAPE)
+def objects(nodes: int = NODES, seed: int = 1, load: float = LOAD) -> list[dict]:
+    """The topology scenario's cluster and background at `nodes`, and its gangs in arrival order until they ask
+    `load` times the GPUs left free (the same contention for every seed)."""
+    objs = sc.topology(nodes, nodes, seed=seed, shape=SHAPE)  # more gangs than any load here needs
+    gpus = {o["metadata"]["name"]: _gpus(o) for o in objs if o["kind"] == "Pod"}
+    running = {o["metadata"]["name"] for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")}
+    free = sum(int(o["status"]["allocatable"].get(k8s.GPU, 0)) for o in objs if o["kind"] == "Node")
+    free -= sum(gpus[name] for name in running)
+    members: dict[str, list[str]] = defaultdict(list)
+    for o in objs:
+        if group := ((o.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"):
+            members[group].append(o["metadata"]["name"])
+    keep, asked = set(), 0
+    for group in members:
+        if asked >= load * free:
+            break
+        keep.add(group)
+        asked += sum(gpus[p] for p in members[group])
+    return [
+        o
+        for o in objs
+        if (o["kind"] != "PodGroup" or o["metadata"]["name"] in keep)
+        and (
+            o["kind"] != "Pod"
+            or o["metadata"]["name"] in running
+            or o["spec"]["schedulingGroup"]["podGroupName"] in keep
+        )
+    ]
+
+
+def _gpus(pod: dict) -> int:
+    return sum(int((c.get("resources") or {}).get("requests", {}).get(k8s.GPU, 0)) for c in pod["spec"]["containers"])
 
 
 def for_scheduler(objs: list[dict], scheduler: str) -> list[dict]:
