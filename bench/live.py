@@ -530,6 +530,14 @@ def native_pod_groups(cluster, pending: list[dict]) -> list[dict]:
     return groups
 
 
+def first_pod_group_served(cp: ControlPlane) -> dict | None:
+    """The spec of a scheduling.k8s.io PodGroup as the API server stored it (a field whose feature gate is off is
+    dropped or refused, not kept), or None if there is none."""
+    listing = cp.get(f"/apis/{NATIVE_GANG_API}/namespaces/{k8s.NAMESPACE}/podgroups?limit=1")
+    items = (listing or {}).get("items") or []
+    return items[0]["spec"] if items else None
+
+
 def run_live(
     scenario: LiveScenario,
     scheduler: str,
@@ -561,6 +569,7 @@ def run_live(
                 pending = own_by_tfjobs(cp, pending)
             if native and scenario.users is None:
                 create_all(cp, native_pod_groups(cluster, pending))
+            served = first_pod_group_served(cp)
             if scheduler == "gangsolve":
                 gs = GangsolveRun(cp, limit, log_dir / f"{scenario.name.replace('/', '__')}-gangsolve.log")
                 gs.start()
@@ -612,6 +621,8 @@ def run_live(
     result["background_pods_lost"] = (
         sum(1 for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")) - background
     )
+    if served is not None:
+        result["pod_group_served"] = served
     if scenario.oracle is not None:
         bound_at = {pod: t for pod, (t, _node) in watch.bound.items()}
         result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from gangsolve.bench import live_topology as lt
+from gangsolve.bench import objects as k8s
 from gangsolve.bench import report
 from gangsolve.bench.live import LIVE_SCENARIOS, LIVE_SCHEDULERS, run_live
 
@@ -45,6 +46,13 @@ def test_every_scheduler_keeps_gangs_in_one_block(runs, scheduler):
 @pytest.mark.parametrize("scheduler", ["kube-scheduler-gang", "gangsolve"])
 def test_gang_schedulers_leave_no_partial_gang(runs, scheduler):
     assert runs[scheduler]["oracle"]["partial_gangs"] == 0
+    # The API server kept the topology constraint (with its gate off it drops the field): the peer was asked
+    # for one block, not merely lucky.
+    assert runs[scheduler]["pod_group_served"]["schedulingConstraints"] == {"topology": [{"key": k8s.BLOCK_LABEL}]}
+
+
+def test_per_pod_users_create_no_pod_group(runs):
+    assert "pod_group_served" not in runs["kube-scheduler"]
 
 
 def test_report_shows_the_oracle_table(runs):
