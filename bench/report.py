@@ -512,6 +512,18 @@ def check_targets(results: dict) -> list[dict]:
         out.append({"target": target, "scenario": scenario, "measured": measured, "met": bool(met)})
 
     for sc in results.get("live") or []:
+        gs, native = _run(sc, "gangsolve"), _run(sc, "kube-scheduler-gang")
+        if gs is not None and native is not None and "oracle" in gs and "oracle" in native:
+            mine, peer = gs["oracle"], native["oracle"]
+            add(
+                "live topology: 0 required-level violations, gangs placed >= native's, fewer racks per gang",
+                sc["name"],
+                f"violations {mine['required_violations']}; {mine['gangs_placed']} vs {peer['gangs_placed']} gangs; "
+                f"{_num(mine['racks_per_gang'], '{:.2f}')} vs {_num(peer['racks_per_gang'], '{:.2f}')} racks/gang",
+                mine["required_violations"] == 0
+                and mine["gangs_placed"] >= peer["gangs_placed"]
+                and (mine["racks_per_gang"] or 0) < (peer["racks_per_gang"] or 0),
+            )
         gs, ks = _run(sc, "gangsolve"), _run(sc, "kube-scheduler")
         if gs is None or ks is None:
             continue

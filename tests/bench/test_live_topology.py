@@ -7,6 +7,7 @@ import pytest
 
 from gangsolve.bench import live_topology as lt
 from gangsolve.bench import objects as k8s
+from gangsolve.bench import report
 from gangsolve.bench.live import LIVE_SCENARIOS
 
 RACK, BLOCK = k8s.RACK_LABEL, k8s.BLOCK_LABEL
@@ -102,3 +103,21 @@ def test_the_scenario_is_registered_with_its_gates_and_oracle():
     assert len(nodes) == scenario.nodes
     assert len({n["metadata"]["labels"][BLOCK] for n in nodes}) == 4
     assert len({n["metadata"]["labels"][RACK] for n in nodes}) == 12
+
+
+def test_the_report_shows_the_oracle_and_checks_the_topology_target():
+    def run(scheduler: str, placed: int, racks: float, violations: int = 0) -> dict:
+        oracle = lt.oracle(cluster(), {})
+        oracle.update(gangs_placed=placed, racks_per_gang=racks, required_violations=violations)
+        return {"scheduler": scheduler, "oracle": oracle}
+
+    live = [{"name": "live/topology-seed1", "runs": [run("kube-scheduler-gang", 2, 2.0), run("gangsolve", 3, 1.5)]}]
+    rows = report.live_topology_rows(live)
+    assert [r[1] for r in rows] == ["kube-scheduler-gang", "gangsolve"]
+    assert rows[1][2] == "3/3"
+    assert rows[1][7] == "1.50 / -"
+    (target,) = report.check_targets({"scenarios": [], "live": live})
+    assert target["met"]
+    live[0]["runs"][1] = run("gangsolve", 3, 1.5, violations=1)
+    (target,) = report.check_targets({"scenarios": [], "live": live})
+    assert not target["met"]
