@@ -17,6 +17,9 @@ when it is the scheduler under test), so no run shares capacity, caches or lefto
    Cluster (so gangs, partial gangs, stranded GPUs and the validator's overcommit check are computed exactly
    as in the static mode, but from real bindings).
 
+A scenario may say what each scheduler's users create from its objects (`users`: live/topology gives each
+its own way of asking for one block and few racks) and check the final bindings with an oracle of its own.
+
 Timing is wall clock on a shared machine (the bench process, the control plane and the scheduler share its
 cores); compare schedulers measured in the same run.
 """
@@ -67,7 +70,8 @@ class LiveScenario:
     # The objects each scheduler's users create from the scenario's (objects, scheduler); None: the scenario's
     # own, plus a native PodGroup per gang for kube-scheduler-gang.
     users: Callable[[list[dict], str], list[dict]] | None = None
-    # The feature gates kube-scheduler-gang runs with (API server, scheduler, controller manager).
+    # The feature gates of a plane that serves scheduling.k8s.io PodGroups (kube-scheduler-gang's, and any whose
+    # users create such PodGroups): API server, controller manager, and kube-scheduler where it runs.
     native_gates: tuple[str, ...] = ("GenericWorkload",)
     # An independent check of the final bindings: (the scenario's objects, pod -> node, pod -> seconds bound).
     oracle: Callable[[list[dict], dict[str, str], dict[str, float]], dict] | None = None
@@ -152,7 +156,7 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
                 f"live/topology-seed{seed}",
                 live_topology.NODES,
                 partial(live_topology.objects, seed=seed),
-                f"{live_topology.NODES} 8-GPU nodes in racks of 8, blocks of 3 racks, a third held; "
+                f"{live_topology.NODES} 8-GPU nodes in racks of 8, blocks of 3 racks, about a quarter held; "
                 f"scheduling.k8s.io PodGroups of 8-64 GPUs asking {live_topology.LOAD:.0%} of the free GPUs, "
                 f"required block, preferred rack (seed {seed})",
                 2.0,

@@ -31,8 +31,8 @@ from gangsolve.bench import objects as k8s
 from gangsolve.bench import scenarios as sc
 
 # A 2-core machine runs all three schedulers on this in a few minutes: 96 nodes (768 GPUs) in racks of 8,
-# blocks of 3 racks, zones of 2 blocks; a third of the GPUs held; gangs of 8-64 GPUs asking 130% of what is
-# free.
+# blocks of 3 racks, zones of 2 blocks; about a quarter of the GPUs held (24-28% on
+# the three seeds); gangs of 8-64 GPUs asking 130% of what is free.
 SHAPE = sc.Topology(
     nodes_per_rack=8,
     racks_per_block=3,
