@@ -5,16 +5,24 @@ It holds three things, and says who may change each:
 - **observed objects**, exactly as the API sent them and never mutated: written only by `run` (the watch
   pump), from the watchers' events;
 - **assumed placements** (kube-scheduler's assume/bind/forget): a pod the solver actor handed to the binder
-  shows as bound to its node in every later snapshot, so no cycle gives its capacity away twice. Written by
-  the solver actor (`assume`), ended by the watch showing the pod bound (confirmed) or gone, or by the binder
+  shows as bound to its node in every later view, so no cycle gives its capacity away twice. Written by the
+  solver actor (`assume`), ended by the watch showing the pod bound (confirmed) or gone, or by the binder
   (`forget`);
 - **back-off** after a failed bind: the binder's `forget(..., failed=True)` keeps that pod out of planning for
   1 s, doubling up to 10 s (kube-scheduler's pod back-off), so a pod the API server keeps refusing cannot make
   the scheduler hammer it.
 
-Everyone else reads: an immutable `Snapshot` per cycle, or single objects (`pod`, `node`, `pods_on`) for the
-binder's last check and feedback. A change that matters to scheduling bumps `generation` (status writes
-gangsolve makes itself and node heartbeats do not), which wakes the solver actor.
+Everyone else reads: an immutable `View` per cycle, or single objects (`pod`, `node`, `node_view`) for the
+binder's last check and feedback.
+
+What a cycle needs from thousands of nodes and tens of thousands of bound pods is kept up to date as events
+arrive, not rebuilt per cycle (kube-scheduler's cache does the same): each node converted once per change, each
+pod's requests computed once per change, and per node the requests of the pods bound or assumed there. A
+change that matters to scheduling bumps `generation`, which wakes the solver actor; `freed` counts the changes
+that may have made room (a pod gone or unbound, an assumption dropped, a node changed), so the solver actor
+knows when gangs that did not fit are worth trying again. Capacity only taken (a bind, ours confirmed or
+another scheduler's) starts no cycle by itself, nor do status writes gangsolve makes, node heartbeats, or a
+bound pod starting to run.
 """
 
 from __future__ import annotations
@@ -22,17 +30,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 from anyio.abc import ObjectReceiveStream
 
+from gangsolve import objects
+from gangsolve.errors import InputError
+from gangsolve.gangs import POD_GROUP_LABEL, VOLCANO_ANNOTATION
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
 from gangsolve.snapshot import POD_GROUP_KINDS, Snapshot
+from gangsolve.solver import Node
 
 KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass")
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
+Requests = dict[str, int]
 
 BACKOFF_INITIAL = 1.0  # seconds, as kube-scheduler's podInitialBackoffSeconds
 BACKOFF_MAX = 10.0  # as its podMaxBackoffSeconds
@@ -56,8 +69,23 @@ def _ready(node: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions if isinstance(c, dict))
 
 
+def _node_name(pod: dict | None) -> str | None:
+    return ((pod or {}).get("spec") or {}).get("nodeName") or None
+
+
+def pod_group_of(pod: dict | None) -> ObjectKey | None:
+    """The PodGroup a pod names (scheduler-plugins' label first, then Volcano's annotation), or None."""
+    meta = (pod or {}).get("metadata") or {}
+    name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+    if name:
+        return "scheduling.x-k8s.io", meta.get("namespace", ""), name
+    name = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
+    return ("scheduling.volcano.sh", meta.get("namespace", ""), name) if name else None
+
+
 def fingerprint(kind: str, obj: dict) -> object:
-    """What of an object matters to a scheduling decision; a change elsewhere starts no cycle."""
+    """What of an object matters to a scheduling decision; a change elsewhere starts no cycle. A bound pod's
+    phase does not matter (it holds its capacity until it finishes, and finished pods are never watched)."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if kind == "Pod":
         return (
@@ -67,7 +95,7 @@ def fingerprint(kind: str, obj: dict) -> object:
             meta.get("ownerReferences"),
             meta.get("deletionTimestamp"),
             spec,
-            status.get("phase"),
+            None if spec.get("nodeName") else status.get("phase"),
         )
     if kind == "Node":
         return (
@@ -82,11 +110,36 @@ def fingerprint(kind: str, obj: dict) -> object:
     return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
 
 
+def _scheduler_name(pod: dict) -> str:
+    return str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
+
+
+def _unindex(index: dict[str, set[str]], name: str, key: str) -> None:
+    members = index.get(name)
+    if members is not None:
+        members.discard(key)
+        if not members:
+            del index[name]
+
+
+def _add(into: dict[str, Requests], node: str, requests: Requests, sign: int) -> None:
+    used = into.setdefault(node, {})
+    for r, q in requests.items():
+        left = used.get(r, 0) + sign * q
+        if left:
+            used[r] = left
+        else:
+            used.pop(r, None)
+    if not used:
+        del into[node]
+
+
 @dataclass(frozen=True)
 class Assumption:
     node: str
     uid: str
     gang: str
+    requests: Requests  # what it adds to the node's used capacity until confirmed or dropped
 
 
 @dataclass
@@ -96,16 +149,41 @@ class Backoff:
     until: float  # monotonic
 
 
+@dataclass(frozen=True)
+class View:
+    """One cycle's immutable view of the store."""
+
+    snapshot: Snapshot  # the objects as observed, assumed pods shown bound, unreadable and backing-off ones left out
+    nodes: tuple[Node, ...]  # every readable node, with the capacity pods bound or assumed there hold
+    unreadable: tuple[InputError, ...]  # objects left out because they cannot be read
+    freed: int  # the store's `freed` when the view was taken
+
+
 class ClusterStore:
     def __init__(self, clock=time.monotonic) -> None:
         self._objects: dict[str, dict[ObjectKey, dict]] = {k: {} for k in KINDS}
         self._prints: dict[str, dict[ObjectKey, object]] = {k: {} for k in KINDS}
         self._on_node: dict[str, set[str]] = {}  # node name -> keys of pods observed bound there
+        self._members: dict[ObjectKey, set[str]] = {}  # PodGroup -> keys of the pods naming it
+        self._uids: set[str] = set()  # of the pods observed
+        self._by_scheduler: dict[str, set[str]] = {}  # spec.schedulerName -> pod keys
+        self._by_namespace: dict[str, set[str]] = {}  # namespace -> pod keys
+        self._requests: dict[str, Requests] = {}  # pod key -> the observed object's requests (readable ones)
+        self._bad_pods: dict[str, InputError] = {}  # pod key -> why its requests cannot be read
+        self._nodes: dict[str, Node] = {}  # node name -> converted (readable ones)
+        self._bad_nodes: dict[str, InputError] = {}
+        self._used: dict[str, Requests] = {}  # node name -> requests of the pods bound or assumed there
+        self._views: dict[str, Node] = {}  # node name -> its Node with `used`, rebuilt when dirty
+        self._dirty: set[str] = set()
         self._assumed: dict[str, Assumption] = {}  # pod key -> where the solver placed it
+        self._assumed_on: dict[str, set[str]] = {}  # node name -> keys of pods assumed there
         self._backoff: dict[str, Backoff] = {}  # pod key -> kept out of planning until
         self._clock = clock
         self.generation = 0
+        self.freed = 0
         self._changed = anyio.Event()
+        self.members_seen = 0  # bumps on any change to a pod that names a PodGroup (its status included)
+        self._members_changed = anyio.Event()
 
     # ------------------------------------------------------------------ the watch pump
 
@@ -140,62 +218,145 @@ class ClusterStore:
     def _apply_one(self, kind: str, etype: str, obj: dict) -> bool:
         table, prints = self._objects[kind], self._prints[kind]
         key = object_key(obj)
-        if kind == "Pod":
-            self._index_pod(table.get(key), None if etype == "DELETED" else obj)
+        old = table.get(key)
         if etype == "DELETED":
-            gone = table.pop(key, None)
+            if old is None:
+                return False
+            del table[key]
             prints.pop(key, None)
             if kind == "Pod":
-                self._pod_gone(pod_key(obj))
-            return gone is not None
+                self._pod_changed(pod_key(old), old, None)
+            elif kind == "Node":
+                self._node_changed(key[2], None)
+            return True
         table[key] = obj
+        confirmed = False
         if kind == "Pod":
-            self._observe_pod(obj)
+            confirmed = self._pod_changed(pod_key(obj), old, obj)
         fp = fingerprint(kind, obj)
         if prints.get(key) == fp:
             return False
         prints[key] = fp
-        return True
+        if kind == "Node":
+            self._node_changed(key[2], obj)
+        return not confirmed
 
-    def _index_pod(self, old: dict | None, new: dict | None) -> None:
-        old_node = ((old or {}).get("spec") or {}).get("nodeName")
-        new_node = ((new or {}).get("spec") or {}).get("nodeName")
-        if old_node == new_node:
-            return
-        key = pod_key(old or new or {})
-        if old_node:
-            members = self._on_node.get(old_node, set())
-            members.discard(key)
-            if not members:
-                self._on_node.pop(old_node, None)
-        if new_node:
-            self._on_node.setdefault(new_node, set()).add(key)
+    # ------------------------------------------------------------------ derived state, kept up to date
 
-    def _observe_pod(self, obj: dict) -> None:
-        key = pod_key(obj)
+    def _pod_changed(self, key: str, old: dict | None, new: dict | None) -> bool:
+        """Index, requests, used capacity and assumptions after a pod event; True when the event only confirms
+        the assumption of this pod on the node it was bound to (it changes nothing a cycle would see)."""
+        if old is not None:
+            self._uids.discard(old["metadata"].get("uid", ""))
+            _unindex(self._by_scheduler, _scheduler_name(old), key)
+            _unindex(self._by_namespace, old["metadata"].get("namespace", ""), key)
+        if new is not None:
+            self._uids.add(new["metadata"].get("uid", ""))
+            self._by_scheduler.setdefault(_scheduler_name(new), set()).add(key)
+            self._by_namespace.setdefault(new["metadata"].get("namespace", ""), set()).add(key)
+        old_group, new_group = pod_group_of(old), pod_group_of(new)
+        if old_group != new_group:
+            if old_group:
+                names = self._members.get(old_group, set())
+                names.discard(key)
+                if not names:
+                    self._members.pop(old_group, None)
+            if new_group:
+                self._members.setdefault(new_group, set()).add(key)
+        if old_group or new_group:
+            self.members_seen += 1
+            event, self._members_changed = self._members_changed, anyio.Event()
+            event.set()
+        old_node, new_node = _node_name(old), _node_name(new)
+        if old_node != new_node:
+            if old_node:
+                members = self._on_node.get(old_node, set())
+                members.discard(key)
+                if not members:
+                    self._on_node.pop(old_node, None)
+            if new_node:
+                self._on_node.setdefault(new_node, set()).add(key)
+        old_requests = self._requests.get(key)
+        if new is None:
+            self._requests.pop(key, None)
+            self._bad_pods.pop(key, None)
+            new_requests = None
+        elif new is not old:
+            try:
+                new_requests = objects.pod_requests(new)
+                self._requests[key] = new_requests
+                self._bad_pods.pop(key, None)
+            except InputError as exc:
+                new_requests = None
+                self._requests.pop(key, None)
+                self._bad_pods[key] = exc
+        else:
+            new_requests = old_requests
+        if old_node and old_requests is not None and (old_node, old_requests) != (new_node, new_requests):
+            self._use(old_node, old_requests, -1)
+        if new_node and new_requests is not None and (old_node, old_requests) != (new_node, new_requests):
+            self._use(new_node, new_requests, +1)
+        if new is None:
+            self._drop(key, "pod deleted")
+            self._backoff.pop(key, None)
+            return False
+        return self._observe_pod(key, new, new_requests)
+
+    def _observe_pod(self, key: str, obj: dict, requests: Requests | None) -> bool:
         uid = obj["metadata"].get("uid")
         backoff = self._backoff.get(key)
         if backoff is not None and backoff.uid != uid:
             del self._backoff[key]  # a new pod under the old name starts afresh
         a = self._assumed.get(key)
         if a is None:
-            return
-        node = (obj.get("spec") or {}).get("nodeName")
+            return False
+        node = _node_name(obj)
         if uid != a.uid:
             self._drop(key, "pod replaced")
         elif node:
             if node != a.node:
                 logs.warning("pod bound elsewhere than assumed", pod=key, assumed=a.node, node=node)
-            del self._assumed[key]  # confirmed: the watch shows it bound
+            self._end_assumption(key, freed=node != a.node)  # confirmed: the watch shows it bound
             self._backoff.pop(key, None)
+            return node == a.node
+        elif requests is not None and requests != a.requests:  # still pending, asking for something else
+            self._end_assumption(key, freed=True)
+            self._assume_one(key, a.uid, a.node, a.gang)
+        return False
 
-    def _pod_gone(self, key: str) -> None:
-        self._drop(key, "pod deleted")
-        self._backoff.pop(key, None)
+    def _node_changed(self, name: str, obj: dict | None) -> None:
+        self._nodes.pop(name, None)
+        self._views.pop(name, None)
+        self._bad_nodes.pop(name, None)
+        if obj is not None:
+            try:
+                self._nodes[name] = objects.node(obj)
+            except InputError as exc:
+                self._bad_nodes[name] = exc
+        self._dirty.add(name)
+        self.freed += 1  # a node added, or changed in labels, taints, readiness or size: gangs may fit now
+
+    def _use(self, node: str, requests: Requests, sign: int) -> None:
+        _add(self._used, node, requests, sign)
+        self._dirty.add(node)
+        if sign < 0:
+            self.freed += 1
 
     def _drop(self, key: str, why: str) -> None:
-        if self._assumed.pop(key, None) is not None:
+        if key in self._assumed:
+            self._end_assumption(key, freed=True)
             logs.debug("assumption dropped", pod=key, why=why)
+
+    def _end_assumption(self, key: str, *, freed: bool) -> None:
+        a = self._assumed.pop(key)
+        on = self._assumed_on.get(a.node, set())
+        on.discard(key)
+        if not on:
+            self._assumed_on.pop(a.node, None)
+        _add(self._used, a.node, a.requests, -1)
+        self._dirty.add(a.node)
+        if freed:
+            self.freed += 1
 
     def _bump(self) -> None:
         self.generation += 1
@@ -207,7 +368,16 @@ class ClusterStore:
     def assume(self, gang: str, pods: Iterable[tuple[str, str, str]]) -> None:
         """The solver placed these (pod key, uid, node): they count as bound until confirmed or forgotten."""
         for key, uid, node in pods:
-            self._assumed[key] = Assumption(node, uid, gang)
+            if key in self._assumed:
+                self._end_assumption(key, freed=self._assumed[key].node != node)
+            self._assume_one(key, uid, node, gang)
+
+    def _assume_one(self, key: str, uid: str, node: str, gang: str) -> None:
+        requests = dict(self._requests.get(key) or {})
+        self._assumed[key] = Assumption(node, uid, gang, requests)
+        self._assumed_on.setdefault(node, set()).add(key)
+        _add(self._used, node, requests, +1)
+        self._dirty.add(node)
 
     def forget(self, key: str, uid: str, *, failed: bool) -> None:
         """The binder did not bind this pod: its capacity is free again and its gang is planned anew; after a
@@ -215,7 +385,7 @@ class ClusterStore:
         a = self._assumed.get(key)
         if a is None or a.uid != uid:
             return
-        del self._assumed[key]
+        self._end_assumption(key, freed=True)
         if failed:
             previous = self._backoff.get(key)
             attempts = previous.attempts + 1 if previous is not None and previous.uid == uid else 1
@@ -228,6 +398,18 @@ class ClusterStore:
     async def wait_for_change(self, seen: int) -> None:
         while self.generation == seen:
             await self._changed.wait()
+
+    async def wait_for_members(self, seen: int) -> None:
+        """Until a pod that names a PodGroup changes (`members_seen` moves past `seen`)."""
+        while self.members_seen == seen:
+            await self._members_changed.wait()
+
+    def has_pod_uid(self, uid: str) -> bool:
+        return uid in self._uids
+
+    def pod_group_members(self, key: ObjectKey) -> list[dict]:
+        """The pods that name this PodGroup."""
+        return [p for k in self._members.get(key, ()) if (p := self.pod(k)) is not None]
 
     def next_backoff_expiry(self) -> float:
         """Seconds until the first pod in back-off may be planned again (inf when none is)."""
@@ -247,6 +429,28 @@ class ClusterStore:
     def node(self, name: str) -> dict | None:
         return self._objects["Node"].get(("", "", name))
 
+    def node_view(self, name: str) -> Node | None:
+        """The node as a cycle sees it: converted, with the capacity pods bound or assumed there hold (None when
+        it is gone or cannot be read)."""
+        if name not in self._nodes:
+            self._dirty.discard(name)
+            return None
+        if name in self._dirty or name not in self._views:
+            self._views[name] = replace(self._nodes[name], used=dict(self._used.get(name, {})))
+            self._dirty.discard(name)
+        return self._views[name]
+
+    def node_error(self, name: str) -> InputError | None:
+        """Why a node cannot be read (None when it can, or is gone)."""
+        return self._bad_nodes.get(name)
+
+    def requests(self, key: str) -> Requests | None:
+        """The observed pod's requests (None when it is gone or they cannot be read)."""
+        return self._requests.get(key)
+
+    def assumed_on(self, node: str) -> list[tuple[str, Assumption]]:
+        return [(k, self._assumed[k]) for k in self._assumed_on.get(node, ())]
+
     def pods(self) -> list[dict]:
         """Every pod observed (finished ones are never watched)."""
         return list(self._objects["Pod"].values())
@@ -254,9 +458,6 @@ class ClusterStore:
     def pods_on(self, node: str) -> list[dict]:
         """Pods observed bound to `node` (finished ones are never watched)."""
         return [p for k in self._on_node.get(node, ()) if (p := self.pod(k)) is not None]
-
-    def assumed_on(self, node: str) -> list[tuple[str, Assumption]]:
-        return [(k, a) for k, a in self._assumed.items() if a.node == node]
 
     def is_assumed(self, key: str) -> bool:
         return key in self._assumed
@@ -274,19 +475,38 @@ class ClusterStore:
         return out
 
     def snapshot(self) -> Snapshot:
-        """An immutable view for one cycle: assumed pods appear bound to their node, pods in back-off are
-        left out (their gangs wait for them)."""
+        return self.view().snapshot
+
+    def view(self, scheduler_name: str | None = None) -> View:
+        """An immutable view for one cycle: assumed pods appear bound to their node, pods in back-off are left
+        out (their gangs wait for them), and so are objects that cannot be read (listed in `unreadable`).
+
+        With `scheduler_name`, only the pods a cycle for that scheduler reads: its own, and those of namespaces
+        with a PDB (which may select them). Every other pod counts only through the capacity it holds, which
+        `nodes` carry; a large cluster's tens of thousands of them are not read again each cycle."""
         held = self.backing_off()
-        pods = list(self._objects["Pod"].values())
-        if self._assumed or held:
-            pods = [self._as_assumed(p) for p in pods if pod_key(p) not in held]
-        return Snapshot(
-            nodes=list(self._objects["Node"].values()),
+        bad_pods = {k for k in self._bad_pods if _node_name(self.pod(k))}  # requests matter once bound
+        if scheduler_name is None:
+            pods = list(self._objects["Pod"].values())
+        else:
+            keys = set(self._by_scheduler.get(scheduler_name, ()))
+            for pdb_ns in {k[1] for k in self._objects["PodDisruptionBudget"]}:
+                keys |= self._by_namespace.get(pdb_ns, set())
+            pods = [p for k in sorted(keys) if (p := self.pod(k)) is not None]
+        if self._assumed or held or bad_pods:
+            pods = [self._as_assumed(p) for p in pods if (k := pod_key(p)) not in held and k not in bad_pods]
+        node_objs = self._objects["Node"]
+        unreadable = [self._bad_pods[k] for k in sorted(bad_pods)]
+        unreadable += [self._bad_nodes[n] for n in sorted(self._bad_nodes)]
+        nodes = tuple(v for key in node_objs if (v := self.node_view(key[2])) is not None)
+        snapshot = Snapshot(
+            nodes=[o for key, o in node_objs.items() if key[2] not in self._bad_nodes],
             pods=pods,
             pdbs=list(self._objects["PodDisruptionBudget"].values()),
             pod_groups={k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS},
             priority_classes=self.priority_classes(),
         )
+        return View(snapshot, nodes, tuple(unreadable), self.freed)
 
     def _as_assumed(self, pod: dict) -> dict:
         a = self._assumed.get(pod_key(pod))
