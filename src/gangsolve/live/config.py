@@ -28,7 +28,7 @@ class Config:
     time_limit: float = 2.0  # seconds per solve
     debounce: float = 0.2  # seconds to gather more changes before a cycle
     resync_period: float = 30.0  # a cycle at least this often while gangs wait, changes or not
-    bind_concurrency: int = 16
+    bind_concurrency: int = 64  # Binding calls in flight: each waits on the API server, not on us
     kube_api_qps: float = 50.0  # client-side rate limit on API requests, as kube-scheduler's --kube-api-qps
     kube_api_burst: int = 100
     shutdown_grace: float = 20.0  # SIGTERM: seconds binds in flight get to finish before the process exits

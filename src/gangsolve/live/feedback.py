@@ -34,7 +34,7 @@ from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult
-from gangsolve.live.store import ClusterStore, ObjectKey, pod_key
+from gangsolve.live.store import ClusterStore, pod_key
 from gangsolve.objects import is_pending_for
 
 COMPONENT = "gangsolve"
@@ -143,10 +143,12 @@ class Feedback:
         self.limiter = anyio.CapacityLimiter(concurrency)
         self._condition_written: dict[str, str] = {}  # pod uid -> PodScheduled message written
         self._status_written: dict[str, dict] = {}  # PodGroup uid -> status written
+        self._reasons: dict[str, str] = {}  # the latest cycle's: pod key -> why it waits
 
     async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound]) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._scheduled_events, bound)
+            tg.start_soon(self._follow_pod_groups)
             while True:
                 result = await results.take()
                 try:
@@ -166,6 +168,19 @@ class Feedback:
                         pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {b.pod} to {b.node}"
                     )
 
+    async def _follow_pod_groups(self, interval: float = 1.0) -> None:
+        """PodGroup phases follow their members (bound, then Running) between cycles too: a binding or a pod
+        starting to run starts no cycle. At most once per `interval`."""
+        seen = -1
+        while True:
+            await self.store.wait_for_members(seen)
+            await anyio.sleep(interval)
+            seen = self.store.members_seen
+            try:
+                await self._pod_groups(self._reasons)
+            except _WRITE_ERRORS as exc:
+                logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
+
     def reasons(self, result: CycleResult) -> dict[str, str]:
         """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced."""
         reasons: dict[str, str] = {}
@@ -181,7 +196,7 @@ class Feedback:
         return reasons
 
     async def apply(self, result: CycleResult) -> None:
-        reasons = self.reasons(result)
+        reasons = self._reasons = self.reasons(result)
         self._prune()
         self.metrics.held_objects.labels("feedback").set(self.written())
         async with anyio.create_task_group() as tg:
@@ -191,8 +206,7 @@ class Feedback:
 
     def _prune(self) -> None:
         """Forget what was written about objects that are gone: memory stays flat over a long run."""
-        pods = {_uid(p) for p in self.store.pods()}
-        self._condition_written = {u: m for u, m in self._condition_written.items() if u in pods}
+        self._condition_written = {u: m for u, m in self._condition_written.items() if self.store.has_pod_uid(u)}
         groups = {_uid(pg) for pg in self.store.pod_groups().values()}
         self._status_written = {u: s for u, s in self._status_written.items() if u in groups}
 
@@ -207,8 +221,8 @@ class Feedback:
         groups = result.snapshot.pod_groups
         unreadable = dict(result.skipped)
         for p in result.snapshot.pods:
-            if not is_pending_for(p, self.scheduler_name):
-                continue
+            if (p.get("spec") or {}).get("nodeName") or not is_pending_for(p, self.scheduler_name):
+                continue  # (the cheap test first: most pods of a large cluster are bound)
             meta = p["metadata"]
             ns, key = meta.get("namespace", ""), pod_key(p)
             if f"Pod {key}" in unreadable:
@@ -308,19 +322,8 @@ class Feedback:
     # ------------------------------------------------------------------ PodGroups
 
     async def _pod_groups(self, reasons: dict[str, str]) -> None:
-        members: dict[ObjectKey, list[dict]] = {}
-        for p in self.store.pods():
-            meta = p["metadata"]
-            ns = meta.get("namespace", "")
-            name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
-            if name:
-                members.setdefault(("scheduling.x-k8s.io", ns, name), []).append(p)
-                continue
-            name = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
-            if name:
-                members.setdefault(("scheduling.volcano.sh", ns, name), []).append(p)
         for key, pg in self.store.pod_groups().items():
-            group_pods = members.get(key, [])
+            group_pods = self.store.pod_group_members(key)
             reason = next((reasons[pod_key(p)] for p in group_pods if pod_key(p) in reasons), "")
             status = pod_group_status(pg, group_pods, reason, pg.get("status"))
             uid = _uid(pg)

@@ -1,29 +1,40 @@
 """The solver actor: one cycle at a time.
 
-It waits for a change that matters to scheduling (or the resync period, or a pod's back-off to end), lets
-more changes arrive for `debounce` seconds, takes an immutable snapshot from the store, groups gangs and
-solves in a worker thread, then for every placed gang assumes its pods in the store and sends a `GangPlan` to
-the binder. Each cycle's `CycleResult` goes to feedback's mailbox. It owns nothing but its settings and a
-cycle counter; it stops when cancelled (a cycle cancelled mid-solve has assumed and sent nothing).
+It waits for a change that matters to scheduling (or the resync period, or a pod's back-off to end), takes an
+immutable view from the store and groups gangs in a worker thread. When a gang that changed has all its
+members, it solves at once; while the gangs that changed still miss members, it gathers more changes for at
+most `debounce` seconds. Then it solves, in the worker thread, the gangs that may place differently than last
+time: gangs new or changed since the last cycle, and every gang once capacity may have been freed (a pod or
+an assumption gone, a node changed) or the resync period has passed. A gang that did not fit and has not
+changed since waits for such an event, as kube-scheduler parks an unschedulable pod until a cluster event
+could make it schedulable; its last result is carried into every cycle's report. For every placed gang it
+assumes the pods in the store and sends a `GangPlan` to the binder. Each cycle's `CycleResult` goes to
+feedback's mailbox.
+
+It owns its settings, a cycle counter, the gangs left waiting by the last cycles and a cache of converted pods
+(used only by the one cycle running); it stops when cancelled (a cycle cancelled mid-solve has assumed and sent
+nothing).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
+from gangsolve import objects
 from gangsolve.errors import InputError, describe
 from gangsolve.gangs import build_cluster
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.store import ClusterStore, pod_key
+from gangsolve.live.store import ClusterStore, View, pod_key
 from gangsolve.snapshot import Snapshot
-from gangsolve.solver import Cluster, Gang, Node, Placement, SolveConfig, solve
+from gangsolve.solver import Cluster, Gang, GangResult, Node, Placement, Pod, SolveConfig, solve
 
 
 @dataclass(frozen=True)
@@ -38,10 +49,11 @@ class GangPlan:
 @dataclass(frozen=True)
 class CycleResult:
     snapshot: Snapshot
-    cluster: Cluster
-    placement: Placement
+    cluster: Cluster  # every pending gang: those solved this cycle and those carried over
+    placement: Placement  # this cycle's bindings; a result per gang of `cluster` (carried ones: their last)
     skipped: tuple[tuple[str, str], ...] = ()  # objects left out as unreadable: (`Kind ns/name`, error)
     backing_off: dict[str, float] = field(default_factory=dict)  # pod key -> seconds of back-off left
+    carried: int = 0  # gangs not solved again: nothing changed for them since they last did not fit
 
 
 def without(snapshot: Snapshot, culprit: str) -> Snapshot:
@@ -69,42 +81,130 @@ def _size(snapshot: Snapshot) -> int:
     )
 
 
-def plan(
-    snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float
-) -> tuple[Cluster, Placement, list[InputError]]:
-    """The pure part of a cycle, run in a worker thread. An object the edge cannot read (a PodGroup with
-    `minMember: many`, a pod asking for more cpu than the model can count) is left out of the cycle and
-    returned with its error: one bad object must not stop everyone else."""
+Signature = tuple
+
+
+def _pod_signature(pod: Pod) -> Signature:
+    """Everything of a pending pod that decides where it fits (not its queue position)."""
+    return (
+        pod.name,
+        pod.priority,
+        tuple(sorted(pod.requests.items())),
+        tuple(sorted(pod.node_selector.items())),
+        pod.affinity,
+        pod.tolerations,
+    )
+
+
+class PodConverter:
+    """`objects.pod`, remembered per pod object (objects from the store are never changed in place, so an
+    object seen before converts as before): a cycle converts only the pods that changed since the last one.
+    Used by one cycle at a time, in its worker thread."""
+
+    def __init__(self) -> None:
+        self._memo: dict[str, tuple[dict, Pod, Signature]] = {}
+        self._classes: list[tuple[str, dict]] = []
+        self._seen: set[str] = set()
+
+    def begin(self, classes: Mapping[str, dict]) -> None:
+        if list(classes.items()) != self._classes:  # priorities may differ: convert everything afresh
+            self._memo.clear()
+            self._classes = list(classes.items())
+        self._seen = set()
+
+    def end(self) -> None:
+        """Forget pods this cycle did not see (bound, gone): memory stays what is pending."""
+        self._memo = {k: v for k, v in self._memo.items() if k in self._seen}
+
+    def __call__(self, obj: dict, classes: Mapping[str, dict], order: int) -> Pod:
+        key = pod_key(obj)
+        self._seen.add(key)
+        hit = self._memo.get(key)
+        if hit is None or hit[0] is not obj:
+            pod = objects.pod(obj, classes, order)
+            self._memo[key] = (obj, pod, _pod_signature(pod))
+            return pod
+        pod = hit[1]
+        return pod if pod.order == order else replace(pod, order=order)
+
+    def signature(self, gang: Gang) -> Signature:
+        """Everything of a gang that decides whether and where it fits."""
+        pods = tuple(self._memo[p.name][2] if p.name in self._memo else _pod_signature(p) for p in gang.pods)
+        return (gang.min_member, gang.bound_nodes, gang.colocate, gang.starving, pods)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A cycle's input: the view it was taken from, every gang, and which of them to solve."""
+
+    view: View
+    cluster: Cluster  # every node and every pending gang
+    skipped: tuple[InputError, ...]
+    solve: tuple[Gang, ...]  # the gangs that may place differently than last time
+    signatures: dict[str, Signature]
+
+    @property
+    def ready(self) -> bool:
+        """A gang to solve has all the members it needs: no reason to wait for more changes."""
+        return any(len(g.pods) >= g.need for g in self.solve)
+
+
+def group(
+    snapshot: Snapshot,
+    scheduler_name: str,
+    group_label: str | None,
+    *,
+    nodes: tuple[Node, ...] | None = None,
+    convert_pod=objects.pod,
+) -> tuple[Cluster, list[InputError]]:
+    """The cluster of a snapshot, with every gang. An object the edge cannot read (a PodGroup with
+    `minMember: many`, a pod asking for more cpu than the model can count) is left out and returned with its
+    error: one bad object must not stop everyone else."""
     skipped: list[InputError] = []
     # The live clock marks gangs pending past the starvation age, so big gangs are not passed over.
     now = datetime.now(UTC)
     while True:
         try:
-            cluster = build_cluster(snapshot, scheduler_name, group_label, strict=False, now=now)
-            break
+            cluster = build_cluster(
+                snapshot, scheduler_name, group_label, strict=False, now=now, nodes=nodes, convert_pod=convert_pod
+            )
+            return cluster, skipped
         except InputError as exc:
             smaller = without(snapshot, exc.obj)
             if _size(smaller) == _size(snapshot):
                 raise  # the error names nothing that can be left out: this cycle cannot run
             skipped.append(exc)
             snapshot = smaller
+
+
+def solve_safely(cluster: Cluster, time_limit: float) -> tuple[Cluster, Placement, list[InputError]]:
+    """solve(), except that a gang the solver cannot handle is left out (and returned as skipped), not the
+    cycle."""
     config = SolveConfig(time_limit=time_limit)
     try:
-        placement = solve(cluster, config)
+        return cluster, solve(cluster, config), []
     except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
         solve(Cluster(cluster.nodes, ()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
         culprits = _failing_gangs(cluster.nodes, list(cluster.gangs))
         if not culprits:
             raise
         logs.error("gangs left out: the solver fails on them", gangs=",".join(g.name for g in culprits), exc_info=exc)
-        skipped += [
+        skipped = [
             InputError(f"Pod {p.name}", "", f"its gang cannot be solved: {type(exc).__name__}: {exc}")
             for g in culprits
             for p in g.pods
         ]
         cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
-        placement = solve(cluster, config)
-    return cluster, placement, skipped
+        return cluster, solve(cluster, config), skipped
+
+
+def plan(
+    snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float
+) -> tuple[Cluster, Placement, list[InputError]]:
+    """A whole cycle on a snapshot, every gang solved (the pure part, as `gangsolve solve --now` replays it)."""
+    cluster, skipped = group(snapshot, scheduler_name, group_label)
+    cluster, placement, failed = solve_safely(cluster, time_limit)
+    return cluster, placement, skipped + failed
 
 
 def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
@@ -117,6 +217,14 @@ def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
             return gangs
     half = len(gangs) // 2
     return _failing_gangs(nodes, gangs[:half]) + _failing_gangs(nodes, gangs[half:])
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A gang a cycle left pending: what it looked like then, and the result it got."""
+
+    signature: Signature
+    result: GangResult
 
 
 class SolverActor:
@@ -139,6 +247,10 @@ class SolverActor:
         self.debounce = debounce
         self.resync_period = resync_period
         self.cycles = 0
+        self._converter = PodConverter()
+        self._waiting: dict[str, _Waiting] = {}  # gang name -> how it looked when a cycle left it pending
+        self._freed: int | None = None  # the store's `freed` at the last cycle that solved every gang
+        self._full_at = -float("inf")  # monotonic: when that was
 
     async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
@@ -146,36 +258,103 @@ class SolverActor:
             seen = -1
             while True:
                 if self.store.generation == seen:
-                    with anyio.move_on_after(min(self.resync_period, self.store.next_backoff_expiry())):
+                    resync = max(0.0, self._full_at + self.resync_period - time.monotonic())
+                    with anyio.move_on_after(min(resync, self.store.next_backoff_expiry())):
                         await self.store.wait_for_change(seen)
-                await anyio.sleep(self.debounce)
-                seen = self.store.generation
-                await self.cycle(plans, results)
+                deadline = time.monotonic() + self.debounce
+                while True:
+                    seen = self.store.generation
+                    prepared = await self.prepare()
+                    if prepared is None or not prepared.solve or prepared.ready or time.monotonic() >= deadline:
+                        break
+                    # Only gangs still missing members changed: gather more, for at most the debounce.
+                    with anyio.move_on_after(deadline - time.monotonic()):
+                        await self.store.wait_for_change(seen)
+                if prepared is not None and (prepared.solve or self._full_due()):
+                    await self.cycle(plans, results, prepared)
 
-    async def cycle(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> CycleResult | None:
+    def _full_due(self) -> bool:
+        return self._freed != self.store.freed or time.monotonic() - self._full_at >= self.resync_period
+
+    async def prepare(self) -> Prepared | None:
+        """The view and its gangs (grouped in a worker thread), and which gangs to solve; None if it fails."""
+        view = self.store.view(self.scheduler_name)
+        full = self._full_due()
+        try:
+            return await anyio.to_thread.run_sync(self._prepare, view, full, abandon_on_cancel=True)
+        except Exception as exc:  # a bug must cost one cycle, never the scheduler
+            logs.error("cycle failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+            self.metrics.schedule_attempts.labels("error").inc()
+            return None
+
+    def _prepare(self, view: View, full: bool) -> Prepared:
+        self._converter.begin(view.snapshot.priority_classes)
+        cluster, skipped = group(
+            view.snapshot, self.scheduler_name, self.group_label, nodes=view.nodes, convert_pod=self._converter
+        )
+        self._converter.end()
+        signatures = {g.name: self._converter.signature(g) for g in cluster.gangs}
+        if full:
+            todo = cluster.gangs
+        else:
+            todo = tuple(
+                g
+                for g in cluster.gangs
+                if (w := self._waiting.get(g.name)) is None or w.signature != signatures[g.name]
+            )
+        return Prepared(view, cluster, (*view.unreadable, *skipped), todo, signatures)
+
+    async def cycle(
+        self,
+        plans: MemoryObjectSendStream[GangPlan],
+        results: Latest[CycleResult],
+        prepared: Prepared | None = None,
+    ) -> CycleResult | None:
         started = time.perf_counter()
-        snapshot = self.store.snapshot()
+        if prepared is None:
+            prepared = await self.prepare()
+            if prepared is None:
+                return None
+        full = len(prepared.solve) == len(prepared.cluster.gangs) and self._full_due()
+        view = prepared.view
         backing_off = self.store.backing_off()
         try:
-            cluster, placement, skipped = await anyio.to_thread.run_sync(
-                plan, snapshot, self.scheduler_name, self.group_label, self.time_limit, abandon_on_cancel=True
+            solved, placement, failed = await anyio.to_thread.run_sync(
+                solve_safely,
+                Cluster(prepared.cluster.nodes, prepared.solve),
+                self.time_limit,
+                abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
             logs.error("cycle failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
             self.metrics.schedule_attempts.labels("error").inc()
             return None
+        skipped = [*prepared.skipped, *failed]
         for err in skipped:
             logs.warning("object left out of the cycle", object=err.obj, error=str(err))
             self.metrics.objects_skipped.inc()
         self.cycles += 1
-        self._observe(cluster, placement)
+        if full:
+            self._freed, self._full_at = view.freed, time.monotonic()
+
+        # Gangs not solved this cycle keep waiting with their last result; those solved and left pending join them.
+        attempted = {g.name for g in prepared.solve}
+        carried = [(g, self._waiting[g.name].result) for g in prepared.cluster.gangs if g.name not in attempted]
+        self._waiting = {g.name: self._waiting[g.name] for g, _r in carried} | {
+            g.name: _Waiting(prepared.signatures[g.name], r)
+            for g, r in zip(solved.gangs, placement.gangs, strict=True)
+            if not r.placed
+        }
+        everything = Cluster(solved.nodes, (*solved.gangs, *(g for g, _r in carried)))
+        report = replace(placement, gangs=(*placement.gangs, *(r for _g, r in carried)))
+        self._observe(everything, report)
         for kind, count in self.store.counts().items():
             self.metrics.held_objects.labels(kind).set(count)
 
         # Assume and send with no await in between: a cancelled cycle leaves neither half done.
-        uids = {pod_key(p): p["metadata"].get("uid", "") for p in snapshot.pods}
+        uids = {pod_key(p): p["metadata"].get("uid", "") for p in view.snapshot.pods if not objects.is_bound(p)}
         now = time.monotonic()
-        for gang in cluster.gangs:
+        for gang in solved.gangs:
             placed = [
                 (p.name, uids.get(p.name, ""), placement.bindings[p.name])
                 for p in gang.pods
@@ -185,13 +364,21 @@ class SolverActor:
                 gang_plan = GangPlan(gang.name, tuple(placed), now)
                 self.store.assume(gang.name, gang_plan.pods)
                 plans.send_nowait(gang_plan)
-        result = CycleResult(snapshot, cluster, placement, tuple((e.obj, str(e)) for e in skipped), backing_off)
+        result = CycleResult(
+            view.snapshot,
+            everything,
+            report,
+            tuple((e.obj, str(e)) for e in skipped),
+            backing_off,
+            carried=len(carried),
+        )
         results.put(result)
         self.metrics.cycle_duration.observe(time.perf_counter() - started)
-        (logs.info if cluster.gangs else logs.debug)(
+        (logs.info if solved.gangs else logs.debug)(
             "cycle",
             n=self.cycles,
-            gangs=len(cluster.gangs),
+            gangs=len(solved.gangs),
+            waiting=len(carried),
             placed=placement.objective,
             bound=placement.best_bound,
             pods_placed=len(placement.bindings),
