@@ -78,16 +78,25 @@ def test_capacity_freed_by_a_pod_gone_a_forget_or_a_node_change():
     assert s.node_view("n2").allocatable["cpu"] == 64000
 
 
-def test_a_view_for_one_scheduler_reads_its_pods_and_those_a_pdb_may_select():
+def test_a_view_for_one_scheduler_reads_what_is_pending_and_what_may_share_its_gangs():
     s = store_with_nodes()
-    s.apply(Event(POD, "ADDED", pod("ours", 100)))
+    group = {"scheduling.x-k8s.io/pod-group": "g"}
+    s.apply(Event(POD, "ADDED", pod("waiting", 100, labels=group)))
+    s.apply(Event(POD, "ADDED", pod("member", 100, node="n2", labels=group)))  # bound, of the same PodGroup
+    s.apply(Event(POD, "ADDED", pod("done", 100, node="n2")))  # bound, a gang of its own: not read again
     s.apply(Event(POD, "ADDED", pod("theirs", 700, node="n0", scheduler="default-scheduler")))
+    s.apply(Event(POD, "ADDED", pod("pending-there", 10, ns="team")))
     s.apply(Event(POD, "ADDED", pod("guarded", 50, node="n1", scheduler="default-scheduler", ns="team")))
-    s.apply(Resync(PDB, [k8s_pdb("budget", 1, {}, ns="team")]))
+    s.apply(Resync(PDB, [k8s_pdb("budget", 1, {}, ns="team")]))  # may group any pod of its namespace
     view = s.view("gangsolve")
-    assert sorted(p["metadata"]["name"] for p in view.snapshot.pods) == ["guarded", "ours"]
-    assert {n.name: n.used.get("cpu", 0) for n in view.nodes} == {"n0": 700, "n1": 50, "n2": 0}
-    assert len(s.view().snapshot.pods) == 3  # without a scheduler name: every pod
+    assert sorted(p["metadata"]["name"] for p in view.snapshot.pods) == [
+        "guarded",
+        "member",
+        "pending-there",
+        "waiting",
+    ]
+    assert {n.name: n.used.get("cpu", 0) for n in view.nodes} == {"n0": 700, "n1": 50, "n2": 200}
+    assert len(s.view().snapshot.pods) == 6  # without a scheduler name: every pod
 
 
 def test_a_bound_pod_that_cannot_be_read_is_left_out_and_named():
@@ -173,3 +182,65 @@ def test_used_capacity_and_freed_follow_the_definition(steps):
         decreased = any(after[n] < before[n] for n in NODES)
         assert (s.freed > freed) == decreased, (op, before, after)
         assert {n for n in NODES for _k, _a in s.assumed_on(n)} == set(assumed.values())
+
+
+# ---------------------------------------------------------------------------------------------- narrowed views
+
+# Few values, so that pods of one gang (pending and bound) meet often.
+member_of = st.one_of(
+    st.none(),
+    st.tuples(st.just("podgroup"), st.just("a")),
+    st.tuples(st.just("volcano"), st.just("a")),
+    st.tuples(st.just("owner"), st.just("j1")),
+    st.tuples(st.just("label"), st.just("x")),
+    st.tuples(st.just("pdb"), st.just("web")),
+)
+pods_strategy = st.lists(
+    st.tuples(
+        member_of,
+        st.sampled_from(["default", "default", "team"]),
+        st.sampled_from([None, "n0"]),  # bound to
+        st.sampled_from(["gangsolve", "gangsolve", "default-scheduler"]),
+    ),
+    max_size=16,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pods_strategy)
+def test_a_narrowed_view_groups_every_gang_as_the_whole_cluster_does(specs):
+    """The oracle is the whole snapshot: gangs.build_cluster on every pod must find the same gangs (members,
+    minimum, members already bound) as on the pods the narrowed view reads."""
+    from gangsolve.gangs import build_cluster
+    from tests.builders import k8s_pod_group
+
+    s = ClusterStore(group_label="team-job")
+    s.apply(Resync(NODE, [k8s_node(n) for n in NODES]))
+    groups = [k8s_pod_group(n, 2, ns=ns) for n in ("a", "b") for ns in ("default", "team")]
+    groups += [k8s_pod_group(n, 2, ns=ns, volcano=True) for n in ("a", "b") for ns in ("default", "team")]
+    for g in groups:
+        g["metadata"]["uid"] = f"{g['apiVersion']}/{g['metadata']['namespace']}/{g['metadata']['name']}"
+    s.apply(Resync(next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io")), groups[:4]))
+    s.apply(Resync(next(r for r in RESOURCES if r.api_version.startswith("scheduling.volcano.sh")), groups[4:]))
+    s.apply(Resync(PDB, [k8s_pdb("web", 2, {"app": "web"}, ns="team")]))
+    for i, (membership, ns, node, scheduler) in enumerate(specs):
+        kw: dict = {"labels": {}, "annotations": {}}
+        if membership is not None:
+            rule, value = membership
+            if rule == "podgroup":
+                kw["labels"]["scheduling.x-k8s.io/pod-group"] = value
+            elif rule == "volcano":
+                kw["annotations"]["scheduling.k8s.io/group-name"] = value
+            elif rule == "owner":
+                kw["owner"] = value
+            elif rule == "label":
+                kw["labels"]["team-job"] = value
+            else:
+                kw["labels"]["app"] = value
+        s.apply(Event(POD, "ADDED", pod(f"p{i}", 100, node=node, ns=ns, scheduler=scheduler, **kw)))
+
+    def gangs(snapshot) -> list[tuple]:
+        cluster = build_cluster(snapshot, "gangsolve", "team-job", strict=False)
+        return sorted((g.name, g.min_member, g.bound_nodes, tuple(p.name for p in g.pods)) for g in cluster.gangs)
+
+    assert gangs(s.view("gangsolve").snapshot) == gangs(s.view().snapshot)

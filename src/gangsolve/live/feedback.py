@@ -34,7 +34,7 @@ from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult
-from gangsolve.live.store import ClusterStore, pod_key
+from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key
 from gangsolve.objects import is_pending_for
 
 COMPONENT = "gangsolve"
@@ -143,6 +143,8 @@ class Feedback:
         self.limiter = anyio.CapacityLimiter(concurrency)
         self._condition_written: dict[str, str] = {}  # pod uid -> PodScheduled message written
         self._status_written: dict[str, dict] = {}  # PodGroup uid -> status written
+        self._groups_seen = -1  # the store's members_seen at the last pass over PodGroups
+        self._waiting_groups: set[ObjectKey] = set()  # PodGroups looked at again next pass
         self._reasons: dict[str, str] = {}  # the latest cycle's: pod key -> why it waits
 
     async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound]) -> None:
@@ -322,8 +324,21 @@ class Feedback:
     # ------------------------------------------------------------------ PodGroups
 
     async def _pod_groups(self, reasons: dict[str, str]) -> None:
-        for key, pg in self.store.pod_groups().items():
+        """Write the status of every PodGroup that changed (itself or its members) since the last pass, or whose
+        members wait (or waited) for a reason; not while a cycle's placement of its members is being bound."""
+        waiting = {g for k in reasons if (g := pod_group_of(self.store.pod(k))) is not None}
+        since, self._groups_seen = self._groups_seen, self.store.members_seen
+        changed = set(self.store.pod_groups_changed(since)) | waiting | self._waiting_groups
+        self._waiting_groups = waiting
+        groups = self.store.pod_groups()
+        for key in changed:
+            pg = groups.get(key)
+            if pg is None:
+                continue
             group_pods = self.store.pod_group_members(key)
+            if any(self.store.is_assumed(pod_key(p)) for p in group_pods):
+                self._waiting_groups.add(key)  # placed, being bound: its status once the watch shows that
+                continue
             reason = next((reasons[pod_key(p)] for p in group_pods if pod_key(p) in reasons), "")
             status = pod_group_status(pg, group_pods, reason, pg.get("status"))
             uid = _uid(pg)

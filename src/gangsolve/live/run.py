@@ -42,7 +42,7 @@ class Scheduler:
     def __init__(self, cfg: Config, kube: Kube) -> None:
         self.cfg = cfg
         self.metrics = Metrics()
-        self.store = ClusterStore()
+        self.store = ClusterStore(group_label=cfg.group_label)
         self.watchers = [Watcher(kube, r, on_error=self._watch_error) for r in RESOURCES]
         self.elector: LeaderElector | None = None
         if cfg.leader_elect:

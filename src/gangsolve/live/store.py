@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import anyio
 from anyio.abc import ObjectReceiveStream
@@ -83,6 +84,29 @@ def pod_group_of(pod: dict | None) -> ObjectKey | None:
     return ("scheduling.volcano.sh", meta.get("namespace", ""), name) if name else None
 
 
+Hint = tuple[str, str, str]  # (rule, namespace, value)
+
+
+def gang_hints(pod: dict, group_label: str | None) -> set[Hint]:
+    """What a pod may share with the other members of its gang, by the gang rules (README): its PodGroup
+    (scheduler-plugins' label, Volcano's annotation), its value of the group label, its controlling owner.
+    (Pods a PDB groups share a namespace with it.) Two pods of one gang share at least one hint; pods sharing
+    one need not be of one gang: gangs.build_cluster decides, this only narrows what it reads."""
+    meta = pod.get("metadata") or {}
+    ns, labels, annotations = meta.get("namespace", ""), meta.get("labels") or {}, meta.get("annotations") or {}
+    hints = set()
+    if POD_GROUP_LABEL in labels:
+        hints.add(("podgroup", ns, str(labels[POD_GROUP_LABEL])))
+    if VOLCANO_ANNOTATION in annotations:
+        hints.add(("volcano", ns, str(annotations[VOLCANO_ANNOTATION])))
+    if group_label and group_label in labels:
+        hints.add(("label", ns, str(labels[group_label])))
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            hints.add(("owner", ns, str(ref.get("uid"))))
+    return hints
+
+
 def fingerprint(kind: str, obj: dict) -> object:
     """What of an object matters to a scheduling decision; a change elsewhere starts no cycle. A bound pod's
     phase does not matter (it holds its capacity until it finishes, and finished pods are never watched)."""
@@ -114,10 +138,10 @@ def _scheduler_name(pod: dict) -> str:
     return str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
 
 
-def _unindex(index: dict[str, set[str]], name: str, key: str) -> None:
+def _unindex(index: dict[str, dict[str, dict]], name: str, key: str) -> None:
     members = index.get(name)
     if members is not None:
-        members.discard(key)
+        members.pop(key, None)
         if not members:
             del index[name]
 
@@ -160,14 +184,21 @@ class View:
 
 
 class ClusterStore:
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock=time.monotonic, group_label: str | None = None) -> None:
+        self.group_label = group_label  # the scheduler's --group-label (a gang rule)
         self._objects: dict[str, dict[ObjectKey, dict]] = {k: {} for k in KINDS}
         self._prints: dict[str, dict[ObjectKey, object]] = {k: {} for k in KINDS}
         self._on_node: dict[str, set[str]] = {}  # node name -> keys of pods observed bound there
         self._members: dict[ObjectKey, set[str]] = {}  # PodGroup -> keys of the pods naming it
+        # PodGroup -> members_seen when it or its members last changed, in the order of those changes
+        self._group_marks: dict[ObjectKey, int] = {}
         self._uids: set[str] = set()  # of the pods observed
-        self._by_scheduler: dict[str, set[str]] = {}  # spec.schedulerName -> pod keys
-        self._by_namespace: dict[str, set[str]] = {}  # namespace -> pod keys
+        self._by_scheduler: dict[str, dict[str, dict]] = {}  # spec.schedulerName -> pod key -> pod
+        self._by_namespace: dict[str, dict[str, dict]] = {}  # namespace -> pod key -> pod
+        self._by_hint: dict[Hint, set[str]] = {}  # gang hint -> keys of the pods that have it
+        self._unbound: dict[str, dict[str, dict]] = {}  # spec.schedulerName -> key -> pod not bound (yet)
+        self._versions: dict[str, int] = dict.fromkeys(KINDS, 0)  # bumps on any change to an object of the kind
+        self._cached: dict[str, tuple[int, Any]] = {}  # what views share while nothing of its kind changes
         self._requests: dict[str, Requests] = {}  # pod key -> the observed object's requests (readable ones)
         self._bad_pods: dict[str, InputError] = {}  # pod key -> why its requests cannot be read
         self._nodes: dict[str, Node] = {}  # node name -> converted (readable ones)
@@ -219,6 +250,7 @@ class ClusterStore:
         table, prints = self._objects[kind], self._prints[kind]
         key = object_key(obj)
         old = table.get(key)
+        self._versions[kind] += 1
         if etype == "DELETED":
             if old is None:
                 return False
@@ -226,11 +258,16 @@ class ClusterStore:
             prints.pop(key, None)
             if kind == "Pod":
                 self._pod_changed(pod_key(old), old, None)
+            elif kind == "PodGroup" and key not in self._members:
+                self._group_marks.pop(key, None)
             elif kind == "Node":
                 self._node_changed(key[2], None)
             return True
         table[key] = obj
         confirmed = False
+        if kind == "PodGroup":
+            self.members_seen += 1
+            self._mark_group(key)
         if kind == "Pod":
             confirmed = self._pod_changed(pod_key(obj), old, obj)
         fp = fingerprint(kind, obj)
@@ -250,10 +287,20 @@ class ClusterStore:
             self._uids.discard(old["metadata"].get("uid", ""))
             _unindex(self._by_scheduler, _scheduler_name(old), key)
             _unindex(self._by_namespace, old["metadata"].get("namespace", ""), key)
+            _unindex(self._unbound, _scheduler_name(old), key)
+            for hint in gang_hints(old, self.group_label):
+                members = self._by_hint.get(hint, set())
+                members.discard(key)
+                if not members:
+                    self._by_hint.pop(hint, None)
         if new is not None:
             self._uids.add(new["metadata"].get("uid", ""))
-            self._by_scheduler.setdefault(_scheduler_name(new), set()).add(key)
-            self._by_namespace.setdefault(new["metadata"].get("namespace", ""), set()).add(key)
+            self._by_scheduler.setdefault(_scheduler_name(new), {})[key] = new
+            self._by_namespace.setdefault(new["metadata"].get("namespace", ""), {})[key] = new
+            if not _node_name(new):
+                self._unbound.setdefault(_scheduler_name(new), {})[key] = new
+            for hint in gang_hints(new, self.group_label):
+                self._by_hint.setdefault(hint, set()).add(key)
         old_group, new_group = pod_group_of(old), pod_group_of(new)
         if old_group != new_group:
             if old_group:
@@ -261,10 +308,15 @@ class ClusterStore:
                 names.discard(key)
                 if not names:
                     self._members.pop(old_group, None)
+                    if old_group not in self._objects["PodGroup"]:
+                        self._group_marks.pop(old_group, None)
             if new_group:
                 self._members.setdefault(new_group, set()).add(key)
         if old_group or new_group:
             self.members_seen += 1
+            for changed in (old_group, new_group):
+                if changed is not None and (changed in self._members or changed in self._objects["PodGroup"]):
+                    self._mark_group(changed)
             event, self._members_changed = self._members_changed, anyio.Event()
             event.set()
         old_node, new_node = _node_name(old), _node_name(new)
@@ -411,6 +463,19 @@ class ClusterStore:
         """The pods that name this PodGroup."""
         return [p for k in self._members.get(key, ()) if (p := self.pod(k)) is not None]
 
+    def pod_groups_changed(self, since: int) -> list[ObjectKey]:
+        """PodGroups that changed, or whose members did, after `members_seen` was `since`."""
+        out = []
+        for key, mark in reversed(self._group_marks.items()):
+            if mark <= since:
+                break
+            out.append(key)
+        return out
+
+    def _mark_group(self, key: ObjectKey) -> None:
+        self._group_marks.pop(key, None)  # re-inserted last: the dict stays in the order of the changes
+        self._group_marks[key] = self.members_seen
+
     def next_backoff_expiry(self) -> float:
         """Seconds until the first pod in back-off may be planned again (inf when none is)."""
         now = self._clock()
@@ -481,32 +546,57 @@ class ClusterStore:
         """An immutable view for one cycle: assumed pods appear bound to their node, pods in back-off are left
         out (their gangs wait for them), and so are objects that cannot be read (listed in `unreadable`).
 
-        With `scheduler_name`, only the pods a cycle for that scheduler reads: its own, and those of namespaces
-        with a PDB (which may select them). Every other pod counts only through the capacity it holds, which
-        `nodes` carry; a large cluster's tens of thousands of them are not read again each cycle."""
+        With `scheduler_name`, only the pods a cycle for that scheduler reads: its pending pods, the pods that
+        may share a gang with them (`gang_hints`), and the pods of their namespaces where a PDB may group them.
+        Every other pod counts only through the capacity it holds, which `nodes` carry: a cycle reads what is
+        pending, not the tens of thousands of pods a large cluster runs."""
         held = self.backing_off()
         bad_pods = {k for k in self._bad_pods if _node_name(self.pod(k))}  # requests matter once bound
         if scheduler_name is None:
-            pods = list(self._objects["Pod"].values())
+            by_key = {pod_key(p): p for p in self._objects["Pod"].values()}
         else:
-            keys = set(self._by_scheduler.get(scheduler_name, ()))
-            for pdb_ns in {k[1] for k in self._objects["PodDisruptionBudget"]}:
-                keys |= self._by_namespace.get(pdb_ns, set())
-            pods = [p for k in sorted(keys) if (p := self.pod(k)) is not None]
-        if self._assumed or held or bad_pods:
-            pods = [self._as_assumed(p) for p in pods if (k := pod_key(p)) not in held and k not in bad_pods]
+            pending = {k: p for k, p in self._unbound.get(scheduler_name, {}).items() if k not in self._assumed}
+            by_key = dict(pending)
+            for p in pending.values():
+                for hint in gang_hints(p, self.group_label):
+                    in_namespace = self._by_namespace.get(hint[1], {})
+                    by_key.update((k, in_namespace[k]) for k in self._by_hint.get(hint, ()) if k in in_namespace)
+            guarded = {k[1] for k in self._objects["PodDisruptionBudget"]}
+            for ns in guarded & {p["metadata"].get("namespace", "") for p in pending.values()}:
+                by_key.update(self._by_namespace.get(ns, {}))
+        for key in held.keys() | bad_pods:
+            by_key.pop(key, None)
+        for key in self._assumed.keys() & by_key.keys():
+            by_key[key] = self._as_assumed(by_key[key])
+        pods = list(by_key.values())
         node_objs = self._objects["Node"]
         unreadable = [self._bad_pods[k] for k in sorted(bad_pods)]
         unreadable += [self._bad_nodes[n] for n in sorted(self._bad_nodes)]
-        nodes = tuple(v for key in node_objs if (v := self.node_view(key[2])) is not None)
+        dirty = bool(self._dirty)
+        for name in list(self._dirty):
+            self.node_view(name)
+        if dirty:
+            self._versions["Node"] += 1  # (the views' used capacity)
         snapshot = Snapshot(
-            nodes=[o for key, o in node_objs.items() if key[2] not in self._bad_nodes],
+            nodes=self._shared("Node", lambda: [o for key, o in node_objs.items() if key[2] not in self._bad_nodes]),
             pods=pods,
-            pdbs=list(self._objects["PodDisruptionBudget"].values()),
-            pod_groups={k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS},
-            priority_classes=self.priority_classes(),
+            pdbs=self._shared("PodDisruptionBudget", lambda: list(self._objects["PodDisruptionBudget"].values())),
+            pod_groups=self._shared(
+                "PodGroup", lambda: {k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS}
+            ),
+            priority_classes=self._shared("PriorityClass", self.priority_classes),
         )
+        nodes = self._shared("nodes", lambda: tuple(self._views[k[2]] for k in node_objs if k[2] in self._views))
         return View(snapshot, nodes, tuple(unreadable), self.freed)
+
+    def _shared(self, kind: str, build: Callable[[], Any]) -> Any:
+        """What `build` makes of the objects of `kind`, made again only when one of them changed: views share
+        it, and nobody changes what a view holds."""
+        version = self._versions["Node" if kind == "nodes" else kind]
+        cached = self._cached.get(kind)
+        if cached is None or cached[0] != version:
+            cached = self._cached[kind] = (version, build())
+        return cached[1]
 
     def _as_assumed(self, pod: dict) -> dict:
         a = self._assumed.get(pod_key(pod))
