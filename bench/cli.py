@@ -92,23 +92,23 @@ def run_timelines(
     return results
 
 
-def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console) -> list[dict]:
-    from gangsolve.bench.live import LIVE_SCHEDULERS, run_scenarios
+def run_live(
+    names: list[str], schedulers: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
+) -> list[dict]:
+    from gangsolve.bench.live import run_scenarios
 
     if not names:
         return []
     with _progress(console) as progress:
-        task = progress.add_task("live", total=len(names) * len(LIVE_SCHEDULERS))
+        task = progress.add_task("live", total=len(names) * len(schedulers))
 
         def started(name: str, scheduler: str) -> None:
             if progress.tasks[0].description != "live":
                 progress.advance(task)
             progress.update(task, description=f"{name}: {scheduler} (live)")
 
-        results = run_scenarios(
-            names, list(LIVE_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet, on_run=started
-        )
-        progress.update(task, completed=len(names) * len(LIVE_SCHEDULERS))
+        results = run_scenarios(names, schedulers, log_dir, time_limit=time_limit, quiet=quiet, on_run=started)
+        progress.update(task, completed=len(names) * len(schedulers))
     return results
 
 
@@ -161,6 +161,20 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
     "`make binaries`; minutes). Alone, it runs only the live scenarios.",
 )
 @click.option(
+    "--live-grid",
+    type=click.Choice(["small", "scale-1000", "scale-5000"]),
+    default="small",
+    show_default=True,
+    help="Live scenarios --live runs: the small ones, or the scale ones at 1,000 or 5,000 nodes (see --list).",
+)
+@click.option(
+    "--live-scheduler",
+    "live_schedulers",
+    multiple=True,
+    type=click.Choice(["kube-scheduler", "kube-scheduler-gang", "gangsolve"]),
+    help="Live mode: only these schedulers (repeatable) [default: all three].",
+)
+@click.option(
     "--live-quiet",
     type=click.FloatRange(min=1),
     default=10.0,
@@ -169,11 +183,23 @@ def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: 
 )
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
 def bench_command(
-    names, grid, schedulers, time_limit, repeat, out, write_snapshots, timeline, live, live_quiet, list_only
+    names,
+    grid,
+    schedulers,
+    time_limit,
+    repeat,
+    out,
+    write_snapshots,
+    timeline,
+    live,
+    live_grid,
+    live_schedulers,
+    live_quiet,
+    list_only,
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
-    from gangsolve.bench.live import LIVE_GRID, LIVE_SCENARIOS
+    from gangsolve.bench.live import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS
     from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
 
     console = Console()
@@ -187,11 +213,13 @@ def bench_command(
             console.print(f"[bold]{name}[/]  {description}")
         for g, members in GRIDS.items():
             console.print(f"grid [bold]{g}[/]: {', '.join(members + (TIMELINE_GRIDS[g] if timeline else []))}")
+        for g, members in LIVE_GRIDS.items():
+            console.print(f"live grid [bold]{g}[/]: {', '.join(members)}")
         return
     unknown = [n for n in names if n not in SCENARIOS and n not in TIMELINES and n not in LIVE_SCENARIOS]
     if unknown:
         raise click.BadParameter(f"unknown scenario {', '.join(unknown)} (see --list)", param_hint="--scenario")
-    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRID if live else [])
+    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRIDS[live_grid] if live else [])
     if (names or live) and grid is None:
         static, timed = [n for n in names if n in SCENARIOS], [n for n in names if n in TIMELINES]
     else:
@@ -215,7 +243,14 @@ def bench_command(
             },
             "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console),
             "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
-            "live": run_live(live_names, time_limit, live_quiet, out / "live-logs", console),
+            "live": run_live(
+                live_names,
+                list(live_schedulers) or list(LIVE_SCHEDULERS),
+                time_limit,
+                live_quiet,
+                out / "live-logs",
+                console,
+            ),
         }
     results["targets"] = report.check_targets(results)
     report.print_table(results, console)
