@@ -83,3 +83,83 @@ def per_pod(cluster: Cluster, strategy: str = LEAST_ALLOCATED, seed: int = 0) ->
         if colocate and g not in rack:
             rack[g] = int(problem.domains(colocate)[n])
     return bindings
+
+
+def tas_best_fit(cluster: Cluster, levels: tuple[str, ...] = ()) -> dict[str, str]:
+    """Kueue's topology-aware scheduling with its default BestFit algorithm, one gang at a time in queue order
+    (priority, then creation), each admitted whole or not at all, as Kueue admits a workload.
+
+    A gang's levels are its required level (gangsolve's `colocate`; Kueue's podset-required-topology), its
+    preferred levels (podset-preferred-topology; Kueue prefers one, the rest come from `levels`, widest first),
+    then the node. Capacity is counted in the gang's pods per domain. At the required level, the domain with
+    the least room that still holds the whole gang; no such domain and the gang waits. At each level below,
+    within the domains chosen so far, the roomiest domains until they hold it, the last of them swapped for
+    the tightest domain that holds what is left (BestFit); a single domain that holds it all is taken first.
+    At the node level, each chosen node gets as many pods as it holds, the last one the rest."""
+    problem = Problem(cluster)
+    free = problem.free.copy()
+    bindings: dict[str, str] = {}
+    order = sorted(range(len(problem.gangs)), key=lambda g: (-problem.gangs[g].priority, problem.gangs[g].order))
+    for g in order:
+        gang = problem.gangs[g]
+        if not gang.pods:
+            continue
+        keys = [gang.colocate] if gang.colocate else []
+        keys += [k for k in (*gang.preferred, *levels) if k not in keys]
+        trial = free.copy()
+        placed: list[tuple[str, int]] = []
+        for part in problem.parts[g]:
+            want = len(part.pods)
+            room = problem.fits(part.cls, trial)
+            nodes = _descend(problem, [*keys, None], room, want, required=bool(gang.colocate))
+            if nodes is None:
+                break
+            left = want
+            for n in sorted(np.flatnonzero(nodes), key=lambda n: (-room[n], n)):
+                k = int(min(left, room[n]))
+                trial[n] -= k * problem.demand[part.cls]
+                placed += [(pod.name, int(n)) for pod in part.pods[want - left : want - left + k]]
+                left -= k
+        if len(placed) >= max(gang.need, 1):
+            free = trial
+            bindings.update({name: problem.nodes[n].name for name, n in placed})
+    return bindings
+
+
+def _descend(
+    problem: Problem, keys: list[str | None], room: np.ndarray, want: int, required: bool
+) -> np.ndarray | None:
+    """The nodes BestFit picks for `want` pods, level by level (`None`: the node level), or None."""
+    chosen = np.ones(len(problem.nodes), dtype=bool)
+    for depth, key in enumerate(keys):
+        ids = np.arange(len(problem.nodes)) if key is None else _domain_ids(problem, key)
+        narrowed = _best_fit(ids, room, chosen, want, required=required and depth == 0)
+        if narrowed is None:
+            return None
+        chosen = narrowed
+    return chosen
+
+
+def _domain_ids(problem: Problem, key: str) -> np.ndarray:
+    """Per node, its domain of label `key`; a node without the label is a domain of its own."""
+    domain = problem.domains(key)
+    return np.where(domain >= 0, domain, int(domain.max(initial=-1)) + 1 + np.arange(len(domain)))
+
+
+def _best_fit(ids: np.ndarray, room: np.ndarray, within: np.ndarray, want: int, required: bool) -> np.ndarray | None:
+    """The nodes of the domains BestFit picks among `within` for `want` pods (see tas_best_fit)."""
+    per_domain = np.bincount(ids, weights=np.where(within, room, 0))
+    whole = np.flatnonzero(per_domain >= want)
+    if len(whole):
+        return (ids == whole[np.argmin(per_domain[whole])]) & within
+    if required or per_domain.sum() < want:
+        return None
+    chosen: list[int] = []
+    for d in np.argsort(-per_domain, kind="stable").tolist():
+        chosen.append(d)
+        if per_domain[chosen].sum() >= want:
+            break
+    rest = want - per_domain[chosen[:-1]].sum()
+    spare = [d for d in np.flatnonzero(per_domain >= rest).tolist() if d not in chosen[:-1]]
+    chosen[-1] = min(spare, key=lambda d: (per_domain[d], d))
+    return np.isin(ids, chosen) & within

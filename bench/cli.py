@@ -15,8 +15,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gangsolve.bench import metrics
 from gangsolve.bench import objects as k8s
-from gangsolve.bench.runner import SCHEDULERS, Runner, add_gaps
+from gangsolve.bench.runner import PEERS_ONLY, SCHEDULERS, Runner, add_gaps
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 
 TIMELINE_TIME_LIMIT = 0.5  # per cycle: the time-based mode runs hundreds of cycles
@@ -26,6 +27,16 @@ def _file_name(name: str) -> str:
     return name.replace("/", "__") + ".json"
 
 
+def _times(text: str) -> tuple[float, ...]:
+    try:
+        times = tuple(sorted({float(t) for t in text.split(",") if t.strip()}))
+    except ValueError:
+        times = ()
+    if not times or min(times) < 0.05:
+        raise click.BadParameter(f"{text!r}: seconds >= 0.05, comma-separated", param_hint="--quality-times")
+    return times
+
+
 def _progress(console: Console) -> Progress:
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -33,13 +44,22 @@ def _progress(console: Console) -> Progress:
 
 
 def run_static(
-    names: list[str], schedulers: list[str], time_limit: float | None, repeat: int, snapshots: Path, console: Console
+    names: list[str],
+    schedulers: list[str],
+    time_limit: float | None,
+    repeat: int,
+    snapshots: Path,
+    console: Console,
+    quality_times: tuple[float, ...] = (),
+    quality_repeat: int = 1,
 ) -> list[dict]:
     results: list[dict] = []
     if not names:
         return results
     with _progress(console) as progress, Runner() as runner:
-        task = progress.add_task("scenarios", total=len(names) * len(schedulers))
+        per_scenario = len(schedulers) + len(quality_times) * quality_repeat
+        peers = sum(len(SCENARIOS[name].peers) for name in names)
+        task = progress.add_task("scenarios", total=len(names) * per_scenario + peers)
         for name in names:
             scenario = SCENARIOS[name]
             progress.update(task, description=f"{name}: generating")
@@ -48,11 +68,20 @@ def run_static(
             path.write_bytes(k8s.dumps(objs))
             limit = time_limit or scenario.time_limit
             runs = []
-            for scheduler in schedulers:
+            for scheduler in dict.fromkeys([*schedulers, *scenario.peers]):
                 progress.update(task, description=f"{name}: {scheduler}")
                 runs.append(runner.run(path, scheduler, limit, repeat))
                 progress.advance(task)
             add_gaps(runs)
+            quality = []
+            for t in quality_times:  # gangsolve alone at each time limit: quality against time
+                for _ in range(quality_repeat):
+                    progress.update(task, description=f"{name}: gangsolve at {t:g} s")
+                    run = runner.run(path, "gangsolve", t, 1)
+                    if "error" not in run:
+                        run["gap"] = metrics.gap(run["gangs_placed"], run["best_bound"])
+                    quality.append(run)
+                    progress.advance(task)
             kinds = [o["kind"] for o in objs]
             results.append(
                 {
@@ -68,6 +97,7 @@ def run_static(
                         "podgroups": kinds.count("PodGroup"),
                     },
                     "runs": runs,
+                    "quality": quality,
                 }
             )
     return results
@@ -153,6 +183,21 @@ def run_live(
     default=None,
     help="Also keep every scenario's snapshot here (JSON that `gangsolve solve` reads).",
 )
+@click.option(
+    "--quality-times",
+    type=str,
+    default=None,
+    metavar="SECONDS,...",
+    help="Also run gangsolve alone at each of these time limits (e.g. 1,5,60): gangs placed, bound and gap "
+    "against time, and whether more time ever gave a worse answer.",
+)
+@click.option(
+    "--quality-repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs per time limit in the quality-against-time table (medians are shown).",
+)
 @click.option("--timeline", is_flag=True, help="Also run the time-based mode (jobs arrive, run and leave).")
 @click.option(
     "--live",
@@ -190,6 +235,8 @@ def bench_command(
     repeat,
     out,
     write_snapshots,
+    quality_times,
+    quality_repeat,
     timeline,
     live,
     live_grid,
@@ -226,7 +273,8 @@ def bench_command(
         grid = grid or "quick"
         static = list(dict.fromkeys([*GRIDS[grid], *(n for n in names if n in SCENARIOS)]))
         timed = TIMELINE_GRIDS[grid] if timeline else []
-    schedulers = list(schedulers) or list(SCHEDULERS)
+    schedulers = list(schedulers) or [s for s in SCHEDULERS if s not in PEERS_ONLY]
+    times = _times(quality_times) if quality_times else ()
 
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -241,7 +289,7 @@ def bench_command(
                 "ortools": version("ortools"),
                 "platform": platform.platform(),
             },
-            "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console),
+            "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console, times, quality_repeat),
             "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
             "live": run_live(
                 live_names,

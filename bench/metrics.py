@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from gangsolve.bench.objects import BLOCK_LABEL, RACK_LABEL
 from gangsolve.solver.model import GPU, Cluster
 from gangsolve.solver.validate import validate
 
@@ -58,6 +59,7 @@ def quality(cluster: Cluster, bindings: dict[str, str]) -> dict:
         "gpus_running": running_gpus,
         "gpus_placed": placed_gpus,
         "gpus_demanded": sum(p.requests.get(GPU, 0) for g in cluster.gangs for p in g.pods),
+        "cpu_placed": sum(pods[name][1].requests.get("cpu", 0) for name in bindings),  # millicores
         "gpu_allocation": (running_gpus + placed_gpus) / total_gpus if total_gpus else None,
         # Allocated to pods that can run: without the GPUs partial gangs strand.
         "gpu_useful": (running_gpus + placed_gpus - stranded) / total_gpus if total_gpus else None,
@@ -65,7 +67,46 @@ def quality(cluster: Cluster, bindings: dict[str, str]) -> dict:
         "stranded_gpus": stranded,
         "nodes_per_gang": float(np.mean(spans)) if spans else None,  # multi-pod gangs placed this cycle
         "violations": hard,  # capacity, taints, selectors, co-location: must stay empty for every scheduler
+        **topology(cluster, bindings),
     }
+
+
+def topology(cluster: Cluster, bindings: dict[str, str]) -> dict:
+    """Where the clusters have racks and blocks: how many of each a placed gang of more than one pod spans
+    (mean, p95; bound members count), and the racks left partly used: some of their GPUs held, some free
+    (fragmentation: a whole-rack gang can no longer go there)."""
+    nodes = {n.name: n for n in cluster.nodes}
+    if not any(RACK_LABEL in n.labels for n in cluster.nodes):
+        return {}
+    out: dict = {}
+    placed: dict[str, list[str]] = defaultdict(list)
+    gang_of = {pod.name: gang for gang in cluster.gangs for pod in gang.pods}
+    for pod, node in bindings.items():
+        placed[gang_of[pod].name].append(node)
+    gangs = {g.name: g for g in cluster.gangs}
+    for name, key in (("racks", RACK_LABEL), ("blocks", BLOCK_LABEL)):
+        spans: list[float] = [
+            len({nodes[n].labels.get(key, n) for n in [*got, *gangs[g].bound_nodes] if n in nodes})
+            for g, got in placed.items()
+            if len(got) >= gangs[g].need and len(got) + len(gangs[g].bound_nodes) > 1
+        ]
+        out[f"{name}_per_gang"] = float(np.mean(spans)) if spans else None
+        out[f"{name}_per_gang_p95"] = percentile(spans, 95)
+    held: dict[str, int] = defaultdict(int)
+    total: dict[str, int] = defaultdict(int)
+    for n in cluster.nodes:
+        rack = n.labels.get(RACK_LABEL)
+        if rack is not None:
+            total[rack] += n.allocatable.get(GPU, 0)
+            held[rack] += n.used.get(GPU, 0)
+    pods = {pod.name: pod for gang in cluster.gangs for pod in gang.pods}
+    for pod, node in bindings.items():
+        rack = nodes[node].labels.get(RACK_LABEL)
+        if rack is not None:
+            held[rack] += pods[pod].requests.get(GPU, 0)
+    out["racks_partly_used"] = sum(1 for r, t in total.items() if 0 < held[r] < t)
+    out["racks"] = len(total)
+    return out
 
 
 def priority_key(result: dict) -> tuple[int, ...]:
@@ -73,9 +114,15 @@ def priority_key(result: dict) -> tuple[int, ...]:
     return tuple(v for _level, v in sorted(result["placed_by_priority"].items(), key=lambda kv: -int(kv[0])))
 
 
+def worth(result: dict) -> tuple[int, ...]:
+    """The solver's objective in order: gangs placed per priority level, then resources placed (GPUs, then
+    cpu). A longer time limit must never give less."""
+    return (*priority_key(result), result["gpus_placed"], result["cpu_placed"])
+
+
 def gap(placed: int, bound: int | None) -> float | None:
-    """Share of the CP-SAT bound on gangs placed that a placement misses (negative: beats the bound, which only
-    a scheduler ignoring priority order can, as the bound holds the higher levels at their optimum)."""
+    """Share of gangsolve's bound on gangs placed that a placement misses (negative: beats the bound, which only
+    a scheduler ignoring priority order can: the bound is on placements at least as good in priority order)."""
     if bound is None or bound == 0:
         return None
     return (bound - placed) / bound

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from gangsolve.gangs import COLOCATE_ANNOTATION, POD_GROUP_LABEL, build_cluster
+from gangsolve.gangs import COLOCATE_ANNOTATION, POD_GROUP_LABEL, PREFERRED_ANNOTATION, build_cluster
 from gangsolve.snapshot import Snapshot, parse
 from gangsolve.solver.model import GPU, Cluster
 
@@ -20,6 +20,7 @@ NAMESPACE = "bench"
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 GPU_MODEL_LABEL = "nvidia.com/gpu.product"
 RACK_LABEL = "topology.gangsolve.io/rack"
+BLOCK_LABEL = "topology.gangsolve.io/block"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 # Read by the time-based mode only: when a job arrives and how long it runs once started.
 ARRIVAL_ANNOTATION = "bench.gangsolve.io/arrival-seconds"
@@ -124,6 +125,33 @@ def pod_group(
         "metadata": meta,
         "spec": {"minMember": min_member},
     }
+
+
+def upstream_gang(
+    name: str,
+    created: float,
+    size: int,
+    cpu_milli: int,
+    memory_mib: int,
+    gpus: int,
+    priority_class: str,
+    required: str | None = None,
+    preferred: tuple[str, ...] = (),
+) -> list[dict]:
+    """A scheduling.k8s.io/v1beta1 PodGroup (a gang of `size`, its priority class, `required` as its topology
+    constraint, `preferred` levels as gangsolve's annotation) and its pods, which name it in schedulingGroup."""
+    spec: dict = {"schedulingPolicy": {"gang": {"minCount": size}}, "priorityClassName": priority_class}
+    if required:
+        spec["schedulingConstraints"] = {"topology": [{"key": required}]}
+    meta: dict = {"name": name, "namespace": NAMESPACE}
+    if preferred:
+        meta["annotations"] = {PREFERRED_ANNOTATION: ",".join(preferred)}
+    out = [{"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": meta, "spec": spec}]
+    for i in range(size):
+        member = pod(f"{name}-{i}", cpu_milli, memory_mib, gpus, created=created, priority_class=priority_class)
+        member["spec"]["schedulingGroup"] = {"podGroupName": name}
+        out.append(member)
+    return out
 
 
 def priority_class(name: str, value: int) -> dict:

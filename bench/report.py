@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from statistics import median
 
 import matplotlib
 
@@ -13,9 +14,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from gangsolve.bench.metrics import priority_key
+from gangsolve.bench.metrics import priority_key, worth
 
-BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang")
+BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
 COLORS = {
     "kube-scheduler": "tab:gray",
     "kube-scheduler-gang": "tab:green",
@@ -99,10 +100,102 @@ def _by_scenario(title: str, columns: tuple[str, ...], body: list[tuple[str, ...
     return table
 
 
+TOPOLOGY_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "gangs placed",
+    "racks/gang",
+    "p95",
+    "blocks/gang",
+    "p95",
+    "racks partly used",
+    "required-level violations",
+)
+
+
+def topology_rows(results: dict) -> list[tuple[str, ...]]:
+    """Scenarios with racks and blocks: how far each scheduler spreads gangs, and the racks it leaves broken."""
+    out: list[tuple[str, ...]] = []
+    for sc in results["scenarios"]:
+        for r in sc["runs"]:
+            if "error" in r or r.get("racks_per_gang") is None or sc["name"].split("/")[0] != "topology":
+                continue
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{r['gangs_placed']}/{r['gangs']}",
+                    _num(r["racks_per_gang"], "{:.2f}"),
+                    _num(r["racks_per_gang_p95"]),
+                    _num(r["blocks_per_gang"], "{:.2f}"),
+                    _num(r["blocks_per_gang_p95"]),
+                    f"{r['racks_partly_used']}/{r['racks']}",
+                    str(sum(1 for v in r["violations"] if ": spans " in v)),
+                )
+            )
+    return out
+
+
+QUALITY_COLUMNS = (
+    "scenario",
+    "time limit",
+    "gangs placed",
+    "by priority",
+    "bound",
+    "gap",
+    "GPUs placed",
+    "cycle",
+    "status",
+)
+
+
+def by_time(sc: dict) -> dict[float, list[dict]]:
+    """The scenario's quality runs (gangsolve alone) per time limit, errors left out."""
+    out: dict[float, list[dict]] = {}
+    for r in sc.get("quality") or []:
+        if "error" not in r:
+            out.setdefault(r["time_limit"], []).append(r)
+    return dict(sorted(out.items()))
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return median(r[key] for r in runs)
+
+
+def quality_rows(results: dict) -> list[tuple[str, ...]]:
+    """Quality against time: per scenario and time limit, the median over runs (the range when they differ)."""
+    out: list[tuple[str, ...]] = []
+    for sc in results["scenarios"]:
+        for t, runs in by_time(sc).items():
+            gangs = sorted(r["gangs_placed"] for r in runs)
+            spread = f" ({gangs[0]}-{gangs[-1]})" if gangs[0] != gangs[-1] else ""
+            gap = median(r["gap"] for r in runs) if all(r.get("gap") is not None for r in runs) else None
+            out.append(
+                (
+                    sc["name"],
+                    f"{t:g} s",
+                    f"{_median(runs, 'gangs_placed'):g}/{runs[0]['gangs']}{spread}",
+                    "/".join(str(v) for v in priority_key(runs[len(runs) // 2])),
+                    f"{_median(runs, 'best_bound'):g}",
+                    _pct(gap),
+                    f"{_median(runs, 'gpus_placed'):g}",
+                    _secs(_median(runs, "cycle_p50")),
+                    "/".join(sorted({r["status"] for r in runs})),
+                )
+            )
+    return out
+
+
 def print_table(results: dict, console: Console) -> None:
     table = _by_scenario("gangsolve bench: one scheduling cycle per scenario", COLUMNS, rows(results))
     if results["scenarios"]:
         console.print(table)
+    if topology_rows(results):
+        title = "Topology: racks and blocks per placed gang, racks left partly used"
+        console.print(_by_scenario(title, TOPOLOGY_COLUMNS, topology_rows(results)))
+    if any(sc.get("quality") for sc in results["scenarios"]):
+        title = "gangsolve's quality against its time limit (gangsolve alone; medians over runs)"
+        console.print(_by_scenario(title, QUALITY_COLUMNS, quality_rows(results)))
     if results.get("timeline"):
         print_timeline(results["timeline"], console)
     if results.get("live"):
@@ -257,6 +350,10 @@ def markdown(results: dict) -> str:
         return lines + ["| " + " | ".join(r) + " |" for r in body]
 
     lines = md(COLUMNS, rows(results)) if results["scenarios"] else []
+    if topology_rows(results):
+        lines += ["", *md(TOPOLOGY_COLUMNS, topology_rows(results))]
+    if any(sc.get("quality") for sc in results["scenarios"]):
+        lines += ["", *md(QUALITY_COLUMNS, quality_rows(results))]
     if results.get("timeline"):
         lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
     for mode, columns in LIVE_COLUMNS.items():
@@ -345,6 +442,7 @@ def check_targets(results: dict) -> list[dict]:
     for sc in results.get("live") or []:
         live_targets(sc, add)
     for sc in results["scenarios"]:
+        quality_targets(sc, add)
         gs = _run(sc, "gangsolve")
         if gs is None:
             continue
@@ -358,6 +456,17 @@ def check_targets(results: dict) -> list[dict]:
                     f"{'/'.join(map(str, mine))} vs {'/'.join(map(str, theirs))}",
                     mine >= theirs,
                 )
+        tas = _run(sc, "tas-bestfit")
+        if tas is not None and gs.get("racks_per_gang") is not None:
+            spans = sum(1 for v in gs["violations"] if ": spans " in v)
+            add("0 required-level violations", sc["name"], f"{spans} gangs span more than one domain", spans == 0)
+            add(
+                "at least tas-bestfit's gangs placed, fewer racks per gang",
+                sc["name"],
+                f"{gs['gangs_placed']} vs {tas['gangs_placed']} gangs; "
+                f"{gs['racks_per_gang']:.2f} vs {tas['racks_per_gang']:.2f} racks per gang",
+                gs["gangs_placed"] >= tas["gangs_placed"] and gs["racks_per_gang"] < tas["racks_per_gang"],
+            )
         greedy = _run(sc, "greedy-gang")
         if sc["contended"] and greedy is not None and gs["gpus_total"]:
             more = (gs["gpus_placed"] - greedy["gpus_placed"]) / max(greedy["gpus_placed"], 1)
@@ -390,6 +499,53 @@ def check_targets(results: dict) -> list[dict]:
                 gs["peak_rss_mib"] <= 1024,
             )
     return out
+
+
+def quality_targets(sc: dict, add) -> None:
+    """The quality-against-time targets: more time never worse; the gap at 1,000 and 5,000 nodes; the live
+    limit's answer against a minute's."""
+    times = by_time(sc)
+    if len(times) >= 2:
+        limits = list(times)
+        # Every run at a longer limit against every run at a shorter one.
+        worse = [
+            (short, longer)
+            for i, short in enumerate(limits)
+            for longer in limits[i + 1 :]
+            if min(worth(r) for r in times[longer]) < max(worth(r) for r in times[short])
+        ]
+        add(
+            "more time never gives a worse answer (gangs per priority, then GPUs and cpu placed)",
+            sc["name"],
+            ", ".join(f"worse at {b:g} s than at {a:g} s" for a, b in worse)
+            or f"non-decreasing over {', '.join(f'{t:g} s' for t in limits)}",
+            not worse,
+        )
+
+    def gap_target(limit: float, most: float) -> None:
+        runs = times.get(limit)
+        if runs and all(r.get("gap") is not None for r in runs):
+            gap = median(r["gap"] for r in runs)
+            add(
+                f"gap <= {most:.0%} with {limit:g} s ({sc['nodes']:,} nodes)",
+                sc["name"],
+                f"{_median(runs, 'gangs_placed'):g} gangs, bound {_median(runs, 'best_bound'):g} ({gap:.1%})",
+                gap <= most,
+            )
+
+    if sc["name"] == "synthetic/1000nodes":
+        gap_target(60, 0.05)
+        gap_target(1, 0.10)
+        if 1 in times and 60 in times:
+            live, minute = _median(times[1], "gangs_placed"), _median(times[60], "gangs_placed")
+            add(
+                "1 s answer >= 98% of the 60 s answer's gangs (1,000 nodes)",
+                sc["name"],
+                f"{live:g} vs {minute:g} gangs ({live / minute:.1%})",
+                live >= 0.98 * minute,
+            )
+    if sc["name"] == "synthetic/5000nodes":
+        gap_target(60, 0.10)
 
 
 # --- plots ----------------------------------------------------------------------------------------------------

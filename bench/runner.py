@@ -16,10 +16,11 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from gangsolve.bench import metrics
-from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
+from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, tas_best_fit
 from gangsolve.bench.objects import SCHEDULER
 from gangsolve.solver.model import Cluster, SolveConfig
 
@@ -34,6 +35,9 @@ def _per_pod(strategy: str) -> Scheduler:
 def _solve(use_cpsat: bool) -> Scheduler:
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
         from gangsolve.solver import solve
+
+        if not use_cpsat:  # greedy gang allocation as Volcano does it: a required level, no preferred ones
+            cluster = Cluster(cluster.nodes, tuple(replace(g, preferred=()) for g in cluster.gangs))
 
         placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
         return dict(placement.bindings), {
@@ -51,7 +55,10 @@ SCHEDULERS: dict[str, Scheduler] = {
     "per-pod-most": _per_pod(MOST_ALLOCATED),  # kube-scheduler configured to bin-pack
     "greedy-gang": _solve(use_cpsat=False),  # kube-batch / Volcano allocate
     "gangsolve": _solve(use_cpsat=True),
+    # Kueue's topology-aware scheduling (BestFit), with the node level last: run on topology scenarios only.
+    "tas-bestfit": lambda cluster, _snapshot, _limit: (tas_best_fit(cluster), {}),
 }
+PEERS_ONLY = ("tas-bestfit",)  # run where a scenario names them (Scenario.peers), not by default
 
 
 def _rss_mib() -> float:
@@ -120,7 +127,7 @@ class Runner:
 
 
 def add_gaps(runs: list[dict]) -> None:
-    """Optimality gap of every scheduler's gangs placed against gangsolve's CP-SAT bound on the same snapshot."""
+    """Optimality gap of every scheduler's gangs placed against gangsolve's bound on the same snapshot."""
     bound = next((r.get("best_bound") for r in runs if r.get("scheduler") == "gangsolve"), None)
     for r in runs:
         if "error" not in r:

@@ -29,6 +29,7 @@ class Scenario:
     description: str
     time_limit: float = 1.0  # gangsolve's cycle budget: the latency target at this size
     contended: bool = True  # pending demand exceeds what fits (the +5% GPU target applies)
+    peers: tuple[str, ...] = ()  # schedulers run on this scenario only, beside the usual ones
 
 
 # --- synthetic GPU clusters ---------------------------------------------------------------------------------
@@ -200,6 +201,48 @@ def kube_perf(n_nodes: int, n_gangs: int, pods_per_gang: int) -> list[dict]:
     return [*PRIORITY_CLASSES, *objs]
 
 
+# --- topology: racks, blocks, zones ---------------------------------------------------------------------------
+
+RACKS_PER_BLOCK, BLOCKS_PER_ZONE, NODES_PER_RACK = 4, 4, 16
+
+
+def topology(n_nodes: int, n_gangs: int, seed: int) -> list[dict]:
+    """8-GPU nodes in racks of 16, blocks of 4 racks, zones of 4 blocks; about a third of the GPUs held by
+    running jobs; gangs of 8 to 128 GPUs (pods of 8, 4 or 2 GPUs), each a scheduling.k8s.io PodGroup that
+    requires one block (its topology constraint) and prefers as few racks as possible (gangsolve's
+    annotation)."""
+    rng = np.random.default_rng(seed)
+    nodes = []
+    for i in range(n_nodes):
+        rack = i // NODES_PER_RACK
+        block = rack // RACKS_PER_BLOCK
+        labels = {
+            k8s.RACK_LABEL: f"rack-{rack:03d}",
+            k8s.BLOCK_LABEL: f"block-{block:02d}",
+            k8s.ZONE_LABEL: f"zone-{block // BLOCKS_PER_ZONE}",
+            k8s.GPU_MODEL_LABEL: "H100-80GB-HBM3",
+        }
+        nodes.append(k8s.node(f"node-{i:05d}", 192_000, 2048 * 1024, 8, labels))
+    held: list[dict] = []
+    for node in nodes:
+        name, gpus = node["metadata"]["name"], 0
+        while rng.random() < 0.45 and gpus < 8:
+            g = int(min(rng.choice([1, 2, 4, 8], p=[0.3, 0.3, 0.3, 0.1]), 8 - gpus))
+            held.append(k8s.pod(f"bg-{name}-{len(held)}", g * 8000, g * 64 * 1024, g, node_name=name))
+            gpus += g
+    objs = [*PRIORITY_CLASSES, *nodes, *held]
+    for j in range(n_gangs):
+        name = f"train-{j:04d}"
+        per_pod = int(rng.choice([8, 4, 2], p=[0.5, 0.3, 0.2]))
+        total = int(rng.choice([8, 16, 32, 64, 128], p=[0.25, 0.25, 0.2, 0.2, 0.1]))
+        size = max(1, total // per_pod)
+        priority = str(rng.choice([HIGH, NORMAL, LOW], p=[0.15, 0.6, 0.25]))
+        objs += k8s.upstream_gang(
+            name, j, size, per_pod * 8000, per_pod * 64 * 1024, per_pod, priority, k8s.BLOCK_LABEL, (k8s.RACK_LABEL,)
+        )
+    return objs
+
+
 # --- the registry ---------------------------------------------------------------------------------------------
 
 
@@ -234,6 +277,15 @@ SCENARIOS: dict[str, Scenario] = {
         _kube_perf(100, 20, 3, 1.0),
         _kube_perf(5000, 1000, 3, 5.0),
         _kube_perf(5000, 3, 1000, 5.0),
+        Scenario(
+            "topology/1024nodes",
+            1024,
+            lambda: topology(1024, 220, seed=1024),
+            "1,024 8-GPU nodes (racks of 16, blocks of 4 racks, 4 zones), a third held; 220 upstream PodGroups of "
+            "8-128 GPUs, required block, preferred rack",
+            5.0,
+            peers=("tas-bestfit",),
+        ),
         Scenario("openb/pods", openb.NODES, lambda: openb.snapshot(gangs=False), openb.DESCRIPTION_PODS, 2.0),
         Scenario("openb/gangs", openb.NODES, lambda: openb.snapshot(gangs=True), openb.DESCRIPTION_GANGS, 2.0),
     )

@@ -80,6 +80,8 @@ def candidates(problem: Problem, hint: Counts, config: SolveConfig) -> tuple[dic
         masks: list[np.ndarray | None] = [None]
         if gang.colocate:
             masks = list(_domain_masks(problem, g, hinted))
+        if gang.preferred and hinted:  # a placed gang's locality: fewer of its preferred domains, not others
+            masks = list(_preferred_masks(problem, g, hinted, masks))
         for p, part in enumerate(problem.parts[g]):
             picked = [picker.pick(part.cls, len(part.pods), m) for m in masks]
             picked.append(np.array([n for (q, n) in hinted if q == p], dtype=np.int64))
@@ -106,3 +108,23 @@ def _domain_masks(problem: Problem, g: int, hinted: GangCounts, most: int = 4) -
     roomiest = list(np.lexsort((np.arange(len(gpus)), -pods, -gpus))[:most])
     roomiest += [int(domain[n]) for (_, n) in hinted]
     return [domain == d for d in sorted({int(d) for d in roomiest})]
+
+
+def _preferred_masks(
+    problem: Problem, g: int, hinted: GangCounts, within: list[np.ndarray | None], most: int = 2
+) -> list[np.ndarray]:
+    """For a gang with preferred topology levels: the domains of its narrowest preferred level that the hint
+    uses and the few that hold most of its pods beside them, inside the hint's required domain (one node
+    mask each), so that the locality stage may gather the gang into fewer of them."""
+    gang = problem.gangs[g]
+    domain = problem.domains(gang.preferred[-1])
+    ids = np.where(domain >= 0, domain, int(domain.max(initial=-1)) + 1 + np.arange(len(domain)))
+    main = max(problem.parts[g], key=lambda part: len(part.pods)).cls
+    nodes = [n for (_p, n) in hinted]
+    # The required domain the hint chose (or everything): the stage keeps a gang in its required domain.
+    mask = next((m for m in within if m is not None and nodes and m[nodes[0]]), None)
+    slots = problem.fit[main] if mask is None else np.where(mask, problem.fit[main], 0)
+    room = np.bincount(ids, weights=slots)
+    chosen = {int(d) for d in np.argsort(-room, kind="stable")[:most] if room[d] > 0}
+    chosen |= {int(ids[n]) for n in nodes}
+    return [(ids == d) if mask is None else (mask & (ids == d)) for d in sorted(chosen)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -22,12 +23,23 @@ from gangsolve.solver.model import Level
 from gangsolve.solver.problem import Problem
 
 MAX, MIN = "max", "min"
-# A stage's search ends on deterministic time (so a cycle is reproducible), DETERMINISTIC_SHARE units per
-# second granted; the clock may run CLOCK_SLACK times the grant before it cuts in, but never past the cycle's
-# deadline. CP-SAT does 0.3 to 0.6 units a wall second here, more when the machine is loaded.
-DETERMINISTIC_SHARE = 0.5
-CLOCK_SLACK = 3.0
 MIN_STAGE_SECONDS = 0.02
+
+
+def cpsat_solver(work: float, deadline: float, workers: int) -> cp_model.CpSolver:
+    """A CP-SAT solver that stops after `work` units of deterministic time, so the same model gives the same
+    answer; the wall-clock `deadline` only ends a call early when the machine is too slow for its budget."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_deterministic_time = max(work, 0.001)
+    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.005)
+    solver.parameters.num_workers = workers
+    solver.parameters.interleave_search = True
+    solver.parameters.random_seed = 0
+    # Full presolve (probing, repeated passes) took 0.85 s where one light pass took 0.15 s to the same proof
+    # at 1,000 nodes, and ate whole cycles at 5,000: the hint already gives the first solution.
+    solver.parameters.cp_model_probing_level = 0
+    solver.parameters.max_presolve_iterations = 1
+    return solver
 
 
 @dataclass(frozen=True)
@@ -37,9 +49,13 @@ class Stage:
     objective: int
     bound: int
     seconds: float
+    detail: str = ""  # why a FAILED stage failed; what a search stage did
 
     def as_dict(self) -> dict[str, object]:
-        return {**self.__dict__, "seconds": round(self.seconds, 4)}
+        out: dict[str, object] = {**self.__dict__, "seconds": round(self.seconds, 4)}
+        if not self.detail:
+            del out["detail"]
+        return out
 
 
 def _sum(variables: list[cp_model.IntVar]) -> cp_model.LinearExpr:
@@ -80,28 +96,19 @@ def possible_gangs(problem: Problem) -> list[int]:
     ]
 
 
-def relaxed_bound(problem: Problem, weights: dict[Level, int], seconds: float) -> int | None:
-    """An upper bound on the weighted gangs placed over the whole cluster, not just the candidates: gangs as
-    items of the knapsack cuts, no nodes. Pruning makes the main model's bound a bound on the pruned problem
-    only; this one holds for any placement. None when CP-SAT cannot bound it in time."""
-    model = cp_model.CpModel()
-    placed = {
-        g: model.new_bool_var(f"placed_{g}") for g in possible_gangs(problem) if problem.gangs[g].level in weights
-    }
-    if not placed:
-        return 0
-    add_knapsack_cuts(model, problem, placed)
-    model.maximize(_weighted(list(placed.values()), [weights[problem.gangs[g].level] for g in placed]))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(seconds, 0.01)
-    solver.parameters.num_workers = 1
-    status = solver.solve(model)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return int(solver.best_objective_bound)
-    return None
+def _domain_of(problem: Problem, g: int, level: int, n: int) -> int:
+    """Node n's domain at gang g's `level`-th preferred label; a node without the label is its own."""
+    d = int(problem.domains(problem.gangs[g].preferred[level])[n])
+    return d if d >= 0 else -1 - n
+
+
+# (gang, part, class, x's upper bound) of the variables on one node
+NodeTerms: TypeAlias = list[tuple[int, int, int, int]]
 
 
 class GangModel:
+    """The placement model over candidate nodes `cands` (gang, part -> nodes), starting from `hint`."""
+
     def __init__(self, problem: Problem, cands: dict[tuple[int, int], np.ndarray], hint: Counts) -> None:
         self.problem = problem
         self.model = cp_model.CpModel()
@@ -109,49 +116,59 @@ class GangModel:
         self.ub: dict[tuple[int, int, int], int] = {}  # x's upper bounds (the proto's domain is awkward to read)
         self.placed: dict[int, cp_model.IntVar] = {}
         self.counts = hint
-        m = self.model
-        per_node: dict[int, list[tuple[int, int, int, int]]] = {}  # node -> (gang, part, class, x's bound)
-
-        for g, gang in enumerate(problem.gangs):
-            room = sum(
-                int(np.minimum(problem.fit[part.cls][cands.get((g, p), [])], len(part.pods)).sum())
-                for p, part in enumerate(problem.parts[g])
-            )
-            if room < max(gang.need, 1):
-                continue  # its candidates cannot hold the gang's minimum: it stays pending
-            keys = []
-            for p, part in enumerate(problem.parts[g]):
-                nodes = cands.get((g, p), np.zeros(0, dtype=np.int64))
-                bounds = np.minimum(problem.fit[part.cls][nodes], len(part.pods))
-                for n, ub in zip(nodes.tolist(), bounds.tolist(), strict=True):
-                    self.x[(g, p, n)] = m.new_int_var(0, ub, f"x_{g}_{p}_{n}")
-                    self.ub[(g, p, n)] = ub
-                    keys.append((g, p, n))
-                    per_node.setdefault(n, []).append((g, p, part.cls, ub))
-                if int(bounds.sum()) > len(part.pods):
-                    m.add(_sum([self.x[(g, p, n)] for n in nodes.tolist()]) <= len(part.pods))
-            if not keys or not score.counted(problem, g):
-                continue  # extras of a gang already at its minimum are placed one by one
-            placed = m.new_bool_var(f"placed_{g}")
-            total = _sum([self.x[k] for k in keys])
-            m.add(total >= gang.need * placed)
-            m.add(total <= len(gang.pods) * placed)
-            self.placed[g] = placed
-            if gang.starving and g in hint:
-                m.add(placed == 1)  # every hint placed starving gangs first, oldest first: keep them placed
-            if gang.colocate:
-                self._colocate(g, keys, placed)
-
-        add_knapsack_cuts(m, problem, self.placed)
+        self.failed = False  # a stage failed: later stages keep the placement as it is
+        self.spans: dict[tuple[int, int, int], cp_model.IntVar] = {}  # (gang, level, domain) -> gang spans it
+        per_node: dict[int, NodeTerms] = {}
+        for g in sorted({g for g, _p in cands}):
+            self._gang(g, cands, per_node)
+        add_knapsack_cuts(self.model, problem, self.placed)
         for n, terms in per_node.items():
-            demand = problem.demand[[cls for _g, _p, cls, _ub in terms]]  # one row per variable on this node
-            most = np.array([ub for *_rest, ub in terms]) @ demand
-            # Only resources the node could run out of need a constraint.
-            for r in np.flatnonzero(most > problem.free[n]).tolist():
-                used = np.flatnonzero(demand[:, r] > 0).tolist()
-                variables = [self.x[(terms[i][0], terms[i][1], n)] for i in used]
-                m.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
+            self._node_capacity(n, terms)
         self._hint()
+
+    def _gang(self, g: int, cands: dict[tuple[int, int], np.ndarray], per_node: dict[int, NodeTerms]) -> None:
+        """Gang g's variables: pods per part and candidate node, and placed[g] when it decides all-or-nothing."""
+        problem, m = self.problem, self.model
+        gang = problem.gangs[g]
+        nodes_of = [cands.get((g, p), np.zeros(0, dtype=np.int64)) for p in range(len(problem.parts[g]))]
+        bounds_of = [
+            np.minimum(problem.fit[part.cls][nodes], len(part.pods))
+            for part, nodes in zip(problem.parts[g], nodes_of, strict=True)
+        ]
+        if sum(int(b.sum()) for b in bounds_of) < max(gang.need, 1):
+            return  # its candidates cannot hold the gang's minimum: it stays pending
+        keys = []
+        for p, (part, nodes, bounds) in enumerate(zip(problem.parts[g], nodes_of, bounds_of, strict=True)):
+            for n, ub in zip(nodes.tolist(), bounds.tolist(), strict=True):
+                if ub == 0:
+                    continue
+                self.x[(g, p, n)] = m.new_int_var(0, ub, f"x_{g}_{p}_{n}")
+                self.ub[(g, p, n)] = ub
+                keys.append((g, p, n))
+                per_node.setdefault(n, []).append((g, p, part.cls, ub))
+            if int(bounds.sum()) > len(part.pods):
+                m.add(_sum([self.x[(g, p, n)] for n in nodes.tolist() if (g, p, n) in self.x]) <= len(part.pods))
+        if not keys or not score.counted(problem, g):
+            return  # extras of a gang already at its minimum are placed one by one
+        placed = m.new_bool_var(f"placed_{g}")
+        total = _sum([self.x[k] for k in keys])
+        m.add(total >= gang.need * placed)
+        m.add(total <= len(gang.pods) * placed)
+        self.placed[g] = placed
+        if gang.starving and g in self.counts:
+            m.add(placed == 1)  # every hint placed starving gangs first, oldest first: keep them placed
+        if gang.colocate:
+            self._colocate(g, keys, placed)
+
+    def _node_capacity(self, n: int, terms: NodeTerms) -> None:
+        """Node n's free capacity holds the pods put on it, per resource it could run out of."""
+        problem = self.problem
+        demand = problem.demand[[cls for _g, _p, cls, _ub in terms]]  # one row per variable on this node
+        most = np.array([ub for *_rest, ub in terms]) @ demand
+        for r in np.flatnonzero(most > problem.free[n]).tolist():
+            used = np.flatnonzero(demand[:, r] > 0).tolist()
+            variables = [self.x[(terms[i][0], terms[i][1], n)] for i in used]
+            self.model.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
 
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")
@@ -172,6 +189,14 @@ class GangModel:
         self.model.clear_hints()  # type: ignore[no-untyped-call]  # ortools ships this one unannotated
         values = {var.index: self.counts.get(g, {}).get((p, n), 0) for (g, p, n), var in self.x.items()}
         values.update({var.index: int(g in self.counts) for g, var in self.placed.items()})
+        if self.spans:
+            used = {
+                (g, level, _domain_of(self.problem, g, level, n))
+                for g, c in self.counts.items()
+                for (_p, n) in c
+                for level in range(len(self.problem.gangs[g].preferred))
+            }
+            values.update({var.index: int(key in used) for key, var in self.spans.items()})
         values.update({var.index: value for var, value in (extra or {}).items()})
         hint = self.model.proto.solution_hint
         hint.vars.extend(values.keys())
@@ -197,6 +222,21 @@ class GangModel:
             for (g, p), k in room.items()
         )
         return _weighted([self.x[k] for k in keys], weights), bound
+
+    def topology_expr(self, level: int) -> tuple[cp_model.LinearExpr, int]:
+        """Domains of each gang's `level`-th preferred topology label that it spans, summed over gangs; bounded
+        below by one per placed gang that has such a level."""
+        problem, m = self.problem, self.model
+        for (g, p, n), var in self.x.items():
+            if level >= len(problem.gangs[g].preferred):
+                continue
+            key = (g, level, _domain_of(problem, g, level, n))
+            if key not in self.spans:
+                self.spans[key] = m.new_bool_var(f"span_{g}_{level}_{key[2]}")
+            m.add(var <= self.ub[(g, p, n)] * self.spans[key])
+        self._hint()
+        terms = [var for (_g, lv, _d), var in self.spans.items() if lv == level]
+        return _sum(terms), sum(1 for g in self.counts if level < len(problem.gangs[g].preferred))
 
     def locality_expr(self) -> tuple[cp_model.LinearExpr, int]:
         """Nodes spanned per gang plus empty GPU nodes broken into; bounded below by one node per placed gang."""
@@ -232,31 +272,32 @@ class GangModel:
         sense: str,
         current: int,
         bound: int,
-        seconds: float,
+        work: float,
         deadline: float,
         workers: int,
     ) -> Stage:
-        """Optimise `expr` from the current placement (worth `current`), then hold it at the value reached."""
+        """Optimise `expr` from the current placement (worth `current`) for `work` units of deterministic time,
+        then hold it at the value reached. A failing stage (an invalid or infeasible model, an exception from
+        OR-Tools) leaves the placement as it was and ends the model's stages: the cycle keeps what it has."""
         started = time.perf_counter()
         m = self.model
-        if current == bound or seconds < MIN_STAGE_SECONDS:  # already optimal, or no time left to improve
+        if self.failed:
+            return Stage(name, "NOT_RUN", current, bound, 0.0)
+        if current == bound or work <= 0 or deadline - started < MIN_STAGE_SECONDS:
             m.add(expr >= current) if sense == MAX else m.add(expr <= current)
             skipped = "SKIPPED" if current == bound else "NO_TIME"
             return Stage(name, skipped, current, bound, time.perf_counter() - started)
         (m.maximize if sense == MAX else m.minimize)(expr)
-        solver = cp_model.CpSolver()
-        # Interleaved search with a deterministic-time budget gives the same answer for the same input;
-        # the wall-clock limit is only the guarantee that a cycle ends on time on a slow machine.
-        solver.parameters.max_deterministic_time = max(seconds * DETERMINISTIC_SHARE, 0.005)
-        solver.parameters.max_time_in_seconds = max(min(seconds * CLOCK_SLACK, deadline - time.perf_counter()), 0.01)
-        solver.parameters.num_workers = workers
-        solver.parameters.interleave_search = True
-        solver.parameters.random_seed = 0
-        # Full presolve (probing, repeated passes) took 0.85 s where one light pass took 0.15 s to the same
-        # proof at 1,000 nodes, and ate whole cycles at 5,000: the hint already gives the first solution.
-        solver.parameters.cp_model_probing_level = 0
-        solver.parameters.max_presolve_iterations = 1
-        status = solver.solve(m)
+        solver = cpsat_solver(work, deadline, workers)
+        try:
+            status = solver.solve(m)
+        except Exception as exc:  # any failure of the library must leave the cycle its placement
+            self.failed = True
+            return Stage(name, "FAILED", current, bound, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+        if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
+            # The hint is feasible by construction, so this is a modelling bug; the placement stays as it is.
+            self.failed = True
+            return Stage(name, "FAILED", current, bound, time.perf_counter() - started, solver.status_name(status))
         value, best = current, bound
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             found = round(solver.objective_value)
@@ -265,9 +306,6 @@ class GangModel:
                 value = found
                 self.counts = self._read(solver)
                 self._hint()
-        elif status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
-            # The hint is feasible by construction, so this is a modelling bug: surface it loudly.
-            raise RuntimeError(f"CP-SAT stage {name}: {solver.status_name(status)} although the hint is feasible")
         m.add(expr >= value) if sense == MAX else m.add(expr <= value)
         return Stage(name, solver.status_name(status), value, best, time.perf_counter() - started)
 

@@ -57,6 +57,15 @@ def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows: Rows = sl
     return scores
 
 
+def most_allocated_off_gpus(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
+    """MostAllocated, but pods without GPUs keep off GPU nodes: a parameter server packed onto a GPU node
+    takes the memory that node's GPU pods need."""
+    scores = most_allocated(problem, cls, free, rows)
+    if problem.demand[cls, problem.gpu] == 0:
+        scores = scores + 1e4 * (problem.allocatable[rows, problem.gpu] > 0)
+    return scores
+
+
 def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
@@ -74,49 +83,71 @@ _USED = 1e6  # locality: a node the gang already uses beats any best-fit differe
 
 
 def place_gang(
-    problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None = None, scorer: Scorer = node_scores
+    problem: Problem,
+    g: int,
+    free: np.ndarray,
+    allowed: np.ndarray | None = None,
+    scorer: Scorer = node_scores,
+    most: int | None = None,
+    counts: GangCounts | None = None,
 ) -> GangCounts | None:
-    """Place gang g's pods on `free` (updated in place) best-fit. Returns the counts, or None (and `free`
-    untouched) when fewer than the gang's need fit."""
+    """Place gang g's pods on `free` (updated in place) best-fit, at most `most` of them (default: all), adding
+    to `counts` (pods already placed: the gang's extras). Returns the counts, or None (and `free` untouched)
+    when fewer than the gang's need fit."""
     gang = problem.gangs[g]
-    counts: dict[tuple[int, int], int] = {}
+    already = dict(counts or {})
+    counts = dict(already)
     used_nodes = np.zeros(len(problem.nodes), dtype=bool)
-    placed = 0
+    used_nodes[[n for (_p, n) in counts]] = True
+    placed = sum(counts.values())
+    most = sum(len(part.pods) for part in problem.parts[g]) if most is None else most
     # Higher-priority parts first, so the gang's most important members get the room.
     parts = sorted(enumerate(problem.parts[g]), key=lambda ip: (-ip[1].pods[0].priority, ip[0]))
     for p, part in parts:
-        left = len(part.pods)
+        left = min(len(part.pods) - sum(k for (q, _n), k in counts.items() if q == p), most - placed)
         demand = problem.demand[part.cls]
-        # Scores for every node once per part; afterwards only the node just filled changes.
-        fit = problem.fits(part.cls, free)
+        # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there). Scores
+        # for those once per part; afterwards only the node just filled changes.
+        rows = problem.fitting(part.cls)
         if allowed is not None:
-            fit[~allowed] = 0
-        score = np.where(fit > 0, scorer(problem, part.cls, free) - _USED * used_nodes, np.inf)
+            rows = rows[allowed[rows]]
+        fit = problem.fits(part.cls, free, rows)
+        score = np.where(fit > 0, scorer(problem, part.cls, free, rows) - _USED * used_nodes[rows], np.inf)
         while left > 0:
-            n = int(np.argmin(score))
-            if score[n] == np.inf:
+            i = int(np.argmin(score)) if len(rows) else 0
+            if not len(rows) or score[i] == np.inf:
                 break
-            k = int(min(left, fit[n]))
+            n = int(rows[i])
+            k = int(min(left, fit[i]))
             free[n] -= demand * k
             counts[(p, n)] = counts.get((p, n), 0) + k
             used_nodes[n] = True
             placed += k
             left -= k
-            fit[n] = problem.fits(part.cls, free, rows=[n])[0]
-            score[n] = scorer(problem, part.cls, free, rows=[n])[0] - _USED if fit[n] > 0 else np.inf
+            row = slice(n, n + 1)  # a view: much cheaper than indexing with [n]
+            fit[i] = problem.fits(part.cls, free, rows=row)[0]
+            score[i] = scorer(problem, part.cls, free, rows=row)[0] - _USED if fit[i] > 0 else np.inf
     if placed < max(gang.need, 1):
         for (p, n), k in counts.items():
-            free[n] += problem.demand[problem.parts[g][p].cls] * k
+            free[n] += problem.demand[problem.parts[g][p].cls] * (k - already.get((p, n), 0))
         return None
     return counts
 
 
 def place_colocated(
-    problem: Problem, g: int, free: np.ndarray, max_tries: int = 64, scorer: Scorer = node_scores
+    problem: Problem,
+    g: int,
+    free: np.ndarray,
+    max_tries: int = 64,
+    scorer: Scorer = node_scores,
+    most: int | None = None,
 ) -> GangCounts | None:
-    """A gang that must share one value of a node label: try the tightest domains that could hold it."""
+    """A gang with topology levels: one value of its required level's label (the tightest domains that could
+    hold it tried first), and within it as few domains of each preferred level as hold it (`place_in_levels`)."""
     gang = problem.gangs[g]
-    domain = problem.domains(gang.colocate or "")
+    if not gang.colocate:
+        return place_in_levels(problem, g, free, None, gang.preferred, scorer, most)
+    domain = problem.domains(gang.colocate)
     bound = {problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index}
     if bound:
         fixed = {int(domain[n]) for n in bound}
@@ -138,25 +169,113 @@ def place_colocated(
         order = np.lexsort((ok, size[ok], room[ok, problem.gpu]))
         candidates = [int(d) for d in ok[order][:max_tries]]
     for d in candidates:
-        counts = place_gang(problem, g, free, allowed=domain == d, scorer=scorer)
+        counts = place_in_levels(problem, g, free, domain == d, gang.preferred, scorer, most)
         if counts is not None:
             return counts
     return None
 
 
-def greedy(problem: Problem, order: list[int] | None = None, scorer: Scorer = node_scores) -> Counts:
+def place_in_levels(
+    problem: Problem,
+    g: int,
+    free: np.ndarray,
+    allowed: np.ndarray | None,
+    levels: tuple[str, ...],
+    scorer: Scorer = node_scores,
+    most: int | None = None,
+) -> GangCounts | None:
+    """Place gang g on `allowed` nodes in as few domains of each preferred level as hold it, level by level
+    from the widest (`fewest_domains`); a level whose chosen domains do not hold the gang after all (its
+    other pod classes) is given up, as a preference may be."""
+    if levels:
+        narrowed = fewest_domains(problem, g, free, allowed, levels[0], most)
+        if narrowed is not None:
+            counts = place_in_levels(problem, g, free, narrowed, levels[1:], scorer, most)
+            if counts is not None:
+                return counts
+    return place_gang(problem, g, free, allowed=allowed, scorer=scorer, most=most)
+
+
+def fewest_domains(
+    problem: Problem, g: int, free: np.ndarray, allowed: np.ndarray | None, key: str, most: int | None = None
+) -> np.ndarray | None:
+    """The nodes of the fewest domains of label `key` (among `allowed`) that hold gang g, chosen as Kueue's
+    topology-aware scheduling does (BestFit): the tightest single domain that holds the whole gang; else the
+    roomiest domains until they hold it, the last one swapped for the tightest that holds the rest. Room is
+    counted in pods of the gang's largest part; a node without the label is a domain of its own. None when
+    even all of them do not hold it."""
+    parts = problem.parts[g]
+    want = sum(len(part.pods) for part in parts) if most is None else min(most, sum(len(p.pods) for p in parts))
+    main = max(parts, key=lambda part: len(part.pods)).cls
+    slots = problem.fits(main, free)
+    if allowed is not None:
+        slots = np.where(allowed, slots, 0)
+    domain = problem.domains(key)
+    ids = np.where(domain >= 0, domain, int(domain.max(initial=-1)) + 1 + np.arange(len(domain)))
+    room = np.bincount(ids, weights=slots)
+    if room.sum() < want:
+        return None
+    holding = np.flatnonzero(room >= want)
+    if len(holding):
+        chosen = [int(holding[np.argmin(room[holding])])]
+    else:
+        chosen, left = [], want
+        for d in np.argsort(-room, kind="stable").tolist():
+            if left <= 0:
+                break
+            chosen.append(d)
+            left -= room[d]
+        rest = want - room[chosen[:-1]].sum()
+        spare = np.flatnonzero(room >= rest)
+        spare = spare[~np.isin(spare, chosen[:-1])]
+        chosen[-1] = int(spare[np.argmin(room[spare])])
+    return np.isin(ids, chosen)
+
+
+def greedy(
+    problem: Problem,
+    order: list[int] | None = None,
+    scorer: Scorer = node_scores,
+    minimum_first: bool = False,
+    placed: Counts | None = None,
+) -> Counts:
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
-    likes best; a gang that cannot reach its minimum takes nothing."""
+    likes best; a gang that cannot reach its minimum takes nothing. `minimum_first`: every gang gets only its
+    minimum, and the pods past it (of elastic gangs) are placed after all gangs had their turn, so that they
+    do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are."""
     free = problem.free.copy()
-    result: Counts = {}
-    for g in queue_order(problem) if order is None else order:
+    result: Counts = {g: dict(c) for g, c in (placed or {}).items()}
+    for g, gang_counts in result.items():
+        for (p, n), k in gang_counts.items():
+            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+    order = queue_order(problem) if order is None else order
+    for g in order:
         gang = problem.gangs[g]
-        if not gang.pods:
+        if not gang.pods or g in result:
             continue
-        if gang.colocate:
-            counts = place_colocated(problem, g, free, scorer=scorer)
+        most = max(gang.need, 1) if minimum_first else None
+        if gang.topology:
+            counts = place_colocated(problem, g, free, scorer=scorer, most=most)
         else:
-            counts = place_gang(problem, g, free, scorer=scorer)
+            counts = place_gang(problem, g, free, scorer=scorer, most=most)
         if counts is not None:
             result[g] = counts
+    if minimum_first:
+        add_extras(problem, result, free, order, scorer)
     return result
+
+
+def add_extras(problem: Problem, counts: Counts, free: np.ndarray, order: list[int], scorer: Scorer) -> None:
+    """Pods past their gang's minimum, gang by gang in `order`, where they fit (co-located gangs in their
+    domain)."""
+    for g in order:
+        if g not in counts or sum(counts[g].values()) == len(problem.gangs[g].pods):
+            continue
+        allowed = None
+        key = problem.gangs[g].colocate
+        if key:
+            domain = problem.domains(key)
+            allowed = domain == domain[next(iter(counts[g]))[1]]
+        extended = place_gang(problem, g, free, allowed=allowed, scorer=scorer, counts=counts[g])
+        if extended is not None:
+            counts[g] = extended

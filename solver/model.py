@@ -90,7 +90,11 @@ class Gang:
     pods: tuple[Pod, ...]  # pending members to place
     min_member: int = 1
     bound_nodes: tuple[str, ...] = ()  # nodes of members already bound and not finished
-    colocate: str | None = None  # node label key whose single value all members must share
+    colocate: str | None = None  # the required topology level: a node label key whose one value all members share
+    # Preferred topology levels, node label keys from the widest to the narrowest (e.g. block, then rack):
+    # the locality tier minimizes the domains the gang spans at each, in this order, before nodes spanned.
+    preferred: tuple[str, ...] = ()
+    group_priority: int | None = None  # the priority its gang definition gives it (an upstream PodGroup's)
     starving: bool = False  # waited past the starvation age: outranks gangs of its priority that have not
 
     @property
@@ -100,7 +104,14 @@ class Gang:
 
     @property
     def priority(self) -> int:
+        if self.group_priority is not None:
+            return self.group_priority
         return max((p.priority for p in self.pods), default=0)
+
+    @property
+    def topology(self) -> bool:
+        """Whether the gang has topology levels, required or preferred."""
+        return bool(self.colocate or self.preferred)
 
     @property
     def level(self) -> Level:

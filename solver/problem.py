@@ -66,6 +66,7 @@ class Problem:
         self.gangs: Sequence[Gang] = cluster.gangs
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self._domains: dict[str, np.ndarray] = {}
+        self._fitting: dict[int, np.ndarray] = {}
 
         names = {PODS, GPU}
         for node in self.nodes:
@@ -119,6 +120,12 @@ class Problem:
             if self.class_pods
             else (np.zeros((0, len(self.nodes)), dtype=np.int64))
         )
+
+    def fitting(self, cls: int) -> np.ndarray:
+        """The nodes that hold a pod of class `cls` with nothing else placed (free capacity only shrinks)."""
+        if cls not in self._fitting:
+            self._fitting[cls] = np.flatnonzero(self.fit[cls] > 0)
+        return self._fitting[cls]
 
     def fits(self, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
         """How many pods of class `cls` each node (of `rows`) holds given `free`; 0 where not eligible."""

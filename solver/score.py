@@ -59,6 +59,30 @@ def locality(problem: Problem, counts: Counts) -> int:
     return spanned + len(opened)
 
 
+def topology_levels(problem: Problem) -> int:
+    """How many preferred topology levels the deepest gang has: the locality tier's lexicographic steps."""
+    return max((len(gang.preferred) for gang in problem.gangs), default=0)
+
+
+def spanned(problem: Problem, g: int, level: int, nodes: set[int]) -> int:
+    """Domains of gang g's `level`-th preferred label that `nodes` span (a node without the label counts as
+    a domain of its own); 0 when the gang has no such level."""
+    preferred = problem.gangs[g].preferred
+    if level >= len(preferred):
+        return 0
+    domain = problem.domains(preferred[level])
+    return len({int(domain[n]) if domain[n] >= 0 else -1 - n for n in nodes})
+
+
+def topology(problem: Problem, counts: Counts) -> tuple[int, ...]:
+    """The locality tier's first steps: per preferred level (widest first), the domains placed gangs span,
+    summed over gangs (lower is better, compared lexicographically)."""
+    nodes = {g: {n for (_p, n) in c} for g, c in counts.items()}
+    return tuple(
+        sum(spanned(problem, g, level, used) for g, used in nodes.items()) for level in range(topology_levels(problem))
+    )
+
+
 def rank(problem: Problem, counts: Counts, scale: int) -> tuple[int, ...]:
     """The lexicographic worth of a placement: gangs placed per priority level (highest first), then
     resources placed. Higher is better."""

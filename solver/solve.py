@@ -1,15 +1,42 @@
-"""`solve(cluster, config) -> Placement`: one scheduling cycle, the same function live and offline."""
+"""`solve(cluster, config) -> Placement`: one scheduling cycle, the same function live and offline.
+
+A cycle, in order (each step starts from the best placement so far and never makes it worse):
+
+1. greedy hints: a fixed list of variants, plus the previous cycle's plan where it still holds; the best one
+   seeds the search and stays the fallback, so a cycle is never worse than greedy;
+2. bounds: the relaxation (bound.py) bounds each priority level; a level whose count reaches its bound is done;
+3. a whole-problem CP-SAT solve when the model is small enough to prove optimal;
+4. ruin-and-recreate search (lns.py) around pending gangs of the levels still open, until each level is at its
+   bound or the search's share of the time limit is spent;
+5. CP-SAT improves locality with the gang counts and resources held; the bounds are computed again for the
+   placement reached.
+
+Steps 1 to 4 decide gangs and resources and read the clock only to stop: a longer time limit runs the same
+steps further, so it never returns a worse answer.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TypeAlias
 
+import numpy as np
+
 from gangsolve.solver import score
+from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.candidates import candidates
-from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs, relaxed_bound
+from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs
 from gangsolve.solver.explain import explain
-from gangsolve.solver.greedy import Counts, greedy, most_allocated, node_scores, smallest_first_order
+from gangsolve.solver.greedy import (
+    Counts,
+    GangCounts,
+    greedy,
+    most_allocated_off_gpus,
+    queue_order,
+    smallest_first_order,
+)
+from gangsolve.solver.lns import Search
 from gangsolve.solver.model import Cluster, GangResult, Level, Placement, SolveConfig
 from gangsolve.solver.problem import Problem
 
@@ -19,160 +46,317 @@ LevelCounts: TypeAlias = dict[Level, tuple[int, int, int]]
 # Leave this share of the time limit for reading the solution and explaining pending gangs (about 0.4 s
 # at 5,000 nodes and 1,000 gangs).
 _RESERVE = 0.15
+_HINT_SHARE = 0.4  # of the time limit, for the greedy variants (each estimated by the last one's time)
+_LOCALITY_SHARE = 0.05  # of the time limit, kept from the search for the locality stage at the end ...
+_LOCALITY_MOST = 0.1  # ... which may take up to this share when the search ended early
+# With preferred topology levels, the locality tier is what the user asked for and only CP-SAT reduces it:
+# the search leaves it this share of the time limit.
+_TOPOLOGY_SHARE = 0.3
+_STALL = 50  # steps without improvement that end a search whose levels are all at their bounds
+_MIP_SHARE = 0.05  # of the time limit, for the final bounds as a MIP ...
+_MIP_FROM = 10.0  # ... when the limit is at least this many seconds (an LP otherwise)
+# CP-SAT does 0.3 to 1 unit of deterministic time a wall second here; stages that need not be reproducible
+# step for step (locality) are granted this many units per second of their share.
+_WORK_PER_SECOND = 0.5
+# A whole model with at most this many variables is solved exactly first, for up to this much work (100 nodes
+# and 20 gangs: 2,500 variables, proven optimal in 0.1 units).
+_EXACT_VARIABLES = 20_000
+_EXACT_WORK = 2.0
+_BUILD_SECONDS = 100e-6  # per model variable, for building the model and its locality objective
 
 
-def solve(cluster: Cluster, config: SolveConfig | None = None) -> Placement:
+def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping[str, str] | None = None) -> Placement:
+    """Place `cluster`'s pending gangs. `previous` (pod -> node, typically the last cycle's plan) is a warm
+    start: where those pods are still pending and their nodes still hold them, it competes as a hint."""
     config = config or SolveConfig()
     started = time.perf_counter()
     deadline = started + config.time_limit * (1 - _RESERVE)
     problem = Problem(cluster)
-    scale = score.gpu_scale(problem)
     begun = time.perf_counter()
     counts = greedy(problem)  # queue order, as Volcano allocates: the baseline never to fall below
-    greedy_seconds = time.perf_counter() - begun
+    took = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"
     levels: LevelCounts = {}
+    total = None
     if config.use_cpsat and problem.gangs:
-        counts = _best_hint(problem, counts, started, greedy_seconds, config, scale)
-        counts, stages, levels = _optimise(problem, counts, config, deadline)
+        counts, stages, levels, total = _optimise(problem, counts, took, config, previous or {}, started, deadline)
         status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
-    return _placement(problem, counts, stages, levels, status, time.perf_counter() - started)
-
-
-# No single greedy wins everywhere: small gangs first places more where GPUs run out, queue order where big
-# pods need whole nodes, MostAllocated where cpu or memory runs out before GPUs (the OpenB trace).
-_HINT_SHARE = 0.4
-
-
-def _best_hint(
-    problem: Problem, baseline: Counts, started: float, took: float, config: SolveConfig, scale: int
-) -> Counts:
-    """The best of several greedy variants, tried while they take under _HINT_SHARE of the time limit."""
-    best = baseline
-
-    def key(counts: Counts) -> tuple[tuple[int, ...], int]:
-        return score.rank(problem, counts, scale), -score.locality(problem, counts)
-
-    small = smallest_first_order(problem)
-    for order, scorer in ((small, most_allocated), (None, most_allocated), (small, node_scores)):
-        if time.perf_counter() - started + took > _HINT_SHARE * config.time_limit:
-            break  # another pass (estimated by the last one's time) would eat into the solver's time
-        begun = time.perf_counter()
-        best = max((best, greedy(problem, order, scorer)), key=key)
-        took = time.perf_counter() - begun
-    return best
-
-
-# Most of the time goes to the gang counts; the resource and locality tiers get capped shares, as their bounds
-# are weak and their gains small next to placing another gang.
-_TIER_SHARE = {"resources": 0.15, "locality": 0.05}
+    return _placement(problem, counts, stages, levels, total, status, time.perf_counter() - started)
 
 
 def _optimise(
-    problem: Problem, hint: Counts, config: SolveConfig, deadline: float
-) -> tuple[Counts, list[Stage], LevelCounts]:
-    """The staged CP-SAT solve. Returns the placement, the stages, and per priority level (found, bound)."""
-    cands, pruned = candidates(problem, hint, config)
-    model = GangModel(problem, cands, hint)
-    levels = problem.gang_priority_levels()
-    stages: list[Stage] = []
-    possible = possible_gangs(problem)
-    maxima = {level: sum(1 for g in possible if problem.gangs[g].level == level) for level in levels}
-    weights = _level_weights(levels, maxima)
-    # The gang counts come first: the later tiers get their share only out of time the counts leave.
-    later_tiers = min(sum(_TIER_SHARE.values()) * config.time_limit, 0.3 * (deadline - time.perf_counter()))
-    if weights is not None:
-        # One solve for every priority level: each level's weight exceeds everything below it can add up to.
-        expr = model.gangs_expr(weights)
-        current = sum(w * score.placed_at(problem, model.counts, level) for level, w in weights.items())
-        top = sum(w * maxima[level] for level, w in weights.items())
-        seconds = deadline - time.perf_counter() - later_tiers
-        stage = model.solve_stage("gangs", expr, MAX, current, top, seconds, deadline, config.workers)
-        stages.append(stage)
-        bound = stage.bound
-        if pruned and stage.status != "SKIPPED":
-            bound = relaxed_bound(problem, weights, _BOUND_SHARE * config.time_limit) or top
-        bounds = _decode(bound, levels, weights, maxima)
-    else:  # too many levels for exact weights: one stage per level, highest first
-        bounds = {}
-        for i, level in enumerate(levels):
-            expr = model.gangs_expr({level: 1})
-            current = score.placed_at(problem, model.counts, level)
-            seconds = (deadline - time.perf_counter() - later_tiers) / (len(levels) - i)
-            stage = model.solve_stage(
-                f"priority {level[0]}{' starving' if level[1] else ''}",
-                expr,
-                MAX,
-                current,
-                maxima[level],
-                seconds,
-                deadline,
-                config.workers,
-            )
-            stages.append(stage)
-            bounds[level] = stage.bound
-            if pruned and stage.status != "SKIPPED":
-                bounds[level] = relaxed_bound(problem, {level: 1}, _BOUND_SHARE * config.time_limit) or maxima[level]
-
+    problem: Problem,
+    baseline: Counts,
+    took: float,
+    config: SolveConfig,
+    previous: Mapping[str, str],
+    started: float,
+    deadline: float,
+) -> tuple[Counts, list[Stage], LevelCounts, int]:
+    limit = config.time_limit
     scale = score.gpu_scale(problem)
-    expr, bound = model.resource_expr(scale)
-    seconds = min(deadline - time.perf_counter(), _TIER_SHARE["resources"] * config.time_limit)
-    current = score.resources(problem, model.counts, scale)
-    stages.append(model.solve_stage("resources", expr, MAX, current, bound, seconds, deadline, config.workers))
+    order = problem.gang_priority_levels()
+    possible = possible_gangs(problem)
+    most = {level: sum(1 for g in possible if problem.gangs[g].level == level) for level in order}
+    search_end = deadline - _locality_share(problem) * limit
+    stages: list[Stage] = []
 
-    seconds = min(deadline - time.perf_counter(), _TIER_SHARE["locality"] * config.time_limit)
-    current = score.locality(problem, model.counts)
-    if seconds < MIN_STAGE_SECONDS:  # its variables alone take time to build: don't start what can't finish
-        stages.append(Stage("locality", "NO_TIME", current, len(model.counts), 0.0))
-    else:
-        expr, bound = model.locality_expr()
-        stages.append(model.solve_stage("locality", expr, MIN, current, bound, seconds, deadline, config.workers))
-    found = {level: score.placed_at(problem, model.counts, level) for level in levels}
-    return (
-        model.counts,
-        stages,
-        {level: (found[level], max(bounds[level], found[level]), maxima[level]) for level in levels},
-    )
+    begun = time.perf_counter()
+    counts = _best_hint(problem, baseline, took, previous, scale, started + _HINT_SHARE * limit, search_end)
+    stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
+
+    begun = time.perf_counter()
+    relaxation = Relaxation(problem)
+    bounds, total = level_bounds(relaxation, _found(problem, counts, order), most, search_end - begun)
+    stages.append(Stage("bound", "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
+
+    if any(_found(problem, counts, order)[level] < bounds[level] for level in order):
+        counts, proven, stage = _exact(problem, counts, order, search_end, config.workers)
+        if stage is not None:
+            stages.append(stage)
+        if proven:
+            bounds = _found(problem, counts, order)
+            total = sum(bounds.values())
+
+    begun = time.perf_counter()
+    search = Search(problem, counts)
+    stalled, ended = 0, "TIME_LIMIT"
+    while time.perf_counter() < search_end:
+        found = _found(problem, search.counts, order)
+        open_levels = {level for level in order if found[level] < bounds[level]}
+        # Once every level is at its bound, steps may still place more resources, until they stop doing so;
+        # they no longer move gangs for nothing then (a cycle's answer should not change without a reason).
+        step = search.step(open_levels or set(order), drift=bool(open_levels))
+        if step is None or (not open_levels and stalled >= _STALL):
+            ended = "AT_BOUND"  # every level's count is proven optimal; nothing more to place, or stalled
+            break
+        stalled = 0 if step.improved else stalled + 1
+        now = _found(problem, search.counts, order)
+        if {level for level in order if now[level] < bounds[level]} != open_levels:
+            # A level reached its bound: the levels below are now bounded with it held at its count.
+            closed = level_bounds(relaxation, now, most, search_end - time.perf_counter())
+            bounds, total = _tighter((bounds, total), closed)
+    counts = search.counts
+    if search.steps:
+        detail = f"{search.steps} steps, {search.improvements} improving"
+        seconds = time.perf_counter() - begun
+        stages.append(Stage("search", ended, _gangs(problem, counts), total, seconds, detail))
+
+    begun = time.perf_counter()
+    mip = limit >= _MIP_FROM
+    seconds = min(_MIP_SHARE * limit, deadline - begun) if mip else deadline - begun
+    final = level_bounds(relaxation, _found(problem, counts, order), most, seconds, mip=mip)
+    bounds, total = _tighter((bounds, total), final)
+    stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
+
+    counts, locality = _locality(problem, counts, order, scale, config, deadline)
+    stages.extend(locality)
+    found = _found(problem, counts, order)
+    return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
 
 
-_BOUND_SHARE = 0.05  # of the time limit, for the whole-cluster bound when candidates were pruned
+def _tighter(old: tuple[dict[Level, int], int], new: tuple[dict[Level, int], int]) -> tuple[dict[Level, int], int]:
+    """Bounds for a placement no worse than the one `old` was computed for hold for it too: keep the lower."""
+    return {level: min(bound, new[0][level]) for level, bound in old[0].items()}, min(old[1], new[1])
+
+
+def _found(problem: Problem, counts: Counts, order: list[Level]) -> dict[Level, int]:
+    return {level: score.placed_at(problem, counts, level) for level in order}
+
+
+def _gangs(problem: Problem, counts: Counts) -> int:
+    return sum(1 for g in counts if score.counted(problem, g))
+
+
+# --- 1. hints -------------------------------------------------------------------------------------------------
+
+# No single greedy wins everywhere: small gangs first places more where GPUs run out (the synthetic clusters),
+# queue order with MostAllocated where single pods of many shapes compete (the OpenB trace). Both place each
+# gang's minimum before extra pods of elastic gangs. (Smallest first with best fit never placed more than
+# with MostAllocated on the benchmark's scenarios.)
+_VARIANTS = (("smallest", most_allocated_off_gpus), ("queue", most_allocated_off_gpus))
+
+
+def _best_hint(
+    problem: Problem,
+    baseline: Counts,
+    took: float,
+    previous: Mapping[str, str],
+    scale: int,
+    deadline: float,
+    cycle_end: float,
+) -> Counts:
+    """The best of the baseline (which took `took` seconds), the greedy variants (the first one while it fits
+    before `cycle_end`, the others while they fit before `deadline`) and the warm start."""
+
+    def key(counts: Counts) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        spans = tuple(-k for k in score.topology(problem, counts))
+        return score.rank(problem, counts, scale), spans, -score.locality(problem, counts)
+
+    orders = {"smallest": smallest_first_order(problem), "queue": queue_order(problem)}
+    hints = [baseline]
+    warm = warm_start(problem, previous)
+    if warm:  # first, so that it wins ties: a plan that still holds is not changed for nothing
+        hints.insert(0, greedy(problem, orders["smallest"], most_allocated_off_gpus, minimum_first=True, placed=warm))
+    for i, (name, scorer) in enumerate(_VARIANTS):
+        if time.perf_counter() + took > (deadline if i else cycle_end):
+            break  # another pass (estimated by the last one's time) would eat into the search's time
+        begun = time.perf_counter()
+        hints.append(greedy(problem, orders[name], scorer, minimum_first=True))
+        took = time.perf_counter() - begun
+    return max(hints, key=key)
+
+
+def warm_start(problem: Problem, previous: Mapping[str, str]) -> Counts:
+    """The gangs of `previous` (pod -> node) that it placed whole and that still fit there: pods still pending,
+    nodes still eligible, capacity still free, the gang's minimum reached, one domain for co-located gangs.
+    Gangs are taken in queue order; one that no longer fits is dropped whole."""
+    where = {
+        pod.name: (g, p) for g, parts in enumerate(problem.parts) for p, part in enumerate(parts) for pod in part.pods
+    }
+    per_gang: dict[int, GangCounts] = {}
+    for pod, node in previous.items():
+        if pod in where and node in problem.node_index:
+            g, p = where[pod]
+            key = (p, problem.node_index[node])
+            per_gang.setdefault(g, {})[key] = per_gang.get(g, {}).get(key, 0) + 1
+    free = problem.free.copy()
+    counts: Counts = {}
+    for g in queue_order(problem):
+        gang_counts = per_gang.get(g)
+        if not gang_counts or sum(gang_counts.values()) < max(problem.gangs[g].need, 1):
+            continue
+        use = np.zeros_like(free)
+        for (p, n), k in gang_counts.items():
+            use[n] += k * problem.demand[problem.parts[g][p].cls]
+        nodes = sorted({n for (_p, n) in gang_counts})
+        eligible = all(problem.eligible[problem.parts[g][p].cls, n] for (p, n) in gang_counts)
+        if not eligible or (use[nodes] > free[nodes]).any() or not _one_domain(problem, g, nodes):
+            continue
+        free -= use
+        counts[g] = gang_counts
+    return counts
+
+
+def _one_domain(problem: Problem, g: int, nodes: list[int]) -> bool:
+    key = problem.gangs[g].colocate
+    if not key:
+        return True
+    domain = problem.domains(key)
+    bound = [problem.node_index[n] for n in problem.gangs[g].bound_nodes if n in problem.node_index]
+    values = {int(domain[n]) for n in [*nodes, *bound]}
+    return len(values) == 1 and -1 not in values
+
+
+# --- 3. the whole problem, exactly ------------------------------------------------------------------------------
+
+
+def _exact(
+    problem: Problem, counts: Counts, order: list[Level], deadline: float, workers: int
+) -> tuple[Counts, bool, Stage | None]:
+    """CP-SAT on every fitting node when the model is small: the gangs per level, as one objective with
+    mixed-radix weights (one more gang at a level outweighs any change below it). Returns the placement,
+    whether its gang counts are proven optimal, and the stage (None when not run)."""
+    cands = {
+        (g, p): np.flatnonzero(problem.fit[part.cls] > 0)
+        for g in range(len(problem.gangs))
+        for p, part in enumerate(problem.parts[g])
+    }
+    if sum(len(nodes) for nodes in cands.values()) > _EXACT_VARIABLES or time.perf_counter() >= deadline:
+        return counts, False, None
+    begun = time.perf_counter()
+    try:
+        model = GangModel(problem, cands, counts)
+        weights, w = {}, 1
+        for level in reversed(order):
+            weights[level] = w
+            w *= sum(1 for g in model.placed if problem.gangs[g].level == level) + 1
+        if w > _MAX_WEIGHT:
+            return counts, False, None
+        current = sum(weights[problem.gangs[g].level] for g in counts if g in model.placed)
+        expr = model.gangs_expr(weights)
+    except Exception as exc:  # building the model failed: keep the placement, as for a failing stage
+        return counts, False, _failed("exact", exc, begun)
+    stage = model.solve_stage("exact", expr, MAX, current, w - 1, _EXACT_WORK, deadline, workers)
+    seconds = time.perf_counter() - begun
+    exact = Stage(stage.name, stage.status, stage.objective, stage.bound, seconds, stage.detail)
+    return model.counts, stage.status == "OPTIMAL", exact
+
+
+def _failed(name: str, exc: Exception, begun: float) -> Stage:
+    return Stage(name, "FAILED", 0, 0, time.perf_counter() - begun, f"{type(exc).__name__}: {exc}")
+
+
 _MAX_WEIGHT = 2**40  # keep the weighted objective far from int64 and friendly to CP-SAT's LP
 
 
-def _level_weights(levels: list[Level], maxima: dict[Level, int]) -> dict[Level, int] | None:
-    """Mixed-radix weights, lowest level 1: placing one more gang at a level outweighs any change below."""
-    weights, w = {}, 1
-    for level in reversed(levels):
-        weights[level] = w
-        w *= maxima[level] + 1
-    return weights if w <= _MAX_WEIGHT else None
+# --- 5. locality ------------------------------------------------------------------------------------------------
 
 
-def _decode(bound: int, levels: list[Level], weights: dict[Level, int], maxima: dict[Level, int]) -> dict[Level, int]:
-    """The lexicographically largest per-level counts whose weighted sum stays within `bound`."""
-    out = {}
-    for level in levels:
-        out[level] = min(maxima[level], bound // weights[level])
-        bound -= out[level] * weights[level]
-    return out
+def _locality(
+    problem: Problem, counts: Counts, order: list[Level], scale: int, config: SolveConfig, deadline: float
+) -> tuple[Counts, list[Stage]]:
+    """The locality tier, on candidate nodes, with every level's count and the resources placed held: the
+    domains gangs span at each preferred topology level, widest first (one `topology` stage each), then nodes
+    spanned per gang and empty GPU nodes broken into (`locality`)."""
+    begun = time.perf_counter()
+    seconds = min(deadline - begun, max(_LOCALITY_MOST, _locality_share(problem)) * config.time_limit)
+    current = score.locality(problem, counts)
+    levels = score.topology_levels(problem)
+    # Picking candidates and building the model take about 100 us a variable: don't start what cannot finish.
+    variables = sum(
+        min(len(problem.fitting(part.cls)), max(config.min_candidates, config.candidates_per_pod * len(part.pods)))
+        for parts in problem.parts
+        for part in parts
+    )
+    if seconds < MIN_STAGE_SECONDS + _BUILD_SECONDS * variables:
+        return counts, [Stage("locality", "NO_TIME", current, len(counts), time.perf_counter() - begun)]
+    cands, _pruned = candidates(problem, counts, config)
+    stages: list[Stage] = []
+    try:
+        model = GangModel(problem, cands, counts)
+        for level in order:
+            model.model.add(model.gangs_expr({level: 1}) >= score.placed_at(problem, counts, level))
+        resources, _room = model.resource_expr(scale)
+        model.model.add(resources >= score.resources(problem, counts, scale))
+        work = seconds * _WORK_PER_SECOND / (1 + levels)  # an equal share for each stage
+        spans = score.topology(problem, counts)
+        for tier in range(levels):
+            expr, bound = model.topology_expr(tier)
+            stage = model.solve_stage("topology", expr, MIN, spans[tier], bound, work, deadline, config.workers)
+            keys = sorted({g.preferred[tier] for g in problem.gangs if tier < len(g.preferred)})
+            stages.append(_timed(stage, begun, f"level {tier + 1}: {', '.join(keys)}"))
+            begun = time.perf_counter()
+        expr, bound = model.locality_expr()
+    except Exception as exc:  # building the model failed: keep the placement, as for a failing stage
+        return (model.counts if stages else counts), [*stages, _failed("locality", exc, begun)]
+    current = score.locality(problem, model.counts)
+    stage = model.solve_stage("locality", expr, MIN, current, bound, work, deadline, config.workers)
+    return model.counts, [*stages, _timed(stage, begun)]
 
 
-def _gang_bound(levels: LevelCounts) -> int:
-    """An upper bound on gangs placed by any placement at least as good in priority order: levels proven at
-    their count, the first open level at its bound, every level below at its most."""
-    total, open_level = 0, False
-    for found, bound, most in levels.values():
-        if open_level:
-            total += most
-        else:
-            total += bound
-            open_level = bound > found
-    return total
+def _locality_share(problem: Problem) -> float:
+    return _TOPOLOGY_SHARE if score.topology_levels(problem) else _LOCALITY_SHARE
+
+
+def _timed(stage: Stage, begun: float, detail: str = "") -> Stage:
+    """The stage with its time counted from `begun` (building its part of the model included)."""
+    text = "; ".join(t for t in (detail, stage.detail) if t)
+    return Stage(stage.name, stage.status, stage.objective, stage.bound, time.perf_counter() - begun, text)
+
+
+# --- the answer -------------------------------------------------------------------------------------------------
 
 
 def _placement(
-    problem: Problem, counts: Counts, stages: list[Stage], levels: LevelCounts, status: str, seconds: float
+    problem: Problem,
+    counts: Counts,
+    stages: list[Stage],
+    levels: LevelCounts,
+    total: int | None,
+    status: str,
+    seconds: float,
 ) -> Placement:
     bindings: dict[str, str] = {}
     for g, gang_counts in counts.items():
@@ -198,14 +382,13 @@ def _placement(
                 reason=reason,
             )
         )
-    objective = sum(1 for g in counts if score.counted(problem, g))
-    best_bound = _gang_bound(levels) if levels else objective
+    objective = _gangs(problem, counts)
     return Placement(
         bindings=bindings,
         gangs=tuple(results),
         status=status,
         objective=objective,
-        best_bound=max(best_bound, objective),
+        best_bound=max(objective if total is None else total, objective),
         solve_seconds=seconds,
         stages=tuple(s.as_dict() for s in stages),
         levels=tuple(

@@ -1,53 +1,136 @@
 """Check a placement against the cluster without the solver: used by tests, benchmarks and the binder's last
-check. Returns human-readable violations; an empty list means the placement is sound."""
+check. Returns human-readable violations; an empty list means the placement is sound.
+
+An oracle, written from Kubernetes' own rules (kube-scheduler's NodeUnschedulable, TaintToleration,
+NodeAffinity and NodeResourcesFit filters, component-helpers' node affinity matching) and the gang rules of the
+model, sharing no code with the solver's constraints or problem arrays, so a mistake there is caught here.
+"""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Mapping
 
-from gangsolve.solver.model import Cluster, Placement
-from gangsolve.solver.problem import exclusion
+from gangsolve.solver.model import Cluster, Gang, Node, Placement, Pod, Requirement, SelectorTerm, Taint, Toleration
+
+_INT64 = re.compile(r"^[+-]?[0-9]+$")  # Go's strconv.ParseInt(s, 10, 64), which Gt and Lt use
 
 
-def validate(cluster: Cluster, bindings: Placement | dict[str, str]) -> list[str]:
+def validate(cluster: Cluster, bindings: Placement | Mapping[str, str]) -> list[str]:
     if isinstance(bindings, Placement):
-        bindings = dict(bindings.bindings)
+        bindings = bindings.bindings
     nodes = {n.name: n for n in cluster.nodes}
-    pods = {p.name: (p, gang) for gang in cluster.gangs for p in gang.pods}
+    pending = {p.name: (p, gang) for gang in cluster.gangs for p in gang.pods}
     violations: list[str] = []
-    added: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    per_gang: dict[str, list[str]] = defaultdict(list)
+    placed: dict[str, list[Pod]] = defaultdict(list)  # node -> pods this placement puts there
+    per_gang: dict[str, list[str]] = defaultdict(list)  # gang -> nodes of its pods placed now
 
     for pod_name, node_name in bindings.items():
-        if pod_name not in pods:
+        if pod_name not in pending:
             violations.append(f"{pod_name}: not a pending pod of this cluster")
             continue
         if node_name not in nodes:
             violations.append(f"{pod_name}: bound to unknown node {node_name}")
             continue
-        pod, gang = pods[pod_name]
-        node = nodes[node_name]
-        why = exclusion(pod, node)
-        if why is not None:
+        pod, gang = pending[pod_name]
+        why = _filtered_out(pod, nodes[node_name])
+        if why:
             violations.append(f"{pod_name} on {node_name}: {why}")
-        for r, q in pod.requests.items():
-            added[node_name][r] += q
-        if "pods" not in pod.requests:
-            added[node_name]["pods"] += 1
+        placed[node_name].append(pod)
         per_gang[gang.name].append(node_name)
 
-    for node_name, extra in added.items():
-        node = nodes[node_name]
-        for r, q in extra.items():
-            if q > node.free(r) and q > 0:
-                violations.append(f"{node_name}: {r} overcommitted ({q} requested, {node.free(r)} free)")
-
+    for node_name, pods in placed.items():
+        violations += _overcommitted(nodes[node_name], pods)
     for gang in cluster.gangs:
-        got = per_gang.get(gang.name, [])
-        if got and len(got) < gang.need:
-            violations.append(f"{gang.name}: partial gang ({len(got)} of {gang.need} needed pods placed)")
-        if gang.colocate and got:
-            values = {nodes[n].labels.get(gang.colocate) for n in [*got, *gang.bound_nodes] if n in nodes}
-            if len(values) != 1 or None in values:
-                violations.append(f"{gang.name}: spans {gang.colocate} values {sorted(map(str, values))}")
+        violations += _gang_violations(gang, per_gang.get(gang.name, []), nodes)
     return violations
+
+
+def _filtered_out(pod: Pod, node: Node) -> str | None:
+    """Why kube-scheduler's filters would reject `node` for `pod` whatever its free capacity, or None."""
+    if node.unschedulable:
+        return "cordoned"
+    if not node.ready:
+        return "not Ready"
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not any(_tolerates(t, taint) for t in pod.tolerations):
+            return f"taint {taint} not tolerated"
+    for key, value in pod.node_selector.items():
+        if node.labels.get(key) != value:
+            return f"nodeSelector {key}={value} not matched"
+    if pod.affinity and not any(_term_matches(term, node) for term in pod.affinity):
+        return "required node affinity not matched"
+    return None
+
+
+def _tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """core/v1 Toleration.ToleratesTaint."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator in ("", "Equal"):
+        return toleration.value == taint.value
+    return toleration.operator == "Exists"
+
+
+def _term_matches(term: SelectorTerm, node: Node) -> bool:
+    """A node selector term: its expressions and fields all hold; an empty term matches no node."""
+    if not term.match_expressions and not term.match_fields:
+        return False
+    fields = {"metadata.name": node.name}
+    return all(_holds(r, node.labels.get(r.key)) for r in term.match_expressions) and all(
+        _holds(r, fields.get(r.key)) for r in term.match_fields
+    )
+
+
+def _holds(req: Requirement, value: str | None) -> bool:
+    """One requirement against the node's value for its key (None when the node has no such label)."""
+    if req.operator == "In":
+        return value is not None and value in req.values
+    if req.operator == "NotIn":
+        return value is None or value not in req.values
+    if req.operator == "Exists":
+        return value is not None
+    if req.operator == "DoesNotExist":
+        return value is None
+    if req.operator in ("Gt", "Lt"):
+        if value is None or len(req.values) != 1 or not _INT64.match(value) or not _INT64.match(req.values[0]):
+            return False
+        have, bound = int(value), int(req.values[0])
+        return have > bound if req.operator == "Gt" else have < bound
+    return False
+
+
+def _overcommitted(node: Node, pods: list[Pod]) -> list[str]:
+    """NodeResourcesFit: for every resource the new pods request, what bound pods hold plus what they add must
+    fit the node's allocatable; every pod takes one of the node's pod slots."""
+    adding: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        for resource, amount in pod.requests.items():
+            if resource != "pods":
+                adding[resource] += amount
+    adding["pods"] = len(pods)
+    out = []
+    for resource, amount in sorted(adding.items()):
+        if amount <= 0:
+            continue
+        free = node.allocatable.get(resource, 0) - node.used.get(resource, 0)
+        if amount > free:
+            out.append(f"{node.name}: {resource} overcommitted ({amount} requested, {free} free)")
+    return out
+
+
+def _gang_violations(gang: Gang, got: list[str], nodes: Mapping[str, Node]) -> list[str]:
+    """All or nothing: members placed now plus those bound reach the gang's minimum, or none is placed; a
+    co-located gang's members (bound ones too) all sit on nodes sharing one value of its label."""
+    out = []
+    if got and len(got) + len(gang.bound_nodes) < gang.min_member:
+        need = gang.min_member - len(gang.bound_nodes)
+        out.append(f"{gang.name}: partial gang ({len(got)} of {need} needed pods placed)")
+    if gang.colocate and got:
+        values = {nodes[n].labels.get(gang.colocate) for n in [*got, *gang.bound_nodes] if n in nodes}
+        if len(values) != 1 or None in values:
+            out.append(f"{gang.name}: spans {gang.colocate} values {sorted(map(str, values))}")
+    return out

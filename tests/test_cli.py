@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from gangsolve.cli import cli
-from tests.builders import k8s_list, k8s_node, k8s_pod
+from tests.builders import k8s_list, k8s_node, k8s_pdb, k8s_pod
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -82,6 +82,30 @@ def test_empty_snapshot_is_an_empty_plan():
     assert plan["gangs"] == []
 
 
+def test_pods_without_any_node_wait():
+    result = solve("-", "-o", "json", input=yaml.safe_dump(k8s_pod("p", gpus=1)))
+    assert result.exit_code == 0, result.output
+    (gang,) = orjson.loads(result.stdout)["gangs"]
+    assert not gang["placed"]
+    assert gang["reason"]
+
+
+def test_gated_pods_are_reported_not_placed():
+    docs = [
+        k8s_node("n", gpus=4),
+        k8s_pod("held", gpus=1, schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]),
+        k8s_pod("free", gpus=1),
+    ]
+    plan = orjson.loads(solve("-", "-o", "json", input=yaml.safe_dump_all(docs)).stdout)
+    assert plan["bindings"] == {"default/free": "n"}
+    assert [g["name"] for g in plan["gangs"]] == ["default/free"]
+    assert plan["gated"] == {"default/held": ["kueue.x-k8s.io/admission"]}
+    table = solve("-", input=yaml.safe_dump_all(docs)).stdout
+    assert "Gated" in table
+    assert "kueue.x-k8s.io/admission" in table
+    assert "1 pods gated" in table
+
+
 def test_other_kinds_are_ignored():
     text = yaml.safe_dump(k8s_list({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, k8s_node("n")))
     assert solve("-", input=text).exit_code == 0
@@ -115,6 +139,209 @@ def test_bad_input_is_one_line_exit_2_nothing_on_stdout(text, message):
     assert proc.stdout == ""
     assert proc.stderr.startswith(message)
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _pod_group(name: str) -> dict:
+    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name}}
+
+
+def _priority_class(name: str, value) -> dict:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+
+
+def _pdb(min_available) -> dict:
+    return k8s_pdb("b", min_available, {"app": "x"})
+
+
+def _mutated(change) -> list[dict]:
+    """A valid two-object snapshot (a 4-GPU node, a 1-GPU pod) after `change(node, pod, objs)`."""
+    node, pod = k8s_node("n", gpus=4), k8s_pod("p", gpus=1)
+    objs = [node, pod]
+    change(node, pod, objs)
+    return objs
+
+
+def _requests(pod: dict) -> dict:
+    return pod["spec"]["containers"][0]["resources"]["requests"]
+
+
+_AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+# Each of these ended in a traceback (exit 1), a hang, or was silently accepted.
+BAD_SNAPSHOTS = {
+    "status as a list": (
+        lambda n, p, o: n.__setitem__("status", [1]),
+        "Node n: status: expected object | null, got array",
+    ),
+    "taints as a map": (
+        lambda n, p, o: n["spec"].__setitem__("taints", {"a": "b"}),
+        "Node n: spec.taints: expected array | null, got object",
+    ),
+    "tolerations as a map": (
+        lambda n, p, o: p["spec"].__setitem__("tolerations", {"a": "b"}),
+        "Pod default/p: spec.tolerations: expected array | null, got object",
+    ),
+    "annotations as a string": (
+        lambda n, p, o: p["metadata"].__setitem__("annotations", "x"),
+        "Pod default/p: metadata.annotations: expected object | null, got str",
+    ),
+    "namespace not a string": (
+        lambda n, p, o: p["metadata"].__setitem__("namespace", 5),
+        "Pod 5/p: metadata.namespace: expected a string, got 5",
+    ),
+    "map key not a string": (
+        lambda n, p, o: p["metadata"].__setitem__("labels", {1: "a"}),
+        "Pod default/p: metadata.labels: a key: expected str, got int",
+    ),
+    "affinity terms as a string": (
+        lambda n, p, o: p["spec"].__setitem__("affinity", {_AFFINITY[1]: {_AFFINITY[2]: {"nodeSelectorTerms": "t"}}}),
+        f"Pod default/p: spec.{'.'.join(_AFFINITY)}.nodeSelectorTerms: expected array | null, got str",
+    ),
+    "cpu 1e16": (
+        lambda n, p, o: _requests(p).__setitem__("cpu", "1e16"),
+        "Pod default/p: spec.containers[0].resources.requests.cpu: quantity '1e16' is above the most gangsolve "
+        "represents (70368744177664 millicores)",
+    ),
+    "memory 8Ei": (
+        lambda n, p, o: _requests(p).__setitem__("memory", "8Ei"),
+        "Pod default/p: spec.containers[0].resources.requests.memory: quantity '8Ei' is above the most",
+    ),
+    "int64-sized GPU count": (
+        lambda n, p, o: _requests(p).__setitem__("nvidia.com/gpu", str(2**63 - 1)),
+        "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: quantity '9223372036854775807' is above",
+    ),
+    "int64-sized node GPUs": (
+        lambda n, p, o: n["status"]["allocatable"].__setitem__("nvidia.com/gpu", 2**62),
+        "Node n: status.allocatable.nvidia.com/gpu: quantity 4611686018427387904 is above the most",
+    ),
+    "containers adding up past the maximum": (
+        lambda n, p, o: p["spec"].__setitem__("containers", [{"resources": {"requests": {"memory": "60Ti"}}}] * 2),
+        "Pod default/p: spec.containers: requests add up to 131941395333120 memory, above the most",
+    ),
+    ".nan": (
+        lambda n, p, o: _requests(p).__setitem__("cpu", float("nan")),
+        "Pod default/p: spec.containers[0].resources.requests.cpu: quantity nan does not parse",
+    ),
+    ".inf": (
+        lambda n, p, o: _requests(p).__setitem__("memory", float("inf")),
+        "Pod default/p: spec.containers[0].resources.requests.memory: quantity inf does not parse",
+    ),
+    "PriorityClass value: high": (
+        lambda n, p, o: (o.append(_priority_class("pc", "high")), p["spec"].__setitem__("priorityClassName", "pc")),
+        "PriorityClass pc: value: expected int, got str",
+    ),
+    "spec.priority beyond int32": (
+        lambda n, p, o: p["spec"].__setitem__("priority", 2**31),
+        "Pod default/p: spec.priority: expected int <= 2147483647",
+    ),
+    "creationTimestamp without a zone": (
+        lambda n, p, o: p["metadata"].__setitem__("creationTimestamp", "2026-01-01T00:00:00"),
+        "Pod default/p: metadata.creationTimestamp: expected datetime with a timezone component",
+    ),
+    "label value nested 1,000 deep": (
+        lambda n, p, o: p["metadata"]["labels"].__setitem__("app", "DEEP"),
+        "Pod default/p: metadata.labels.app: expected str, got array",
+    ),
+    "minMember nested 1,000 deep": (
+        lambda n, p, o: o.append({**_pod_group("g"), "spec": {"minMember": "DEEP"}}),
+        "PodGroup default/g: spec.minMember: expected int | str | null, got array",
+    ),
+    "duplicate PodGroups": (
+        lambda n, p, o: o.extend([_pod_group("g"), _pod_group("g")]),
+        "PodGroup default/g: metadata.name: duplicate object in snapshot",
+    ),
+    "duplicate PriorityClasses": (
+        lambda n, p, o: o.extend([_priority_class("pc", 1), _priority_class("pc", 2)]),
+        "PriorityClass pc: metadata.name: duplicate object in snapshot",
+    ),
+    "PDB percentage above 100%": (
+        lambda n, p, o: o.append(_pdb("150%")),
+        "PodDisruptionBudget default/b: spec.minAvailable: a percentage must be between 0% and 100%, got '150%'",
+    ),
+    "PDB percentage below 0%": (
+        lambda n, p, o: o.append(_pdb("-5%")),
+        "PodDisruptionBudget default/b: spec.minAvailable: expected a number or a percentage, got '-5%'",
+    ),
+    "containers as a map": (
+        lambda n, p, o: p["spec"].__setitem__("containers", {"main": {"resources": {"requests": {"cpu": "64"}}}}),
+        "Pod default/p: spec.containers: expected array | null, got object",
+    ),
+    "label value not a string": (
+        lambda n, p, o: p["metadata"]["labels"].__setitem__("gpu", True),
+        "Pod default/p: metadata.labels.gpu: expected str, got bool",
+    ),
+    "name with a newline and a terminal escape": (
+        lambda n, p, o: (p["metadata"].__setitem__("name", "p\n\x1b[2J"), _requests(p).__setitem__("cpu", "x")),
+        "Pod default/p\\n\\x1b[2J: spec.containers[0].resources.requests.cpu: quantity 'x' does not parse",
+    ),
+}
+
+
+def _one_line_exit_2(result, message: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert len(result.stderr) < 500
+
+
+@pytest.mark.parametrize("case", list(BAD_SNAPSHOTS))
+def test_bad_snapshot_is_one_line_exit_2(case):
+    change, message = BAD_SNAPSHOTS[case]
+    text = yaml.dump(k8s_list(*_mutated(change)))  # YAML carries .nan, .inf and keys that are not strings
+    text = text.replace("DEEP", "[" * 990 + "x" + "]" * 990)  # past what the YAML writer can nest
+    _one_line_exit_2(solve("-", "-o", "json", input=text), message)
+
+
+# A billion laughs: under 1 KB of YAML, 9**9 values once its aliases are expanded.
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (ALIAS_BOMB + "kind: Pod\n", "snapshot: YAML aliases expand the document to too many values"),
+        (ALIAS_BOMB + "kind: [*i]\n", "snapshot: YAML aliases expand the document to too many values"),
+        ("a: &a [*a]\nkind: Pod\n", "snapshot: YAML aliases expand the document to too many values"),
+        ("kind: Pod\nmetadata: {name: " + "[" * 1000 + "]" * 1000 + "}\n", "snapshot: invalid YAML/JSON at line 2"),
+    ],
+    ids=["alias bomb", "alias bomb as a kind", "recursive alias", "1,000 deep"],
+)
+def test_hostile_yaml_is_one_line_exit_2(text, message):
+    _one_line_exit_2(solve("-", "-o", "json", input=text), message)
+
+
+def test_moderate_aliases_are_still_yaml():
+    pod = "- {{kind: Pod, metadata: {{name: p{}, labels: *labels}}, spec: {{schedulerName: gangsolve}}}}\n"
+    docs = "labels: &labels {app: x}\nitems:\n" + "".join(pod.format(i) for i in range(3))
+    result = solve("-", "-o", "json", input="kind: List\n" + docs)
+    assert result.exit_code == 0, result.output
+    assert len(orjson.loads(result.stdout)["gangs"]) == 3
+
+
+def test_time_limit_must_be_a_finite_number():
+    for bad in ("nan", "inf", "-1", "0.01"):
+        result = solve(str(EXAMPLES / "tfjob-8.yaml"), "--time-limit", bad)
+        assert result.exit_code == 2, bad
+        assert result.stdout == ""
+        assert "--time-limit" in result.stderr
+
+
+def test_invalid_utf8_on_stdin_is_one_line():
+    result = CliRunner().invoke(cli, ["solve", "-"], input=b"kind: Pod\nmetadata: {name: \xff}\n")
+    _one_line_exit_2(result, "snapshot: not UTF-8 text")
+
+
+def test_names_print_as_themselves_in_the_table():
+    # rich markup in a name used to raise MarkupError; a terminal escape must not reach the terminal
+    docs = [k8s_node("n[/]", gpus=4), k8s_pod("p[bold]x[/]", gpus=1), k8s_pod("esc", ns="a\x1b[31m", gpus=1)]
+    result = solve("-", input=yaml.safe_dump_all(docs))
+    assert result.exit_code == 0, result.output
+    assert "p[bold]x[/]" in result.stdout
+    assert "n[/]" in result.stdout
+    assert "\x1b" not in result.stdout
+    assert "a\\x1b[31m/esc" in result.stdout
 
 
 def test_missing_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from datetime import UTC
@@ -51,13 +52,31 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least `least` (click's FloatRange lets nan and inf through)."""
+
+    name = "seconds"
+
+    def __init__(self, least: float) -> None:
+        self.least = least
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(seconds) or seconds < self.least:
+            self.fail(f"{value!r} is not a number of seconds >= {self.least}", param, ctx)
+        return seconds
+
+
 @cli.command()
 @click.argument("snapshot")
 @click.option("--scheduler-name", default="gangsolve", show_default=True, help="Schedule pods with this schedulerName.")
 @click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
 @click.option(
     "--time-limit",
-    type=click.FloatRange(min=0.05),
+    type=Seconds(0.05),
     default=DEFAULT_TIME_LIMIT,
     show_default=True,
     help="Seconds for the whole cycle; the best plan found by then is returned.",
@@ -67,28 +86,57 @@ def fail(message: str) -> None:
     "--now",
     type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]),
     default=None,
-    help="The cycle's clock (RFC 3339): gangs pending longer than 15 minutes by then rank as starving, as in "
-    "the live scheduler. Without it, no gang is starving.",
+    help="The cycle's clock (RFC 3339): gangs pending longer than 15 minutes by then rank as starving, and "
+    "pods that may still get a gang definition wait for it, as in the live scheduler. Default: the time "
+    "`gangsolve export` took the snapshot; without either, no gang is starving and no pod waits.",
 )
-def solve(snapshot: str, scheduler_name: str, group_label: str | None, time_limit: float, output: str, now) -> None:
+@click.option(
+    "--definition-grace",
+    type=Seconds(0),
+    default=None,
+    help="Seconds from their creation that pods which may still get a gang definition wait for it "
+    "[default: 10, as the live scheduler's definition-grace].",
+)
+@click.option(
+    "--training-kind",
+    "training_kinds",
+    multiple=True,
+    help="An owner kind whose pods wait for their gang definition, beside the known training jobs (repeatable).",
+)
+def solve(
+    snapshot: str,
+    scheduler_name: str,
+    group_label: str | None,
+    time_limit: float,
+    output: str,
+    now,
+    definition_grace: float | None,
+    training_kinds: tuple[str, ...],
+) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import render
-    from gangsolve.gangs import build_cluster
+    from gangsolve.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
     from gangsolve.solver import solve as solve_cycle
 
+    grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
     try:
         if now is not None and now.tzinfo is None:
             now = now.replace(tzinfo=UTC)  # the Z form parses naive
-        cluster = build_cluster(read(snapshot), scheduler_name, group_label, now=now)
+        snap = read(snapshot)
+        now = now or snap.taken_at
+        cluster = build_cluster(snap, scheduler_name, group_label, now=now, grace=grace)
+        held = waiting(snap, scheduler_name, group_label, now, grace)
     except InputError as exc:
         fail(str(exc))
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit))
+    gates = gated(snap, scheduler_name)
+    reasons = {pod: why.reason for pod, why in held.items()}
     if output == "json":
-        sys.stdout.buffer.write(render.to_json(placement))
+        sys.stdout.buffer.write(render.to_json(placement, gates, reasons))
     else:
-        render.print_table(placement, Console())
+        render.print_table(placement, Console(), gates, reasons)
 
 
 @cli.command()

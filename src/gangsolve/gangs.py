@@ -1,38 +1,62 @@
 """From a snapshot to the solver's Cluster: which pods are ours, which gang each belongs to, and its minimum.
 
 A pod joins the gang of the first rule that applies:
+0. `spec.schedulingGroup.podGroupName` -> that scheduling.k8s.io PodGroup (Kubernetes' own, KEP-4671): a
+   `gang` policy's minCount, its priority and its topology constraint; a `basic` policy means no gang;
 1. label `scheduling.x-k8s.io/pod-group` -> that PodGroup (scheduler-plugins, Kubeflow training-operator);
 2. annotation `scheduling.k8s.io/group-name` -> that Volcano PodGroup;
 3. a PodDisruptionBudget selecting it (kube-batch's legacy convention) -> the pods it selects;
 4. `--group-label KEY` -> pods of the namespace sharing that label's value;
 5. its controlling ownerReference;
 6. otherwise the pod alone.
+
+A gang definition (a PDB, a PodGroup, the min-available annotation) may be created after the pods it
+defines: a training operator creates them in separate calls. Grouped by rules 4-6 meanwhile, such pods
+could be bound in part, the very thing a gang scheduler exists to prevent. So pods that may still get one
+wait for it, `definition_grace` seconds from their creation, before rules 4-6 apply: pods of the known
+training-job kinds (and any kind the user adds), pods of a Job or JobSet with more than one pod, and pods of
+a `--group-label` group none of whose pods carries the min-available annotation. Pods naming a PodGroup not
+created yet wait for it as long as it takes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from gangsolve import objects
-from gangsolve.errors import InputError, describe
+from gangsolve import objects, schema
+from gangsolve.errors import InputError, describe, shown
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver.model import Cluster, Gang, Node, Pod
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 MIN_AVAILABLE_ANNOTATION = "gangsolve.io/min-available"
-COLOCATE_ANNOTATION = "gangsolve.io/colocate"
+COLOCATE_ANNOTATION = "gangsolve.io/colocate"  # the required topology level (upstream: schedulingConstraints)
+# Preferred topology levels, node label keys widest first, comma-separated: fewest domains of each, in order.
+PREFERRED_ANNOTATION = "gangsolve.io/topology-preferred"
+UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
+# kube-scheduler's words for a PodGroup whose pods' priorities differ from its own (KEP-5710)
+PRIORITY_MISMATCH = "all pods in a single pod group should have the same priority as the pod group's priority"
 # A gang pending longer than this outranks the gangs of its priority that are not: maximizing the number of
 # gangs placed would otherwise pass over big gangs for as long as small ones keep arriving.
 STARVATION_SECONDS = 900.0
+# Seconds pods that may still get a gang definition wait for it (from their creation); 0 turns waiting off.
+DEFINITION_GRACE = 10.0
+# Controllers of distributed training jobs: Kubeflow's training-operator kinds and Trainer's TrainJob.
+TRAINING_KINDS = frozenset({"TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob"})
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+INT32_MAX = 2**31 - 1  # minMember and minAvailable are int32 in the API
+_PERCENT = re.compile(r"^[0-9]+%$")  # as the API server validates a PDB's percentages
+_WHOLE = re.compile(r"^-?[0-9]{1,18}$")  # anything longer is out of range, or not a number
 
 
 @dataclass(frozen=True)
 class GangKey:
-    rule: str  # podgroup | volcano | pdb | label | owner | pod
+    rule: str  # upstream | podgroup | volcano | pdb | label | owner | pod
     namespace: str
     name: str
 
@@ -59,42 +83,193 @@ def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> boo
 
 
 def _positive_int(obj: dict, field: str, value) -> int:
-    try:
-        n = int(value)
-        if isinstance(value, bool) or str(n) != str(value).strip():
-            raise ValueError
-    except (TypeError, ValueError):
-        raise InputError(describe(obj), field, f"expected a whole number, got {value!r}") from None
+    """A whole number from 1 to INT32_MAX, given as a number or as text (annotations are text)."""
+    text = value.strip() if isinstance(value, str) else ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif _WHOLE.match(text):
+        n = int(text)
+    else:
+        raise InputError(describe(obj), field, f"expected a whole number, got {shown(value)}")
     if n < 1:
         raise InputError(describe(obj), field, f"must be at least 1, got {n}")
+    if n > INT32_MAX:
+        raise InputError(describe(obj), field, f"must be at most {INT32_MAX}, got {shown(n)}")
     return n
 
 
 def _int_or_percent(obj: dict, field: str, value, total: int) -> int:
-    if isinstance(value, str) and value.endswith("%"):
-        try:
-            pct = int(value[:-1])
-        except ValueError:
-            raise InputError(describe(obj), field, f"expected a number or a percentage, got {value!r}") from None
+    if isinstance(value, str) and _PERCENT.match(value):
+        pct = int(value[:-1])
+        if pct > 100:
+            raise InputError(describe(obj), field, f"a percentage must be between 0% and 100%, got {shown(value)}")
         return math.ceil(pct * total / 100)  # rounded up, as the disruption controller does for minAvailable
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise InputError(describe(obj), field, f"expected a number or a percentage, got {value!r}")
+    raise InputError(describe(obj), field, f"expected a number or a percentage, got {shown(value)}")
+
+
+class _Pdbs:
+    """The PDBs of a snapshot, indexed by one label each selector requires: a cluster may hold thousands of
+    PDBs and pods, and testing every selector against every pod would take minutes."""
+
+    def __init__(self, pdbs: list[dict], live: list[dict]) -> None:
+        self.by_ns: dict[str, list[dict]] = {}  # by name, the order rule 3 tries them in
+        self._named: dict[tuple[str, str], dict] = {}
+        for pdb in sorted(pdbs, key=lambda o: o["metadata"]["name"]):
+            self.by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
+            self._named[(pdb["metadata"]["namespace"], pdb["metadata"]["name"])] = pdb
+        self._required: dict[tuple[str, str, str], list[int]] = {}  # (ns, key, value) -> PDBs requiring it
+        self._unindexed: dict[str, list[int]] = {}  # PDBs without matchLabels: tried for every pod
+        for ns, ordered in self.by_ns.items():
+            for i, pdb in enumerate(ordered):
+                required = self._required_label(pdb)
+                if required is None:
+                    self._unindexed.setdefault(ns, []).append(i)
+                else:
+                    self._required.setdefault((ns, *required), []).append(i)
+        self._live: dict[tuple[str, str, str] | str, list[dict]] = {}  # live pods by (ns, key, value) and by ns
+        for p in live:
+            ns = p["metadata"]["namespace"]
+            self._live.setdefault(ns, []).append(p)
+            for k, v in (p["metadata"].get("labels") or {}).items():
+                self._live.setdefault((ns, k, v), []).append(p)
+
+    @staticmethod
+    def _required_label(pdb: dict) -> tuple[str, str] | None:
+        match_labels = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return next(iter(match_labels.items()), None)
+
+    def first_selecting(self, ns: str, labels: Mapping[str, str]) -> dict | None:
+        """The first PDB (by name) of the namespace whose selector selects these labels."""
+        candidates = list(self._unindexed.get(ns, ()))
+        for k, v in labels.items():
+            candidates += self._required.get((ns, k, v), ())
+        for i in sorted(candidates):
+            pdb = self.by_ns[ns][i]
+            if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+                return pdb
+        return None
+
+    def named(self, ns: str, name: str) -> dict:
+        return self._named[(ns, name)]
+
+    def selected(self, pdb: dict) -> int:
+        """How many live pods of its namespace the PDB selects."""
+        ns, required = pdb["metadata"]["namespace"], self._required_label(pdb)
+        pods = self._live.get(ns if required is None else (ns, *required), [])
+        selector = (pdb.get("spec") or {}).get("selector")
+        return sum(1 for p in pods if selector_matches(selector, p["metadata"].get("labels") or {}))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why a pending pod is not planned yet, and until when it waits (None: until its definition exists)."""
+
+    reason: str
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Grace:
+    """How long pods that may still get a gang definition wait for it, and which owners make them do so."""
+
+    seconds: float = DEFINITION_GRACE
+    kinds: frozenset[str] = TRAINING_KINDS
+
+    def with_kinds(self, extra: Iterable[str]) -> Grace:
+        return Grace(self.seconds, self.kinds | frozenset(extra))
 
 
 class _Grouper:
-    def __init__(self, snap: Snapshot, group_label: str | None, strict: bool) -> None:
+    def __init__(
+        self,
+        snap: Snapshot,
+        group_label: str | None,
+        strict: bool,
+        grace: Grace | None = None,
+        now: datetime | None = None,  # the cycle's clock: without it, nothing waits for a definition
+    ) -> None:
         self.snap = snap
         self.group_label = group_label
         self.strict = strict
-        self.pdbs_by_ns: dict[str, list[dict]] = {}
-        for pdb in sorted(snap.pdbs, key=lambda o: o["metadata"]["name"]):
-            self.pdbs_by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
-        self.live = [p for p in snap.pods if not objects.is_finished(p) and not p["metadata"].get("deletionTimestamp")]
+        self.grace = grace or Grace()
+        self.now = now
+        # Pods that are (or will be) members: terminating pods are leaving, though they hold capacity until gone.
+        self.live = [p for p in snap.pods if not objects.is_finished(p) and not objects.is_terminating(p)]
+        self.pdbs = _Pdbs(snap.pdbs, self.live)
+        self._owned: dict[str, int] = {}  # controller uid -> live pods it owns
+        self._annotated: set[tuple[str, str]] = set()  # (namespace, group-label value) with min-available
+        self._upstream_members: dict[tuple[str, str], list[dict]] = {}  # (ns, PodGroup) -> live pods naming it
+        self._mismatch: dict[tuple[str, str], str | None] = {}
+        for p in self.live:
+            upstream = upstream_group_name(p)
+            if upstream is not None:
+                self._upstream_members.setdefault((p["metadata"]["namespace"], upstream), []).append(p)
+            ref = _controller(p)
+            if ref is not None:
+                self._owned[str(ref.get("uid"))] = self._owned.get(str(ref.get("uid")), 0) + 1
+            labels, annotations = p["metadata"].get("labels") or {}, p["metadata"].get("annotations") or {}
+            if group_label and group_label in labels and MIN_AVAILABLE_ANNOTATION in annotations:
+                self._annotated.add((p["metadata"]["namespace"], labels[group_label]))
+
+    def waiting(self, pod: dict) -> Waiting | None:
+        """Why this pod joins no gang yet, or None when `key` places it in one."""
+        meta = pod["metadata"]
+        ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
+        upstream = upstream_group_name(pod)
+        if upstream is not None and (UPSTREAM_GROUP, ns, upstream) in self.snap.pod_groups:
+            mismatch = self.priority_mismatch(ns, upstream)
+            return Waiting(mismatch) if mismatch else None
+        for group, name in (
+            (UPSTREAM_GROUP, upstream),
+            ("scheduling.x-k8s.io", labels.get(POD_GROUP_LABEL)),
+            ("scheduling.volcano.sh", annotations.get(VOLCANO_ANNOTATION)),
+        ):
+            if name is not None:
+                missing = (group, ns, name) not in self.snap.pod_groups
+                return Waiting(f"waiting for PodGroup {ns}/{name} ({group}) to exist") if missing else None
+        if self.pdbs.first_selecting(ns, labels) is not None:
+            return None
+        expected = self._expects_definition(pod)
+        created = _created(pod)
+        if expected is None or self.now is None or created is None or self.grace.seconds <= 0:
+            return None
+        until = created + timedelta(seconds=self.grace.seconds)
+        if self.now >= until:
+            return None  # the definition never came: the fallback rule applies
+        return Waiting(f"waiting up to {self.grace.seconds:g}s from its creation for {expected}", until)
+
+    def _expects_definition(self, pod: dict) -> str | None:
+        """What gang definition this pod may still get, or None when nothing suggests one is coming."""
+        meta = pod["metadata"]
+        labels, ns = meta.get("labels") or {}, meta["namespace"]
+        what = "its gang definition (a PodDisruptionBudget or PodGroup)"
+        if self.group_label and self.group_label in labels:
+            if (ns, labels[self.group_label]) in self._annotated:
+                return None
+            return f"the {MIN_AVAILABLE_ANNOTATION} annotation of its {self.group_label} group"
+        ref = _controller(pod)
+        if ref is None:
+            return None
+        kind = ref.get("kind")
+        if kind in self.grace.kinds:
+            return f"{what} of {kind} {ref.get('name')}"
+        if kind == "Job" and (JOBSET_LABEL in labels or self._owned.get(str(ref.get("uid")), 0) > 1):
+            return f"{what} of Job {ref.get('name')}"
+        return None
 
     def key(self, pod: dict) -> GangKey | None:
         meta = pod["metadata"]
         ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
+        upstream = upstream_group_name(pod)
+        if upstream is not None:
+            key = self._pod_group(pod, UPSTREAM_GROUP, upstream, "spec.schedulingGroup.podGroupName")
+            if key is None or self.priority_mismatch(ns, upstream):
+                return None  # waits: for its PodGroup, or for its members' priorities to agree with it
+            if _gang_policy(self.snap.pod_groups[(UPSTREAM_GROUP, ns, upstream)]) is None:
+                return GangKey("pod", ns, meta["name"])  # a `basic` policy: scheduled pod by pod
+            return key
         if POD_GROUP_LABEL in labels:
             return self._pod_group(
                 pod, "scheduling.x-k8s.io", labels[POD_GROUP_LABEL], f"metadata.labels.{POD_GROUP_LABEL}"
@@ -106,14 +281,16 @@ class _Grouper:
                 annotations[VOLCANO_ANNOTATION],
                 f"metadata.annotations.{VOLCANO_ANNOTATION}",
             )
-        for pdb in self.pdbs_by_ns.get(ns, []):
-            if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
-                return GangKey("pdb", ns, pdb["metadata"]["name"])
+        pdb = self.pdbs.first_selecting(ns, labels)
+        if pdb is not None:
+            return GangKey("pdb", ns, pdb["metadata"]["name"])
+        if self.waiting(pod) is not None:
+            return None  # its definition may be on its way
         if self.group_label and self.group_label in labels:
             return GangKey("label", ns, labels[self.group_label])
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("controller"):
-                return GangKey("owner", ns, f"{ref.get('name')}\0{ref.get('uid')}")
+        ref = _controller(pod)
+        if ref is not None:
+            return GangKey("owner", ns, f"{ref.get('name')}\0{ref.get('uid')}")
         return GangKey("pod", ns, meta["name"])
 
     def _pod_group(self, pod: dict, group: str, name: str, field: str) -> GangKey | None:
@@ -122,28 +299,49 @@ class _Grouper:
             if self.strict:
                 raise InputError(describe(pod), field, f"names PodGroup {ns}/{name} ({group}), not in snapshot")
             return None  # live: wait until the PodGroup appears
-        return GangKey("podgroup" if group == "scheduling.x-k8s.io" else "volcano", ns, name)
+        return GangKey(_RULES[group], ns, name)
 
     def pod_group(self, key: GangKey) -> dict | None:
-        group = {"podgroup": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh"}.get(key.rule)
+        group = _GROUPS.get(key.rule)
         return self.snap.pod_groups.get((group, key.namespace, key.name)) if group else None
+
+    def priority_mismatch(self, ns: str, name: str) -> str | None:
+        """Upstream schedules no gang whose members' priorities differ from its PodGroup's (KEP-5710): it
+        marks the PodGroup SchedulerError. The same message, or None when they agree (or it is no gang)."""
+        key = (ns, name)
+        if key not in self._mismatch:
+            pg = self.snap.pod_groups[(UPSTREAM_GROUP, ns, name)]
+            message = None
+            if _gang_policy(pg) is not None:
+                want = objects.priority(pg, self.snap.priority_classes)
+                for p in self._upstream_members.get(key, []):
+                    got = objects.priority(p, self.snap.priority_classes)
+                    if got != want:
+                        pod = objects.pod_key(p)
+                        message = f"{PRIORITY_MISMATCH}, got {got} and {want} (pod {pod}, PodGroup {ns}/{name})"
+                        break
+            self._mismatch[key] = message
+        return self._mismatch[key]
+
+    def group_priority(self, key: GangKey) -> int | None:
+        """An upstream PodGroup's priority, which is its gang's (KEP-5710); None for other gangs."""
+        pg = self.pod_group(key)
+        return objects.priority(pg, self.snap.priority_classes) if pg is not None and key.rule == "upstream" else None
 
     def min_member(self, key: GangKey, members: list[dict]) -> int:
         pg = self.pod_group(key)
+        if pg is not None and key.rule == "upstream":
+            gang = _gang_policy(pg) or {}
+            return _positive_int(pg, "spec.schedulingPolicy.gang.minCount", gang.get("minCount"))
         if pg is not None:
             return _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
         if key.rule == "pdb":
-            pdb = next(p for p in self.pdbs_by_ns[key.namespace] if p["metadata"]["name"] == key.name)
+            pdb = self.pdbs.named(key.namespace, key.name)
             spec = pdb.get("spec") or {}
-            selected = sum(
-                1
-                for p in self.live
-                if p["metadata"]["namespace"] == key.namespace
-                and selector_matches(spec.get("selector"), p["metadata"].get("labels") or {})
-            )
-            if "minAvailable" in spec:
+            selected = self.pdbs.selected(pdb)
+            if spec.get("minAvailable") is not None:
                 return max(1, _int_or_percent(pdb, "spec.minAvailable", spec["minAvailable"], selected))
-            if "maxUnavailable" in spec:
+            if spec.get("maxUnavailable") is not None:
                 return max(1, selected - _int_or_percent(pdb, "spec.maxUnavailable", spec["maxUnavailable"], selected))
             return 1
         mins = [
@@ -158,13 +356,47 @@ class _Grouper:
         return max(mins, default=1)
 
     def colocate(self, key: GangKey, members: list[dict]) -> str | None:
+        """The required topology level: the upstream PodGroup's topology constraint, else the annotation."""
         pg = self.pod_group(key)
-        sources = ([pg] if pg is not None else []) + members
-        for obj in sources:
-            value = (obj["metadata"].get("annotations") or {}).get(COLOCATE_ANNOTATION)
+        topology = (((pg or {}).get("spec") or {}).get("schedulingConstraints") or {}).get("topology") or []
+        if topology:
+            return str(topology[0]["key"])  # upstream allows one constraint for now
+        return self._annotation(pg, members, COLOCATE_ANNOTATION)
+
+    def preferred(self, key: GangKey, members: list[dict]) -> tuple[str, ...]:
+        """Preferred topology levels, widest first, from the annotation (upstream has no such field yet)."""
+        value = self._annotation(self.pod_group(key), members, PREFERRED_ANNOTATION) or ""
+        return tuple(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
+
+    @staticmethod
+    def _annotation(pg: dict | None, members: list[dict], name: str) -> str | None:
+        """The annotation on the PodGroup, else on the first member that has it."""
+        for obj in ([pg] if pg is not None else []) + members:
+            value = (obj["metadata"].get("annotations") or {}).get(name)
             if value:
                 return str(value)
         return None
+
+
+_RULES = {UPSTREAM_GROUP: "upstream", "scheduling.x-k8s.io": "podgroup", "scheduling.volcano.sh": "volcano"}
+_GROUPS = {rule: group for group, rule in _RULES.items()}
+
+
+def upstream_group_name(pod: dict) -> str | None:
+    """The scheduling.k8s.io PodGroup a pod names in spec.schedulingGroup, if any."""
+    name = (((pod.get("spec") or {}).get("schedulingGroup")) or {}).get("podGroupName")
+    return str(name) if name else None
+
+
+def _gang_policy(pg: dict) -> dict | None:
+    """An upstream PodGroup's gang policy; None for a `basic` one (no gang)."""
+    policy = ((pg.get("spec") or {}).get("schedulingPolicy")) or {}
+    gang = policy.get("gang")
+    return gang if isinstance(gang, dict) else None
+
+
+def _controller(pod: dict) -> dict | None:
+    return next((ref for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")), None)
 
 
 def display_name(key: GangKey) -> str:
@@ -173,19 +405,70 @@ def display_name(key: GangKey) -> str:
 
 def _created(pod: dict) -> datetime | None:
     stamp = pod["metadata"].get("creationTimestamp")
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
-    except ValueError:
-        raise InputError(describe(pod), "metadata.creationTimestamp", f"not an RFC 3339 time: {stamp!r}") from None
+    return schema.timestamp(stamp) if stamp else None
 
 
-def _nodes_with_usage(snap: Snapshot, live: list[dict]) -> list[Node]:
+def check(snap: Snapshot, nodes: bool = True) -> None:
+    """Every object's fields as gangsolve reads them (gangsolve.schema), and the values of every PodGroup and
+    PDB whether or not a pod names it; the first bad object raises InputError. `nodes=False` leaves the nodes
+    to a caller that checked them already (the live store, as they arrive)."""
+    for kind, objs in (
+        ("Node", snap.nodes if nodes else []),
+        ("Pod", snap.pods),
+        ("PodDisruptionBudget", snap.pdbs),
+        ("PodGroup", snap.pod_groups.values()),
+        ("PriorityClass", snap.priority_classes.values()),
+    ):
+        for obj in objs:
+            schema.check(obj, kind)
+    for (group, _ns, _name), pg in snap.pod_groups.items():
+        if group != UPSTREAM_GROUP:
+            _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+        elif (gang := _gang_policy(pg)) is not None:
+            _positive_int(pg, "spec.schedulingPolicy.gang.minCount", gang.get("minCount"))
+        elif not isinstance(((pg.get("spec") or {}).get("schedulingPolicy") or {}).get("basic"), dict):
+            raise InputError(describe(pg), "spec.schedulingPolicy", "expected a gang or a basic policy")
+    for pdb in snap.pdbs:
+        spec = pdb.get("spec") or {}
+        for field in ("minAvailable", "maxUnavailable"):
+            if spec.get(field) is not None:
+                _int_or_percent(pdb, f"spec.{field}", spec[field], 0)
+
+
+def gated(snap: Snapshot, scheduler_name: str) -> dict[str, list[str]]:
+    """Pods for `scheduler_name` held back by scheduling gates: pod key -> the gates' names. They are not
+    planned until the gates are removed."""
+    return {
+        objects.pod_key(p): objects.gates(p)
+        for p in snap.pods
+        if objects.gates(p) and objects.is_waiting_for(p, scheduler_name)
+    }
+
+
+def waiting(
+    snap: Snapshot,
+    scheduler_name: str = "gangsolve",
+    group_label: str | None = None,
+    now: datetime | None = None,
+    grace: Grace | None = None,
+) -> dict[str, Waiting]:
+    """Pending pods of `scheduler_name` that join no gang yet, and why: their PodGroup does not exist yet, or
+    their gang definition may still come (see the module's docstring). `build_cluster` leaves them out."""
+    grouper = _Grouper(snap, group_label, strict=False, grace=grace, now=now)
+    return {
+        objects.pod_key(p): why
+        for p in grouper.live
+        if objects.is_pending_for(p, scheduler_name) and (why := grouper.waiting(p)) is not None
+    }
+
+
+def _nodes_with_usage(snap: Snapshot) -> list[Node]:
     nodes = [objects.node(n) for n in snap.nodes]
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
-    for p in live:
+    for p in snap.pods:  # as kube-scheduler counts: a terminating pod holds its capacity until it is gone
         node_name = (p.get("spec") or {}).get("nodeName")
-        if node_name in index:
+        if node_name in index and not objects.is_finished(p):
             for r, q in objects.pod_requests(p).items():
                 used[index[node_name]][r] = used[index[node_name]].get(r, 0) + q
     return [
@@ -200,22 +483,24 @@ def build_cluster(
     strict: bool = True,
     now: datetime | None = None,
     starvation_seconds: float = STARVATION_SECONDS,
+    grace: Grace | None = None,
     *,
     nodes: Sequence[Node] | None = None,
     convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] = objects.pod,
 ) -> Cluster:
     """Every node with the capacity bound pods hold, and every gang with pending pods of our scheduler.
     With `now` (the live scheduler's clock), gangs whose oldest pending pod was created more than
-    `starvation_seconds` earlier are marked starving.
+    `starvation_seconds` earlier are marked starving, and pods that may still get a gang definition wait
+    for it by `grace`. Raises InputError naming the first object it cannot read (strict or not: the live
+    scheduler leaves that object out and tries again).
 
     The live scheduler keeps the converted nodes and their used capacity up to date as pods come and go, and
     remembers converted pods: it passes `nodes` and a memoizing `convert_pod`, so a cycle at 5,000 nodes does not
     read every bound pod again."""
-    for pg in snap.pod_groups.values():
-        _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
-    grouper = _Grouper(snap, group_label, strict)
+    check(snap, nodes=nodes is None)
+    grouper = _Grouper(snap, group_label, strict, grace, now)
     if nodes is None:
-        nodes = _nodes_with_usage(snap, grouper.live)
+        nodes = _nodes_with_usage(snap)
 
     ours = [
         p for p in grouper.live if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == scheduler_name
@@ -249,6 +534,8 @@ def build_cluster(
                 bound_nodes=tuple(p["spec"]["nodeName"] for p in objs if objects.is_bound(p)),
                 colocate=grouper.colocate(key, objs),
                 starving=starving,
+                preferred=grouper.preferred(key, objs),
+                group_priority=grouper.group_priority(key),
             )
         )
     return Cluster(tuple(nodes), tuple(gangs))

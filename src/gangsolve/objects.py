@@ -1,20 +1,25 @@
-"""Kubernetes Node and Pod objects (as dicts) to the solver's types: the one place the API's shapes meet ours."""
+"""Kubernetes Node and Pod objects (as dicts) to the solver's types: the one place the API's shapes meet ours.
+
+The objects have passed gangsolve.schema.check: every field read here has its API type (or is absent/null).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from gangsolve.errors import InputError, describe
-from gangsolve.quantity import to_units
+from gangsolve.errors import InputError, describe, shown
+from gangsolve.quantity import MAX_UNITS, to_units
 from gangsolve.solver.model import PODS, Node, Pod, Requirement, SelectorTerm, Taint, Toleration
 
 FINISHED = ("Succeeded", "Failed")  # pods in these phases hold no capacity
+_INTEGER = re.compile(r"^[+-]?[0-9]{1,18}$")  # what Gt and Lt compare (an int64, as Go parses it)
 
 
 def _get(obj: Mapping, path: str, default=None):
     cur = obj
     for key in path.split("."):
-        if not isinstance(cur, Mapping) or key not in cur:
+        if not isinstance(cur, dict) or key not in cur:  # API objects are dicts (dict, not the slower Mapping ABC)
             return default
         cur = cur[key]
     return cur if cur is not None else default
@@ -22,11 +27,7 @@ def _get(obj: Mapping, path: str, default=None):
 
 def resources(obj: dict, field: str, raw: Mapping | None) -> dict[str, int]:
     out: dict[str, int] = {}
-    if raw is None:
-        return out
-    if not isinstance(raw, Mapping):
-        raise InputError(describe(obj), field, "expected a map of resource quantities")
-    for name, value in raw.items():
+    for name, value in (raw or {}).items():
         try:
             out[name] = to_units(name, value)
         except ValueError as exc:
@@ -38,12 +39,8 @@ def node(obj: dict) -> Node:
     status = obj.get("status") or {}
     where = "status.allocatable" if "allocatable" in status else "status.capacity"
     allocatable = resources(obj, where, status.get("allocatable", status.get("capacity")))
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions if isinstance(c, Mapping))
-    taints = tuple(
-        Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
-        for t in _get(obj, "spec.taints", [])
-    )
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+    taints = tuple(Taint(t["key"], t.get("value") or "", t["effect"]) for t in _get(obj, "spec.taints", []))
     return Node(
         name=obj["metadata"]["name"],
         allocatable=allocatable,
@@ -90,38 +87,51 @@ def pod_requests(obj: dict) -> dict[str, int]:
         total[k] = max(total.get(k, 0), v)
     _add(total, resources(obj, "spec.overhead", spec.get("overhead")))
     total[PODS] = 1
+    for k, v in total.items():
+        if v > MAX_UNITS:  # each quantity is in range, their sum need not be
+            raise InputError(
+                describe(obj),
+                "spec.containers",
+                f"requests add up to {v} {k}, above the most gangsolve represents ({MAX_UNITS})",
+            )
     return {k: v for k, v in total.items() if v or k == PODS}
 
 
-def _requirements(obj: dict, field: str, raw) -> tuple[Requirement, ...]:
+_AFFINITY = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+
+def _requirements(obj: dict, field: str, raw: list[dict] | None) -> tuple[Requirement, ...]:
+    """Node selector requirements, with the values each operator takes as the API server validates them."""
     out = []
     for i, r in enumerate(raw or []):
-        op = r.get("operator")
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
-            raise InputError(describe(obj), f"{field}[{i}].operator", f"unknown operator {op!r}")
-        out.append(Requirement(str(r.get("key", "")), op, tuple(str(v) for v in r.get("values") or ())))
+        op, values = r["operator"], tuple(r.get("values") or ())
+        if op in ("In", "NotIn") and not values:
+            raise InputError(describe(obj), f"{field}[{i}].values", f"{op} needs at least one value")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise InputError(describe(obj), f"{field}[{i}].values", f"{op} takes no values")
+        if op in ("Gt", "Lt") and (len(values) != 1 or not _INTEGER.match(values[0])):
+            raise InputError(describe(obj), f"{field}[{i}].values", f"{op} takes one integer, got {shown(values)}")
+        out.append(Requirement(r["key"], op, values))
     return tuple(out)
 
 
 def _affinity(obj: dict) -> tuple[SelectorTerm, ...]:
-    base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-    terms = _get(obj, base, [])
     return tuple(
         SelectorTerm(
-            _requirements(obj, f"{base}[{i}].matchExpressions", t.get("matchExpressions")),
-            _requirements(obj, f"{base}[{i}].matchFields", t.get("matchFields")),
+            _requirements(obj, f"{_AFFINITY}[{i}].matchExpressions", t.get("matchExpressions")),
+            _requirements(obj, f"{_AFFINITY}[{i}].matchFields", t.get("matchFields")),
         )
-        for i, t in enumerate(terms)
+        for i, t in enumerate(_get(obj, _AFFINITY, []))
     )
 
 
 def _tolerations(obj: dict) -> tuple[Toleration, ...]:
     return tuple(
         Toleration(
-            key=str(t.get("key", "") or ""),
-            operator=str(t.get("operator", "Equal") or "Equal"),
-            value=str(t.get("value", "") or ""),
-            effect=str(t.get("effect", "") or ""),
+            key=t.get("key") or "",
+            operator=t.get("operator") or "Equal",
+            value=t.get("value") or "",
+            effect=t.get("effect") or "",
         )
         for t in _get(obj, "spec.tolerations", [])
     )
@@ -140,20 +150,17 @@ def priority(obj: dict, classes: Mapping[str, dict]) -> int:
     if name:
         if name not in classes:
             raise InputError(describe(obj), "spec.priorityClassName", f"PriorityClass {name!r} not in snapshot")
-        return int(classes[name].get("value", 0))
-    defaults = [int(c.get("value", 0)) for c in classes.values() if c.get("globalDefault")]
+        return int(classes[name].get("value") or 0)
+    defaults = [int(c.get("value") or 0) for c in classes.values() if c.get("globalDefault")]
     return max(defaults, default=0)
 
 
 def pod(obj: dict, classes: Mapping[str, dict], order: int) -> Pod:
-    selector = _get(obj, "spec.nodeSelector", {})
-    if not isinstance(selector, Mapping):
-        raise InputError(describe(obj), "spec.nodeSelector", "expected a map of labels")
     return Pod(
         name=pod_key(obj),
         requests=pod_requests(obj),
         priority=priority(obj, classes),
-        node_selector={str(k): str(v) for k, v in selector.items()},
+        node_selector=dict(_get(obj, "spec.nodeSelector", {})),
         affinity=_affinity(obj),
         tolerations=_tolerations(obj),
         order=order,
@@ -168,10 +175,26 @@ def is_finished(obj: dict) -> bool:
     return _get(obj, "status.phase") in FINISHED
 
 
-def is_pending_for(obj: dict, scheduler_name: str) -> bool:
+def is_terminating(obj: dict) -> bool:
+    return bool(_get(obj, "metadata.deletionTimestamp"))
+
+
+def gates(obj: dict) -> list[str]:
+    """The pod's scheduling gates (Kueue and others hold pods this way): no scheduler may place it while any
+    remain."""
+    return [g["name"] for g in _get(obj, "spec.schedulingGates", [])]
+
+
+def is_waiting_for(obj: dict, scheduler_name: str) -> bool:
+    """Unbound, not finished, not being deleted, and naming `scheduler_name`: gated or not."""
     return (
         not is_bound(obj)
         and _get(obj, "status.phase", "Pending") == "Pending"
         and _get(obj, "spec.schedulerName", "default-scheduler") == scheduler_name
-        and not _get(obj, "metadata.deletionTimestamp")
+        and not is_terminating(obj)
     )
+
+
+def is_pending_for(obj: dict, scheduler_name: str) -> bool:
+    """A pod for `scheduler_name` to place now."""
+    return is_waiting_for(obj, scheduler_name) and not gates(obj)

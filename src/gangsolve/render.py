@@ -1,17 +1,29 @@
-"""A placement for people (a table) and for programs (JSON of a stable shape)."""
+"""A placement for people (a table) and for programs (JSON of a stable shape).
+
+Names come from the snapshot: in the table they are plain text (never rich markup) with control characters
+escaped, so a pod named `x[/]` or carrying a terminal escape prints as itself.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import orjson
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from gangsolve.errors import printable
 from gangsolve.solver.model import Placement
 
 
-def as_dict(placement: Placement) -> dict:
+def as_dict(
+    placement: Placement,
+    gated: Mapping[str, Sequence[str]] | None = None,
+    waiting: Mapping[str, str] | None = None,
+) -> dict:
+    """`gated`: pods held back by scheduling gates (pod -> gate names), never placed. `waiting`: pods that join
+    no gang yet (pod -> why: their PodGroup does not exist, or their gang definition may still come)."""
     return {
         "bindings": dict(placement.bindings),
         "gangs": [
@@ -32,34 +44,63 @@ def as_dict(placement: Placement) -> dict:
         "solveSeconds": round(placement.solve_seconds, 4),
         "stages": list(placement.stages),
         "levels": list(placement.levels),
+        "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
+        "waiting": dict(waiting or {}),
     }
 
 
-def to_json(placement: Placement) -> bytes:
-    return orjson.dumps(as_dict(placement), option=orjson.OPT_INDENT_2) + b"\n"
+def to_json(
+    placement: Placement,
+    gated: Mapping[str, Sequence[str]] | None = None,
+    waiting: Mapping[str, str] | None = None,
+) -> bytes:
+    return orjson.dumps(as_dict(placement, gated, waiting), option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def print_table(placement: Placement, console: Console) -> None:
-    nodes_of: dict[str, Counter] = {}
-    for pod, node in placement.bindings.items():
-        nodes_of.setdefault(pod, Counter())[node] += 1
+def _text(value: str, style: str = "") -> Text:
+    return Text(printable(value), style=style)
+
+
+def print_table(
+    placement: Placement,
+    console: Console,
+    gated: Mapping[str, Sequence[str]] | None = None,
+    waiting: Mapping[str, str] | None = None,
+) -> None:
     table = Table(title="Gangs", title_justify="left", show_lines=False)
     for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON"):
         table.add_column(column, overflow="fold")
     for g in placement.gangs:
-        placed = f"[green]{g.placed_pods}[/]" if g.placed else f"[red]{g.placed_pods}[/]"
-        table.add_row(g.name, str(g.priority), str(g.min_member), str(g.pods), placed, g.reason or "")
+        placed = _text(str(g.placed_pods), "green" if g.placed else "red")
+        table.add_row(_text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""))
     console.print(table)
     if placement.bindings:
         bindings = Table(title="Bindings", title_justify="left")
         bindings.add_column("POD")
         bindings.add_column("NODE")
         for pod, node in placement.bindings.items():
-            bindings.add_row(pod, node)
+            bindings.add_row(_text(pod), _text(node))
         console.print(bindings)
+    if gated:
+        held = Table(title="Gated (not planned until their scheduling gates are removed)", title_justify="left")
+        held.add_column("POD")
+        held.add_column("GATES", overflow="fold")
+        for pod, gates in gated.items():
+            held.add_row(_text(pod), _text(", ".join(gates)))
+        console.print(held)
+    if waiting:
+        table = Table(title="Waiting (in no gang yet)", title_justify="left")
+        table.add_column("POD")
+        table.add_column("WHY", overflow="fold")
+        for pod, why in waiting.items():
+            table.add_row(_text(pod), _text(why))
+        console.print(table)
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
-    console.print(
-        f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound · status "
-        f"{placement.status} · objective {placement.objective}, bound {placement.best_bound} · "
+    summary = (
+        f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
+        + (f", {len(gated)} pods gated" if gated else "")
+        + (f", {len(waiting)} waiting for their gang" if waiting else "")
+        + f" · status {placement.status} · objective {placement.objective}, bound {placement.best_bound} · "
         f"{placement.solve_seconds:.2f}s"
     )
+    console.print(Text(summary))

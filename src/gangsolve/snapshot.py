@@ -1,25 +1,38 @@
 """Reading a cluster snapshot: what `kubectl get nodes,pods,pdb,podgroups...,priorityclasses -A -o yaml` prints.
 
 Accepts a `kind: List` (or any `*List`) with `items`, a single object, or a multi-document YAML/JSON stream.
-Kinds other than the ones gangsolve understands are ignored.
+Kinds other than the ones gangsolve understands are ignored. Objects are filed here by kind and name; the
+fields gangsolve reads are checked when the cluster is built (gangsolve.schema), as the live scheduler's
+objects never pass through this module.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
-from typing import IO
+from datetime import datetime
+from typing import IO, Any
 
+import msgspec
 import orjson
 import yaml
 
-from gangsolve.errors import InputError, describe
+from gangsolve import schema
+from gangsolve.errors import InputError, describe, shown
 
 POD_GROUP_KINDS = {
+    "scheduling.k8s.io": "PodGroup",  # Kubernetes' own (KEP-4671): v1beta1, v1alpha2
     "scheduling.x-k8s.io": "PodGroup",  # scheduler-plugins coscheduling, Kubeflow training-operator
     "scheduling.volcano.sh": "PodGroup",  # Volcano
 }
 PDB_VERSIONS = ("policy/v1", "policy/v1beta1")
+TAKEN_AT_ANNOTATION = "gangsolve.io/snapshot-time"  # on the List `gangsolve export` writes: when it listed
+KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass")
+# YAML aliases may repeat a value; a document may not grow by them to more values than it has characters
+# (plus this many): a billion-laughs document of under 1 KB would otherwise expand to billions of values.
+ALIAS_ALLOWANCE = 100_000
+_ALIAS = re.compile(r"(?:^|[\s\[{,])\*[^\s,\[\]{}]", re.MULTILINE)
 
 
 @dataclass
@@ -29,12 +42,17 @@ class Snapshot:
     pdbs: list[dict] = field(default_factory=list)
     pod_groups: dict[tuple[str, str, str], dict] = field(default_factory=dict)  # (group, ns, name) -> PodGroup
     priority_classes: dict[str, dict] = field(default_factory=dict)
+    taken_at: datetime | None = None  # when `gangsolve export` listed the cluster (its List's annotation)
 
     def add(self, obj: dict) -> None:
         """File one object under its kind; objects of kinds gangsolve does not read are ignored."""
         if not isinstance(obj, dict):
             raise InputError("snapshot", "items", f"expected an object, got {type(obj).__name__}")
-        kind, api = obj.get("kind"), str(obj.get("apiVersion", ""))
+        kind, api = obj.get("kind"), obj.get("apiVersion", "")
+        if kind not in KINDS:
+            return
+        if not isinstance(api, str):
+            raise InputError(describe(obj), "apiVersion", f"expected a string, got {shown(api)}")
         group = api.split("/")[0] if "/" in api else ""
         if kind == "Node":
             self.nodes.append(_checked(obj))
@@ -44,28 +62,56 @@ class Snapshot:
             self.pdbs.append(_checked(obj, namespaced=True))
         elif kind == "PodGroup" and group in POD_GROUP_KINDS:
             obj = _checked(obj, namespaced=True)
-            self.pod_groups[(group, obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+            key = (group, obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if key in self.pod_groups:
+                raise _duplicate(obj)
+            self.pod_groups[key] = obj
         elif kind == "PriorityClass":
             obj = _checked(obj)
+            if obj["metadata"]["name"] in self.priority_classes:
+                raise _duplicate(obj)
             self.priority_classes[obj["metadata"]["name"]] = obj
+
+    def without(self, culprit: str) -> Snapshot:
+        """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`): how the live
+        scheduler leaves out an object it cannot read."""
+
+        def keep(obj: dict) -> bool:
+            return describe(obj) != culprit
+
+        return Snapshot(
+            nodes=[o for o in self.nodes if keep(o)],
+            pods=[o for o in self.pods if keep(o)],
+            pdbs=[o for o in self.pdbs if keep(o)],
+            pod_groups={k: o for k, o in self.pod_groups.items() if keep(o)},
+            priority_classes={k: o for k, o in self.priority_classes.items() if keep(o)},
+            taken_at=self.taken_at,
+        )
 
     def check_duplicates(self) -> None:
         seen: set[tuple[str, str, str, str]] = set()
-        everything = [*self.nodes, *self.pods, *self.pdbs, *self.pod_groups.values(), *self.priority_classes.values()]
-        for obj in everything:
+        for obj in [*self.nodes, *self.pods, *self.pdbs]:
             meta = obj["metadata"]
-            key = (obj.get("apiVersion", ""), obj["kind"], meta.get("namespace", ""), meta["name"])
+            api = obj.get("apiVersion") or ""
+            key = (api.split("/")[0] if "/" in api else "", obj["kind"], meta.get("namespace", ""), meta["name"])
             if key in seen:
-                raise InputError(describe(obj), "metadata.name", "duplicate object in snapshot")
+                raise _duplicate(obj)
             seen.add(key)
 
 
+def _duplicate(obj: dict) -> InputError:
+    return InputError(describe(obj), "metadata.name", "duplicate object in snapshot")
+
+
 def _checked(obj: dict, namespaced: bool = False) -> dict:
+    """The object, once its name and namespace (what it is filed under) are strings."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise InputError(describe(obj), "metadata.name", "missing")
     if namespaced and not meta.get("namespace"):
         meta["namespace"] = "default"  # as kubectl create would
+    if not isinstance(meta.get("namespace", ""), str):
+        raise InputError(describe(obj), "metadata.namespace", f"expected a string, got {shown(meta['namespace'])}")
     return obj
 
 
@@ -78,12 +124,43 @@ def _documents(text: str) -> list:
             pass  # a JSON stream of several documents, or YAML flow style: the YAML parser reads both
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return [d for d in yaml.load_all(text, Loader=loader) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=loader) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError("snapshot", "", f"invalid YAML/JSON{where}: {problem}") from None
+    except RecursionError:  # the pure-Python loader, where libyaml's nesting limit is missing
+        raise InputError("snapshot", "", "invalid YAML/JSON: nested too deeply") from None
+    if _ALIAS.search(text) and _expanded_size(docs, len(text) + ALIAS_ALLOWANCE) > len(text) + ALIAS_ALLOWANCE:
+        raise InputError("snapshot", "", "YAML aliases expand the document to too many values")
+    return docs
+
+
+def _expanded_size(root: Any, limit: int) -> int:
+    """How many values `root` holds once every alias is expanded, counted until it passes `limit` (a
+    recursive alias counts as past it). Shared values are sized once, so this is linear in what was parsed."""
+    size: dict[int, int] = {}
+    open_: set[int] = set()  # containers whose size is being summed: meeting one again means a cycle
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        values = list(node.values()) if isinstance(node, dict) else node
+        if children_done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(v)] if isinstance(v, dict | list) else 1 for v in values)
+            if size[key] > limit:
+                return size[key]
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            return limit + 1
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((v, False) for v in values if isinstance(v, dict | list) and id(v) not in size)
+    return size[id(root)]
 
 
 def parse(text: str) -> Snapshot:
@@ -91,27 +168,45 @@ def parse(text: str) -> Snapshot:
     for doc in _documents(text):
         items = doc if isinstance(doc, list) else [doc]
         for obj in items:
-            if isinstance(obj, dict) and str(obj.get("kind", "")).endswith("List") and "items" in obj:
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            if isinstance(kind, str) and kind.endswith("List") and "items" in obj:
                 if not isinstance(obj["items"], list):
                     raise InputError("snapshot", "items", "expected a list")
                 for item in obj["items"]:
                     snap.add(item)
+                snap.taken_at = _taken_at(obj) or snap.taken_at
             else:
                 snap.add(obj)
     snap.check_duplicates()
     return snap
 
 
+def _taken_at(listing: dict) -> datetime | None:
+    """The time `gangsolve export` wrote into the List it made (an annotation), if any."""
+    meta = listing.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    stamp = annotations.get(TAKEN_AT_ANNOTATION) if isinstance(annotations, dict) else None
+    if stamp is None:
+        return None
+    try:
+        return schema.timestamp(stamp)
+    except msgspec.ValidationError:
+        raise InputError(
+            "snapshot", f"metadata.annotations.{TAKEN_AT_ANNOTATION}", f"not an RFC 3339 time: {shown(stamp)}"
+        ) from None
+
+
 def read(source: str | IO[str]) -> Snapshot:
     """`source` is a path, `-` for standard input, or an open text stream."""
-    if source == "-":
-        return parse(sys.stdin.read())
-    if isinstance(source, str):
-        try:
-            with open(source, encoding="utf-8") as f:
-                return parse(f.read())
-        except OSError as exc:
-            raise InputError("snapshot", "", f"cannot read {source}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise InputError("snapshot", "", f"{source} is not UTF-8 text") from None
-    return parse(source.read())
+    try:
+        if source == "-":
+            return parse(sys.stdin.buffer.read().decode("utf-8"))
+        if isinstance(source, str):
+            try:
+                with open(source, encoding="utf-8") as f:
+                    return parse(f.read())
+            except OSError as exc:
+                raise InputError("snapshot", "", f"cannot read {source}: {exc.strerror}") from None
+        return parse(source.read())
+    except UnicodeError:
+        raise InputError("snapshot", "", "not UTF-8 text") from None

@@ -6,7 +6,7 @@ import pytest
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
 from gangsolve.bench import objects as k8s
-from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod
+from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, tas_best_fit
 from gangsolve.bench.metrics import quality
 from gangsolve.bench.scenarios import SCENARIOS
 from gangsolve.solver import validate
@@ -79,3 +79,15 @@ def test_colocated_gang_stays_in_the_first_pods_rack():
     assert len(bindings) == 4
     assert len({cluster.nodes[int(n[1:])].labels[k8s.RACK_LABEL] for n in bindings.values()}) == 1
     assert hard(cluster, bindings) == []
+
+
+def test_tas_best_fit_keeps_the_required_block_places_whole_gangs_and_prefers_few_racks():
+    cluster = k8s.to_cluster(SCENARIOS["topology/1024nodes"].build())
+    bindings = tas_best_fit(cluster)
+    assert hard(cluster, bindings) == []  # the validator checks the required level (one block per gang)
+    result = quality(cluster, bindings)
+    assert result["partial_gangs"] == 0
+    assert result["gangs_placed"] > 0
+    assert result["blocks_per_gang_p95"] == 1
+    # BestFit takes a single rack whenever one holds the gang: most gangs of 128 GPUs or less fit one.
+    assert result["racks_per_gang"] < 2

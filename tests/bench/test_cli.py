@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from click.testing import CliRunner
 
-from gangsolve.bench.runner import SCHEDULERS
+from gangsolve.bench.runner import PEERS_ONLY, SCHEDULERS
 from gangsolve.cli import cli
 from gangsolve.gangs import build_cluster
 from gangsolve.snapshot import read
@@ -33,7 +33,7 @@ def test_bench_runs_a_tiny_scenario_end_to_end(tmp_path):
     (scenario,) = results["scenarios"]
     assert scenario["name"] == "synthetic/10nodes"
     runs = {r["scheduler"]: r for r in scenario["runs"]}
-    assert set(runs) == set(SCHEDULERS)
+    assert set(runs) == set(SCHEDULERS) - set(PEERS_ONLY)  # peers run only where a scenario names them
     for r in runs.values():
         assert "error" not in r, r
         assert r["violations"] == []
@@ -61,3 +61,27 @@ def test_list_names_scenarios_and_grids():
     assert result.exit_code == 0
     assert "synthetic/1000nodes" in result.output
     assert "grid quick" in result.output
+
+
+def test_quality_against_time_runs_gangsolve_at_each_limit(tmp_path):
+    out = tmp_path / "out"
+    args = ["bench", "--scenario", "synthetic/10nodes", "--scheduler", "gangsolve", "--repeat", "1"]
+    args += ["--quality-times", "0.5,0.2", "--quality-repeat", "2", "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    (scenario,) = orjson.loads((out / "results.json").read_bytes())["scenarios"]
+    runs = scenario["quality"]
+    assert [r["time_limit"] for r in runs] == [0.2, 0.2, 0.5, 0.5]
+    for r in runs:
+        assert "error" not in r, r
+        assert r["best_bound"] >= r["gangs_placed"]
+        assert r["gap"] is not None
+    targets = orjson.loads((out / "results.json").read_bytes())["targets"]
+    assert any(t["target"].startswith("more time never gives a worse answer") for t in targets)
+    assert "| synthetic/10nodes | 0.2 s |" in (out / "results.md").read_text()
+
+
+def test_quality_times_must_be_seconds():
+    result = CliRunner().invoke(cli, ["bench", "--quality-times", "1,soon"])
+    assert result.exit_code == 2
+    assert "--quality-times" in result.output

@@ -63,9 +63,21 @@ AUDIT_POLICY = {
 }
 
 
+# Kubernetes' own PodGroup (scheduling.k8s.io/v1beta1, KEP-4671) and its topology constraint (KEP-5732) are
+# off by default in the pinned v1.37: served here, as a cluster that uses them serves them.
+WORKLOAD_GATES = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+
+
 @pytest.fixture(scope="session")
 def control_plane(binaries: Binaries) -> Iterator[ControlPlane]:
-    with ControlPlane(binaries=binaries, log=_say, audit_policy=AUDIT_POLICY) as cp:
+    with ControlPlane(
+        binaries=binaries,
+        log=_say,
+        audit_policy=AUDIT_POLICY,
+        extra_apiserver_args=[WORKLOAD_GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
+        extra_scheduler_args=[WORKLOAD_GATES],
+        extra_controller_manager_args=[WORKLOAD_GATES],
+    ) as cp:
         yield cp
 
 

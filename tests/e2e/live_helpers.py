@@ -3,24 +3,25 @@ the invariants checked after every test (no node overcommitted, no gang partly b
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import secrets
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections import defaultdict
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gangsolve import objects
 from gangsolve.bench.devcluster import ApiError, ControlPlane
 from gangsolve.bench.devcluster.controlplane import free_port
-from gangsolve.gangs import _Grouper
-from gangsolve.snapshot import Snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
@@ -213,48 +214,176 @@ def unique(prefix: str = "gangsolve") -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
+# --- the soundness oracle: written from the Kubernetes rules and README's gang table, sharing no code with
+# gangsolve's edge (objects.py, gangs.py), so a mistake there shows up here.
+
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
+_SCALE = {
+    None: Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10), "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30), "Ti": Fraction(2**40), "Pi": Fraction(2**50), "Ei": Fraction(2**60),
+}  # fmt: skip
+FINISHED = ("Succeeded", "Failed")
+MIN_AVAILABLE = "gangsolve.io/min-available"
+
+
+def _quantity(text: object) -> Fraction:
+    match = _QUANTITY.match(str(text))
+    assert match, f"quantity {text!r} does not parse"
+    number, exponent, suffix = match.groups()
+    return Fraction(number) * Fraction(10) ** int(exponent or 0) * _SCALE[suffix]
+
+
+def _requests(pod: dict) -> dict[str, int]:
+    """A pod's effective requests as kube-scheduler's NodeResourcesFit computes them: the containers' sum
+    (requests, else limits) plus restartable init containers (sidecars), raised to what any init container
+    needs with the sidecars started before it, plus the overhead; cpu in millicores rounded up."""
+
+    def of(container: dict) -> dict[str, Fraction]:
+        res = container.get("resources") or {}
+        given = {**(res.get("limits") or {}), **(res.get("requests") or {})}  # a missing request defaults to the limit
+        return {k: _quantity(v) for k, v in given.items()}
+
+    spec = pod.get("spec") or {}
+    total: dict[str, Fraction] = defaultdict(Fraction)
+    for c in spec.get("containers") or []:
+        for k, v in of(c).items():
+            total[k] += v
+    sidecars: dict[str, Fraction] = defaultdict(Fraction)  # restartable init containers started so far
+    init_peak: dict[str, Fraction] = defaultdict(Fraction)
+    for c in spec.get("initContainers") or []:
+        sidecar = c.get("restartPolicy") == "Always"
+        for k, v in of(c).items():
+            if sidecar:
+                sidecars[k] += v
+            init_peak[k] = max(init_peak[k], sidecars[k] if sidecar else v + sidecars[k])
+    for k, v in sidecars.items():
+        total[k] += v
+    for k, v in init_peak.items():
+        total[k] = max(total[k], v)
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] += _quantity(v)
+    return {k: math.ceil(v * 1000 if k == "cpu" else v) for k, v in total.items()}
+
+
+def _selects(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector: a missing selector selects nothing, an empty one everything."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        present, value, values = e["key"] in labels, labels.get(e["key"]), e.get("values") or []
+        if not {
+            "In": present and value in values,
+            "NotIn": not present or value not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }[e["operator"]]:
+            return False
+    return True
+
+
+def _gang_of(pod: dict, pdbs: list[dict], pod_groups: Mapping[tuple[str, str, str], dict], group_label: str | None):
+    """README's gang table, first rule that applies: (rule, namespace, name), or None while a named PodGroup
+    does not exist."""
+    meta = pod["metadata"]
+    ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
+    upstream = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    if upstream is not None and "basic" in pod_groups.get(("scheduling.k8s.io", ns, upstream), {}):
+        return ("pod", ns, meta["name"])  # a basic policy: no gang
+    for group, name in (
+        ("scheduling.k8s.io", upstream),
+        ("scheduling.x-k8s.io", labels.get("scheduling.x-k8s.io/pod-group")),
+        ("scheduling.volcano.sh", annotations.get("scheduling.k8s.io/group-name")),
+    ):
+        if name is not None:
+            return (group, ns, name) if (group, ns, name) in pod_groups else None
+    for pdb in sorted(pdbs, key=lambda b: b["metadata"]["name"]):
+        if pdb["metadata"]["namespace"] == ns and _selects((pdb.get("spec") or {}).get("selector"), labels):
+            return ("pdb", ns, pdb["metadata"]["name"])
+    if group_label and group_label in labels:
+        return ("label", ns, labels[group_label])
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    if owner:
+        return ("owner", ns, f"{owner['name']}/{owner['uid']}")
+    return ("pod", ns, meta["name"])
+
+
+def _minimum(gang: tuple[str, str, str], members: list[dict], pdbs: list[dict], groups: dict, live: list[dict]) -> int:
+    rule, ns, name = gang
+    if rule == "scheduling.k8s.io":
+        return int(groups[gang]["spec"]["schedulingPolicy"]["gang"]["minCount"])
+    if rule in ("scheduling.x-k8s.io", "scheduling.volcano.sh"):
+        return int((groups[gang].get("spec") or {}).get("minMember", 1))
+    if rule == "pdb":
+        spec = next(b for b in pdbs if b["metadata"]["namespace"] == ns and b["metadata"]["name"] == name)["spec"]
+        selected = sum(
+            1
+            for p in live
+            if p["metadata"]["namespace"] == ns and _selects(spec.get("selector"), p["metadata"].get("labels") or {})
+        )
+
+        def count(value: int | str) -> int:
+            return math.ceil(int(value[:-1]) * selected / 100) if isinstance(value, str) else int(value)
+
+        if "minAvailable" in spec:
+            return max(1, count(spec["minAvailable"]))
+        if "maxUnavailable" in spec:
+            return max(1, selected - count(spec["maxUnavailable"]))
+        return 1
+    annotations = [p["metadata"].get("annotations") or {} for p in members]
+    return max((int(a[MIN_AVAILABLE]) for a in annotations if MIN_AVAILABLE in a), default=1)
+
+
 def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> None:
-    """Read the whole cluster through the API: no node overcommitted on any resource, and no gang (by the
-    project's own grouping rules) with some but fewer than its minimum members bound."""
-    snap = Snapshot()
-    for obj in cp.request("GET", "/api/v1/nodes")["items"]:
-        snap.add({**obj, "kind": "Node", "apiVersion": "v1"})
-    all_pods = cp.request("GET", "/api/v1/pods")["items"]
-    for obj in all_pods:
-        snap.add({**obj, "kind": "Pod", "apiVersion": "v1"})
-    for obj in cp.request("GET", "/apis/policy/v1/poddisruptionbudgets")["items"]:
-        snap.add({**obj, "kind": "PodDisruptionBudget", "apiVersion": "policy/v1"})
-    for api in ("scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"):
+    """Read the whole cluster through the API: no node holds more than its allocatable on any resource (every
+    pod bound to it and not Succeeded/Failed counts, terminating ones included, as kube-scheduler counts them),
+    and no gang of a gang scheduler's pods (README's rules) has some but fewer than its minimum members bound."""
+    nodes = {n["metadata"]["name"]: n for n in cp.request("GET", "/api/v1/nodes")["items"]}
+    pods = cp.request("GET", "/api/v1/pods")["items"]
+    pdbs = cp.request("GET", "/apis/policy/v1/poddisruptionbudgets")["items"]
+    groups: dict[tuple[str, str, str], dict] = {}
+    for api in ("scheduling.k8s.io/v1beta1", "scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"):
         try:
             for obj in cp.request("GET", f"/apis/{api}/podgroups")["items"]:
-                snap.add({**obj, "kind": "PodGroup", "apiVersion": api})
+                groups[(api.split("/")[0], obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
         except ApiError:
-            pass
-    live = [p for p in snap.pods if not objects.is_finished(p) and not p["metadata"].get("deletionTimestamp")]
-    nodes = {n["metadata"]["name"]: objects.node(n) for n in snap.nodes}
-    used: dict[str, dict[str, int]] = {}
-    for p in live:
+            pass  # the CRD is not installed
+
+    held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for p in pods:
         node = p["spec"].get("nodeName")
-        if node:
-            for r, q in objects.pod_requests(p).items():
-                used.setdefault(node, {})[r] = used.setdefault(node, {}).get(r, 0) + q
-    for node, res in used.items():
+        if node and (p.get("status") or {}).get("phase") not in FINISHED:
+            for r, q in _requests(p).items():
+                held[node][r] += q
+            held[node]["pods"] += 1
+    for node, res in held.items():
         if node not in nodes:
-            continue
+            continue  # deleted with its test
+        allocatable = nodes[node]["status"].get("allocatable") or {}
         for r, q in res.items():
-            assert q <= nodes[node].allocatable.get(r, 0), f"node {node} overcommitted on {r}: {q}"
-    grouper = _Grouper(snap, group_label, strict=False)
-    gangs: dict[Any, list[dict]] = {}
+            have = _quantity(allocatable.get(r, 0)) * (1000 if r == "cpu" else 1)
+            assert q <= have, f"node {node} overcommitted on {r}: {q} requested, {have} allocatable"
+
+    live = [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") not in FINISHED and not p["metadata"].get("deletionTimestamp")
+    ]
+    gangs: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    policies = {k: (g.get("spec") or {}).get("schedulingPolicy") or {} for k, g in groups.items()}
     for p in live:
         if p["spec"].get("schedulerName", "default-scheduler") == "default-scheduler":
             continue
-        key = grouper.key(p)
-        if key is not None:
-            gangs.setdefault(key, []).append(p)
-    for key, members in gangs.items():
+        gang = _gang_of(p, pdbs, policies, group_label)
+        if gang is not None:
+            gangs[gang].append(p)
+    for gang, members in gangs.items():
         n_bound = sum(1 for p in members if p["spec"].get("nodeName"))
-        need = grouper.min_member(key, members)
-        assert n_bound == 0 or n_bound >= need, f"gang {key} partly bound: {n_bound} of {need}"
+        need = _minimum(gang, members, pdbs, groups, live)
+        assert n_bound == 0 or n_bound >= need, f"gang {gang} partly bound: {n_bound} of {need}"
 
 
 def pod_group_crd(group: str, version: str, short: str) -> dict:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from live_helpers import service_account_kubeconfig
 
 from gangsolve.bench.devcluster import GPU_RESOURCE, ApiError, Binaries, ControlPlane
 from gangsolve.bench.devcluster.controlplane import free_port
@@ -317,31 +318,6 @@ def test_cluster_role_is_exactly_the_rendered_rules(
 # ------------------------------------------------------------------------------ gangsolve run as the SA
 
 
-def _service_account_kubeconfig(cp: ControlPlane, install: Install, path: Path) -> Path:
-    """A kubeconfig holding only a TokenRequest token of the chart's ServiceAccount (no admin certificate)."""
-    token = cp.kubectl(
-        "create", "token", install.service_account, "-n", install.namespace, "--duration=1h"
-    ).stdout.strip()
-    admin = yaml.safe_load(Path(cp.kubeconfig).read_text())
-    ca_data = admin["clusters"][0]["cluster"]["certificate-authority-data"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "dev", "cluster": {"server": cp.server, "certificate-authority-data": ca_data}}],
-        "users": [{"name": install.service_account, "user": {"token": token}}],
-        "contexts": [
-            {
-                "name": "sa",
-                "context": {"cluster": "dev", "user": install.service_account, "namespace": install.namespace},
-            }
-        ],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
-
-
 def _http(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -403,7 +379,9 @@ def test_gangsolve_run_as_the_service_account_schedules_a_gang(
     make_nodes,
     tmp_path: Path,
 ) -> None:
-    kubeconfig = _service_account_kubeconfig(control_plane, installed, tmp_path / "sa.kubeconfig")
+    kubeconfig = service_account_kubeconfig(
+        control_plane, installed.namespace, installed.service_account, tmp_path / "sa.kubeconfig"
+    )
     whoami = subprocess.run(
         [
             str(binaries.kubectl),

@@ -1,9 +1,9 @@
 """A churn soak on the real control plane: minutes, bounded loops.
 
-Two replicas elect a leader; rounds of gangs are created, deleted and created again under the same names;
-nodes are cordoned, tainted, deleted and replaced; a poison pod (cpu 1e16) and a gated pod wait among them;
-the API server restarts while gangs bind, and the leader is killed with SIGKILL mid-binding (its Deployment
-would start it again: so does the test). After every step, once the cluster has settled: a scheduler is up
+Two replicas elect a leader (one that exits is started again, as its Deployment would); rounds of gangs are
+created, deleted and created again under the same names; nodes are cordoned, tainted, deleted and replaced;
+a poison pod (cpu 1e16) and a gated pod wait among them; the API server restarts while gangs bind, and the
+leader is killed with SIGKILL mid-binding. After every step, once the cluster has settled: a scheduler is up
 and leading, no node is overcommitted (terminating pods counted: assert_cluster_sound), no gang is left
 below its minimum, the poison and gated pods are unbound, and what the scheduler holds in memory is only
 what exists.
@@ -79,10 +79,19 @@ class Soak:
             what="the gangs' pods gone",
         )
 
+    def revive(self) -> None:
+        """As a Deployment would: a replica that exited (a leader that lost its lease exits 1) is started again."""
+        for g in [g for g in self.replicas if not g.alive()]:
+            self.replicas.remove(g)
+            self.replicas.append(
+                self.factory("--config", str(self.config), "--leader-elect", scheduler_name=self.scheduler)
+            )
+
     def settled(self) -> None:
         """Every gang bound whole (they all fit on the healthy nodes), then the invariants."""
 
         def whole() -> bool:
+            self.revive()
             items = pods(self.cp, self.ns)
             for name, size in GANGS:
                 members = [p for p in items if (p["metadata"].get("labels") or {}).get("job") == name]

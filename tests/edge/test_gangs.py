@@ -4,8 +4,8 @@ from datetime import UTC
 
 import pytest
 
-from gangsolve.errors import InputError
-from gangsolve.gangs import build_cluster
+from gangsolve.errors import InputError, describe
+from gangsolve.gangs import build_cluster, gated
 from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 
@@ -54,6 +54,20 @@ def test_rule3_pdb_with_percentage():
         *(k8s_pod(f"w{i}", labels={"job": "tf"}) for i in range(4)),
     )
     assert result["default/tf"].min_member == 3
+
+
+def test_rule3_first_pdb_by_name_whether_it_selects_by_labels_or_expressions():
+    by_expression = k8s_pdb("a-expr", 1, {})
+    by_expression["spec"]["selector"] = {"matchExpressions": [{"key": "job", "operator": "In", "values": ["tf"]}]}
+    result = gangs(
+        k8s_pdb("c-labels", 1, {"job": "tf"}),
+        by_expression,
+        k8s_pdb("b-other", 1, {"job": "other"}),
+        *(k8s_pod(f"w{i}", labels={"job": "tf"}) for i in range(2)),
+        k8s_pod("x", labels={"job": "other"}),
+    )
+    assert sorted(result) == ["default/a-expr", "default/b-other"]
+    assert len(result["default/a-expr"].pods) == 2
 
 
 def test_rule4_group_label():
@@ -105,6 +119,49 @@ def test_bound_members_count_and_hold_capacity():
     assert gang.bound_nodes == ("n", "n")
     assert gang.need == 1
     assert cluster.nodes[0].used["nvidia.com/gpu"] == 6  # two members and the other scheduler's pod
+
+
+def test_terminating_pods_hold_capacity_until_gone_but_are_not_members():
+    # kube-scheduler counts a pod with a deletionTimestamp until it is gone: its GPUs are not free yet.
+    leaving = k8s_pod("leaving", gpus=4, node_name="n", phase="Running", owner="old")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pending_and_deleted = k8s_pod("deleted", gpus=1, owner="job")
+    pending_and_deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cluster = build_cluster(snapshot(k8s_node("n", gpus=4), leaving, pending_and_deleted, k8s_pod("new", gpus=4)))
+    assert cluster.nodes[0].used["nvidia.com/gpu"] == 4
+    assert [g.name for g in cluster.gangs] == ["default/new"]  # the terminating pods are nobody's to place
+    from gangsolve.solver import solve
+
+    assert solve(cluster).bindings == {}  # the new 4-GPU pod waits for the terminating one
+
+
+def test_gated_pods_are_not_planned():
+    gated_pod = k8s_pod("held", gpus=1, owner="job", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    snap = snapshot(k8s_node("n", gpus=4), gated_pod, k8s_pod("free", gpus=1, owner="job"))
+    (gang,) = build_cluster(snap).gangs
+    assert [p.name for p in gang.pods] == ["default/free"]
+    assert gated(snap, "gangsolve") == {"default/held": ["kueue.x-k8s.io/admission"]}
+    assert gated(snap, "other-scheduler") == {}
+
+
+def test_non_strict_errors_name_exactly_the_bad_object():
+    """The live scheduler leaves out the object an InputError names (matched by `describe`) and tries again."""
+    bad_node = k8s_node("n2", gpus=4)
+    bad_node["spec"]["taints"] = {"not": "a list"}
+    bad_pod = k8s_pod("huge", ns="team-a", cpu="1e16")
+    bad_group = k8s_pod_group("pg", "many")
+    for bad in (bad_node, bad_pod, bad_group):
+        with pytest.raises(InputError) as err:
+            build_cluster(snapshot(k8s_node("n"), k8s_pod("fine"), bad), strict=False)
+        assert err.value.obj == describe(bad)
+
+
+def test_objects_listed_without_their_kind_are_checked_as_what_they_were_filed_as():
+    # Items of an API server's list carry no kind; the live cache files them by the list they came from.
+    pod = k8s_pod("p", cpu="1e16")
+    del pod["kind"]
+    with pytest.raises(InputError, match=r"spec.containers\[0\].resources.requests.cpu: quantity '1e16' is above"):
+        build_cluster(Snapshot(nodes=[k8s_node("n")], pods=[pod]), strict=False)
 
 
 def test_colocate_annotation_on_pod_group():

@@ -2,9 +2,9 @@
 
 import pytest
 
-from gangsolve import objects
+from gangsolve import objects, schema
 from gangsolve.errors import InputError
-from gangsolve.quantity import parse_quantity, to_units
+from gangsolve.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
 from tests.builders import k8s_node, k8s_pod
 
 GI = 2**30
@@ -34,6 +34,41 @@ def test_quantities(resource, text, units):
 def test_bad_quantities_are_rejected(bad):
     with pytest.raises(ValueError, match="does not parse"):
         parse_quantity(bad)
+
+
+@pytest.mark.parametrize(
+    ("resource", "text"),
+    [("memory", "64Ti"), ("cpu", "70368744177.664"), ("nvidia.com/gpu", str(MAX_UNITS)), ("memory", MAX_UNITS)],
+)
+def test_the_largest_quantity(resource, text):
+    assert to_units(resource, text) == MAX_UNITS
+    assert MAX_UNITS * SUPPORTED_OBJECTS < 2**63  # sums over the largest cluster fit the solver's int64
+
+
+@pytest.mark.parametrize(
+    ("resource", "value"),
+    [
+        ("memory", "64Ti1"),
+        ("memory", "65Ti"),
+        ("cpu", "70368744178"),
+        ("memory", "8Ei"),
+        ("cpu", "1e16"),
+        ("nvidia.com/gpu", 2**63),
+        ("memory", "1e999999999"),
+        ("memory", 1e300),
+    ],
+)
+def test_quantities_beyond_the_maximum_are_rejected(resource, value):
+    with pytest.raises(ValueError, match=r"above the most gangsolve represents|does not parse"):
+        to_units(resource, value)
+
+
+@pytest.mark.parametrize(
+    "bad", [float("nan"), float("inf"), float("-inf"), "nan", "Infinity", "1" + "0" * 999_999 + "Ei"]
+)
+def test_non_finite_and_overflowing_quantities_are_rejected(bad):
+    with pytest.raises(ValueError, match="quantity"):
+        to_units("cpu", bad)
 
 
 def test_effective_requests_sum_containers_raise_to_init_and_add_overhead():
@@ -120,8 +155,28 @@ def test_unknown_affinity_operator_names_the_field():
             }
         }
     }
-    with pytest.raises(InputError, match=r"matchExpressions\[0\]\.operator"):
+    with pytest.raises(InputError, match=r"matchExpressions\[0\]\.operator: invalid enum value 'Near'"):
+        schema.check(obj)
+
+
+@pytest.mark.parametrize(
+    ("operator", "values", "message"),
+    [
+        ("Gt", ["1", "2"], "Gt takes one integer, got ('1', '2')"),
+        ("Lt", ["many"], "Lt takes one integer, got ('many',)"),
+        ("In", [], "In needs at least one value"),
+        ("Exists", ["a"], "Exists takes no values"),
+    ],
+)
+def test_affinity_values_as_the_api_server_validates_them(operator, values, message):
+    obj = k8s_pod("p")
+    term = {"matchExpressions": [{"key": "cores", "operator": operator, "values": values}]}
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    with pytest.raises(InputError) as err:
         objects.pod(obj, {}, 0)
+    assert str(err.value).endswith(f"nodeSelectorTerms[0].matchExpressions[0].values: {message}")
 
 
 def test_global_default_priority_class():

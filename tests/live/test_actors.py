@@ -292,7 +292,8 @@ def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
         pods=[k8s_pod("ok", gpus=1), k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
         pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
     )
-    _cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
+    decided = plan(snap, "gangsolve", None, 1)
+    placement, skipped = decided.placement, decided.skipped
     assert [str(e) for e in skipped] == ["PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"]
     assert placement.bindings == {"default/ok": "n1"}  # b waits for a readable PodGroup
 
@@ -304,6 +305,50 @@ def test_a_poison_pod_is_left_out_and_the_rest_still_scheduled():
         nodes=[k8s_node("n1", gpus=4)],
         pods=[k8s_pod("ok", gpus=1), k8s_pod("poison", cpu="1e16"), k8s_pod("also-ok", gpus=1)],
     )
-    _cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
+    decided = plan(snap, "gangsolve", None, 1)
+    placement, skipped = decided.placement, decided.skipped
     assert placement.bindings == {"default/ok": "n1", "default/also-ok": "n1"}
     assert [e.obj for e in skipped] == ["Pod default/poison"]
+
+
+@pytest.mark.asyncio
+async def test_pods_waiting_for_their_definition_are_planned_when_the_grace_ends_without_any_event():
+    from datetime import UTC, datetime
+
+    from gangsolve.gangs import Grace
+
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=4)]))
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pods = []
+    for i in range(2):
+        p = k8s_pod(f"w{i}", gpus=1, created=now)
+        p["metadata"].update(
+            uid=f"u{i}",
+            ownerReferences=[
+                {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "mnist", "uid": "tf", "controller": True}
+            ],
+        )
+        pods.append(p)
+    s.apply(Resync(POD, pods))
+    actor = SolverActor(
+        s,
+        Metrics(),
+        scheduler_name="gangsolve",
+        group_label=None,
+        time_limit=1,
+        debounce=0,
+        resync_period=60,
+        grace=Grace(2.0),
+    )
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    results: Latest[CycleResult] = Latest()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor.run, send, results)
+        first = await results.take()
+        assert set(first.waiting) == {"default/w0", "default/w1"}
+        assert receive.statistics().current_buffer_used == 0
+        with anyio.fail_after(10):  # well before the 60 s resync: the grace's end wakes the actor
+            gang_plan = await receive.receive()
+        tg.cancel_scope.cancel()
+    assert sorted(k for k, _u, _n in gang_plan.pods) == ["default/w0", "default/w1"]

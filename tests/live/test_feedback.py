@@ -40,8 +40,9 @@ def feedback(store: ClusterStore, kube: FakeKube, fence=None) -> Feedback:
 
 def cycle(store: ClusterStore) -> CycleResult:
     snap = store.snapshot()
-    cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
-    return CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped), store.backing_off())
+    d = plan(snap, "gangsolve", None, 1)
+    skipped = tuple((e.obj, str(e)) for e in d.skipped)
+    return CycleResult(snap, d.cluster, d.placement, skipped, store.backing_off(), d.waiting)
 
 
 def oversized_gang(store: ClusterStore, uid_prefix: str = "u") -> None:
@@ -135,8 +136,8 @@ def test_pods_naming_a_missing_pod_group_say_what_they_wait_for():
             k8s_pod("c", scheduler="someone-else", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
         ]
     )
-    cluster, placement, _skipped = plan(snap, "gangsolve", None, 1)
-    reasons = feedback(ClusterStore(), FakeKube()).reasons(CycleResult(snap, cluster, placement))
+    d = plan(snap, "gangsolve", None, 1)
+    reasons = feedback(ClusterStore(), FakeKube()).reasons(CycleResult(snap, d.cluster, d.placement, waiting=d.waiting))
     assert reasons == {
         "default/a": "waiting for PodGroup default/pg (scheduling.x-k8s.io) to exist",
         "default/b": "waiting for PodGroup default/vg (scheduling.volcano.sh) to exist",
@@ -150,8 +151,8 @@ def test_pods_of_an_unreadable_pod_group_say_why():
         pods=[k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
         pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
     )
-    cluster, placement, skipped = plan(snap, "gangsolve", None, 1)
-    result = CycleResult(snap, cluster, placement, tuple((e.obj, str(e)) for e in skipped))
+    d = plan(snap, "gangsolve", None, 1)
+    result = CycleResult(snap, d.cluster, d.placement, tuple((e.obj, str(e)) for e in d.skipped), waiting=d.waiting)
     assert feedback(ClusterStore(), FakeKube()).reasons(result) == {
         "default/b": (
             "PodGroup default/bad (scheduling.x-k8s.io) cannot be read: "
@@ -205,3 +206,55 @@ async def test_pod_group_status_follows_its_members_between_cycles():
                 await anyio.sleep(0.1)
         tg.cancel_scope.cancel()
     assert [b["status"]["running"] for p, b in kube.patches if "/podgroups/" in p][-1] == 2
+
+
+KPG = next(r for r in RESOURCES if r.api_version == "scheduling.k8s.io/v1beta1")
+
+
+def upstream_group(name: str, min_count: int, uid: str, status: dict | None = None) -> dict:
+    pg = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+    if status is not None:
+        pg["status"] = status
+    return pg
+
+
+def upstream_member(name: str, uid: str, **kw) -> dict:
+    return with_uid(k8s_pod(name, gpus=1, schedulingGroup={"podGroupName": "kpg"}, **kw), uid)
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_pod_group_gets_the_condition_kube_scheduler_writes():
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
+    s.apply(Resync(POD, [upstream_member(f"w{i}", f"u{i}") for i in range(3)]))
+    other = {"type": "DisruptionTarget", "status": "False", "reason": "x", "message": ""}
+    s.apply(Resync(KPG, [upstream_group("kpg", 3, "g1", {"conditions": [other]})]))
+    await feedback(s, kube).apply(cycle(s))
+    (status,) = [b["status"] for p, b in kube.patches if "/podgroups/" in p]
+    kept, mine = status["conditions"]
+    assert kept == other  # a merge patch replaces the list: conditions of others go back as they were
+    assert {k: mine[k] for k in ("type", "status", "reason")} == {
+        "type": "PodGroupInitiallyScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+    }
+    assert "needs 3 nvidia.com/gpu, 2 free" in mine["message"]
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_pod_group_once_scheduled_stays_so_and_others_pods_groups_are_left_alone():
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=1)]))  # the gang no longer fits: still True
+    scheduled = {"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": ""}
+    s.apply(Resync(POD, [upstream_member("w0", "u0"), upstream_member("w1", "u1", scheduler="default-scheduler")]))
+    s.apply(Resync(KPG, [upstream_group("kpg", 2, "g1", {"conditions": [scheduled]})]))
+    await feedback(s, kube).apply(cycle(s))
+    assert [p for p, _b in kube.patches if "/podgroups/" in p] == []  # kube-scheduler's pods: its status
+    s.apply(Resync(POD, [upstream_member("w0", "u0"), upstream_member("w1", "u1")]))
+    await feedback(s, kube).apply(cycle(s))
+    assert [p for p, _b in kube.patches if "/podgroups/" in p] == []  # True is terminal: nothing to write

@@ -45,10 +45,10 @@ def solved(monkeypatch) -> list[list[str]]:
     calls: list[list[str]] = []
     real = module.solve
 
-    def counting(cluster, config=None):
+    def counting(cluster, config=None, previous=None):
         if config is None or config.use_cpsat:
             calls.append(sorted(g.name for g in cluster.gangs))
-        return real(cluster, config)
+        return real(cluster, config, previous)
 
     monkeypatch.setattr(module, "solve", counting)
     return calls

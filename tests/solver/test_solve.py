@@ -1,8 +1,14 @@
 """Scenario tables for the solver: what a cycle must decide, checked with the independent validator."""
 
+import time
+
+import pytest
+from ortools.sat.python import cp_model
+
 from gangsolve.solver import Cluster, Gang, SolveConfig, Toleration, solve, validate
 from gangsolve.solver.greedy import greedy
 from gangsolve.solver.problem import Problem
+from gangsolve.solver.solve import _exact, warm_start
 from tests.builders import MASTER_TAINT, gang, node, pod
 
 
@@ -186,13 +192,15 @@ def test_empty_cluster_is_an_empty_plan():
 
 
 def test_deterministic_for_a_given_input():
-    # The locality stage is not proven here, so the search ends on deterministic time. A roomy time limit
-    # keeps the wall clock (which may cut in at 3x a stage's grant) from deciding on a loaded CI machine.
+    # Every level reaches its bound, so the search ends by itself, not on the clock; the locality stage stops
+    # on deterministic time. A roomy time limit keeps the clock from cutting in on a loaded CI machine.
     nodes = [node(f"n{i}", gpus=(4, 8)[i % 2]) for i in range(12)]
     gangs = [gang(f"g{i}", 1 + i % 5, gpus=1 + i % 3, priority=i % 2) for i in range(20)]
     first = run(nodes, gangs, time_limit=10)
     second = run(nodes, gangs, time_limit=10)
-    assert any(s["status"] == "FEASIBLE" for s in first.stages)  # a stage that stopped on its budget
+    stages = {s["name"]: s["status"] for s in first.stages}
+    assert stages["search"] == "AT_BOUND"
+    assert stages["locality"] == "FEASIBLE"  # stopped on its budget, not proven
     assert first.bindings == second.bindings
     assert [g.reason for g in first.gangs] == [g.reason for g in second.gangs]
 
@@ -218,3 +226,70 @@ def test_starving_never_outranks_a_higher_priority():
     nodes = [node("n0", gpus=4)]
     starving_low = Gang("old", gang("old", 1, gpus=4).pods, 1, starving=True)
     assert placed(run(nodes, [starving_low, gang("high", 1, gpus=4, priority=5)])) == {"high"}
+
+
+def _raises(*args, **kwargs):
+    raise RuntimeError("ortools failed")
+
+
+def _infeasible(*args, **kwargs):
+    return cp_model.INFEASIBLE
+
+
+@pytest.mark.parametrize(
+    ("where", "failure"),
+    [
+        ((cp_model.CpSolver, "solve"), _raises),  # an exception from the solver
+        ((cp_model.CpSolver, "solve"), _infeasible),  # a status the hint rules out
+        ((cp_model.CpModel, "new_bool_var"), _raises),  # an exception while building the model
+    ],
+)
+def test_a_failing_cpsat_stage_keeps_the_placement_it_has(monkeypatch, where, failure):
+    # Whatever CP-SAT stage fails, the cycle answers with the best placement it already had instead of raising.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    gangs = [gang("a-first", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4)]
+    monkeypatch.setattr(*where, failure)
+    p = run(nodes, gangs, time_limit=2)
+    failed = [s for s in p.stages if s["status"] == "FAILED"]
+    assert failed
+    assert all(s.get("detail") for s in failed)
+    assert p.objective >= len(greedy(Problem(Cluster(tuple(nodes), tuple(gangs)))))
+    assert len(p.bindings) >= 2
+
+
+def test_the_previous_plan_is_kept_where_it_still_holds():
+    nodes = [node(f"n{i}", gpus=4) for i in range(4)]
+    gangs = [gang("g", 4, gpus=1), gang("h", 2, gpus=2)]
+    cluster = Cluster(tuple(nodes), tuple(gangs))
+    previous = {**{f"g-{i}": "n2" for i in range(4)}, "h-0": "n3", "h-1": "n3"}
+    p = solve(cluster, SolveConfig(time_limit=2), previous=previous)
+    assert validate(cluster, p) == []
+    assert dict(p.bindings) == previous
+
+
+def test_a_previous_plan_that_no_longer_holds_is_dropped_whole():
+    # n2 now runs other pods: the gang planned there no longer fits and is dropped whole (not kept in part);
+    # the other gang's plan still holds; a pod that is gone and a node that is gone are ignored.
+    busy = node("n2", gpus=4)
+    busy = type(busy)(busy.name, busy.allocatable, busy.labels, used={"nvidia.com/gpu": 3, "pods": 3})
+    nodes = [node("n0", gpus=4), node("n1", gpus=4), busy, node("n3", gpus=4)]
+    gangs = [gang("g", 4, gpus=1), gang("h", 2, gpus=2)]
+    cluster = Cluster(tuple(nodes), tuple(gangs))
+    previous = {**{f"g-{i}": "n2" for i in range(4)}, "h-0": "n3", "h-1": "n3", "gone-0": "n9", "g-0-old": "n0"}
+    problem = Problem(cluster)
+    assert warm_start(problem, previous) == {1: {(0, problem.node_index["n3"]): 2}}
+    p = solve(cluster, SolveConfig(time_limit=2), previous=previous)
+    assert validate(cluster, p) == []
+    assert placed(p) == {"g", "h"}
+
+
+def test_a_small_problem_is_solved_exactly_when_the_bound_leaves_a_level_open():
+    # From greedy's queue-order placement (the big gang on both nodes), CP-SAT on the whole model finds the two
+    # small gangs and proves no placement does better.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    problem = Problem(Cluster(tuple(nodes), (gang("a-first", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4))))
+    levels = problem.gang_priority_levels()
+    counts, proven, stage = _exact(problem, greedy(problem), levels, time.perf_counter() + 10, 1)
+    assert proven
+    assert stage.status == "OPTIMAL"
+    assert set(counts) == {1, 2}

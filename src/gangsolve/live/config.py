@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from gangsolve.gangs import DEFINITION_GRACE
+
 
 class ConfigError(ValueError):
     pass
@@ -26,8 +28,11 @@ class Config:
     scheduler_name: str = "gangsolve"
     group_label: str | None = None
     time_limit: float = 2.0  # seconds per solve
-    debounce: float = 0.2  # seconds to gather more changes before a cycle
-    resync_period: float = 30.0  # a cycle at least this often while gangs wait, changes or not
+    debounce: float = 0.2  # at most this long to wait for the rest of a gang before a cycle
+    resync_period: float = 30.0  # every waiting gang solved again at least this often, changes or not
+    # Pods that may still get a gang definition (a PDB or PodGroup created after them) wait this long for it.
+    definition_grace: float = DEFINITION_GRACE
+    training_kinds: tuple[str, ...] = ()  # owner kinds whose pods wait too, beside the known training jobs
     bind_concurrency: int = 64  # Binding calls in flight: each waits on the API server, not on us
     kube_api_qps: float = 50.0  # client-side rate limit on API requests, as kube-scheduler's --kube-api-qps
     kube_api_burst: int = 100
@@ -84,6 +89,10 @@ def _check(name: str, value: Any, where: str) -> Any:
 
     if value is None and "None" in kind:
         return None
+    if kind == "tuple[str, ...]":
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            raise bad("a list of names")
+        return tuple(value)
     if kind == "bool":
         if not isinstance(value, bool):
             raise bad("true or false")
@@ -96,8 +105,9 @@ def _check(name: str, value: Any, where: str) -> Any:
             or not isinstance(value, (int, float))
             or not math.isfinite(value)
             or (name in _POSITIVE and value <= 0)
+            or value < 0
         ):
-            raise bad("a number > 0")
+            raise bad("a number > 0" if name in _POSITIVE else "a number >= 0")
         value = float(value)
     else:
         if not isinstance(value, str):

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import orjson
 
 from gangsolve.live.kube import Kube
 from gangsolve.live.watchers import RESOURCES, Watcher
+from gangsolve.snapshot import TAKEN_AT_ANNOTATION
 
 
 async def export(kubeconfig: str | None) -> bytes:
+    """Also records when it listed (an annotation on the List), which `gangsolve solve` takes as the cycle's
+    clock, so a live cycle replays offline exactly: starving gangs and pods waiting for their gang included."""
     kube = await Kube.connect(kubeconfig)
     items: list[dict] = []
+    taken = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         for resource in RESOURCES:
             watcher = Watcher(kube, resource)
@@ -25,4 +31,10 @@ async def export(kubeconfig: str | None) -> bytes:
             items.extend(objs)
     finally:
         await kube.close()
-    return orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}, option=orjson.OPT_INDENT_2) + b"\n"
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"annotations": {TAKEN_AT_ANNOTATION: taken}},
+        "items": items,
+    }
+    return orjson.dumps(listing, option=orjson.OPT_INDENT_2) + b"\n"

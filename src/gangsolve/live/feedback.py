@@ -5,8 +5,11 @@
 - Events: FailedScheduling (Warning) for those pods and Scheduled (Normal) for each bound pod. An identical
   event about one pod is written at most once per `event_interval`, and all events share a rate of
   `events_per_second`.
-- PodGroups of both kinds (scheduling.x-k8s.io, scheduling.volcano.sh): phase, scheduled/running counts and
-  a Scheduled/Unschedulable condition, written through the status subresource when it changes.
+- PodGroups of both CRD kinds (scheduling.x-k8s.io, scheduling.volcano.sh): phase, scheduled/running counts
+  and a Scheduled/Unschedulable condition, written through the status subresource when it changes.
+- Kubernetes' own PodGroups (scheduling.k8s.io) whose pods are ours: the condition kube-scheduler writes,
+  PodGroupInitiallyScheduled (True, reason Scheduled, once minCount pods are scheduled, and never False
+  again; else False, reason Unschedulable, or SchedulerError when its pods' priorities differ from its own).
 
 Feedback works on the latest cycle's result only (a mailbox the solver actor overwrites); a slow API server
 delays it but never the scheduling. It owns what it has written (keyed by uid, so a pod or PodGroup deleted
@@ -26,7 +29,13 @@ import anyio
 from aiolimiter import AsyncLimiter
 from anyio.abc import ObjectReceiveStream
 
-from gangsolve.gangs import POD_GROUP_LABEL, VOLCANO_ANNOTATION
+from gangsolve.gangs import (
+    POD_GROUP_LABEL,
+    PRIORITY_MISMATCH,
+    UPSTREAM_GROUP,
+    VOLCANO_ANNOTATION,
+    upstream_group_name,
+)
 from gangsolve.live import logs
 from gangsolve.live.binder import Bound
 from gangsolve.live.channels import Latest
@@ -104,6 +113,38 @@ def pod_group_status(pg: dict, members: list[dict], reason: str, existing: dict 
     if group == "scheduling.volcano.sh":
         status.pop("scheduled")
     return status
+
+
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+
+
+def upstream_pod_group_status(pg: dict, members: list[dict], reason: str, existing: dict | None = None) -> dict:
+    """A scheduling.k8s.io PodGroup's status as kube-scheduler writes it: its one scheduling condition, other
+    conditions (DisruptionTarget) kept as they are. True is terminal: it is never turned back to False."""
+    conditions = [c for c in ((existing or {}).get("conditions") or []) if c.get("type") != INITIALLY_SCHEDULED]
+    prev = next((c for c in (existing or {}).get("conditions") or [] if c.get("type") == INITIALLY_SCHEDULED), None)
+    if prev is not None and prev.get("status") == "True":
+        return dict(existing or {})
+    gang = (((pg.get("spec") or {}).get("schedulingPolicy")) or {}).get("gang")
+    need = int((gang or {}).get("minCount") or 1) if isinstance(gang, dict) else 1
+    scheduled = sum(1 for p in members if (p.get("spec") or {}).get("nodeName") and not _terminating(p))
+    if scheduled >= need:
+        condition = {"status": "True", "reason": "Scheduled", "message": ""}
+    elif not reason:
+        return dict(existing or {})  # placed by this cycle, its bindings on their way: nothing to say yet
+    elif reason.startswith(PRIORITY_MISMATCH):
+        condition = {"status": "False", "reason": "SchedulerError", "message": reason}
+    else:
+        condition = {"status": "False", "reason": "Unschedulable", "message": reason}
+    same = prev is not None and all(prev.get(k) == v for k, v in condition.items())
+    stamp = prev.get("lastTransitionTime") if same and prev else now_rfc3339()
+    condition = {"type": INITIALLY_SCHEDULED, **condition, "lastTransitionTime": stamp}
+    condition["message"] = str(condition["message"])[:MAX_MESSAGE]
+    return {**(existing or {}), "conditions": [*conditions, condition]}
+
+
+def _terminating(pod: dict) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def _comparable(status: dict | None) -> dict:
@@ -192,7 +233,7 @@ class Feedback:
             for p in gang.pods:
                 if p.name not in result.placement.bindings:
                     reasons[p.name] = res.reason or "waiting for the rest of the gang"
-        reasons.update(self._waiting_for_pod_group(result))
+        reasons.update(self._waiting(result))
         for key, seconds in result.backing_off.items():
             reasons[key] = f"binding failed; trying again in {max(1, round(seconds))}s"
         return reasons
@@ -217,10 +258,10 @@ class Feedback:
 
     # ------------------------------------------------------------------ pods
 
-    def _waiting_for_pod_group(self, result: CycleResult) -> dict[str, str]:
-        """Pending pods of ours that name a PodGroup not (yet) created: they join no gang, and say so."""
-        out = {}
-        groups = result.snapshot.pod_groups
+    def _waiting(self, result: CycleResult) -> dict[str, str]:
+        """Pending pods of ours that join no gang yet (their PodGroup does not exist yet, or their gang
+        definition may still come), or that name an object the cycle could not read: they say so."""
+        out = {key: w.reason for key, w in result.waiting.items()}
         unreadable = dict(result.skipped)
         for p in result.snapshot.pods:
             if (p.get("spec") or {}).get("nodeName") or not is_pending_for(p, self.scheduler_name):
@@ -230,22 +271,21 @@ class Feedback:
             if f"Pod {key}" in unreadable:
                 out[key] = f"cannot be scheduled: {unreadable[f'Pod {key}']}"
                 continue
+            upstream = upstream_group_name(p)
             label = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
             annotation = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
             wanted = (
-                ("scheduling.x-k8s.io", label)
+                (UPSTREAM_GROUP, upstream)
+                if upstream
+                else ("scheduling.x-k8s.io", label)
                 if label
                 else ("scheduling.volcano.sh", annotation)
                 if annotation
                 else None
             )
-            if wanted is None:
-                continue
-            problem = unreadable.get(f"PodGroup {ns}/{wanted[1]}")
-            if problem:
+            problem = unreadable.get(f"PodGroup {ns}/{wanted[1]}") if wanted else None
+            if wanted and problem:
                 out[key] = f"PodGroup {ns}/{wanted[1]} ({wanted[0]}) cannot be read: {problem}"
-            elif (wanted[0], ns, wanted[1]) not in groups:
-                out[key] = f"waiting for PodGroup {ns}/{wanted[1]} ({wanted[0]}) to exist"
         return out
 
     async def _unschedulable(self, key: str, message: str) -> None:
@@ -340,7 +380,16 @@ class Feedback:
                 self._waiting_groups.add(key)  # placed, being bound: its status once the watch shows that
                 continue
             reason = next((reasons[pod_key(p)] for p in group_pods if pod_key(p) in reasons), "")
-            status = pod_group_status(pg, group_pods, reason, pg.get("status"))
+            if key[0] == UPSTREAM_GROUP:
+                # kube-scheduler writes the status of the groups of its own pods: gangsolve of its own only.
+                if not group_pods or any(
+                    (p.get("spec") or {}).get("schedulerName", "default-scheduler") != self.scheduler_name
+                    for p in group_pods
+                ):
+                    continue
+                status = upstream_pod_group_status(pg, group_pods, reason, pg.get("status"))
+            else:
+                status = pod_group_status(pg, group_pods, reason, pg.get("status"))
             uid = _uid(pg)
             if _comparable(status) in (_comparable(pg.get("status")), _comparable(self._status_written.get(uid))):
                 continue

@@ -22,6 +22,7 @@ import signal
 
 import anyio
 
+from gangsolve.gangs import Grace
 from gangsolve.live import logs
 from gangsolve.live.binder import BinderActor, Bound
 from gangsolve.live.channels import Latest
@@ -65,6 +66,7 @@ class Scheduler:
             time_limit=cfg.time_limit,
             debounce=cfg.debounce,
             resync_period=cfg.resync_period,
+            grace=Grace(cfg.definition_grace).with_kinds(cfg.training_kinds),
         )
         self.binder = BinderActor(kube, self.store, self.metrics, fence, concurrency=cfg.bind_concurrency)
         self.feedback = Feedback(

@@ -18,6 +18,7 @@ nothing).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -27,8 +28,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gangsolve import objects
-from gangsolve.errors import InputError, describe
-from gangsolve.gangs import build_cluster
+from gangsolve.errors import InputError
+from gangsolve.gangs import Grace, Waiting, build_cluster, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
@@ -53,22 +54,8 @@ class CycleResult:
     placement: Placement  # this cycle's bindings; a result per gang of `cluster` (carried ones: their last)
     skipped: tuple[tuple[str, str], ...] = ()  # objects left out as unreadable: (`Kind ns/name`, error)
     backing_off: dict[str, float] = field(default_factory=dict)  # pod key -> seconds of back-off left
+    waiting: dict[str, Waiting] = field(default_factory=dict)  # pods joining no gang yet, and why
     carried: int = 0  # gangs not solved again: nothing changed for them since they last did not fit
-
-
-def without(snapshot: Snapshot, culprit: str) -> Snapshot:
-    """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`)."""
-
-    def keep(obj: dict) -> bool:
-        return describe(obj) != culprit
-
-    return Snapshot(
-        nodes=[o for o in snapshot.nodes if keep(o)],
-        pods=[o for o in snapshot.pods if keep(o)],
-        pdbs=[o for o in snapshot.pdbs if keep(o)],
-        pod_groups={k: o for k, o in snapshot.pod_groups.items() if keep(o)},
-        priority_classes={k: o for k, o in snapshot.priority_classes.items() if keep(o)},
-    )
 
 
 def _size(snapshot: Snapshot) -> int:
@@ -142,6 +129,7 @@ class Prepared:
     skipped: tuple[InputError, ...]
     solve: tuple[Gang, ...]  # the gangs that may place differently than last time
     signatures: dict[str, Signature]
+    waiting: dict[str, Waiting]  # pending pods that join no gang yet
 
     @property
     def ready(self) -> bool:
@@ -154,35 +142,48 @@ def group(
     scheduler_name: str,
     group_label: str | None,
     *,
+    grace: Grace | None = None,
+    now: datetime | None = None,
     nodes: tuple[Node, ...] | None = None,
     convert_pod=objects.pod,
-) -> tuple[Cluster, list[InputError]]:
-    """The cluster of a snapshot, with every gang. An object the edge cannot read (a PodGroup with
-    `minMember: many`, a pod asking for more cpu than the model can count) is left out and returned with its
-    error: one bad object must not stop everyone else."""
+) -> tuple[Cluster, dict[str, Waiting], list[InputError]]:
+    """The cluster of a snapshot, with every gang, and the pending pods that join no gang yet. An object the
+    edge cannot read (a PodGroup with `minMember: many`, a pod asking for more cpu than the model can count) is
+    left out and returned with its error: one bad object must not stop everyone else."""
     skipped: list[InputError] = []
-    # The live clock marks gangs pending past the starvation age, so big gangs are not passed over.
-    now = datetime.now(UTC)
+    # The live clock marks gangs pending past the starvation age, so big gangs are not passed over, and ends
+    # the wait of pods whose gang definition never came.
+    now = now or datetime.now(UTC)
     while True:
         try:
             cluster = build_cluster(
-                snapshot, scheduler_name, group_label, strict=False, now=now, nodes=nodes, convert_pod=convert_pod
+                snapshot,
+                scheduler_name,
+                group_label,
+                strict=False,
+                now=now,
+                grace=grace,
+                nodes=nodes,
+                convert_pod=convert_pod,
             )
-            return cluster, skipped
+            return cluster, waiting(snapshot, scheduler_name, group_label, now, grace), skipped
         except InputError as exc:
-            smaller = without(snapshot, exc.obj)
+            smaller = snapshot.without(exc.obj)
             if _size(smaller) == _size(snapshot):
                 raise  # the error names nothing that can be left out: this cycle cannot run
             skipped.append(exc)
             snapshot = smaller
 
 
-def solve_safely(cluster: Cluster, time_limit: float) -> tuple[Cluster, Placement, list[InputError]]:
+def solve_safely(
+    cluster: Cluster, time_limit: float, previous: Mapping[str, str] | None = None
+) -> tuple[Cluster, Placement, list[InputError]]:
     """solve(), except that a gang the solver cannot handle is left out (and returned as skipped), not the
-    cycle."""
+    cycle. `previous` (the last cycle's bindings) warm-starts the solver where its gangs are still pending and
+    still fit."""
     config = SolveConfig(time_limit=time_limit)
     try:
-        return cluster, solve(cluster, config), []
+        return cluster, solve(cluster, config, previous), []
     except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
         solve(Cluster(cluster.nodes, ()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
         culprits = _failing_gangs(cluster.nodes, list(cluster.gangs))
@@ -195,16 +196,32 @@ def solve_safely(cluster: Cluster, time_limit: float) -> tuple[Cluster, Placemen
             for p in g.pods
         ]
         cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
-        return cluster, solve(cluster, config), skipped
+        return cluster, solve(cluster, config, previous), skipped
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one cycle decided, from one snapshot."""
+
+    cluster: Cluster
+    placement: Placement
+    skipped: list[InputError]  # objects left out as unreadable
+    waiting: dict[str, Waiting]  # pending pods that join no gang yet
 
 
 def plan(
-    snapshot: Snapshot, scheduler_name: str, group_label: str | None, time_limit: float
-) -> tuple[Cluster, Placement, list[InputError]]:
-    """A whole cycle on a snapshot, every gang solved (the pure part, as `gangsolve solve --now` replays it)."""
-    cluster, skipped = group(snapshot, scheduler_name, group_label)
-    cluster, placement, failed = solve_safely(cluster, time_limit)
-    return cluster, placement, skipped + failed
+    snapshot: Snapshot,
+    scheduler_name: str,
+    group_label: str | None,
+    time_limit: float,
+    grace: Grace | None = None,
+    now: datetime | None = None,
+    previous: Mapping[str, str] | None = None,
+) -> Plan:
+    """A whole cycle on a snapshot, every gang solved: the pure part, as `gangsolve solve --now` replays it."""
+    cluster, held, skipped = group(snapshot, scheduler_name, group_label, grace=grace, now=now)
+    cluster, placement, failed = solve_safely(cluster, time_limit, previous)
+    return Plan(cluster, placement, skipped + failed, held)
 
 
 def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
@@ -238,6 +255,7 @@ class SolverActor:
         time_limit: float,
         debounce: float,
         resync_period: float,
+        grace: Grace | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -246,7 +264,10 @@ class SolverActor:
         self.time_limit = time_limit
         self.debounce = debounce
         self.resync_period = resync_period
+        self.grace = grace or Grace()
         self.cycles = 0
+        self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
+        self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
         self._converter = PodConverter()
         self._waiting: dict[str, _Waiting] = {}  # gang name -> how it looked when a cycle left it pending
         self._freed: int | None = None  # the store's `freed` at the last cycle that solved every gang
@@ -258,8 +279,13 @@ class SolverActor:
             seen = -1
             while True:
                 if self.store.generation == seen:
-                    resync = max(0.0, self._full_at + self.resync_period - time.monotonic())
-                    with anyio.move_on_after(min(resync, self.store.next_backoff_expiry())):
+                    now = time.monotonic()
+                    wake = min(
+                        self._full_at + self.resync_period - now,
+                        self.store.next_backoff_expiry(),
+                        self._grace_ends - now,
+                    )
+                    with anyio.move_on_after(max(wake, 0.0)):
                         await self.store.wait_for_change(seen)
                 deadline = time.monotonic() + self.debounce
                 while True:
@@ -274,7 +300,10 @@ class SolverActor:
                     await self.cycle(plans, results, prepared)
 
     def _full_due(self) -> bool:
-        return self._freed != self.store.freed or time.monotonic() - self._full_at >= self.resync_period
+        """Every gang is worth solving again: room may have been made, a pod stopped waiting for its gang
+        definition, or the resync period passed."""
+        now = time.monotonic()
+        return self._freed != self.store.freed or now - self._full_at >= self.resync_period or now >= self._grace_ends
 
     async def prepare(self) -> Prepared | None:
         """The view and its gangs (grouped in a worker thread), and which gangs to solve; None if it fails."""
@@ -289,8 +318,13 @@ class SolverActor:
 
     def _prepare(self, view: View, full: bool) -> Prepared:
         self._converter.begin(view.snapshot.priority_classes)
-        cluster, skipped = group(
-            view.snapshot, self.scheduler_name, self.group_label, nodes=view.nodes, convert_pod=self._converter
+        cluster, held, skipped = group(
+            view.snapshot,
+            self.scheduler_name,
+            self.group_label,
+            grace=self.grace,
+            nodes=view.nodes,
+            convert_pod=self._converter,
         )
         self._converter.end()
         signatures = {g.name: self._converter.signature(g) for g in cluster.gangs}
@@ -302,7 +336,7 @@ class SolverActor:
                 for g in cluster.gangs
                 if (w := self._waiting.get(g.name)) is None or w.signature != signatures[g.name]
             )
-        return Prepared(view, cluster, (*view.unreadable, *skipped), todo, signatures)
+        return Prepared(view, cluster, (*view.unreadable, *skipped), todo, signatures, held)
 
     async def cycle(
         self,
@@ -323,6 +357,7 @@ class SolverActor:
                 solve_safely,
                 Cluster(prepared.cluster.nodes, prepared.solve),
                 self.time_limit,
+                self._previous,
                 abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
@@ -336,6 +371,11 @@ class SolverActor:
         self.cycles += 1
         if full:
             self._freed, self._full_at = view.freed, time.monotonic()
+        self._previous = dict(placement.bindings)
+        ends = [w.until for w in prepared.waiting.values() if w.until is not None]
+        self._grace_ends = (
+            time.monotonic() + (min(ends) - datetime.now(UTC)).total_seconds() + 0.05 if ends else math.inf
+        )
 
         # Gangs not solved this cycle keep waiting with their last result; those solved and left pending join them.
         attempted = {g.name for g in prepared.solve}
@@ -370,6 +410,7 @@ class SolverActor:
             report,
             tuple((e.obj, str(e)) for e in skipped),
             backing_off,
+            prepared.waiting,
             carried=len(carried),
         )
         results.put(result)

@@ -36,9 +36,9 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectReceiveStream
 
-from gangsolve import objects
+from gangsolve import objects, schema
 from gangsolve.errors import InputError
-from gangsolve.gangs import POD_GROUP_LABEL, VOLCANO_ANNOTATION
+from gangsolve.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
 from gangsolve.snapshot import POD_GROUP_KINDS, Snapshot
@@ -75,8 +75,14 @@ def _node_name(pod: dict | None) -> str | None:
 
 
 def pod_group_of(pod: dict | None) -> ObjectKey | None:
-    """The PodGroup a pod names (scheduler-plugins' label first, then Volcano's annotation), or None."""
-    meta = (pod or {}).get("metadata") or {}
+    """The PodGroup a pod names (Kubernetes' own through spec.schedulingGroup first, then scheduler-plugins'
+    label, then Volcano's annotation), or None."""
+    if pod is None:
+        return None
+    meta = pod.get("metadata") or {}
+    name = upstream_group_name(pod)
+    if name:
+        return UPSTREAM_GROUP, meta.get("namespace", ""), name
     name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
     if name:
         return "scheduling.x-k8s.io", meta.get("namespace", ""), name
@@ -89,12 +95,16 @@ Hint = tuple[str, str, str]  # (rule, namespace, value)
 
 def gang_hints(pod: dict, group_label: str | None) -> set[Hint]:
     """What a pod may share with the other members of its gang, by the gang rules (README): its PodGroup
-    (scheduler-plugins' label, Volcano's annotation), its value of the group label, its controlling owner.
+    (Kubernetes' own, scheduler-plugins' label, Volcano's annotation), its value of the group label, its
+    controlling owner.
     (Pods a PDB groups share a namespace with it.) Two pods of one gang share at least one hint; pods sharing
     one need not be of one gang: gangs.build_cluster decides, this only narrows what it reads."""
     meta = pod.get("metadata") or {}
     ns, labels, annotations = meta.get("namespace", ""), meta.get("labels") or {}, meta.get("annotations") or {}
     hints = set()
+    upstream = upstream_group_name(pod)
+    if upstream:
+        hints.add(("upstream", ns, upstream))
     if POD_GROUP_LABEL in labels:
         hints.add(("podgroup", ns, str(labels[POD_GROUP_LABEL])))
     if VOLCANO_ANNOTATION in annotations:
@@ -237,10 +247,13 @@ class ClusterStore:
     def _resync(self, event: Resync) -> bool:
         kind = event.resource.kind
         table = self._objects[kind]
-        group = event.resource.api_version.split("/")[0] if "/" in event.resource.api_version else ""
         fresh = {object_key(o): o for o in event.objects}
         relevant = False
-        for key in [k for k in table if k[0] == group and k not in fresh]:  # gone while we were away
+        # Gone while we were away: objects of this resource's version only (two versions of one group, as
+        # the upstream PodGroup's v1alpha2 and v1beta1, are watched apart and may not both be served).
+        version = event.resource.api_version
+        mine = [k for k, o in table.items() if o.get("apiVersion", version) == version]
+        for key in [k for k in mine if k not in fresh]:
             relevant |= self._apply_one(kind, "DELETED", table[key])
         for obj in fresh.values():
             relevant |= self._apply_one(kind, "MODIFIED", obj)
@@ -335,6 +348,7 @@ class ClusterStore:
             new_requests = None
         elif new is not old:
             try:
+                schema.check(new, "Pod")
                 new_requests = objects.pod_requests(new)
                 self._requests[key] = new_requests
                 self._bad_pods.pop(key, None)
@@ -382,6 +396,7 @@ class ClusterStore:
         self._bad_nodes.pop(name, None)
         if obj is not None:
             try:
+                schema.check(obj, "Node")
                 self._nodes[name] = objects.node(obj)
             except InputError as exc:
                 self._bad_nodes[name] = exc

@@ -39,6 +39,9 @@ RESOURCES = (
     Resource(
         "PodGroup", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/podgroups", optional=True
     ),
+    # Kubernetes' own PodGroup (KEP-4671): v1beta1 from 1.37 (GenericWorkload feature gate), v1alpha2 in 1.36.
+    Resource("PodGroup", "scheduling.k8s.io/v1beta1", "/apis/scheduling.k8s.io/v1beta1/podgroups", optional=True),
+    Resource("PodGroup", "scheduling.k8s.io/v1alpha2", "/apis/scheduling.k8s.io/v1alpha2/podgroups", optional=True),
 )
 
 

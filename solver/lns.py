@@ -1,0 +1,245 @@
+"""Large-neighbourhood search: improve a complete placement one neighbourhood at a time (ruin and recreate).
+
+A step picks a pending gang at a level not yet at its bound, takes off the gangs on some nodes that could hold
+it (and on some roomy nodes where those gangs could go instead), and places them again greedily together with
+the target and a few other pending gangs: gangs of higher levels first, then the target, then the rest
+smallest first (shuffled a little), each gang at its minimum before any gang's extra pods. The step is kept
+when the placement is better in (gangs placed per level, highest first, then resources placed), or as good
+and no more scattered over nodes, so the search moves on plateaus.
+
+Every choice comes from a generator seeded per cycle and nothing reads the clock, so the steps do not depend
+on the time limit: a longer search passes through the placement a shorter one ends on, and since no step makes
+the placement worse, more time never gives a worse answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gangsolve.solver import score
+from gangsolve.solver.cpsat import possible_gangs
+from gangsolve.solver.greedy import (
+    Counts,
+    Scorer,
+    add_extras,
+    most_allocated_off_gpus,
+    node_scores,
+    place_colocated,
+    place_gang,
+)
+from gangsolve.solver.model import Level
+from gangsolve.solver.problem import Problem
+
+SCORERS: tuple[Scorer, ...] = (node_scores, most_allocated_off_gpus)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One neighbourhood: its target gang, the gangs it placed again, whether the placement got strictly better."""
+
+    target: int
+    gangs: int
+    improved: bool
+
+
+class Search:
+    """The placement being improved (`counts`) and the capacity it uses (`used`)."""
+
+    def __init__(self, problem: Problem, counts: Counts, seed: int = 0, nodes: int = 16, extra: int = 6) -> None:
+        self.problem = problem
+        self.counts: Counts = {g: dict(c) for g, c in counts.items()}
+        self.rng = np.random.default_rng(seed)
+        self.levels = problem.gang_priority_levels()
+        self.scale = score.gpu_scale(problem)
+        self.possible = possible_gangs(problem)
+        self.empty = score.empty_gpu_nodes(problem)
+        self.used = np.zeros_like(problem.free)
+        for g, gang_counts in self.counts.items():
+            self._use(g, gang_counts, 1)
+        self.nodes = nodes  # nodes freed around the target, and roomy nodes offered to the gangs taken off
+        self.extra = extra  # other pending gangs offered to a neighbourhood
+        # A gang's size: the GPUs its minimum needs, then its share of the free capacity (as smallest_first_order).
+        share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
+        self.size = problem.floor[:, problem.gpu] + share
+        self.steps = 0
+        self.improvements = 0
+        self._reach: dict[int, np.ndarray] = {}
+
+    def _use(self, g: int, gang_counts: dict[tuple[int, int], int], sign: int) -> None:
+        for (p, n), k in gang_counts.items():
+            self.used[n] += sign * k * self.problem.demand[self.problem.parts[g][p].cls]
+
+    def reach(self, g: int) -> np.ndarray:
+        """Nodes that could hold some pod of gang g if nothing else were placed."""
+        if g not in self._reach:
+            mask = np.zeros(len(self.problem.nodes), dtype=bool)
+            for part in self.problem.parts[g]:
+                mask |= self.problem.fit[part.cls] > 0
+            self._reach[g] = mask
+        return self._reach[g]
+
+    def rank(self, counts: Counts) -> tuple[int, ...]:
+        """(gangs placed per level, highest first; resources placed) of the gangs in `counts`."""
+        problem = self.problem
+        per_level = dict.fromkeys(self.levels, 0)
+        for g in counts:
+            if score.counted(problem, g):
+                per_level[problem.gangs[g].level] += 1
+        return (*per_level.values(), score.resources(problem, counts, self.scale))
+
+    # --- choosing a neighbourhood ---------------------------------------------------------------------------
+
+    def pending(self, open_levels: set[Level]) -> list[int]:
+        return [g for g in self.possible if g not in self.counts and self.problem.gangs[g].level in open_levels]
+
+    def _pick(self, gangs: list[int]) -> int:
+        """A pending gang, higher levels likelier (each level half as likely as the one above)."""
+        rank = {level: i for i, level in enumerate(self.levels)}
+        weights = np.array([0.5 ** rank[self.problem.gangs[g].level] for g in gangs])
+        return gangs[int(self.rng.choice(len(gangs), p=weights / weights.sum()))]
+
+    def _around(self, target: int) -> np.ndarray:
+        """Nodes to free for the target: for a co-located gang one label domain that could hold it; otherwise
+        `size` nodes that could take its pods, the ones holding more of them likelier."""
+        problem = self.problem
+        gang = problem.gangs[target]
+        reach = self.reach(target)
+        if gang.colocate:
+            domain = problem.domains(gang.colocate)
+            labelled = reach & (domain >= 0)
+            room = np.zeros(int(domain.max()) + 1 if labelled.any() else 0)
+            for part in problem.parts[target]:
+                room += np.bincount(
+                    domain[labelled], np.minimum(problem.fit[part.cls, labelled], len(part.pods)), minlength=len(room)
+                )
+            ids = np.flatnonzero(room >= gang.need)
+            bound = [problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index]
+            if bound:
+                ids = ids[ids == domain[bound[0]]]
+            if len(ids) == 0:
+                return np.zeros(0, dtype=np.int64)
+            return np.flatnonzero((domain == ids[int(self.rng.integers(len(ids)))]) & reach)
+        nodes = np.flatnonzero(reach)
+        if len(nodes) <= self.nodes:
+            return nodes
+        holds = np.zeros(len(nodes))
+        for part in problem.parts[target]:
+            holds += np.minimum(problem.fit[part.cls, nodes], len(part.pods))
+        chosen = self.rng.choice(len(nodes), size=self.nodes, replace=False, p=holds / holds.sum())
+        return np.sort(nodes[chosen])
+
+    def _roomy(self, gangs: list[int], taken: np.ndarray) -> np.ndarray:
+        """Up to `size` other nodes with free room for pods of `gangs`, the roomier likelier: where the gangs
+        taken off can go instead."""
+        problem = self.problem
+        reach = np.zeros(len(problem.nodes), dtype=bool)
+        for g in gangs:
+            reach |= self.reach(g)
+        nodes = np.flatnonzero(reach & ~taken)
+        if len(nodes) == 0:
+            return nodes
+        free = problem.free[nodes] - self.used[nodes]
+        room = np.zeros(len(nodes))
+        for cls in sorted({part.cls for g in gangs for part in problem.parts[g]}):
+            need = problem.demand[cls]
+            used = need > 0
+            fits = np.min(np.maximum(free[:, used], 0) // need[used], axis=1)
+            room += np.where(problem.eligible[cls, nodes], fits, 0)
+        nodes, room = nodes[room > 0], room[room > 0]
+        if len(nodes) <= self.nodes:
+            return nodes
+        return nodes[self.rng.choice(len(nodes), size=self.nodes, replace=False, p=room / room.sum())]
+
+    def neighbourhood(self, target: int) -> list[int]:
+        """The gangs a step places again: those on the nodes freed for the target, the target, and a few other
+        pending gangs that reach those nodes."""
+        problem = self.problem
+        on = np.zeros(len(problem.nodes), dtype=bool)
+        on[self._around(target)] = True
+        taken = [g for g, c in self.counts.items() if any(on[n] for (_p, n) in c)]
+        for g in taken:
+            for _p, n in self.counts[g]:
+                on[n] = True
+        on[self._roomy(taken, on)] = True
+        others = [g for g in self.possible if g not in self.counts and g != target and bool((self.reach(g) & on).any())]
+        if len(others) > self.extra:
+            others = [others[i] for i in sorted(self.rng.choice(len(others), size=self.extra, replace=False).tolist())]
+        return sorted({*taken, target, *others})
+
+    # --- one step -------------------------------------------------------------------------------------------
+
+    def step(self, open_levels: set[Level], drift: bool = True) -> Step | None:
+        """Ruin and recreate around a pending gang of `open_levels`; None when there is none. `drift`: keep
+        steps that are only as good (and no more scattered), to move on plateaus."""
+        pending = self.pending(open_levels)
+        if not pending:
+            return None
+        problem = self.problem
+        target = self._pick(pending)
+        gangs = self.neighbourhood(target)
+        before = {g: self.counts[g] for g in gangs if g in self.counts}
+        free = problem.free - self.used
+        for g, gang_counts in before.items():
+            for (p, n), k in gang_counts.items():
+                free[n] += k * problem.demand[problem.parts[g][p].cls]
+        # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
+        size = self.size[gangs] * (0.75 + 0.5 * self.rng.random(len(gangs)))
+        order = [
+            gangs[i]
+            for i in sorted(
+                range(len(gangs)),
+                key=lambda i: (_desc(problem.gangs[gangs[i]].level), gangs[i] != target, size[i]),
+            )
+        ]
+        scorer = SCORERS[int(self.rng.integers(len(SCORERS)))]
+        after: Counts = {}
+        for g in order:
+            most = max(problem.gangs[g].need, 1)
+            placed = (
+                place_colocated(problem, g, free, scorer=scorer, most=most)
+                if problem.gangs[g].topology
+                else place_gang(problem, g, free, scorer=scorer, most=most)
+            )
+            if placed is not None:
+                after[g] = placed
+        add_extras(problem, after, free, order, scorer)
+        new, old = self.rank(after), self.rank(before)
+        keep = new > old
+        if new == old and drift:
+            # Equal steps are kept when they span no more nodes (the locality tier), so the search moves on
+            # plateaus without scattering gangs.
+            nodes = sorted({n for c in (before, after) for gang_counts in c.values() for (_p, n) in gang_counts})
+            keep = (score.topology(problem, after), self._spread(after, before, nodes)) <= (
+                score.topology(problem, before),
+                self._spread(before, before, nodes),
+            )
+        if keep:
+            for g in before:
+                self._use(g, self.counts.pop(g), -1)
+            for g, gang_counts in after.items():
+                self.counts[g] = gang_counts
+                self._use(g, gang_counts, 1)
+        self.steps += 1
+        self.improvements += new > old
+        return Step(target, len(gangs), new > old)
+
+    def _spread(self, placed: Counts, removed: Counts, nodes: list[int]) -> int:
+        """The locality tier (score.locality: nodes spanned per gang, plus empty GPU nodes opened) of the gangs
+        in `placed`, counting opened nodes among `nodes`, with `removed` taken off the current placement and
+        `placed` put on it."""
+        problem = self.problem
+        gpu = problem.gpu
+        index = {n: i for i, n in enumerate(nodes)}
+        gpus = self.used[nodes, gpu].copy()
+        for c, sign in ((removed, -1), (placed, 1)):
+            for g, gang_counts in c.items():
+                for (p, n), k in gang_counts.items():
+                    gpus[index[n]] += sign * k * problem.demand[problem.parts[g][p].cls, gpu]
+        opened = int((self.empty[nodes] & (gpus > 0)).sum())
+        return sum(len({n for (_p, n) in gang_counts}) for gang_counts in placed.values()) + opened
+
+
+def _desc(level: Level) -> tuple[int, int]:
+    return (-level[0], -level[1])

@@ -1,0 +1,75 @@
+"""The search is anytime and monotone: no step makes the placement worse, the steps do not depend on the clock
+(so a longer search passes through a shorter one's answer), and a longer time limit never returns a worse
+answer. Worth is computed here from the bindings alone: gangs with pods bound per priority level, highest
+first, then GPUs and cpu placed."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gangsolve.solver import Cluster, SolveConfig, solve, validate
+from gangsolve.solver.greedy import greedy
+from gangsolve.solver.lns import Search
+from gangsolve.solver.problem import Problem
+from gangsolve.solver.solve import _placement
+from tests.builders import gang, node
+from tests.solver.test_properties import gangs, nodes
+
+
+def worth(cluster, bindings):
+    levels = sorted({(max(p.priority for p in g.pods), int(g.starving)) for g in cluster.gangs if g.pods}, reverse=True)
+    per_level = dict.fromkeys(levels, 0)
+    gpus = cpu = 0
+    for g in cluster.gangs:
+        bound = [p for p in g.pods if p.name in bindings]
+        if bound and g.min_member > len(g.bound_nodes):
+            per_level[(max(p.priority for p in g.pods), int(g.starving))] += 1
+        gpus += sum(p.requests.get("nvidia.com/gpu", 0) for p in bound)
+        cpu += sum(p.requests.get("cpu", 0) for p in bound)
+    return (*per_level.values(), gpus, cpu)
+
+
+def bindings_of(problem, counts):
+    return dict(_placement(problem, counts, [], {}, None, "X", 0.0).bindings)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes(), gangs(), st.integers(0, 3))
+def test_steps_never_make_the_placement_worse_and_replay_without_the_clock(node_list, gang_list, seed):
+    cluster = Cluster(tuple(node_list), tuple(gang_list))
+    problem = Problem(cluster)
+    search = Search(problem, greedy(problem), seed=seed, nodes=3, extra=2)
+    every_level = set(problem.gang_priority_levels())
+    trail = [bindings_of(problem, search.counts)]
+    for _ in range(25):
+        if search.step(every_level) is None:
+            break
+        trail.append(bindings_of(problem, search.counts))
+        assert validate(cluster, trail[-1]) == []
+        assert worth(cluster, trail[-1]) >= worth(cluster, trail[-2])
+    # The same seed replays the same steps: a shorter search ends where the longer one passed.
+    replay = Search(problem, greedy(problem), seed=seed, nodes=3, extra=2)
+    for _ in range(len(trail) // 2):
+        replay.step(every_level)
+    assert bindings_of(problem, replay.counts) == trail[len(trail) // 2]
+
+
+def test_a_step_can_trade_a_placed_gang_for_two():
+    # Greedy in queue order puts the big gang on both nodes; a step around a pending small gang takes it off
+    # and places the two small gangs.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    cluster = Cluster(tuple(nodes), (gang("a-big", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4)))
+    problem = Problem(cluster)
+    search = Search(problem, greedy(problem), seed=0)
+    assert set(search.counts) == {0}
+    while search.step(set(problem.gang_priority_levels())) is not None and not search.improvements:
+        pass
+    assert set(search.counts) == {1, 2}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes(), gangs())
+def test_more_time_never_gives_a_worse_answer(node_list, gang_list):
+    cluster = Cluster(tuple(node_list), tuple(gang_list))
+    short = solve(cluster, SolveConfig(time_limit=0.1))
+    longer = solve(cluster, SolveConfig(time_limit=1.0))
+    assert worth(cluster, longer.bindings) >= worth(cluster, short.bindings)
