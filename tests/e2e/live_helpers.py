@@ -372,10 +372,18 @@ def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> No
         for p in pods
         if (p.get("status") or {}).get("phase") not in FINISHED and not p["metadata"].get("deletionTimestamp")
     ]
+    # A namespace being deleted loses its pods one by one, so its gangs are torn down, not placed.
+    leaving = {
+        ns["metadata"]["name"]
+        for ns in cp.request("GET", "/api/v1/namespaces")["items"]
+        if ns["metadata"].get("deletionTimestamp")
+    }
     gangs: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     policies = {k: (g.get("spec") or {}).get("schedulingPolicy") or {} for k, g in groups.items()}
     for p in live:
         if p["spec"].get("schedulerName", "default-scheduler") == "default-scheduler":
+            continue
+        if p["metadata"]["namespace"] in leaving:
             continue
         gang = _gang_of(p, pdbs, policies, group_label)
         if gang is not None:
