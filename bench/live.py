@@ -284,12 +284,12 @@ GANGSOLVE_EXTRA_RBAC = [
         "rules": [
             {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
             {
-                "apiGroups": ["scheduling.x-k8s.io", "scheduling.volcano.sh"],
+                "apiGroups": ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"],
                 "resources": ["podgroups"],
                 "verbs": ["list", "watch"],
             },
             {
-                "apiGroups": ["scheduling.x-k8s.io", "scheduling.volcano.sh"],
+                "apiGroups": ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"],
                 "resources": ["podgroups/status"],
                 "verbs": ["patch"],
             },
