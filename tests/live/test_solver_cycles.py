@@ -138,3 +138,29 @@ async def test_changes_that_cannot_make_room_start_no_solve(solved):
         await anyio.sleep(0.5)
         tg.cancel_scope.cancel()
     assert solved == [["default/g"]]
+
+
+@pytest.mark.asyncio
+async def test_a_gang_that_lost_to_a_gang_placed_beside_it_is_solved_again_against_what_is_left(solved):
+    """Two gangs that each fit alone, room for one: the cycle places one and can only say the other lost to it;
+    the next cycle, at once and with no event, solves the loser again and says what it lacks."""
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
+    s.apply(Resync(XPG, [k8s_pod_group("a", 2), k8s_pod_group("b", 2)]))
+    s.apply(Resync(POD, [member(f"{g}-{i}", g) for g in "ab" for i in range(2)]))
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    results: Latest[CycleResult] = Latest()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor(s).run, send, results)
+        with anyio.fail_after(20):
+            while len(solved) < 2:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)  # and no third solve: the loser now waits for capacity to be freed
+        tg.cancel_scope.cancel()
+    winner = receive.receive_nowait().gang
+    loser = ({"default/a", "default/b"} - {winner}).pop()
+    assert solved == [["default/a", "default/b"], [loser]]
+    result = await results.take()
+    (reason,) = [r.reason for r in result.placement.gangs if r.name == loser]
+    assert "nvidia.com/gpu" in reason
+    assert "placed this cycle" not in reason

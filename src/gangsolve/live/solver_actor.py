@@ -272,13 +272,14 @@ class SolverActor:
         self._waiting: dict[str, _Waiting] = {}  # gang name -> how it looked when a cycle left it pending
         self._freed: int | None = None  # the store's `freed` at the last cycle that solved every gang
         self._full_at = -float("inf")  # monotonic: when that was
+        self._again = False  # the last cycle placed gangs and left others pending: solve those again at once
 
     async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
         async with plans:
             seen = -1
             while True:
-                if self.store.generation == seen:
+                if self.store.generation == seen and not self._again:
                     now = time.monotonic()
                     wake = min(
                         self._full_at + self.resync_period - now,
@@ -287,6 +288,7 @@ class SolverActor:
                     )
                     with anyio.move_on_after(max(wake, 0.0)):
                         await self.store.wait_for_change(seen)
+                self._again = False
                 deadline = time.monotonic() + self.debounce
                 while True:
                     seen = self.store.generation
@@ -377,13 +379,15 @@ class SolverActor:
             time.monotonic() + (min(ends) - datetime.now(UTC)).total_seconds() + 0.05 if ends else math.inf
         )
 
-        # Gangs not solved this cycle keep waiting with their last result; those solved and left pending join them.
+        # Gangs not solved this cycle keep waiting with their last result; those solved and left pending join them,
+        # unless this cycle placed gangs: then why they wait may be what those took ("gangs placed this cycle
+        # took it"), so the next cycle, right after, solves them again against the capacity left.
         attempted = {g.name for g in prepared.solve}
         carried = [(g, self._waiting[g.name].result) for g in prepared.cluster.gangs if g.name not in attempted]
+        left = [(g, r) for g, r in zip(solved.gangs, placement.gangs, strict=True) if not r.placed]
+        self._again = bool(placement.bindings and left)
         self._waiting = {g.name: self._waiting[g.name] for g, _r in carried} | {
-            g.name: _Waiting(prepared.signatures[g.name], r)
-            for g, r in zip(solved.gangs, placement.gangs, strict=True)
-            if not r.placed
+            g.name: _Waiting(prepared.signatures[g.name], r) for g, r in left if not self._again
         }
         everything = Cluster(solved.nodes, (*solved.gangs, *(g for g, _r in carried)))
         report = replace(placement, gangs=(*placement.gangs, *(r for _g, r in carried)))
