@@ -5,11 +5,13 @@ did; and every cycle still reports every waiting gang."""
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 import anyio
 import pytest
 
 import gangsolve.live.solver_actor as module
+from gangsolve.gangs import Grace
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
@@ -164,3 +166,40 @@ async def test_a_gang_that_lost_to_a_gang_placed_beside_it_is_solved_again_again
     (reason,) = [r.reason for r in result.placement.gangs if r.name == loser]
     assert "nvidia.com/gpu" in reason
     assert "placed this cycle" not in reason
+
+
+@pytest.mark.asyncio
+async def test_pods_waiting_for_their_gang_definition_are_reported_and_placed_when_the_grace_ends():
+    """Pods of a Job that may still get a PodGroup or PDB join no gang yet: no gang to solve, but a cycle must
+    still report them waiting and wake when their grace ends, with nothing else happening."""
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
+    s.apply(Resync(POD, []))
+    a = SolverActor(
+        s,
+        Metrics(),
+        scheduler_name="gangsolve",
+        group_label=None,
+        time_limit=1,
+        debounce=0.0,
+        resync_period=3600.0,
+        grace=Grace(seconds=1.0),
+    )
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    results: Latest[CycleResult] = Latest()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(a.run, send, results)
+        await anyio.sleep(0.3)  # the first cycle: nothing pending
+        created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for i in range(2):
+            p = k8s_pod(f"j-{i}", gpus=1, owner="j", created=created)
+            p["metadata"]["uid"] = f"uid-j-{i}"
+            s.apply(Event(POD, "ADDED", p))
+        with anyio.fail_after(10):
+            while not (r := await results.take()).waiting:
+                pass
+            assert set(r.waiting) == {"default/j-0", "default/j-1"}
+            gang_plan = await receive.receive()  # the grace ends: grouped by their owner, placed whole
+        tg.cancel_scope.cancel()
+    assert gang_plan.gang == "default/j"
+    assert len(gang_plan.pods) == 2

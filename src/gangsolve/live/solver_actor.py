@@ -273,6 +273,9 @@ class SolverActor:
         self._freed: int | None = None  # the store's `freed` at the last cycle that solved every gang
         self._full_at = -float("inf")  # monotonic: when that was
         self._again = False  # the last cycle placed gangs and left others pending: solve those again at once
+        # Pods the last cycle reported waiting for a gang definition: new ones need a cycle (to say so, and to
+        # time the end of their grace) even with no gang to solve.
+        self._held: frozenset[str] = frozenset()
 
     async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
@@ -298,7 +301,9 @@ class SolverActor:
                     # Only gangs still missing members changed: gather more, for at most the debounce.
                     with anyio.move_on_after(deadline - time.monotonic()):
                         await self.store.wait_for_change(seen)
-                if prepared is not None and (prepared.solve or self._full_due()):
+                if prepared is not None and (
+                    prepared.solve or self._full_due() or frozenset(prepared.waiting) != self._held
+                ):
                     await self.cycle(plans, results, prepared)
 
     def _full_due(self) -> bool:
@@ -374,6 +379,7 @@ class SolverActor:
         if full:
             self._freed, self._full_at = view.freed, time.monotonic()
         self._previous = dict(placement.bindings)
+        self._held = frozenset(prepared.waiting)
         ends = [w.until for w in prepared.waiting.values() if w.until is not None]
         self._grace_ends = (
             time.monotonic() + (min(ends) - datetime.now(UTC)).total_seconds() + 0.05 if ends else math.inf
