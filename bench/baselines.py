@@ -13,9 +13,11 @@ and a gang's co-location rule is honoured as the required inter-pod affinity (to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from gangsolve.solver.model import GPU, Cluster
+from gangsolve.solver.model import GPU, Cluster, Eviction
 from gangsolve.solver.problem import Problem
 
 LEAST_ALLOCATED = "LeastAllocated"
@@ -83,6 +85,318 @@ def per_pod(cluster: Cluster, strategy: str = LEAST_ALLOCATED, seed: int = 0) ->
         if colocate and g not in rack:
             rack[g] = int(problem.domains(colocate)[n])
     return bindings
+
+
+# --- preemption, as kube-scheduler does it ----------------------------------------------------------------------
+#
+# One scheduling round of the pending pods (queue order), with the preemption kube-scheduler runs when a pod (or,
+# with GenericWorkload, a pod group) does not fit. Victims are not gone yet when a round ends: the caller removes
+# them before the next round, as the kubelet does after their grace period; nominated pods bind then.
+#
+# Per pod (DefaultPreemption, pkg/scheduler/framework/preemption): a pod that fits nowhere, may preempt and has
+# no victim of its own still leaving, tries candidate nodes (from a random offset, at least 100 or 10% of the
+# nodes, stopping once enough are found with one that violates no PDB). On each: every lower-priority pod is
+# removed; if the pod fits then, victims are reprieved one by one, most important first (higher priority, then
+# earlier start), PDB-violating ones first, as long as the pod still fits. The node chosen: fewest PDB
+# violations, lowest highest victim priority, lowest sum of priorities, fewest victims, latest earliest start.
+# Filters count pods nominated to a node with at least the pod's priority; a pod tries its nominated node first.
+#
+# Workload-aware (GenericWorkload, KEP-5710, PodGroup preemption): a gang that the pod group algorithm cannot
+# place removes every lower-priority victim in the cluster at once (a running gang whose PodGroup has
+# disruptionMode All is one victim, as its users configure it; other pods are victims alone), places the gang
+# pod by pod (filter, LeastAllocated score), and if that works reprieves victims most important first
+# (priority, then groups before pods, bigger first, earlier start), PDB-violating ones first, whenever every
+# proposed pod still fits with the victim back.
+
+
+@dataclass(frozen=True)
+class Round:
+    bindings: dict[str, str]
+    nominations: dict[str, str]  # every pending pod nominated after this round
+    evictions: list[Eviction]
+
+
+class _Victims:
+    """The running pods that could be victims, as vectors of the problem's resources, per node and per unit."""
+
+    def __init__(self, problem: Problem, cluster: Cluster) -> None:
+        self.pods = [r for r in cluster.running if not r.leaving and r.node in problem.node_index]
+        self.node = np.array([problem.node_index[r.node] for r in self.pods], dtype=np.int64)
+        self.vec = np.zeros((len(self.pods), len(problem.resources)), dtype=np.int64)
+        for i, r in enumerate(self.pods):
+            for k, q in r.requests.items():
+                if k in problem.res_index:
+                    self.vec[i, problem.res_index[k]] = q
+            self.vec[i, problem.res_index["pods"]] = 1
+        self.on_node: dict[int, list[int]] = {}
+        for i, n in enumerate(self.node.tolist()):
+            self.on_node.setdefault(n, []).append(i)
+        self.alive = np.ones(len(self.pods), dtype=bool)
+        # Pods still leaving (victims of an earlier round), per node: a pod nominated there waits for them.
+        self.leaving: dict[str, list[int]] = {}
+        for r in cluster.running:
+            if r.leaving:
+                self.leaving.setdefault(r.node, []).append(r.priority)
+        self.allowance = dict(cluster.budgets)
+
+    def violating(self, order: list[list[int]]) -> tuple[list[list[int]], list[list[int]], list[int]]:
+        """kube-scheduler's FilterVictimsWithPDBViolation over victims (each a list of pods), in order: those
+        with a pod beyond its PDB's allowance, the others, and each violating victim's count."""
+        allowed = dict(self.allowance)
+        bad, good, counts = [], [], []
+        for victim in order:
+            count = 0
+            for i in victim:
+                over = False
+                for b in self.pods[i].pdbs:
+                    allowed[b] = allowed.get(b, 0) - 1
+                    over |= allowed[b] < 0
+                count += over
+            if count:
+                bad.append(victim)
+                counts.append(count)
+            else:
+                good.append(victim)
+        return bad, good, counts
+
+    def spend(self, victims: list[int]) -> None:
+        for i in victims:
+            self.alive[i] = False
+            for b in self.pods[i].pdbs:
+                self.allowance[b] = self.allowance.get(b, 0) - 1
+
+
+def _fits(demand: np.ndarray, room: np.ndarray) -> bool:
+    return bool(np.all(room[demand > 0] >= demand[demand > 0]))
+
+
+class _Holds:
+    """Pods nominated to nodes: filters count those of at least the scheduled pod's priority."""
+
+    def __init__(self, problem: Problem, nominated: dict[str, str], pods: dict[str, tuple[int, int]]) -> None:
+        self.problem = problem
+        self.by_pod: dict[str, tuple[int, int, np.ndarray]] = {}  # pod -> (node, priority, demand)
+        for name, node in nominated.items():
+            if name in pods and node in problem.node_index:
+                g, p = pods[name]
+                cls = problem.parts[g][p].cls
+                self.by_pod[name] = (problem.node_index[node], problem.gangs[g].priority, problem.demand[cls])
+
+    def view(self, free: np.ndarray, priority: int, exclude: set[str]) -> np.ndarray:
+        out = free.copy()
+        for name, (n, prio, demand) in self.by_pod.items():
+            if prio >= priority and name not in exclude:
+                out[n] -= demand
+        return out
+
+
+def _pod_index(problem: Problem) -> dict[str, tuple[int, int]]:
+    return {
+        pod.name: (g, p) for g, parts in enumerate(problem.parts) for p, part in enumerate(parts) for pod in part.pods
+    }
+
+
+def _best(problem: Problem, cls: int, room: np.ndarray, rng: np.random.Generator, prefer: int | None) -> int | None:
+    """kube-scheduler's choice for one pod: its nominated node if it passes the filters, else the best
+    LeastAllocated score (ties at random)."""
+    feasible = problem.fits(cls, room) > 0
+    if prefer is not None and feasible[prefer]:
+        return prefer
+    nodes = np.flatnonzero(feasible)
+    if not len(nodes):
+        return None
+    scores = node_scores(problem, cls, room, nodes, LEAST_ALLOCATED)
+    best = nodes[scores == scores.max()]
+    return int(best[rng.integers(len(best))]) if len(best) > 1 else int(best[0])
+
+
+def per_pod_preemption(cluster: Cluster, seed: int = 0) -> Round:
+    """One round of kube-scheduler with its default preemption, pod by pod (see above)."""
+    problem = Problem(cluster)
+    rng = np.random.default_rng(seed)
+    free = problem.free.copy()
+    index = _pod_index(problem)
+    victims = _Victims(problem, cluster)
+    nominated = {k: v for k, v in cluster.nominated.items() if k in index and v in problem.node_index}
+    holds = _Holds(problem, nominated, index)
+    bindings: dict[str, str] = {}
+    evictions: list[Eviction] = []
+    n_nodes = len(problem.nodes)
+    wanted = min(n_nodes, max(_MIN_CANDIDATES, n_nodes * _CANDIDATE_PERCENT // 100))
+    next_pod = [[0] * len(parts) for parts in problem.parts]
+    for g, p in queue(problem):
+        part, gang = problem.parts[g][p], problem.gangs[g]
+        pod = part.pods[next_pod[g][p]]
+        next_pod[g][p] += 1
+        demand = problem.demand[part.cls]
+        room = holds.view(free, pod.priority, {pod.name})
+        mine = nominated.get(pod.name)
+        n = _best(problem, part.cls, room, rng, problem.node_index[mine] if mine else None)
+        if n is not None:
+            free[n] -= demand
+            bindings[pod.name] = problem.nodes[n].name
+            nominated.pop(pod.name, None)
+            holds.by_pod.pop(pod.name, None)
+            continue
+        if not pod.preempts:
+            continue
+        if mine and any(prio < pod.priority for prio in victims.leaving.get(mine, ())):
+            continue  # its own victims are still leaving
+        candidates = []
+        offset = int(rng.integers(n_nodes)) if n_nodes else 0
+        clean = False
+        for k in range(n_nodes):
+            n = (offset + k) % n_nodes
+            if not problem.eligible[part.cls, n]:
+                continue
+            lower = [
+                i for i in victims.on_node.get(n, ()) if victims.alive[i] and victims.pods[i].priority < pod.priority
+            ]
+            if not lower:
+                continue
+            cur = room[n] + victims.vec[lower].sum(axis=0)
+            if not _fits(demand, cur):
+                continue
+            order = sorted(lower, key=lambda i: (-victims.pods[i].priority, victims.pods[i].started))
+            bad, good, _counts = victims.violating([[i] for i in order])
+            chosen, violations = [], 0
+            for victim in [*bad, *good]:
+                i = victim[0]
+                if _fits(demand, cur - victims.vec[i]):
+                    cur -= victims.vec[i]  # reprieved
+                else:
+                    chosen.append(i)
+                    violations += victim in bad
+            candidates.append((n, chosen, violations))
+            clean |= violations == 0
+            if clean and len(candidates) >= wanted:
+                break
+        if not candidates:
+            continue
+        n, chosen, _v = min(candidates, key=lambda c: _node_order(victims, c))
+        node = problem.nodes[n].name
+        victims.spend(chosen)
+        evictions += [Eviction(victims.pods[i].name, node, gang.name, f"pod {pod.name}") for i in chosen]
+        for other, (m, prio, _demand) in list(holds.by_pod.items()):
+            if m == n and prio < pod.priority:  # lower-priority pods nominated there may no longer fit
+                del holds.by_pod[other]
+                nominated.pop(other, None)
+        nominated[pod.name] = node
+        holds.by_pod[pod.name] = (n, pod.priority, demand)
+    return Round(bindings, nominated, evictions)
+
+
+_MIN_CANDIDATES = 100  # DefaultPreemptionArgs: minCandidateNodesAbsolute
+_CANDIDATE_PERCENT = 10  # minCandidateNodesPercentage
+
+
+def _node_order(victims: _Victims, candidate: tuple[int, list[int], int]) -> tuple[float, ...]:
+    """pickOneNodeForPreemption's criteria, as a key to minimise."""
+    _n, chosen, violations = candidate
+    prios = [victims.pods[i].priority for i in chosen]
+    earliest = min((victims.pods[i].started for i in chosen), default=0.0)
+    return (violations, max(prios, default=-(2**31)), sum(p + 2**31 for p in prios), len(chosen), -earliest)
+
+
+def workload_preemption(cluster: Cluster, seed: int = 0) -> Round:
+    """One round of kube-scheduler with GenericWorkload: gangs scheduled as pod groups, workload-aware
+    preemption for those that do not fit (see above)."""
+    problem = Problem(cluster)
+    rng = np.random.default_rng(seed)
+    free = problem.free.copy()
+    index = _pod_index(problem)
+    victims = _Victims(problem, cluster)
+    nominated = {k: v for k, v in cluster.nominated.items() if k in index and v in problem.node_index}
+    holds = _Holds(problem, nominated, index)
+    units: dict[str, list[int]] = {}
+    for i, r in enumerate(victims.pods):
+        units.setdefault(r.gang or f"pod {r.name}", []).append(i)
+    bindings: dict[str, str] = {}
+    evictions: list[Eviction] = []
+    for g in sorted(range(len(problem.gangs)), key=lambda g: (-problem.gangs[g].priority, problem.gangs[g].order)):
+        gang = problem.gangs[g]
+        if not gang.pods or gang.need == 0:
+            continue
+        own = {pod.name for part in problem.parts[g] for pod in part.pods}
+        room = holds.view(free, gang.priority, own)
+        placed = _place_group(problem, g, room.copy(), rng, nominated)
+        if len(placed) >= gang.need:
+            for name, n in placed:
+                free[n] -= problem.demand[problem.parts[g][index[name][1]].cls]
+                bindings[name] = problem.nodes[n].name
+                nominated.pop(name, None)
+                holds.by_pod.pop(name, None)
+            continue
+        if not gang.preempts:
+            continue
+        ongoing = any(
+            any(prio < gang.priority for prio in victims.leaving.get(nominated[name], ()))
+            for name in own
+            if name in nominated
+        )
+        if ongoing:
+            continue
+        potential = [
+            members
+            for members in units.values()
+            if all(victims.alive[i] for i in members) and max(victims.pods[i].priority for i in members) < gang.priority
+        ]
+        if not potential:
+            continue
+        cap = room.copy()
+        for members in potential:
+            np.add.at(cap, victims.node[members], victims.vec[members])
+        proposal = _place_group(problem, g, cap.copy(), rng, nominated)
+        if len(proposal) < gang.need:
+            continue  # it would not fit even with every victim gone: no preemption
+        use = np.zeros_like(cap)
+        for name, n in proposal:
+            use[n] += problem.demand[problem.parts[g][index[name][1]].cls]
+        rows = np.flatnonzero(use.any(axis=1))
+
+        order = sorted(
+            potential,
+            key=lambda m: (
+                -max(victims.pods[i].priority for i in m),
+                -(2 if victims.pods[m[0]].gang else 1),
+                -len(m),
+                min(victims.pods[i].started for i in m),
+            ),
+        )
+        bad, good, _counts = victims.violating(order)
+        chosen: list[int] = []
+        for members in [*bad, *good]:
+            np.subtract.at(cap, victims.node[members], victims.vec[members])
+            if not _all_fit(use[rows], cap[rows]):
+                np.add.at(cap, victims.node[members], victims.vec[members])
+                chosen += members
+        victims.spend(chosen)
+        evictions += [Eviction(victims.pods[i].name, victims.pods[i].node, gang.name, "pod group") for i in chosen]
+        for name, n in proposal:
+            nominated[name] = problem.nodes[n].name
+            holds.by_pod[name] = (n, gang.priority, problem.demand[problem.parts[g][index[name][1]].cls])
+    return Round(bindings, nominated, evictions)
+
+
+def _all_fit(use: np.ndarray, cap: np.ndarray) -> bool:
+    """Every proposed pod still passes NodeResourcesFit where it was put."""
+    return bool(np.all((use == 0) | (cap >= use)))
+
+
+def _place_group(
+    problem: Problem, g: int, room: np.ndarray, rng: np.random.Generator, nominated: dict[str, str]
+) -> list[tuple[str, int]]:
+    """The pod group algorithm: each pod in turn filtered and scored (its nominated node first), assumed."""
+    out = []
+    for part in problem.parts[g]:
+        for pod in part.pods:
+            mine = nominated.get(pod.name)
+            n = _best(problem, part.cls, room, rng, problem.node_index[mine] if mine else None)
+            if n is None:
+                continue
+            room[n] -= problem.demand[part.cls]
+            out.append((pod.name, n))
+    return out
 
 
 def tas_best_fit(cluster: Cluster, levels: tuple[str, ...] = ()) -> dict[str, str]:

@@ -142,6 +142,47 @@ def run_live(
     return results
 
 
+def run_preemption(names: list[str], time_limit: float | None, console: Console) -> list[dict]:
+    from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS, run_scenarios
+
+    if not names:
+        return []
+    with _progress(console) as progress:
+        task = progress.add_task("preemption", total=len(names) * len(PREEMPTION_SCHEDULERS))
+
+        def started(name: str, scheduler: str) -> None:
+            if progress.tasks[0].description != "preemption":
+                progress.advance(task)
+            progress.update(task, description=f"{name}: {scheduler}")
+
+        results = run_scenarios(names, list(PREEMPTION_SCHEDULERS), time_limit, on_run=started)
+        progress.update(task, completed=len(names) * len(PREEMPTION_SCHEDULERS))
+    return results
+
+
+def run_live_preemption(
+    names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
+) -> list[dict]:
+    from gangsolve.bench.live_preemption import run_scenarios
+    from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS
+
+    if not names:
+        return []
+    with _progress(console) as progress:
+        task = progress.add_task("live preemption", total=len(names) * len(PREEMPTION_SCHEDULERS))
+
+        def started(name: str, scheduler: str) -> None:
+            if progress.tasks[0].description != "live preemption":
+                progress.advance(task)
+            progress.update(task, description=f"{name}: {scheduler} (live)")
+
+        results = run_scenarios(
+            names, list(PREEMPTION_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet, on_run=started
+        )
+        progress.update(task, completed=len(names) * len(PREEMPTION_SCHEDULERS))
+    return results
+
+
 @click.command()
 @click.option("--scenario", "names", multiple=True, metavar="NAME", help="A scenario to run (repeatable); see --list.")
 @click.option(
@@ -226,6 +267,21 @@ def run_live(
     show_default=True,
     help="Live mode: a run ends when no pod was bound or started for this many seconds.",
 )
+@click.option(
+    "--dra",
+    "dra_seeds",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="SEEDS",
+    help="Only compare GPUs as DRA devices with GPUs as an extended resource on the synthetic 100- and "
+    "1,000-node clusters, SEEDS clusters each (cycles of --repeat per seed; --time-limit, default 1).",
+)
+@click.option(
+    "--preemption",
+    is_flag=True,
+    help="Also run the preemption scenarios (gangsolve, kube-scheduler's per-pod and workload-aware preemption); "
+    "with --live, on the real control plane too. Alone, it runs only those.",
+)
 @click.option("--list", "list_only", is_flag=True, help="List scenarios and grids, then exit.")
 def bench_command(
     names,
@@ -242,20 +298,27 @@ def bench_command(
     live_grid,
     live_schedulers,
     live_quiet,
+    dra_seeds,
+    preemption,
     list_only,
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
     from gangsolve.bench.live import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS
+    from gangsolve.bench.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
+    from gangsolve.bench.preemption import GRID as PREEMPTION_GRID
+    from gangsolve.bench.preemption import SCENARIOS as PREEMPTION_SCENARIOS
     from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
 
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
+    if dra_seeds:
+        _compare_dra(console, dra_seeds, repeat, time_limit or 1.0)
+        return
     if list_only:
-        described: dict[str, str] = {
-            name: s.description for registry in (SCENARIOS, TIMELINES, LIVE_SCENARIOS) for name, s in registry.items()
-        }
+        registries = (SCENARIOS, TIMELINES, LIVE_SCENARIOS, PREEMPTION_SCENARIOS, LIVE_PREEMPTION_SCENARIOS)
+        described: dict[str, str] = {name: s.description for registry in registries for name, s in registry.items()}
         for name, description in described.items():
             console.print(f"[bold]{name}[/]  {description}")
         for g, members in GRIDS.items():
@@ -263,11 +326,16 @@ def bench_command(
         for g, members in LIVE_GRIDS.items():
             console.print(f"live grid [bold]{g}[/]: {', '.join(members)}")
         return
-    unknown = [n for n in names if n not in SCENARIOS and n not in TIMELINES and n not in LIVE_SCENARIOS]
+    known = (SCENARIOS, TIMELINES, LIVE_SCENARIOS, PREEMPTION_SCENARIOS, LIVE_PREEMPTION_SCENARIOS)
+    unknown = [n for n in names if not any(n in registry for registry in known)]
     if unknown:
         raise click.BadParameter(f"unknown scenario {', '.join(unknown)} (see --list)", param_hint="--scenario")
-    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRIDS[live_grid] if live else [])
-    if (names or live) and grid is None:
+    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRIDS[live_grid] if live and not preemption else [])
+    preempt_names = [n for n in names if n in PREEMPTION_SCENARIOS] or (PREEMPTION_GRID if preemption else [])
+    live_preempt_names = [n for n in names if n in LIVE_PREEMPTION_SCENARIOS] or (
+        LIVE_PREEMPTION_GRID if live and preemption else []
+    )
+    if (names or live or preemption) and grid is None:
         static, timed = [n for n in names if n in SCENARIOS], [n for n in names if n in TIMELINES]
     else:
         grid = grid or "quick"
@@ -299,6 +367,10 @@ def bench_command(
                 out / "live-logs",
                 console,
             ),
+            "preemption": run_preemption(preempt_names, time_limit, console),
+            "live_preemption": run_live_preemption(
+                live_preempt_names, time_limit, live_quiet, out / "live-logs", console
+            ),
         }
     results["targets"] = report.check_targets(results)
     report.print_table(results, console)
@@ -306,3 +378,20 @@ def bench_command(
     (out / "results.md").write_text(report.markdown(results))
     paths = report.plot(results, out)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(p) for p in paths))
+
+
+def _compare_dra(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
+    from rich.table import Table
+
+    from gangsolve.bench import dra
+
+    results = {n: dra.compare(n, seeds, repeat, time_limit) for n in dra.SIZES}
+    rows = dra.table(results)
+    out = Table(title=f"GPUs as DRA devices vs extended resources ({seeds} seeds x {repeat} cycles, {time_limit:g} s)")
+    for column in rows[0]:
+        out.add_column(column)
+    for row in rows[1:]:
+        out.add_row(*row)
+    console.print(out)
+    bad = sum(v.violations for variants in results.values() for v in variants.values())
+    console.print(f"validator violations: {bad}")

@@ -295,6 +295,11 @@ GANGSOLVE_EXTRA_RBAC = [
                 "resources": ["podgroups/status"],
                 "verbs": ["patch"],
             },
+            {  # DRA: gangsolve watches every kind; kube-scheduler's role does not read templates
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceslices", "deviceclasses", "resourceclaims", "resourceclaimtemplates"],
+                "verbs": ["list", "watch"],
+            },
         ],
     },
     {
@@ -521,7 +526,7 @@ def prepare(cp: ControlPlane, objs: list[dict], scheduler: str, log: Callable[[s
     if scheduler == "gangsolve":
         cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
         cp.wait_for(
-            lambda: _served(cp, "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), timeout=60, what="the PodGroup API"
+            lambda: served(cp, "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), timeout=60, what="the PodGroup API"
         )
     nodes = [o for o in objs if o["kind"] == "Node"]
     rest = [o for o in objs if o["kind"] in ("PriorityClass", "PodDisruptionBudget")]
@@ -547,7 +552,7 @@ def prepare(cp: ControlPlane, objs: list[dict], scheduler: str, log: Callable[[s
         )
 
 
-def _served(cp: ControlPlane, path: str) -> bool:
+def served(cp: ControlPlane, path: str) -> bool:
     try:
         return cp.get(path) is not None
     except Exception:

@@ -154,8 +154,56 @@ def upstream_gang(
     return out
 
 
-def priority_class(name: str, value: int) -> dict:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+def resource_slice(node: str, driver: str, gpus: int, labels: dict[str, str]) -> dict:
+    """A node's GPUs as DRA devices of `driver` (two PCIe roots of half the GPUs each)."""
+    model = labels.get(GPU_MODEL_LABEL, "unknown")
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"model": {"string": model}, "pcieRoot": {"string": f"pci-{i * 2 // gpus}"}},
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for i in range(gpus)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def resource_claim(
+    name: str, device_class: str, count: int, node: str | None = None, devices: list[str] | None = None
+) -> dict:
+    """A claim for `count` devices of the class; with `node` and `devices`, allocated there already."""
+    claim: dict = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": device_class, "count": count}}]}
+        },
+    }
+    if node and devices:
+        results = [{"request": "gpus", "driver": device_class, "pool": node, "device": d} for d in devices]
+        selector = {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+        }
+        claim["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}
+    return claim
+
+
+def priority_class(name: str, value: int, preemption_policy: str | None = None) -> dict:
+    obj = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+    if preemption_policy:
+        obj["preemptionPolicy"] = preemption_policy
+    return obj
 
 
 def as_list(objects: list[dict]) -> dict:

@@ -19,6 +19,7 @@ from gangsolve.bench.metrics import priority_key, worth
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
 COLORS = {
     "kube-scheduler": "tab:gray",
+    "kube-scheduler-wap": "tab:olive",
     "kube-scheduler-gang": "tab:green",
     "per-pod-least": "tab:gray",
     "per-pod-most": "tab:brown",
@@ -200,6 +201,9 @@ def print_table(results: dict, console: Console) -> None:
         print_timeline(results["timeline"], console)
     if results.get("live"):
         print_live(results["live"], console)
+    for key, title in PREEMPTION_TITLES.items():
+        if results.get(key):
+            console.print(_by_scenario(title, PREEMPTION_COLUMNS, preemption_rows(results[key])))
     if results.get("targets"):
         targets = Table(title="Targets", title_justify="left")
         for c in ("target", "scenario", "measured", "met"):
@@ -344,6 +348,52 @@ def print_live(live: list[dict], console: Console) -> None:
             console.print(_by_scenario(LIVE_TITLES[mode], columns, body))
 
 
+PREEMPTION_TITLES = {
+    "preemption": "Preemption: each scheduler round by round until nothing changes (static)",
+    "live_preemption": "Preemption on the real control plane (live)",
+}
+PREEMPTION_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "preemptors placed",
+    "pods evicted",
+    "GPUs evicted",
+    "per GPU placed",
+    "victim gangs",
+    "broken",
+    "PDB violations",
+    "futile",
+    "time to placement",
+)
+
+
+def preemption_rows(scenarios: list[dict]) -> list[tuple[str, ...]]:
+    out = []
+    for sc in scenarios:
+        for r in sc["runs"]:
+            if "error" in r:
+                out.append((sc["name"], r["scheduler"], "error: " + r["error"][:60], *[""] * 8))
+                continue
+            rounds = r.get("rounds_to_placement")
+            when = _secs(r["seconds_to_placement"]) + (f" ({rounds} rounds)" if rounds else "")
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{r['preemptors_placed']}/{r['preemptors']}",
+                    str(r["pods_evicted"]),
+                    str(r["gpus_evicted"]),
+                    _num(r["gpus_evicted_per_gpu"], "{:.2f}"),
+                    str(r["victim_gangs"]),
+                    str(r["victim_gangs_broken"]),
+                    str(r["pdb_violations"]),
+                    str(r["futile_evictions"]),
+                    when if r["seconds_to_placement"] is not None else "-",
+                )
+            )
+    return out
+
+
 def markdown(results: dict) -> str:
     def md(columns: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -359,6 +409,9 @@ def markdown(results: dict) -> str:
     for mode, columns in LIVE_COLUMNS.items():
         if body := live_rows(results.get("live") or [], mode):
             lines += ["", *md(columns, body)]
+    for key in PREEMPTION_TITLES:
+        if results.get(key):
+            lines += ["", *md(PREEMPTION_COLUMNS, preemption_rows(results[key]))]
     if results.get("targets"):
         lines += [
             "",
@@ -441,6 +494,9 @@ def check_targets(results: dict) -> list[dict]:
 
     for sc in results.get("live") or []:
         live_targets(sc, add)
+    for key in PREEMPTION_TITLES:
+        for sc in results.get(key) or []:
+            preemption_targets(sc, add)
     for sc in results["scenarios"]:
         quality_targets(sc, add)
         gs = _run(sc, "gangsolve")
@@ -499,6 +555,30 @@ def check_targets(results: dict) -> list[dict]:
                 gs["peak_rss_mib"] <= 1024,
             )
     return out
+
+
+def preemption_targets(sc: dict, add) -> None:
+    """0 victim gangs broken, 0 futile evictions, and no more GPUs evicted than any peer (and no fewer
+    preemptors placed, so evicting less by placing less does not count)."""
+    gs = _run(sc, "gangsolve")
+    if gs is None:
+        return
+    add(
+        "preemption: 0 victim gangs broken, 0 futile evictions",
+        sc["name"],
+        f"{gs['victim_gangs_broken']} broken, {gs['futile_evictions']} futile",
+        gs["victim_gangs_broken"] == 0 and gs["futile_evictions"] == 0,
+    )
+    for r in sc["runs"]:
+        if r["scheduler"] == "gangsolve" or "error" in r:
+            continue
+        add(
+            f"preemption: GPUs evicted <= {r['scheduler']}'s, as many preemptors placed",
+            sc["name"],
+            f"{gs['gpus_evicted']} vs {r['gpus_evicted']} GPUs ({gs['pods_evicted']} vs {r['pods_evicted']} pods); "
+            f"placed {gs['preemptors_placed']} vs {r['preemptors_placed']}",
+            gs["gpus_evicted"] <= r["gpus_evicted"] and gs["preemptors_placed"] >= r["preemptors_placed"],
+        )
 
 
 def quality_targets(sc: dict, add) -> None:

@@ -37,7 +37,7 @@ def _solve(use_cpsat: bool) -> Scheduler:
         from gangsolve.solver import solve
 
         if not use_cpsat:  # greedy gang allocation as Volcano does it: a required level, no preferred ones
-            cluster = Cluster(cluster.nodes, tuple(replace(g, preferred=()) for g in cluster.gangs))
+            cluster = replace(cluster, gangs=tuple(replace(g, preferred=()) for g in cluster.gangs))
 
         placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
         return dict(placement.bindings), {

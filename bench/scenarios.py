@@ -6,6 +6,7 @@ lists `gangsolve bench --grid quick|full` runs; `timeline/...` scenarios feed th
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,9 +15,17 @@ import numpy as np
 
 from gangsolve.bench import objects as k8s
 from gangsolve.bench import openb
+from gangsolve.solver.model import GPU
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
-PRIORITY_CLASSES = [k8s.priority_class(HIGH, 1000), k8s.priority_class(NORMAL, 100), k8s.priority_class(LOW, 0)]
+# The placement scenarios compare schedulers that do not preempt, on the same free capacity: their classes say
+# preemptionPolicy Never (as the live mode's do), so gangsolve preempts nothing there either. The preemption
+# scenarios (bench/preemption.py) have classes that may.
+PRIORITY_CLASSES = [
+    k8s.priority_class(HIGH, 1000, "Never"),
+    k8s.priority_class(NORMAL, 100, "Never"),
+    k8s.priority_class(LOW, 0, "Never"),
+]
 H100_TAINT = {"key": "dedicated", "value": "h100", "effect": "NoSchedule"}
 RACK_SIZE = 8  # nodes per rack (the co-location domain)
 
@@ -188,6 +197,46 @@ def synthetic(n_nodes: int, n_gangs: int, seed: int, small_pods: float = 7.5) ->
     return objs
 
 
+# --- the same clusters with GPUs as DRA devices ----------------------------------------------------------------
+
+DRA_DRIVER = "gpu.bench.gangsolve.io"  # a test driver: kwok nodes publish no devices of their own
+
+
+def as_dra(objs: list[dict]) -> list[dict]:
+    """The same cluster with its GPUs as Dynamic Resource Allocation devices instead of `nvidia.com/gpu`: each
+    GPU node publishes a ResourceSlice of its GPUs (model and PCIe root attributes, 80Gi of memory) and no
+    longer lists them in allocatable; a DeviceClass selects the driver's devices by CEL; each pod asks for
+    its GPUs through a ResourceClaim of that class (running pods' claims are allocated on their nodes)."""
+    out: list[dict] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRA_DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]},
+        }
+    ]
+    taken: dict[str, int] = {}  # node -> GPUs allocated to running pods so far
+    for obj in objs:
+        obj = copy.deepcopy(obj)
+        if obj["kind"] == "Node" and GPU in obj["status"]["allocatable"]:
+            count = int(obj["status"]["allocatable"].pop(GPU))
+            out.append(k8s.resource_slice(obj["metadata"]["name"], DRA_DRIVER, count, obj["metadata"]["labels"]))
+        elif obj["kind"] == "Pod":
+            requests = obj["spec"]["containers"][0]["resources"]["requests"]
+            if GPU in requests:
+                count = int(requests.pop(GPU))
+                node = obj["spec"].get("nodeName")
+                devices = None
+                if node:
+                    devices = [f"gpu-{i}" for i in range(taken.get(node, 0), taken.get(node, 0) + count)]
+                    taken[node] = taken.get(node, 0) + count
+                claim = k8s.resource_claim(f"{obj['metadata']['name']}-gpus", DRA_DRIVER, count, node, devices)
+                out.append(claim)
+                obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim["metadata"]["name"]}]
+        out.append(obj)
+    return out
+
+
 # --- kube-scheduler's scheduler_perf shapes -----------------------------------------------------------------
 
 
@@ -256,6 +305,16 @@ def _synthetic(n: int, gangs: int, limit: float) -> Scenario:
     )
 
 
+def _synthetic_dra(n: int, gangs: int, limit: float) -> Scenario:
+    return Scenario(
+        f"synthetic-dra/{n}nodes",
+        n,
+        lambda: as_dra(synthetic(n, gangs, seed=n)),
+        f"synthetic/{n}nodes with its GPUs as DRA devices (ResourceSlices, a DeviceClass, ResourceClaims)",
+        limit,
+    )
+
+
 def _kube_perf(n: int, gangs: int, size: int, limit: float) -> Scenario:
     return Scenario(
         f"kube-perf/{n}nodes-{gangs}x{size}",
@@ -274,6 +333,8 @@ SCENARIOS: dict[str, Scenario] = {
         _synthetic(100, 20, 1.0),
         _synthetic(1000, 200, 1.0),
         _synthetic(5000, 1000, 5.0),
+        _synthetic_dra(100, 20, 1.0),
+        _synthetic_dra(1000, 200, 1.0),
         _kube_perf(100, 20, 3, 1.0),
         _kube_perf(5000, 1000, 3, 5.0),
         _kube_perf(5000, 3, 1000, 5.0),

@@ -103,7 +103,7 @@ def _domain_masks(problem: Problem, g: int, hinted: GangCounts, most: int = 4) -
     ids = domain[eligible & (domain >= 0)]
     if len(ids) == 0:
         return []
-    gpus = np.bincount(ids, weights=problem.free[eligible & (domain >= 0), problem.gpu])
+    gpus = np.bincount(ids, weights=problem.free[eligible & (domain >= 0)] @ problem.gpus)
     pods = np.bincount(ids, weights=problem.free[eligible & (domain >= 0), problem.res_index["pods"]])
     roomiest = list(np.lexsort((np.arange(len(gpus)), -pods, -gpus))[:most])
     roomiest += [int(domain[n]) for (_, n) in hinted]

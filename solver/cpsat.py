@@ -249,16 +249,13 @@ class GangModel:
             if (g, n) not in on:
                 on[(g, n)] = m.new_bool_var(f"on_{g}_{n}")
             m.add(var <= ub * on[(g, n)])
-            if empty[n] and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0:
+            if empty[n] and problem.gpu_demand[problem.parts[g][p].cls] > 0:
                 if n not in opened:
                     opened[n] = m.new_bool_var(f"opened_{n}")
                 m.add(var <= ub * opened[n])
         used = {(g, n) for g, c in self.counts.items() for (_p, n) in c}
         gpu_used = {
-            n
-            for g, c in self.counts.items()
-            for (p, n) in c
-            if problem.demand[problem.parts[g][p].cls, problem.gpu] > 0
+            n for g, c in self.counts.items() for (p, n) in c if problem.gpu_demand[problem.parts[g][p].cls] > 0
         }
         hint = {var: int(key in used) for key, var in on.items()}
         hint.update({var: int(n in gpu_used) for n, var in opened.items()})

@@ -82,7 +82,7 @@ def _shortage(problem: Problem, g: int) -> str | None:
     # Scarce resources first: GPUs, then extended resources, then the rest.
     order = sorted(
         range(len(problem.resources)),
-        key=lambda r: (r != problem.gpu, problem.resources[r] in (PODS, "cpu", "memory"), r),
+        key=lambda r: (not problem.gpus[r], problem.resources[r] in (PODS, "cpu", "memory"), r),
     )
     for r in order:
         if required[r] > free[r]:

@@ -42,7 +42,7 @@ def smallest_first_order(problem: Problem) -> list[int]:
     share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
 
     def key(g: int) -> tuple[object, ...]:
-        size = (0, 0.0) if gangs[g].starving else (int(problem.floor[g, problem.gpu]), float(share[g]))
+        size = (0, 0.0) if gangs[g].starving else (int(problem.floor[g] @ problem.gpus), float(share[g]))
         return (_desc(gangs[g].level), *size, gangs[g].order, gangs[g].name)
 
     return sorted(range(len(gangs)), key=key)
@@ -61,8 +61,8 @@ def most_allocated_off_gpus(problem: Problem, cls: int, free: np.ndarray, rows: 
     """MostAllocated, but pods without GPUs keep off GPU nodes: a parameter server packed onto a GPU node
     takes the memory that node's GPU pods need."""
     scores = most_allocated(problem, cls, free, rows)
-    if problem.demand[cls, problem.gpu] == 0:
-        scores = scores + 1e4 * (problem.allocatable[rows, problem.gpu] > 0)
+    if problem.gpu_demand[cls] == 0:
+        scores = scores + 1e4 * (problem.gpu_allocatable[rows] > 0)
     return scores
 
 
@@ -71,11 +71,11 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
     demand = problem.demand[cls]
     score: np.ndarray = ((free[rows] - demand) * problem.inv_allocatable[rows]).sum(axis=1)
-    gpu = problem.gpu
-    if demand[gpu] > 0:
-        score += 10.0 * (free[rows, gpu] - demand[gpu])
+    gpus = problem.gpu_demand[cls]
+    if gpus > 0:
+        score += 10.0 * (free[rows] @ problem.gpus - gpus)
     else:
-        score += 1e4 * (problem.allocatable[rows, gpu] > 0)
+        score += 1e4 * (problem.gpu_allocatable[rows] > 0)
     return score
 
 
@@ -166,7 +166,7 @@ def place_colocated(
         size = np.bincount(ids)
         ok = np.flatnonzero(np.all(room >= smallest, axis=1))
         # Tightest first: fewest GPUs left over, then the smallest domain.
-        order = np.lexsort((ok, size[ok], room[ok, problem.gpu]))
+        order = np.lexsort((ok, size[ok], room[ok] @ problem.gpus))
         candidates = [int(d) for d in ok[order][:max_tries]]
     for d in candidates:
         counts = place_in_levels(problem, g, free, domain == d, gang.preferred, scorer, most)

@@ -62,7 +62,7 @@ class Search:
         self.extra = extra  # other pending gangs offered to a neighbourhood
         # A gang's size: the GPUs its minimum needs, then its share of the free capacity (as smallest_first_order).
         share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
-        self.size = problem.floor[:, problem.gpu] + share
+        self.size = problem.floor @ problem.gpus + share
         self.steps = 0
         self.improvements = 0
         self._reach: dict[int, np.ndarray] = {}
@@ -230,13 +230,12 @@ class Search:
         in `placed`, counting opened nodes among `nodes`, with `removed` taken off the current placement and
         `placed` put on it."""
         problem = self.problem
-        gpu = problem.gpu
         index = {n: i for i, n in enumerate(nodes)}
-        gpus = self.used[nodes, gpu].copy()
+        gpus = self.used[nodes] @ problem.gpus
         for c, sign in ((removed, -1), (placed, 1)):
             for g, gang_counts in c.items():
                 for (p, n), k in gang_counts.items():
-                    gpus[index[n]] += sign * k * problem.demand[problem.parts[g][p].cls, gpu]
+                    gpus[index[n]] += sign * k * problem.gpu_demand[problem.parts[g][p].cls]
         opened = int((self.empty[nodes] & (gpus > 0)).sum())
         return sum(len({n for (_p, n) in gang_counts}) for gang_counts in placed.values()) + opened
 

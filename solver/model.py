@@ -80,6 +80,7 @@ class Pod:
     affinity: tuple[SelectorTerm, ...] = ()  # required terms; empty means no constraint
     tolerations: tuple[Toleration, ...] = ()
     order: int = 0  # queue position among equals (creation order)
+    preempts: bool = True  # preemptionPolicy is not Never (from the pod or its PriorityClass)
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,42 @@ class Gang:
     def order(self) -> int:
         return min((p.order for p in self.pods), default=0)
 
+    @property
+    def preempts(self) -> bool:
+        """Whether the gang may evict lower-priority pods to fit: none of its pods says preemptionPolicy Never."""
+        return all(p.preempts for p in self.pods)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A bound, unfinished pod. Its requests are already in its node's `used`; the rest is what preemption
+    needs to choose it as a victim, or to leave it alone."""
+
+    node: str
+    requests: Resources
+    end: float | None = None  # on the cycle's clock; None: no estimate, never assumed to end
+    name: str = ""  # namespace/name
+    priority: int = 0
+    gang: str = ""  # the gang it belongs to, named as pending gangs are; "" for a pod alone
+    min_member: int = 1  # the gang's minimum: evicting members below it evicts the whole gang
+    pdbs: tuple[str, ...] = ()  # PodDisruptionBudgets selecting it that are not gang definitions
+    started: float = 0.0  # seconds on any clock (only the order counts): the most recent are evicted first
+    protected: bool = False  # never a victim (system-cluster-critical, system-node-critical)
+    leaving: bool = False  # terminating: holds its capacity until gone, and is no victim
+
 
 @dataclass(frozen=True)
 class Cluster:
     nodes: tuple[Node, ...]
     gangs: tuple[Gang, ...]
+    running: tuple[Running, ...] = ()
+    # Pending pods nominated to a node by an earlier preemption (status.nominatedNodeName): pod -> node.
+    nominated: Mapping[str, str] = field(default_factory=dict)
+    # Per PodDisruptionBudget that is not a gang definition: the disruptions it allows now.
+    budgets: Mapping[str, int] = field(default_factory=dict)
+    # Resources the objective counts as GPUs (placed first; empty GPU nodes kept whole) besides `nvidia.com/gpu`:
+    # GPUs the edge turned into other resources, such as devices of Dynamic Resource Allocation.
+    gpus: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -137,6 +169,7 @@ class SolveConfig:
     candidates_per_pod: int = 3  # candidate nodes kept per pending pod of a gang (pruning on big clusters)
     min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone
+    preemption: bool = True  # pending gangs that may preempt evict lower-priority pods to fit
 
 
 @dataclass(frozen=True)
@@ -151,6 +184,16 @@ class GangResult:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    """A running pod to evict so that gang `preemptor` fits."""
+
+    pod: str
+    node: str
+    preemptor: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Placement:
     bindings: Mapping[str, str]  # pod -> node
     gangs: tuple[GangResult, ...]
@@ -160,3 +203,5 @@ class Placement:
     solve_seconds: float
     stages: tuple[Mapping[str, object], ...] = ()  # per-stage solver statistics
     levels: tuple[Mapping[str, int], ...] = ()  # per priority level: gangs placed, bound, gangs modelled
+    nominations: Mapping[str, str] = field(default_factory=dict)  # pod -> node: binds once its victims are gone
+    evictions: tuple[Eviction, ...] = ()  # this cycle's preemptions

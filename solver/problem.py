@@ -68,7 +68,7 @@ class Problem:
         self._domains: dict[str, np.ndarray] = {}
         self._fitting: dict[int, np.ndarray] = {}
 
-        names = {PODS, GPU}
+        names = {PODS, GPU, *cluster.gpus}
         for node in self.nodes:
             names.update(node.allocatable)
         for gang in self.gangs:
@@ -76,7 +76,9 @@ class Problem:
                 names.update(pod.requests)
         self.resources = sorted(names)
         self.res_index = {r: i for i, r in enumerate(self.resources)}
-        self.gpu = self.res_index[GPU]
+        # 1 on the resources counted as GPUs: `x @ gpus` is the GPUs in a row of any per-resource array.
+        self.gpus = np.zeros(len(self.resources), dtype=np.int64)
+        self.gpus[[self.res_index[r] for r in {GPU, *cluster.gpus}]] = 1
 
         shape = (len(self.nodes), len(self.resources))
         self.allocatable = np.zeros(shape, dtype=np.int64)
@@ -115,6 +117,8 @@ class Problem:
             self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
         self.eligible = self._eligibility()
         self.floor = self._floors()
+        self.gpu_demand = self.demand @ self.gpus  # per class
+        self.gpu_allocatable = self.allocatable @ self.gpus  # per node
         self.fit = (
             np.stack([self.fits(c, self.free) for c in range(len(self.class_pods))])
             if self.class_pods

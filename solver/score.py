@@ -31,7 +31,7 @@ def gpu_scale(problem: Problem) -> int:
 def pod_weight(problem: Problem, cls: int, scale: int) -> int:
     """Resources placed, GPUs first: one pod's weight in the resource tier."""
     cpu = problem.res_index.get("cpu")
-    return int(problem.demand[cls, problem.gpu]) * scale + (int(problem.demand[cls, cpu]) if cpu is not None else 0)
+    return int(problem.gpu_demand[cls]) * scale + (int(problem.demand[cls, cpu]) if cpu is not None else 0)
 
 
 def resources(problem: Problem, counts: Counts, scale: int) -> int:
@@ -41,8 +41,7 @@ def resources(problem: Problem, counts: Counts, scale: int) -> int:
 
 
 def empty_gpu_nodes(problem: Problem) -> np.ndarray:
-    gpu = problem.gpu
-    empty: np.ndarray = (problem.allocatable[:, gpu] > 0) & (problem.free[:, gpu] == problem.allocatable[:, gpu])
+    empty: np.ndarray = (problem.gpu_allocatable > 0) & (problem.free @ problem.gpus == problem.gpu_allocatable)
     return empty
 
 
@@ -51,10 +50,7 @@ def locality(problem: Problem, counts: Counts) -> int:
     empty = empty_gpu_nodes(problem)
     spanned = sum(len({n for (_p, n) in c}) for c in counts.values())
     opened = {
-        n
-        for g, c in counts.items()
-        for (p, n) in c
-        if empty[n] and problem.demand[problem.parts[g][p].cls, problem.gpu] > 0
+        n for g, c in counts.items() for (p, n) in c if empty[n] and problem.gpu_demand[problem.parts[g][p].cls] > 0
     }
     return spanned + len(opened)
 

@@ -23,7 +23,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from gangsolve.solver import score
+from gangsolve.solver import preemption, score
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.candidates import candidates
 from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs
@@ -66,9 +66,13 @@ _BUILD_SECONDS = 100e-6  # per model variable, for building the model and its lo
 
 
 def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping[str, str] | None = None) -> Placement:
-    """Place `cluster`'s pending gangs. `previous` (pod -> node, typically the last cycle's plan) is a warm
-    start: where those pods are still pending and their nodes still hold them, it competes as a hint."""
-    config = config or SolveConfig()
+    """Place `cluster`'s pending gangs, then preempt for those left out (preemption.py). `previous` (pod ->
+    node, typically the last cycle's plan) is a warm start: where those pods are still pending and their nodes
+    still hold them, it competes as a hint."""
+    return preemption.cycle(cluster, config or SolveConfig(), lambda c, cfg: _place(c, cfg, previous))
+
+
+def _place(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | None) -> Placement:
     started = time.perf_counter()
     deadline = started + config.time_limit * (1 - _RESERVE)
     problem = Problem(cluster)

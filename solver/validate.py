@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 
+from gangsolve.solver.devices import Allocations, DeviceId, DeviceState
 from gangsolve.solver.model import Cluster, Gang, Node, Placement, Pod, Requirement, SelectorTerm, Taint, Toleration
 
 _INT64 = re.compile(r"^[+-]?[0-9]+$")  # Go's strconv.ParseInt(s, 10, 64), which Gt and Lt use
@@ -134,3 +135,75 @@ def _gang_violations(gang: Gang, got: list[str], nodes: Mapping[str, Node]) -> l
         if len(values) != 1 or None in values:
             out.append(f"{gang.name}: spans {gang.colocate} values {sorted(map(str, values))}")
     return out
+
+
+def validate_devices(
+    state: DeviceState, bindings: Placement | Mapping[str, str], allocations: Allocations
+) -> list[str]:
+    """Dynamic Resource Allocation, checked from the API's rules (resource.k8s.io/v1) and not from the
+    assignment's code: every claim of a bound pod is allocated, no other is; no device is allocated twice or
+    was allocated already; each device is one its request selects and reachable from the pod's node; an
+    ExactCount request has exactly `count` devices, an `All` request every matching device of the node (at
+    least one); every matchAttribute constraint holds."""
+    if isinstance(bindings, Placement):
+        bindings = bindings.bindings
+    violations: list[str] = []
+    owner: dict[DeviceId, str] = {}
+    claims = {c.name: c for c in state.claims}
+    for name in allocations:
+        if name not in claims or claims[name].pod not in bindings:
+            violations.append(f"claim {name}: allocated, but its pod is not placed")
+    for claim in state.claims:
+        node = bindings.get(claim.pod)
+        if node is None:
+            continue
+        if claim.name not in allocations:
+            if claim.requests:
+                violations.append(f"claim {claim.name}: pod {claim.pod} placed on {node} with the claim unallocated")
+            continue
+        got: dict[str, list[DeviceId]] = defaultdict(list)
+        for request, device in allocations[claim.name]:
+            got[request].append(device)
+            where = f"claim {claim.name}: device {'/'.join(device)}"
+            if device in state.allocated:
+                violations.append(f"{where} was allocated already")
+            if device in owner:
+                violations.append(f"{where} allocated twice (also to {owner[device]})")
+            owner[device] = claim.name
+            info = state.devices.get(device)
+            if info is None:
+                violations.append(f"{where} does not exist")
+            elif info.nodes is not None and node not in info.nodes:
+                violations.append(f"{where} is not reachable from {node}")
+        by_name = {r.name: r for r in claim.requests}
+        for request_name in got:
+            if request_name not in by_name:
+                violations.append(f"claim {claim.name}: devices for unknown request {request_name}")
+        for req in claim.requests:
+            mine = got.get(req.name, [])
+            if any(d not in req.candidates for d in mine):
+                violations.append(f"claim {claim.name}: request {req.name} got a device it does not select")
+            if req.count > 0 and len(mine) != req.count:
+                violations.append(f"claim {claim.name}: request {req.name} got {len(mine)} of {req.count}")
+            if req.count == 0:
+                every = {d for d in req.candidates if d in state.devices and _reaches(state.devices[d].nodes, node)}
+                if not mine or set(mine) != every:
+                    violations.append(f"claim {claim.name}: request {req.name} (All) did not get every device")
+        for constraint in claim.constraints:
+            names = constraint.requests or tuple(by_name)
+            values = set()
+            for request_name in names:
+                for d in got.get(request_name, []):
+                    attrs = state.devices[d].attributes if d in state.devices else {}
+                    value = attrs.get(constraint.attribute, _MISSING)
+                    values.add(repr(value))
+            if repr(_MISSING) in values or len(values) > 1:
+                violations.append(f"claim {claim.name}: matchAttribute {constraint.attribute} does not hold")
+    return violations
+
+
+_MISSING = object()
+
+
+def _reaches(nodes: frozenset[str] | None, node: str) -> bool:
+    return nodes is None or node in nodes

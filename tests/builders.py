@@ -128,3 +128,98 @@ def k8s_pdb(name: str, min_available, match_labels: dict, ns: str = "default") -
 
 def k8s_list(*items: dict) -> dict:
     return {"apiVersion": "v1", "kind": "List", "items": list(items)}
+
+
+# --- Dynamic Resource Allocation (resource.k8s.io/v1) ---------------------------------------------------------
+
+DRIVER = "gpu.example.com"
+
+
+def k8s_gpu(name: str, model="A100", memory="80Gi", pcie_root="root-0", **extra_attributes) -> dict:
+    attributes = {"model": {"string": model}, "pcieRoot": {"string": pcie_root}}
+    attributes.update({k: v if isinstance(v, dict) else {"string": v} for k, v in extra_attributes.items()})
+    return {"name": name, "attributes": attributes, "capacity": {"memory": {"value": memory}}}
+
+
+def k8s_slice(node: str | None, devices: list[dict], driver=DRIVER, pool=None, generation=0, **spec) -> dict:
+    """A ResourceSlice of `node`'s devices (a node-local pool named after the node), or of `spec`'s scope."""
+    scope = {"nodeName": node} if node else spec
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{pool or node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+            **scope,
+        },
+    }
+
+
+def k8s_device_class(name=DRIVER, *expressions: str) -> dict:
+    expressions = expressions or (f'device.driver == "{DRIVER}"',)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
+    }
+
+
+def claim_spec(count=1, device_class=DRIVER, selectors=(), match=None, mode=None, requests=None) -> dict:
+    """A claim's spec: one request `gpus` (or `requests`), optionally one matchAttribute over all of them."""
+    if requests is None:
+        exactly = {"deviceClassName": device_class, "count": count}
+        if mode:
+            exactly = {"deviceClassName": device_class, "allocationMode": mode}
+        if selectors:
+            exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+        requests = [{"name": "gpus", "exactly": exactly}]
+    devices: dict = {"requests": requests}
+    if match:
+        devices["constraints"] = [{"matchAttribute": match}]
+    return {"devices": devices}
+
+
+def k8s_claim(name: str, ns="default", allocated=None, node=None, **spec) -> dict:
+    """A ResourceClaim; `allocated` lists (pool, device) already allocated to it (on `node`)."""
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"},
+        "spec": claim_spec(**spec),
+    }
+    if allocated is not None:
+        results = [{"request": "gpus", "driver": DRIVER, "pool": p, "device": d} for p, d in allocated]
+        allocation: dict = {"devices": {"results": results}}
+        if node:
+            allocation["nodeSelector"] = {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            }
+        obj["status"] = {"allocation": allocation}
+    return obj
+
+
+def k8s_claim_template(name: str, ns="default", **spec) -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"spec": claim_spec(**spec)},
+    }
+
+
+def with_claims(pod: dict, *claims: str, templates: dict[str, str | None] | None = None) -> dict:
+    """`pod` using ResourceClaims by name, and templates (reference name -> the claim made from it, or None
+    while the controller has not made it)."""
+    refs = [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+    statuses = []
+    for ref, made in (templates or {}).items():
+        refs.append({"name": ref, "resourceClaimTemplateName": ref})
+        if made is not None:
+            statuses.append({"name": ref, "resourceClaimName": made})
+    pod["spec"]["resourceClaims"] = refs
+    if statuses:
+        pod["status"]["resourceClaimStatuses"] = statuses
+    return pod

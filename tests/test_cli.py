@@ -52,6 +52,29 @@ def test_users_tfjob_with_nine_workers_places_nothing_and_names_the_gpu():
     assert "apollo25 excluded by taint node-role.kubernetes.io/master:NoSchedule" in gang["reason"]
 
 
+def test_a_higher_priority_tfjob_preempts_a_whole_lower_one_and_spares_the_pdb_guarded_pod():
+    result = solve(str(EXAMPLES / "tfjob-preempt.yaml"), "--scheduler-name", "kube-batchd", "-o", "json")
+    assert result.exit_code == 0, result.output
+    plan = orjson.loads(result.stdout)
+    assert plan["bindings"] == {}  # nothing binds before its victims are gone
+    assert sorted(plan["nominations"]) == ["default/mnist-ps-0", *(f"default/mnist-worker-{i}" for i in range(7))]
+    assert set(plan["nominations"].values()) == {"apollo61", "apollo62"}
+    evicted = sorted(e["pod"] for e in plan["evictions"])
+    assert evicted == ["default/resnet-ps-0", *(f"default/resnet-worker-{i}" for i in range(3))]
+    assert {(e["for"], e["node"]) for e in plan["evictions"]} == {("default/mnist", "apollo61")}
+    assert all(e["reason"] for e in plan["evictions"])
+    table = solve(str(EXAMPLES / "tfjob-preempt.yaml"), "--scheduler-name", "kube-batchd").stdout
+    assert "Evictions" in table
+    assert "8 nominated, 4 to evict" in table
+    off = orjson.loads(
+        solve(
+            str(EXAMPLES / "tfjob-preempt.yaml"), "--scheduler-name", "kube-batchd", "--no-preemption", "-o", "json"
+        ).stdout
+    )
+    assert off["evictions"] == []
+    assert off["nominations"] == {}
+
+
 def test_default_scheduler_name_leaves_kube_batchd_pods_alone():
     plan = orjson.loads(solve(str(EXAMPLES / "tfjob-8.yaml"), "-o", "json").stdout)
     assert plan["bindings"] == {}

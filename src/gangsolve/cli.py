@@ -103,6 +103,12 @@ class Seconds(click.ParamType):
     multiple=True,
     help="An owner kind whose pods wait for their gang definition, beside the known training jobs (repeatable).",
 )
+@click.option(
+    "--preemption/--no-preemption",
+    default=True,
+    show_default=True,
+    help="Pending gangs that may preempt evict lower-priority pods to fit (see README).",
+)
 def solve(
     snapshot: str,
     scheduler_name: str,
@@ -112,13 +118,15 @@ def solve(
     now,
     definition_grace: float | None,
     training_kinds: tuple[str, ...],
+    preemption: bool,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
-    from gangsolve import render
+    from gangsolve import dra, render
     from gangsolve.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
     from gangsolve.solver import solve as solve_cycle
+    from gangsolve.solver.devices import allocate
 
     grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
     try:
@@ -130,13 +138,14 @@ def solve(
         held = waiting(snap, scheduler_name, group_label, now, grace)
     except InputError as exc:
         fail(str(exc))
-    placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit))
+    placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit, preemption=preemption))
+    placement, allocations = allocate(cluster, placement, dra.model(snap, scheduler_name).state)
     gates = gated(snap, scheduler_name)
     reasons = {pod: why.reason for pod, why in held.items()}
     if output == "json":
-        sys.stdout.buffer.write(render.to_json(placement, gates, reasons))
+        sys.stdout.buffer.write(render.to_json(placement, gates, reasons, allocations))
     else:
-        render.print_table(placement, Console(), gates, reasons)
+        render.print_table(placement, Console(), gates, reasons, allocations)
 
 
 @cli.command()
@@ -154,6 +163,12 @@ def solve(
     help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.",
 )
 @click.option("--time-limit", type=float, default=2.0, show_default=True, help="Seconds per solve.")
+@click.option(
+    "--preemption/--no-preemption",
+    default=True,
+    show_default=True,
+    help="Pending gangs that may preempt evict lower-priority pods to fit.",
+)
 @click.option("--lease-namespace", default="kube-system", show_default=True)
 @click.option("--lease-name", default="gangsolve", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)

@@ -24,13 +24,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from gangsolve import objects, schema
+from gangsolve import dra, objects, schema
 from gangsolve.errors import InputError, describe, shown
 from gangsolve.snapshot import Snapshot
-from gangsolve.solver.model import Cluster, Gang, Node, Pod
+from gangsolve.solver.model import Cluster, Gang, Node, Pod, Running
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -151,15 +151,47 @@ class _Pdbs:
                 return pdb
         return None
 
+    def selecting(self, ns: str, labels: Mapping[str, str]) -> list[dict]:
+        """Every PDB of the namespace whose selector selects these labels."""
+        if ns not in self.by_ns:
+            return []
+        candidates = set(self._unindexed.get(ns, ()))
+        for k, v in labels.items():
+            candidates.update(self._required.get((ns, k, v), ()))
+        ordered = self.by_ns.get(ns, [])
+        return [
+            ordered[i]
+            for i in sorted(candidates)
+            if selector_matches((ordered[i].get("spec") or {}).get("selector"), labels)
+        ]
+
     def named(self, ns: str, name: str) -> dict:
         return self._named[(ns, name)]
 
-    def selected(self, pdb: dict) -> int:
-        """How many live pods of its namespace the PDB selects."""
+    def selected(self, pdb: dict, bound: bool = False) -> int:
+        """How many live pods of its namespace the PDB selects (`bound`: of those, how many are bound)."""
         ns, required = pdb["metadata"]["namespace"], self._required_label(pdb)
         pods = self._live.get(ns if required is None else (ns, *required), [])
         selector = (pdb.get("spec") or {}).get("selector")
-        return sum(1 for p in pods if selector_matches(selector, p["metadata"].get("labels") or {}))
+        return sum(
+            1
+            for p in pods
+            if selector_matches(selector, p["metadata"].get("labels") or {}) and (not bound or objects.is_bound(p))
+        )
+
+    def allowed(self, pdb: dict) -> int:
+        """The disruptions the PDB allows now: its status as the disruption controller wrote it, else from its
+        spec with bound pods counted healthy."""
+        reported = (pdb.get("status") or {}).get("disruptionsAllowed")
+        if reported is not None:
+            return int(reported)
+        spec, total, healthy = pdb.get("spec") or {}, self.selected(pdb), self.selected(pdb, bound=True)
+        if spec.get("minAvailable") is not None:
+            return max(0, healthy - _int_or_percent(pdb, "spec.minAvailable", spec["minAvailable"], total))
+        if spec.get("maxUnavailable") is not None:
+            unavailable = total - healthy
+            return max(0, _int_or_percent(pdb, "spec.maxUnavailable", spec["maxUnavailable"], total) - unavailable)
+        return 0
 
 
 @dataclass(frozen=True)
@@ -259,7 +291,9 @@ class _Grouper:
             return f"{what} of Job {ref.get('name')}"
         return None
 
-    def key(self, pod: dict) -> GangKey | None:
+    def key(self, pod: dict, wait: bool = True) -> GangKey | None:
+        """The gang of this pod, or None while it waits for its definition (`wait=False`: never; a bound
+        pod's gang is what it is now)."""
         meta = pod["metadata"]
         ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
         upstream = upstream_group_name(pod)
@@ -284,7 +318,7 @@ class _Grouper:
         pdb = self.pdbs.first_selecting(ns, labels)
         if pdb is not None:
             return GangKey("pdb", ns, pdb["metadata"]["name"])
-        if self.waiting(pod) is not None:
+        if wait and self.waiting(pod) is not None:
             return None  # its definition may be on its way
         if self.group_label and self.group_label in labels:
             return GangKey("label", ns, labels[self.group_label])
@@ -292,6 +326,26 @@ class _Grouper:
         if ref is not None:
             return GangKey("owner", ns, f"{ref.get('name')}\0{ref.get('uid')}")
         return GangKey("pod", ns, meta["name"])
+
+    def running_key(self, pod: dict, ours: bool) -> GangKey | None:
+        """The gang of a bound pod: ours by the rules above (without waiting); another scheduler's by its
+        PodGroup (Kubernetes' own with a gang policy, scheduler-plugins' or Volcano's) if the snapshot has it,
+        else none."""
+        if ours:
+            return self.key(pod, wait=False)
+        meta = pod["metadata"]
+        ns = meta["namespace"]
+        upstream = upstream_group_name(pod)
+        if upstream is not None:
+            pg = self.snap.pod_groups.get((UPSTREAM_GROUP, ns, upstream))
+            return GangKey("upstream", ns, upstream) if pg is not None and _gang_policy(pg) is not None else None
+        for group, name in (
+            ("scheduling.x-k8s.io", (meta.get("labels") or {}).get(POD_GROUP_LABEL)),
+            ("scheduling.volcano.sh", (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)),
+        ):
+            if name is not None and (group, ns, name) in self.snap.pod_groups:
+                return GangKey("podgroup" if group == "scheduling.x-k8s.io" else "volcano", ns, name)
+        return None
 
     def _pod_group(self, pod: dict, group: str, name: str, field: str) -> GangKey | None:
         ns = pod["metadata"]["namespace"]
@@ -418,6 +472,10 @@ def check(snap: Snapshot, nodes: bool = True) -> None:
         ("PodDisruptionBudget", snap.pdbs),
         ("PodGroup", snap.pod_groups.values()),
         ("PriorityClass", snap.priority_classes.values()),
+        ("ResourceSlice", snap.resource_slices),
+        ("DeviceClass", snap.device_classes.values()),
+        ("ResourceClaim", snap.resource_claims.values()),
+        ("ResourceClaimTemplate", snap.claim_templates.values()),
     ):
         for obj in objs:
             schema.check(obj, kind)
@@ -455,25 +513,60 @@ def waiting(
     """Pending pods of `scheduler_name` that join no gang yet, and why: their PodGroup does not exist yet, or
     their gang definition may still come (see the module's docstring). `build_cluster` leaves them out."""
     grouper = _Grouper(snap, group_label, strict=False, grace=grace, now=now)
-    return {
+    held = {
         objects.pod_key(p): why
         for p in grouper.live
         if objects.is_pending_for(p, scheduler_name) and (why := grouper.waiting(p)) is not None
     }
+    for pod, problem in dra.model(snap, scheduler_name).problems.items():
+        held.setdefault(pod, Waiting(problem))
+    return held
 
 
-def _nodes_with_usage(snap: Snapshot) -> list[Node]:
-    nodes = [objects.node(n) for n in snap.nodes]
-    index = {n.name: i for i, n in enumerate(nodes)}
-    used: list[dict[str, int]] = [{} for _ in nodes]
-    for p in snap.pods:  # as kube-scheduler counts: a terminating pod holds its capacity until it is gone
-        node_name = (p.get("spec") or {}).get("nodeName")
-        if node_name in index and not objects.is_finished(p):
-            for r, q in objects.pod_requests(p).items():
-                used[index[node_name]][r] = used[index[node_name]].get(r, 0) + q
+def _with_devices(pod: Pod, devices: dra.Dra) -> Pod:
+    """The pod with the device capacity its claims request, held to the nodes its allocated claims name."""
+    extra = devices.requests.get(pod.name)
+    terms = devices.terms.get(pod.name)
+    if not extra and not terms:
+        return pod
+    return replace(pod, requests={**pod.requests, **(extra or {})}, affinity=devices.affinity(pod.name, pod.affinity))
+
+
+def _bound(snap: Snapshot, nodes: Iterable[str]) -> list[tuple[dict, dict[str, int]]]:
+    """The snapshot's bound, unfinished pods on known nodes, with their requests. As kube-scheduler counts, a
+    terminating pod holds its capacity until it is gone."""
+    names = set(nodes)
     return [
-        Node(n.name, n.allocatable, n.labels, n.taints, n.unschedulable, n.ready, used[i]) for i, n in enumerate(nodes)
+        (p, objects.pod_requests(p))
+        for p in snap.pods
+        if (p.get("spec") or {}).get("nodeName") in names and not objects.is_finished(p)
     ]
+
+
+def _nodes_with_usage(snap: Snapshot, bound: list[tuple[dict, dict[str, int]]]) -> list[Node]:
+    nodes = [objects.node(n) for n in snap.nodes]
+    used: dict[str, dict[str, int]] = {}
+    for p, requests in bound:
+        on = used.setdefault(p["spec"]["nodeName"], {})
+        for r, q in requests.items():
+            on[r] = on.get(r, 0) + q
+    return [replace(n, used=used.get(n.name, {})) for n in nodes]
+
+
+def _with_device_capacity(nodes: Sequence[Node], devices: dra.Dra) -> tuple[Node, ...]:
+    """The nodes with the devices they reach as capacity, and those allocated already as used."""
+    if not devices.capacity and not devices.used:
+        return tuple(nodes)
+    return tuple(
+        replace(
+            n,
+            allocatable={**n.allocatable, **devices.capacity.get(n.name, {})},
+            used={**n.used, **devices.used.get(n.name, {})},
+        )
+        if n.name in devices.capacity or n.name in devices.used
+        else n
+        for n in nodes
+    )
 
 
 def build_cluster(
@@ -488,19 +581,22 @@ def build_cluster(
     nodes: Sequence[Node] | None = None,
     convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] = objects.pod,
 ) -> Cluster:
-    """Every node with the capacity bound pods hold, and every gang with pending pods of our scheduler.
-    With `now` (the live scheduler's clock), gangs whose oldest pending pod was created more than
-    `starvation_seconds` earlier are marked starving, and pods that may still get a gang definition wait
-    for it by `grace`. Raises InputError naming the first object it cannot read (strict or not: the live
-    scheduler leaves that object out and tries again).
+    """Every node with the capacity bound pods hold, every gang with pending pods of our scheduler, and every
+    bound pod of the snapshot as preemption sees it (priority, gang, PDBs, start). With `now` (the live
+    scheduler's clock), gangs whose oldest pending pod was created more than `starvation_seconds` earlier are
+    marked starving, and pods that may still get a gang definition wait for it by `grace`. Raises InputError
+    naming the first object it cannot read (strict or not: the live scheduler leaves that object out and tries
+    again).
 
     The live scheduler keeps the converted nodes and their used capacity up to date as pods come and go, and
-    remembers converted pods: it passes `nodes` and a memoizing `convert_pod`, so a cycle at 5,000 nodes does not
-    read every bound pod again."""
+    remembers converted pods: it passes `nodes` (without devices: those come from the snapshot's DRA objects
+    here) and a memoizing `convert_pod`, so a cycle at 5,000 nodes does not read every bound pod again. Its
+    snapshot then holds only some bound pods: `running` lists those alone."""
     check(snap, nodes=nodes is None)
+    devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(snap, group_label, strict, grace, now)
-    if nodes is None:
-        nodes = _nodes_with_usage(snap)
+    bound = _bound(snap, (n.name for n in nodes) if nodes is not None else (n["metadata"]["name"] for n in snap.nodes))
+    nodes = _with_device_capacity(_nodes_with_usage(snap, bound) if nodes is None else nodes, devices)
 
     ours = [
         p for p in grouper.live if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == scheduler_name
@@ -508,27 +604,30 @@ def build_cluster(
     ours.sort(key=lambda p: (str(p["metadata"].get("creationTimestamp", "")), objects.pod_key(p)))
     members: dict[GangKey, list[tuple[int, dict]]] = {}
     for order, p in enumerate(ours):
-        if objects.is_bound(p) or objects.is_pending_for(p, scheduler_name):
+        if objects.is_bound(p) or (
+            objects.is_pending_for(p, scheduler_name) and objects.pod_key(p) not in devices.problems
+        ):
             key = grouper.key(p)
             if key is not None:
                 members.setdefault(key, []).append((order, p))
 
+    names = _Names()
     gangs = []
-    names: set[str] = set()
+    nominated: dict[str, str] = {}
     for key, pods in sorted(members.items(), key=lambda kv: (kv[0].namespace, kv[0].name, kv[0].rule)):
-        pending = [convert_pod(p, snap.priority_classes, order) for order, p in pods if not objects.is_bound(p)]
+        pending = [
+            _with_devices(convert_pod(p, snap.priority_classes, order), devices)
+            for order, p in pods
+            if not objects.is_bound(p)
+        ]
         if not pending:
             continue
         objs = [p for _o, p in pods]
-        name = display_name(key)
-        if name in names:  # e.g. a PodGroup and a Deployment of one name: keep both gangs apart
-            name = f"{name} ({key.rule})"
-        names.add(name)
         created = [c for c in (_created(p) for _o, p in pods if not objects.is_bound(p)) if c is not None]
         starving = bool(now and created and (now - min(created)).total_seconds() > starvation_seconds)
         gangs.append(
             Gang(
-                name=name,
+                name=names.of(key),
                 pods=tuple(pending),
                 min_member=grouper.min_member(key, objs),
                 bound_nodes=tuple(p["spec"]["nodeName"] for p in objs if objects.is_bound(p)),
@@ -538,4 +637,91 @@ def build_cluster(
                 group_priority=grouper.group_priority(key),
             )
         )
-    return Cluster(tuple(nodes), tuple(gangs))
+        for p in objs:
+            node = objects.nominated_node(p) if not objects.is_bound(p) else None
+            if node is not None:
+                nominated[objects.pod_key(p)] = node
+    running, budgets = _running(grouper, bound, scheduler_name, members, names)
+    return Cluster(tuple(nodes), tuple(gangs), running=running, nominated=nominated, budgets=budgets, gpus=devices.gpus)
+
+
+class _Names:
+    """Gang names as users read them (namespace/name), kept apart when two gangs would share one."""
+
+    def __init__(self) -> None:
+        self._names: dict[GangKey, str] = {}
+        self._taken: set[str] = set()
+
+    def of(self, key: GangKey) -> str:
+        if key not in self._names:
+            name = display_name(key)
+            if name in self._taken:  # e.g. a PodGroup and a Deployment of one name: keep both gangs apart
+                name = f"{name} ({key.rule})"
+            self._taken.add(name)
+            self._names[key] = name
+        return self._names[key]
+
+
+SYSTEM_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+SYSTEM_PRIORITY = 2_000_000_000  # the system classes' values start here; no user class reaches it
+
+
+def _running(
+    grouper: _Grouper,
+    bound: list[tuple[dict, dict[str, int]]],
+    scheduler_name: str,
+    members: dict[GangKey, list[tuple[int, dict]]],
+    names: _Names,
+) -> tuple[tuple[Running, ...], dict[str, int]]:
+    """Every bound, unfinished pod as a possible victim, and the allowance of every PDB that guards one.
+
+    Our pods belong to gangs by the rules above; another scheduler's pods to their PodGroup (Kubernetes' own,
+    Volcano's or scheduler-plugins'), else to no gang. A PDB that defines one of our gangs (rule 3) is that
+    gang's minimum, not a budget to keep."""
+    classes = grouper.snap.priority_classes
+    keyed: list[tuple[dict, dict[str, int], GangKey | None]] = []
+    by_key: dict[GangKey, list[dict]] = {key: [p for _o, p in pods] for key, pods in members.items()}
+    for p, requests in bound:
+        key = grouper.running_key(p, (p.get("spec") or {}).get("schedulerName") == scheduler_name)
+        if key is not None and key.rule == "pod":
+            key = None
+        if key is not None and key not in members:
+            by_key.setdefault(key, []).append(p)
+        keyed.append((p, requests, key))
+    gang_pdbs = {(k.namespace, k.name) for k in by_key if k.rule == "pdb"}
+    minimum: dict[GangKey, int] = {}
+    budgets: dict[str, int] = {}
+    running = []
+    for p, requests, key in keyed:
+        meta, spec = p["metadata"], p.get("spec") or {}
+        ns = meta["namespace"]
+        pdbs = []
+        for pdb in grouper.pdbs.selecting(ns, meta.get("labels") or {}):
+            name = pdb["metadata"]["name"]
+            if (ns, name) not in gang_pdbs:
+                pdbs.append(f"{ns}/{name}")
+                if pdbs[-1] not in budgets:
+                    budgets[pdbs[-1]] = grouper.pdbs.allowed(pdb)
+        priority, protected = spec.get("priority"), False
+        if not isinstance(priority, int):  # admission sets it on every pod; snapshots written by hand may lack it
+            try:
+                priority = objects.priority(p, classes)
+            except InputError:  # its PriorityClass is gone: what it was is unknown, so it is never a victim
+                priority, protected = 0, True
+        if key is not None and key not in minimum:
+            minimum[key] = grouper.min_member(key, by_key[key])
+        running.append(
+            Running(
+                node=spec["nodeName"],
+                requests=requests,
+                name=objects.pod_key(p),
+                priority=priority,
+                gang=names.of(key) if key is not None else "",
+                min_member=minimum[key] if key is not None else 1,
+                pdbs=tuple(pdbs),
+                started=objects.started(p),
+                protected=protected or spec.get("priorityClassName") in SYSTEM_CLASSES or priority >= SYSTEM_PRIORITY,
+                leaving=bool(meta.get("deletionTimestamp")),
+            )
+        )
+    return tuple(running), budgets

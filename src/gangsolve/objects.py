@@ -5,9 +5,11 @@ The objects have passed gangsolve.schema.check: every field read here has its AP
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
+from gangsolve import schema
 from gangsolve.errors import InputError, describe, shown
 from gangsolve.quantity import MAX_UNITS, to_units
 from gangsolve.solver.model import PODS, Node, Pod, Requirement, SelectorTerm, Taint, Toleration
@@ -115,14 +117,19 @@ def _requirements(obj: dict, field: str, raw: list[dict] | None) -> tuple[Requir
     return tuple(out)
 
 
-def _affinity(obj: dict) -> tuple[SelectorTerm, ...]:
+def selector_terms(obj: dict, field: str, terms: list[dict] | None) -> tuple[SelectorTerm, ...]:
+    """A core/v1 NodeSelector's terms (`field` names them in errors)."""
     return tuple(
         SelectorTerm(
-            _requirements(obj, f"{_AFFINITY}[{i}].matchExpressions", t.get("matchExpressions")),
-            _requirements(obj, f"{_AFFINITY}[{i}].matchFields", t.get("matchFields")),
+            _requirements(obj, f"{field}[{i}].matchExpressions", t.get("matchExpressions")),
+            _requirements(obj, f"{field}[{i}].matchFields", t.get("matchFields")),
         )
-        for i, t in enumerate(_get(obj, _AFFINITY, []))
+        for i, t in enumerate(terms or [])
     )
+
+
+def _affinity(obj: dict) -> tuple[SelectorTerm, ...]:
+    return selector_terms(obj, _AFFINITY, _get(obj, _AFFINITY, []))
 
 
 def _tolerations(obj: dict) -> tuple[Toleration, ...]:
@@ -155,6 +162,14 @@ def priority(obj: dict, classes: Mapping[str, dict]) -> int:
     return max(defaults, default=0)
 
 
+def preempts(obj: dict, classes: Mapping[str, dict]) -> bool:
+    """spec.preemptionPolicy as admission set it, else its PriorityClass's: anything but Never may preempt."""
+    policy = _get(obj, "spec.preemptionPolicy")
+    if policy is None:
+        policy = (classes.get(_get(obj, "spec.priorityClassName", "")) or {}).get("preemptionPolicy")
+    return policy != "Never"
+
+
 def pod(obj: dict, classes: Mapping[str, dict], order: int) -> Pod:
     return Pod(
         name=pod_key(obj),
@@ -164,7 +179,25 @@ def pod(obj: dict, classes: Mapping[str, dict], order: int) -> Pod:
         affinity=_affinity(obj),
         tolerations=_tolerations(obj),
         order=order,
+        preempts=preempts(obj, classes),
     )
+
+
+def nominated_node(obj: dict) -> str | None:
+    """The node an earlier preemption nominated this pending pod to (status.nominatedNodeName)."""
+    return _get(obj, "status.nominatedNodeName") or None
+
+
+def started(obj: dict) -> float:
+    """When the pod started (status.startTime, else its creation), in seconds since the epoch; 0 if unknown."""
+    stamp = _get(obj, "status.startTime") or _get(obj, "metadata.creationTimestamp")
+    return _epoch(stamp) if stamp else 0.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch(stamp: object) -> float:
+    """Pods started in the same second share a stamp: each is read once."""
+    return schema.timestamp(stamp).timestamp()
 
 
 def is_bound(obj: dict) -> bool:

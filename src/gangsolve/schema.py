@@ -28,6 +28,7 @@ class _Struct(msgspec.Struct, omit_defaults=True):
 
 
 class OwnerReference(_Struct):
+    kind: str | None = None  # the training kinds' pods wait for their gang definition
     name: str | None = None
     uid: str | None = None
     controller: bool | None = None
@@ -83,6 +84,9 @@ class Toleration(_Struct):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
 
 
+PreemptionPolicy = Literal["Never", "PreemptLowerPriority"]
+
+
 class SchedulingGate(_Struct):
     name: str
 
@@ -91,7 +95,14 @@ class PodSchedulingGroup(_Struct):
     podGroupName: str | None = None
 
 
+class PodResourceClaim(_Struct):
+    name: str
+    resourceClaimName: str | None = None
+    resourceClaimTemplateName: str | None = None
+
+
 class PodSpec(_Struct):
+    resourceClaims: list[PodResourceClaim] | None = None  # Dynamic Resource Allocation
     schedulingGroup: PodSchedulingGroup | None = None  # Kubernetes' own PodGroup (scheduling.k8s.io)
     nodeName: str | None = None
     schedulerName: str | None = None
@@ -104,10 +115,19 @@ class PodSpec(_Struct):
     initContainers: list[Container] | None = None
     overhead: Resources | None = None
     schedulingGates: list[SchedulingGate] | None = None
+    preemptionPolicy: PreemptionPolicy | None = None
+
+
+class PodResourceClaimStatus(_Struct):
+    name: str
+    resourceClaimName: str | None = None  # the claim made from the pod's template (unset: none was needed)
 
 
 class PodStatus(_Struct):
     phase: str | None = None
+    resourceClaimStatuses: list[PodResourceClaimStatus] | None = None
+    nominatedNodeName: str | None = None
+    startTime: Timestamp | None = None
 
 
 class Pod(_Struct):
@@ -164,9 +184,14 @@ class PodDisruptionBudgetSpec(_Struct):
     maxUnavailable: IntOrString | None = None
 
 
+class PodDisruptionBudgetStatus(_Struct):
+    disruptionsAllowed: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
+
+
 class PodDisruptionBudget(_Struct):
     metadata: Metadata
     spec: PodDisruptionBudgetSpec | None = None
+    status: PodDisruptionBudgetStatus | None = None
 
 
 class GangSchedulingPolicy(_Struct):
@@ -204,9 +229,179 @@ class PriorityClass(_Struct):
     metadata: Metadata
     value: Int32 = 0
     globalDefault: bool | None = None
+    preemptionPolicy: PreemptionPolicy | None = None
+
+
+# Dynamic Resource Allocation, resource.k8s.io/v1 (as the pinned API server's OpenAPI types it)
+
+
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Bool = bool  # the attribute's fields are named after their types: aliases keep the names apart
+
+
+class DeviceAttribute(_Struct):
+    int: Int64 | None = None
+    bool: Bool | None = None
+    string: str | None = None
+    version: str | None = None
+    ints: list[Int64] | None = None
+    bools: list[Bool] | None = None
+    strings: list[str] | None = None
+    versions: list[str] | None = None
+
+
+class DeviceCapacity(_Struct):
+    value: Quantity
+
+
+class DeviceTaint(_Struct):
+    key: str
+    effect: str
+    value: str | None = None
+
+
+class DeviceCounterConsumption(_Struct):
+    counterSet: str
+
+
+class Device(_Struct):
+    name: str
+    attributes: dict[str, DeviceAttribute] | None = None
+    capacity: dict[str, DeviceCapacity] | None = None
+    allowMultipleAllocations: bool | None = None
+    taints: list[DeviceTaint] | None = None
+    consumesCounters: list[DeviceCounterConsumption] | None = None
+    nodeName: str | None = None
+    nodeSelector: NodeSelector | None = None
+    allNodes: bool | None = None
+
+
+class ResourcePool(_Struct):
+    name: str
+    generation: Annotated[int, msgspec.Meta(ge=0)] = 0
+    resourceSliceCount: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+class ResourceSliceSpec(_Struct):
+    driver: str
+    pool: ResourcePool
+    nodeName: str | None = None
+    nodeSelector: NodeSelector | None = None
+    allNodes: bool | None = None
+    perDeviceNodeSelection: bool | None = None
+    devices: list[Device] | None = None
+
+
+class ResourceSlice(_Struct):
+    metadata: Metadata
+    spec: ResourceSliceSpec
+
+
+class CELDeviceSelector(_Struct):
+    expression: str
+
+
+class DeviceSelector(_Struct):
+    cel: CELDeviceSelector | None = None
+
+
+class DeviceClassSpec(_Struct):
+    selectors: list[DeviceSelector] | None = None
+    extendedResourceName: str | None = None
+
+
+class DeviceClass(_Struct):
+    metadata: Metadata
+    spec: DeviceClassSpec | None = None
+
+
+class DeviceToleration(_Struct):
+    key: str | None = None
+    operator: Literal["Exists", "Equal", ""] | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class ExactDeviceRequest(_Struct):
+    deviceClassName: str
+    selectors: list[DeviceSelector] | None = None
+    allocationMode: str | None = None
+    count: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    adminAccess: bool | None = None
+    tolerations: list[DeviceToleration] | None = None
+    capacity: dict[str, Any] | None = None
+
+
+class DeviceRequest(_Struct):
+    name: str
+    exactly: ExactDeviceRequest | None = None
+    firstAvailable: list[dict[str, Any]] | None = None
+
+
+class DeviceConstraint(_Struct):
+    requests: list[str] | None = None
+    matchAttribute: str | None = None
+    distinctAttribute: str | None = None
+
+
+class DeviceClaim(_Struct):
+    requests: list[DeviceRequest] | None = None
+    constraints: list[DeviceConstraint] | None = None
+
+
+class ResourceClaimSpec(_Struct):
+    devices: DeviceClaim | None = None
+
+
+class DeviceRequestAllocationResult(_Struct):
+    request: str
+    driver: str
+    pool: str
+    device: str
+    adminAccess: bool | None = None
+
+
+class DeviceAllocationResult(_Struct):
+    results: list[DeviceRequestAllocationResult] | None = None
+
+
+class AllocationResult(_Struct):
+    devices: DeviceAllocationResult | None = None
+    nodeSelector: NodeSelector | None = None
+
+
+class ResourceClaimConsumerReference(_Struct):
+    resource: str
+    name: str
+    uid: str
+    apiGroup: str | None = None
+
+
+class ResourceClaimStatus(_Struct):
+    allocation: AllocationResult | None = None
+    reservedFor: list[ResourceClaimConsumerReference] | None = None
+
+
+class ResourceClaim(_Struct):
+    metadata: Metadata
+    spec: ResourceClaimSpec | None = None
+    status: ResourceClaimStatus | None = None
+
+
+class ResourceClaimTemplateSpec(_Struct):
+    spec: ResourceClaimSpec | None = None
+
+
+class ResourceClaimTemplate(_Struct):
+    metadata: Metadata
+    spec: ResourceClaimTemplateSpec | None = None
 
 
 SCHEMAS: dict[str, type[_Struct]] = {
+    "ResourceSlice": ResourceSlice,
+    "DeviceClass": DeviceClass,
+    "ResourceClaim": ResourceClaim,
+    "ResourceClaimTemplate": ResourceClaimTemplate,
     "Node": Node,
     "Pod": Pod,
     "PodDisruptionBudget": PodDisruptionBudget,

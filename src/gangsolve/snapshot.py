@@ -28,7 +28,10 @@ POD_GROUP_KINDS = {
 }
 PDB_VERSIONS = ("policy/v1", "policy/v1beta1")
 TAKEN_AT_ANNOTATION = "gangsolve.io/snapshot-time"  # on the List `gangsolve export` writes: when it listed
-KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass")
+# Dynamic Resource Allocation (resource.k8s.io/v1): devices, their classes, claims and claim templates
+DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
+DRA_GROUP = "resource.k8s.io"
+KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass", *DRA_KINDS)
 # YAML aliases may repeat a value; a document may not grow by them to more values than it has characters
 # (plus this many): a billion-laughs document of under 1 KB would otherwise expand to billions of values.
 ALIAS_ALLOWANCE = 100_000
@@ -42,7 +45,13 @@ class Snapshot:
     pdbs: list[dict] = field(default_factory=list)
     pod_groups: dict[tuple[str, str, str], dict] = field(default_factory=dict)  # (group, ns, name) -> PodGroup
     priority_classes: dict[str, dict] = field(default_factory=dict)
+    resource_slices: list[dict] = field(default_factory=list)
+    device_classes: dict[str, dict] = field(default_factory=dict)
+    resource_claims: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> ResourceClaim
+    claim_templates: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> template
     taken_at: datetime | None = None  # when `gangsolve export` listed the cluster (its List's annotation)
+    # What is derived from these objects once per snapshot (the DRA model), shared by the cycle's steps
+    cache: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, obj: dict) -> None:
         """File one object under its kind; objects of kinds gangsolve does not read are ignored."""
@@ -51,6 +60,7 @@ class Snapshot:
         kind, api = obj.get("kind"), obj.get("apiVersion", "")
         if kind not in KINDS:
             return
+        self.cache.clear()
         if not isinstance(api, str):
             raise InputError(describe(obj), "apiVersion", f"expected a string, got {shown(api)}")
         group = api.split("/")[0] if "/" in api else ""
@@ -71,6 +81,25 @@ class Snapshot:
             if obj["metadata"]["name"] in self.priority_classes:
                 raise _duplicate(obj)
             self.priority_classes[obj["metadata"]["name"]] = obj
+        elif group == DRA_GROUP or not api:
+            self._add_dra(kind, obj)
+
+    def _add_dra(self, kind: str, obj: dict) -> None:
+        if kind == "ResourceSlice":
+            self.resource_slices.append(_checked(obj))
+            return
+        if kind == "DeviceClass":
+            obj = _checked(obj)
+            if obj["metadata"]["name"] in self.device_classes:
+                raise _duplicate(obj)
+            self.device_classes[obj["metadata"]["name"]] = obj
+            return
+        obj = _checked(obj, namespaced=True)
+        into = self.resource_claims if kind == "ResourceClaim" else self.claim_templates
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if key in into:
+            raise _duplicate(obj)
+        into[key] = obj
 
     def without(self, culprit: str) -> Snapshot:
         """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`): how the live
@@ -85,12 +114,16 @@ class Snapshot:
             pdbs=[o for o in self.pdbs if keep(o)],
             pod_groups={k: o for k, o in self.pod_groups.items() if keep(o)},
             priority_classes={k: o for k, o in self.priority_classes.items() if keep(o)},
+            resource_slices=[o for o in self.resource_slices if keep(o)],
+            device_classes={k: o for k, o in self.device_classes.items() if keep(o)},
+            resource_claims={k: o for k, o in self.resource_claims.items() if keep(o)},
+            claim_templates={k: o for k, o in self.claim_templates.items() if keep(o)},
             taken_at=self.taken_at,
         )
 
     def check_duplicates(self) -> None:
         seen: set[tuple[str, str, str, str]] = set()
-        for obj in [*self.nodes, *self.pods, *self.pdbs]:
+        for obj in [*self.nodes, *self.pods, *self.pdbs, *self.resource_slices]:
             meta = obj["metadata"]
             api = obj.get("apiVersion") or ""
             key = (api.split("/")[0] if "/" in api else "", obj["kind"], meta.get("namespace", ""), meta["name"])

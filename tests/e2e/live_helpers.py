@@ -179,8 +179,13 @@ def create(cp: ControlPlane, namespace: str, obj: dict) -> dict:
         "ConfigMap": "configmaps",
         "PodGroup": "podgroups",
         "PriorityClass": "priorityclasses",
+        "ResourceSlice": "resourceslices",
+        "DeviceClass": "deviceclasses",
+        "ResourceClaim": "resourceclaims",
+        "ResourceClaimTemplate": "resourceclaimtemplates",
     }[obj["kind"]]
-    path = f"{base}/{plural}" if obj["kind"] == "PriorityClass" else f"{base}/namespaces/{namespace}/{plural}"
+    cluster_scoped = obj["kind"] in ("PriorityClass", "ResourceSlice", "DeviceClass")
+    path = f"{base}/{plural}" if cluster_scoped else f"{base}/namespaces/{namespace}/{plural}"
     return cp.request("POST", path, obj)
 
 

@@ -250,7 +250,6 @@ DENIED = [
     ("list", "secrets", None),
     ("get", "secrets", "OWN"),
     ("create", "pods", "team-a"),
-    ("delete", "pods", "team-a"),
     ("update", "pods", "team-a"),
     ("patch", "pods", "team-a"),
     ("deletecollection", "pods", "team-a"),

@@ -39,7 +39,15 @@ def users_cluster(make_nodes, tag: str) -> tuple[str, list[str]]:
     return master, gpu_nodes
 
 
-def tfjob(cp: ControlPlane, namespace: str, scheduler: str, tag: str, workers: int, name: str = "mnist") -> list[str]:
+def tfjob(
+    cp: ControlPlane,
+    namespace: str,
+    scheduler: str,
+    tag: str,
+    workers: int,
+    name: str = "mnist",
+    priority_class: str | None = None,
+) -> list[str]:
     """A TFJob-shaped job: `workers` 1-GPU workers and a parameter server, one controlling owner, and a PDB with
     minAvailable = all of them (the legacy kube-batch gang convention)."""
     # The owner is a real object (a ConfigMap standing in for the TFJob) so the garbage collector leaves the pods.
@@ -59,20 +67,19 @@ def tfjob(cp: ControlPlane, namespace: str, scheduler: str, tag: str, workers: i
     names = [f"{name}-ps-0"] + [f"{name}-worker-{i}" for i in range(workers)]
     for n in names:
         kind = "ps" if "-ps-" in n else "worker"
-        create(
-            cp,
-            namespace,
-            pod(
-                n,
-                scheduler=scheduler,
-                cpu="2",
-                memory="4Gi",
-                gpus=0 if kind == "ps" else 1,
-                labels={"tf-job-name": name, "tf-replica-type": kind},
-                node_selector=selector,
-                owner=ref,
-            ),
+        obj = pod(
+            n,
+            scheduler=scheduler,
+            cpu="2",
+            memory="4Gi",
+            gpus=0 if kind == "ps" else 1,
+            labels={"tf-job-name": name, "tf-replica-type": kind},
+            node_selector=selector,
+            owner=ref,
         )
+        if priority_class:
+            obj["spec"]["priorityClassName"] = priority_class
+        create(cp, namespace, obj)
     return names
 
 

@@ -2,9 +2,10 @@
 
 The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
 server records every request that account makes. This test runs one more scheduler through every kind of
-call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a gang
-that cannot fit and says so), then holds every request of the session so far against the chart's rules:
-every request of a kind a rule grants, every rule used, the Lease touched only by its name.
+call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a
+pod whose ResourceClaim it allocates, a gang that cannot fit and says so, a high-priority pod that preempts one
+of those gangs), then holds every request of the session so far against the chart's rules: every request of a
+kind a rule grants, every rule used, the Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -72,7 +73,49 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         member["spec"]["schedulingGroup"] = {"podGroupName": "kpg"}
         create(control_plane, namespace, member)
     create(control_plane, namespace, pod("too-big", scheduler=g.scheduler_name, gpus=8, node_selector=tag))
-    poll(lambda: len(bound(pods(control_plane, namespace))) == 6, timeout=60, what="the three gangs bound")
+    # Dynamic Resource Allocation: a pod whose claim gangsolve allocates and reserves before binding it.
+    node = make_nodes(1, labels={**tag, "dra": "yes"})[0]
+    device_class = f"rbac-{namespace}"
+    driver = "gpu.rbac.gangsolve.io"
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+    )
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{driver}"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0"}],
+            },
+        },
+    )
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "one-gpu"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}},
+        },
+    )
+    with_claim = pod("dra-0", scheduler=g.scheduler_name, node_selector={"dra": "yes"})
+    with_claim["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-gpu"}]
+    create(control_plane, namespace, with_claim)
+    poll(lambda: len(bound(pods(control_plane, namespace))) == 7, timeout=60, what="the three gangs bound")
     poll(lambda: events(control_plane, namespace, "FailedScheduling"), timeout=30, what="the oversized pod's event")
     poll(
         lambda: all(
@@ -86,7 +129,25 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         timeout=30,
         what="the three PodGroups' status",
     )
+    # The node is full: a high-priority pod preempts one of the gangs whole (nominatedNodeName, DisruptionTarget
+    # and a delete) and binds once it is gone.
+    high = f"high-{namespace}"
+    create(
+        control_plane,
+        "",
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high}, "value": 1000},
+    )
+    urgent = pod("urgent", scheduler=g.scheduler_name, gpus=1, node_selector=tag)
+    urgent["spec"]["priorityClassName"] = high
+    create(control_plane, namespace, urgent)
+    poll(lambda: bound([p for p in pods(control_plane, namespace) if p["metadata"]["name"] == "urgent"]), timeout=60)
+    everyone = {f"{name}-{i}" for name in ("xpg", "vpg", "kpg") for i in range(2)} | {"urgent"}
+    gone = everyone - {p["metadata"]["name"] for p in bound(pods(control_plane, namespace))}
+    assert gone in ({"xpg-0", "xpg-1"}, {"vpg-0", "vpg-1"})  # one GPU gang, whole
+    control_plane.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
     assert g.terminate() == 0  # and the Lease is released
+    control_plane.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices/{node}-{driver}")
+    control_plane.request("DELETE", f"/apis/resource.k8s.io/v1/deviceclasses/{device_class}")
 
     records = [e for e in control_plane.audit_events() if e["user"]["username"] == scheduler_account.user]
     assert records, "the audit log holds none of the scheduler's requests"
@@ -102,4 +163,8 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         used.add(key)
         if key in names:
             assert ref.get("name") in names[key], f"{e['verb']} {e['requestURI']} outside the rule's names"
+    # Permissions the API server checks without a request of their own: an update of a ResourceClaim's status
+    # that changes its allocation or reservedFor also needs `update` on the synthetic resourceclaims/binding.
+    if ("resource.k8s.io", "resourceclaims", "status", "update") in used:
+        used.add(("resource.k8s.io", "resourceclaims", "binding", "update"))
     assert used == granted

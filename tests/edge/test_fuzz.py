@@ -33,7 +33,18 @@ from gangsolve.errors import InputError
 from gangsolve.gangs import build_cluster
 from gangsolve.quantity import MAX_UNITS, parse_quantity, to_units
 from gangsolve.snapshot import parse
-from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
+from tests.builders import (
+    k8s_claim,
+    k8s_claim_template,
+    k8s_device_class,
+    k8s_gpu,
+    k8s_node,
+    k8s_pdb,
+    k8s_pod,
+    k8s_pod_group,
+    k8s_slice,
+    with_claims,
+)
 
 EXAMPLES = int(os.environ.get("GANGSOLVE_FUZZ_EXAMPLES", "100"))
 RUN_SECONDS = 30  # far above any run's time: only a hang trips it
@@ -81,6 +92,9 @@ def _rich_snapshot() -> list[dict]:
         k8s_pod("theirs", scheduler="default-scheduler", node_name="n1", phase="Running", cpu="500m"),
     ]
     pods[-3]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pods[4]["spec"]["preemptionPolicy"] = "Never"
+    pods[4]["status"]["nominatedNodeName"] = "n0"
+    pods[-4]["status"]["startTime"] = "2026-01-01T00:00:00Z"
     pods[4]["spec"]["initContainers"] = [
         {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
         {"name": "init", "resources": {"limits": {"memory": "1Gi"}}},
@@ -91,7 +105,14 @@ def _rich_snapshot() -> list[dict]:
         k8s_pod_group("train", 3),
         k8s_pod_group("vjob", 1, volcano=True),
         k8s_pdb("tf", "50%", {"job": "tf"}),
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+        {**k8s_pdb("guard", 1, {"app": "x"}), "status": {"disruptionsAllowed": 1}},
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "high"},
+            "value": 1000,
+            "preemptionPolicy": "PreemptLowerPriority",
+        },
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
@@ -110,7 +131,35 @@ def _users_snapshot() -> list[dict]:
     return items
 
 
-BASES = [_rich_snapshot(), _users_snapshot(), [k8s_node("n", gpus=4), k8s_pod("p", gpus=1)]]
+def _dra_snapshot() -> list[dict]:
+    """Devices in ResourceSlices (node-local, a pool for a node selector), a DeviceClass, claims (one allocated,
+    one by matchAttribute, one with a selector), a template, pods using them."""
+    shared = k8s_slice(
+        None,
+        [k8s_gpu("net-0")],
+        pool="net",
+        nodeSelector={
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+        },
+    )
+    return [
+        k8s_node("n0", labels={"zone": "a"}),
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n0", [k8s_gpu(f"gpu-{i}", pcie_root=f"r{i // 2}") for i in range(4)]),
+        shared,
+        k8s_claim("a", count=2, match="gpu.example.com/pcieRoot"),
+        k8s_claim("b", selectors=['device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0']),
+        k8s_claim("c", allocated=[("n0", "gpu-3")], node="n0"),
+        k8s_claim_template("t", count=1),
+        with_claims(k8s_pod("p0", labels={"job": "d"}), "a"),
+        with_claims(k8s_pod("p1", labels={"job": "d"}), "b", templates={"t": None}),
+        with_claims(k8s_pod("p2"), "c"),
+        k8s_pdb("d", 2, {"job": "d"}),
+    ]
+
+
+BASES = [_rich_snapshot(), _users_snapshot(), [k8s_node("n", gpus=4), k8s_pod("p", gpus=1)], _dra_snapshot()]
 
 # --- values and mutations -------------------------------------------------------------------------------------
 
@@ -121,8 +170,12 @@ INTERESTING = [
     *("\x1b[2J", "a\nb", "\r", "\x00", "\u202e", "\u2028", "\ud7ff", "x" * 5000, "😀" * 50),
     *("2026-01-01T00:00:00", "2026-01-01T00:00:00Z", "yesterday", "2026-13-45T99:99:99Z", "2026-01-01T00:00:00+25:00"),
     *("In", "NotIn", "Gt", "Lt", "Exists", "DoesNotExist", "Foo", "NoSchedule", "NoExecute", "Always", "Equal"),
+    *("Never", "PreemptLowerPriority"),
     *("default", "kube-system", "a/b", "Pending", "Running", "Succeeded", "True", "Ready", "gangsolve", "List"),
     *("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass", "v1", "policy/v1", "scheduling.x-k8s.io/v1"),
+    *("ResourceSlice", "ResourceClaim", "DeviceClass", "resource.k8s.io/v1", "All", "ExactCount", "gpu.example.com"),
+    *('device.driver == "gpu.example.com"', "1/0 == 1", 'device.attributes["x"].y', "(((", "quantity('x') == 1"),
+    *('semver("1.2") == semver("1.2.3")', "device.capacity", "size(device.attributes) > 0", "true"),
 ]
 LEAVES = st.one_of(
     st.none(),

@@ -30,6 +30,7 @@ class FakeKube:
         self.delay = 0.0  # seconds every write takes
         self.bindings: list[tuple[str, str]] = []  # (pod name, node)
         self.patches: list[tuple[str, dict]] = []
+        self.deletes: list[tuple[str, dict | None]] = []
         self.events: list[dict] = []
         self._rv = 100
 
@@ -74,7 +75,8 @@ class FakeKube:
         return self._store(full, body)
 
     async def put(self, path: str, body: dict, timeout: float | None = None) -> dict:
-        await self._write("PUT", path, timeout, {"body": body})
+        await self._write("PUT", path, timeout, {"body": copy.deepcopy(body)})
+        path = path.removesuffix("/status")  # a status subresource writes the same object
         current = self.objects.get(path)
         if current is None:
             raise _error(404, "NotFound", f"{path} not found")
@@ -86,6 +88,11 @@ class FakeKube:
         await self._write("PATCH", path, timeout, {"body": body})
         self.patches.append((path, body))
         return body
+
+    async def delete(self, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
+        await self._write("DELETE", path, timeout, {"body": body})
+        self.deletes.append((path, body))
+        return {}
 
     def _store(self, path: str, body: dict) -> dict:
         self._rv += 1

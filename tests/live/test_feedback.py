@@ -208,6 +208,39 @@ async def test_pod_group_status_follows_its_members_between_cycles():
     assert [b["status"]["running"] for p, b in kube.patches if "/podgroups/" in p][-1] == 2
 
 
+@pytest.mark.asyncio
+async def test_each_victim_gets_a_preempted_event_naming_the_gang_and_node():
+    from gangsolve.live.binder import Evicted
+    from gangsolve.live.solver_actor import Victim
+
+    s, kube = ClusterStore(), FakeKube()
+    send, receive = anyio.create_memory_object_stream[Evicted](math.inf)
+    send.send_nowait(Evicted(Victim("default/low-0", "v0", "n1", "default/urgent", "room")))
+    send.close()
+    await feedback(s, kube)._scheduled_events(receive)
+    (event,) = kube.events
+    assert (event["type"], event["reason"], event["action"]) == ("Normal", "Preempted", "Preempting")
+    assert event["note"] == "Preempted by gang default/urgent on node n1"
+    assert event["regarding"]["name"] == "low-0"
+    assert event["regarding"]["uid"] == "v0"
+
+
+@pytest.mark.asyncio
+async def test_every_victim_gets_its_preempted_event_however_many_at_once():
+    from gangsolve.live.binder import Evicted
+    from gangsolve.live.solver_actor import Victim
+
+    s, kube = ClusterStore(), FakeKube()
+    fb = Feedback(kube, s, Metrics(), Unfenced(), identity="t", scheduler_name="gangsolve", events_per_second=1.0)
+    send, receive = anyio.create_memory_object_stream[Evicted](math.inf)
+    for i in range(200):  # far beyond the rate's burst (5 events): FailedScheduling ones would be dropped
+        send.send_nowait(Evicted(Victim(f"default/low-{i}", f"v{i}", "n1", "default/urgent", "room")))
+    send.close()
+    await fb._scheduled_events(receive)
+    assert sorted(e["regarding"]["uid"] for e in kube.events) == sorted(f"v{i}" for i in range(200))
+    assert {e["reason"] for e in kube.events} == {"Preempted"}
+
+
 KPG = next(r for r in RESOURCES if r.api_version == "scheduling.k8s.io/v1beta1")
 
 

@@ -149,6 +149,8 @@ def test_memory_is_only_what_exists():
             key = f"default/{p['metadata']['name']}"
             s.assume("g", [(key, p["metadata"]["uid"], "n1")])
             s.forget(key, p["metadata"]["uid"], failed=True)
+            s.nominate([(key, p["metadata"]["uid"], "n1")])
+        s.evict((f"default/{p['metadata']['name']}", p["metadata"]["uid"]) for p in pods[1::2])
         for p in pods:
             s.apply(Event(POD, "DELETED", p))
     assert s.counts() == {
@@ -157,7 +159,14 @@ def test_memory_is_only_what_exists():
         "PodDisruptionBudget": 0,
         "PodGroup": 0,
         "PriorityClass": 0,
+        "ResourceSlice": 0,
+        "DeviceClass": 0,
+        "ResourceClaim": 0,
+        "ResourceClaimTemplate": 0,
         "assumed": 0,
+        "assumed_claims": 0,
         "backoff": 0,
+        "nominated": 0,
+        "evicting": 0,
     }
     assert s.pods_on("n1") == []

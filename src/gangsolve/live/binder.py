@@ -7,34 +7,56 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
    its taints tolerated and its selectors and affinity matched, and with room for the gang's pods next to
    everything bound or assumed there now (other schedulers' pods and terminating ones included). A gang that
    fails it is not bound at all: its pods are forgotten and it is planned again.
-2. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
+2. **Claims** (Dynamic Resource Allocation), as kube-scheduler writes them before binding: each claim of the
+   gang's pods gets the delete-protection finalizer, its `status.allocation` (the devices the solver actor
+   chose, unless it is allocated already) and the pod in `status.reservedFor`, each write preconditioned on
+   the claim's uid and resourceVersion as the cycle saw them. If any write fails, the claims written are
+   undone and nothing is bound. The last check has made sure no device is allocated to another claim,
+   observed or assumed.
+3. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
    has run out, and none may still be in flight after it.
-3. A failed bind forgets that pod with back-off (1 s doubling to 10 s) and starts a new cycle.
+4. A failed bind forgets that pod with back-off (1 s doubling to 10 s), undoes its claims' reservation (and
+   the allocation it made) and starts a new cycle.
 
-Each bound pod is announced on the `bound` stream (feedback writes its Scheduled event). The binder owns no
-state of its own beyond its concurrency limit; assumptions belong to the store.
+A `Preemption` is carried out the way kube-scheduler does it, within the same fence:
+
+1. **Nominations** first (`status.nominatedNodeName` through pods/status, the pod's uid as precondition;
+   `null` clears one), so that whoever schedules next sees whom the room being freed is for.
+2. **Victims**: each gets the `DisruptionTarget` condition (reason `PreemptionByScheduler`) and is deleted with
+   its uid as precondition and its own grace period. Not the Eviction API: it refuses victims whose PDB allows
+   no disruption, and a victim gang must go whole (the solver already spent PDB violations only where it had
+   to). A victim deleted or replaced meanwhile is fine; other failures are retried twice, then forgotten in
+   the store so the next cycle plans with it running.
+
+Each bound pod and each evicted victim is announced on the `events` stream (feedback writes Scheduled and
+Preempted events). The binder owns no state of its own beyond its concurrency limit; assumptions, nominations
+and evictions in flight belong to the store.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import aiohttp
 import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve import objects
+from gangsolve import dra, objects
 from gangsolve.errors import InputError
 from gangsolve.live import logs
-from gangsolve.live.kube import ApiError, Kube
+from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import GangPlan
+from gangsolve.live.solver_actor import ClaimWrite, GangPlan, Preemption, Victim
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, validate
+
+COMPONENT = "gangsolve"  # how events and conditions name the scheduler
 
 
 @dataclass(frozen=True)
@@ -42,6 +64,11 @@ class Bound:
     pod: str  # namespace/name
     uid: str
     node: str
+
+
+@dataclass(frozen=True)
+class Evicted:
+    victim: Victim
 
 
 class BinderActor:
@@ -52,13 +79,19 @@ class BinderActor:
         self.fence = fence
         self.limiter = anyio.CapacityLimiter(concurrency)
 
-    async def run(self, plans: ObjectReceiveStream[GangPlan], bound: MemoryObjectSendStream[Bound]) -> None:
-        """Bind every plan received; returns once the plan stream is closed and every gang is done."""
+    async def run(
+        self, plans: ObjectReceiveStream[GangPlan | Preemption], bound: MemoryObjectSendStream[Bound | Evicted]
+    ) -> None:
+        """Bind every plan received and carry out every preemption; returns once the plan stream is closed and
+        every one is done."""
         async with plans, bound, anyio.create_task_group() as tg:
             async for plan in plans:
-                tg.start_soon(self.bind_gang, plan, bound)
+                if isinstance(plan, Preemption):
+                    tg.start_soon(self.preempt, plan, bound)
+                else:
+                    tg.start_soon(self.bind_gang, plan, bound)
 
-    async def bind_gang(self, plan: GangPlan, bound: MemoryObjectSendStream[Bound]) -> bool:
+    async def bind_gang(self, plan: GangPlan, bound: MemoryObjectSendStream[Bound | Evicted]) -> bool:
         why = self.last_check(plan)
         if why is None and self.fence.remaining() <= 0:
             why = "not the leader"
@@ -68,6 +101,18 @@ class BinderActor:
             for key, uid, _node in plan.pods:
                 self.store.forget(key, uid, failed=False)
             return False
+        uids = {key: uid for key, uid, _node in plan.pods}
+        written: list[tuple[ClaimWrite, dict]] = []
+        try:
+            for w in plan.claims:
+                written.append((w, await self._reserve(w, uids[w.pod])))
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            logs.warning("claim write failed, gang not bound", gang=plan.gang, error=str(exc)[:300])
+            self.metrics.bind_errors.labels("claim").inc()
+            await self._unreserve(written, uids)
+            for key, uid, _node in plan.pods:
+                self.store.forget(key, uid, failed=True)
+            return False
         failures: list[str] = []
         async with anyio.create_task_group() as tg:
             for key, uid, node in plan.pods:
@@ -75,6 +120,7 @@ class BinderActor:
         self.metrics.gang_bind_duration.observe(time.monotonic() - plan.planned_at)
         if failures:
             logs.warning("gang partly failed to bind", gang=plan.gang, failed=len(failures), pods=len(plan.pods))
+            await self._unreserve([(w, obj) for w, obj in written if w.pod in failures], uids)
             return False
         logs.info("gang bound", gang=plan.gang, pods=len(plan.pods), nodes=",".join(sorted({n for *_, n in plan.pods})))
         return True
@@ -111,10 +157,97 @@ class BinderActor:
         pods = tuple(p for ps in pods_by_node.values() for p in ps)
         gang = Gang(plan.gang, pods, min_member=len(pods))
         violations = validate(Cluster(tuple(nodes), (gang,)), {p.name: n for n, ps in pods_by_node.items() for p in ps})
-        return violations[0] if violations else None
+        return violations[0] if violations else self._claims_check(plan)
+
+    def _claims_check(self, plan: GangPlan) -> str | None:
+        """Every claim as the cycle saw it and unallocated (or allocated already, to be reserved only); no
+        device chosen for two claims, or allocated to any other claim, observed or assumed; no pod with claims
+        bound without them."""
+        with_writes = {w.pod for w in plan.claims}
+        for key, _uid, _node in plan.pods:
+            obj = self.store.pod(key)
+            if obj is not None and (obj.get("spec") or {}).get("resourceClaims") and key not in with_writes:
+                return f"pod {key} has resource claims and no allocation was planned for them"
+        in_use = self.store.devices_in_use(but={w.claim for w in plan.claims})
+        chosen: dict[tuple[str, str, str], str] = {}
+        for w in plan.claims:
+            claim = self.store.claim(w.claim)
+            if claim is None:
+                return f"ResourceClaim {w.claim} is gone"
+            meta = claim["metadata"]
+            if meta.get("uid") != w.uid or meta.get("resourceVersion") != w.resource_version:
+                return f"ResourceClaim {w.claim} changed since the cycle"
+            allocated = (claim.get("status") or {}).get("allocation") is not None
+            if allocated != (w.allocation is None):
+                return (
+                    f"ResourceClaim {w.claim} was allocated meanwhile"
+                    if allocated
+                    else f"{w.claim} lost its allocation"
+                )
+            for r in ((w.allocation or {}).get("devices") or {}).get("results") or []:
+                device = (r["driver"], r["pool"], r["device"])
+                holder = in_use.get(device) or chosen.get(device)
+                if holder is not None:
+                    return f"device {'/'.join(device)} is allocated to ResourceClaim {holder}"
+                chosen[device] = w.claim
+        return None
+
+    def _claim_path(self, claim: str) -> str:
+        ns, _, name = claim.partition("/")
+        return f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}"
+
+    def _budget(self) -> float:
+        budget = self.fence.remaining()
+        if budget <= 0:
+            raise TimeoutError("leadership ended before the claim write")
+        return budget
+
+    async def _reserve(self, w: ClaimWrite, pod_uid: str) -> dict:
+        """The claim allocated (finalizer first, as kube-scheduler does) and reserved for the pod; each write
+        carries the resourceVersion it was read at, so a claim changed meanwhile is refused (409)."""
+        observed = self.store.claim(w.claim)
+        if observed is None:
+            raise ApiError(404, f"ResourceClaim {w.claim} is gone", "PUT", self._claim_path(w.claim))
+        body = copy.deepcopy(observed)
+        body["metadata"]["resourceVersion"] = w.resource_version
+        finalizers = body["metadata"].get("finalizers") or []
+        async with self.limiter:
+            if w.allocation is not None and dra.FINALIZER not in finalizers:
+                body["metadata"]["finalizers"] = [*finalizers, dra.FINALIZER]
+                body = await self.kube.put(self._claim_path(w.claim), body, timeout=self._budget())
+            status = body.setdefault("status", {})
+            if w.allocation is not None:
+                status["allocation"] = w.allocation
+            _ns, _, pod = w.pod.partition("/")
+            status["reservedFor"] = [
+                *(status.get("reservedFor") or []),
+                {"resource": "pods", "name": pod, "uid": pod_uid},
+            ]
+            return await self.kube.put(self._claim_path(w.claim) + "/status", body, timeout=self._budget())
+
+    async def _unreserve(self, written: list[tuple[ClaimWrite, dict]], uids: dict[str, str]) -> None:
+        """Undo `_reserve`: the pod out of reservedFor, and the allocation and finalizer this plan added once no
+        one else holds the claim. Best effort: a claim left reserved for a pending pod is read as allocated
+        next cycle (the pod then goes where its devices are), as kube-scheduler's own leftovers are."""
+        for w, obj in reversed(written):
+            body = copy.deepcopy(obj)
+            status = body.setdefault("status", {})
+            status["reservedFor"] = [r for r in status.get("reservedFor") or [] if r.get("uid") != uids[w.pod]]
+            release = w.allocation is not None and not status["reservedFor"]
+            if release:
+                status.pop("allocation", None)
+            try:
+                async with self.limiter:
+                    body = await self.kube.put(self._claim_path(w.claim) + "/status", body, timeout=self._budget())
+                    finalizers = body["metadata"].get("finalizers") or []
+                    if release and dra.FINALIZER in finalizers:
+                        body["metadata"]["finalizers"] = [f for f in finalizers if f != dra.FINALIZER]
+                        await self.kube.put(self._claim_path(w.claim), body, timeout=self._budget())
+            except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                logs.warning("claim not undone", claim=w.claim, error=str(exc)[:300])
 
     async def _bind_one(
-        self, key: str, uid: str, node: str, failures: list[str], bound: MemoryObjectSendStream[Bound]
+        self, key: str, uid: str, node: str, failures: list[str], bound: MemoryObjectSendStream[Bound | Evicted]
     ) -> None:
         ns, _, name = key.partition("/")
         body = {
@@ -158,3 +291,74 @@ class BinderActor:
         self.metrics.bind_errors.labels(reason).inc()
         logs.warning("bind failed", pod=key, node=node, reason=reason, error=message[:300])
         self.store.forget(key, uid, failed=backoff)
+
+    # ------------------------------------------------------------------ preemption
+
+    async def preempt(self, p: Preemption, events: MemoryObjectSendStream[Bound | Evicted]) -> None:
+        if self.fence.remaining() <= 0:
+            logs.info("preemption not carried out: not the leader", victims=len(p.victims))
+            for key, uid, _node in p.nominations:
+                self.store.forget_nomination(key, uid)
+            for v in p.victims:
+                self.store.forget_eviction(v.pod, v.uid)
+            return
+        async with anyio.create_task_group() as tg:
+            for key, uid, node in p.nominations:
+                tg.start_soon(self._nominate, key, uid, node)
+        async with anyio.create_task_group() as tg:
+            for v in p.victims:
+                tg.start_soon(self._evict, v, events)
+        if p.victims:
+            gangs = ",".join(sorted({v.preemptor for v in p.victims}))
+            logs.info("preempted", gangs=gangs, victims=len(p.victims), nominated=len(p.nominations))
+
+    async def _nominate(self, key: str, uid: str, node: str | None) -> None:
+        ns, _, name = key.partition("/")
+        body = {"metadata": {"uid": uid}, "status": {"nominatedNodeName": node}}
+        async with self.limiter:
+            try:
+                await self.kube.patch(
+                    f"/api/v1/namespaces/{ns}/pods/{name}/status", body, timeout=self.fence.remaining()
+                )
+            except _ERRORS as exc:
+                self.store.forget_nomination(key, uid)
+                if not (isinstance(exc, ApiError) and exc.status in (404, 409)):  # gone or replaced: nothing to do
+                    logs.warning("nomination not written", pod=key, node=node, error=str(exc)[:300])
+
+    async def _evict(self, v: Victim, events: MemoryObjectSendStream[Bound | Evicted]) -> None:
+        ns, _, name = v.pod.partition("/")
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{COMPONENT}: preempting to accommodate a higher priority gang {v.preemptor}",
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        status = {"metadata": {"uid": v.uid}, "status": {"conditions": [condition]}}
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": v.uid}}
+        path = f"/api/v1/namespaces/{ns}/pods/{name}"
+        for attempt in range(_EVICT_ATTEMPTS):
+            async with self.limiter:
+                try:
+                    await self.kube.patch(path + "/status", status, STRATEGIC_PATCH, timeout=self.fence.remaining())
+                    await self.kube.delete(path, options, timeout=self.fence.remaining())
+                except _ERRORS as exc:
+                    if isinstance(exc, ApiError) and exc.status in (404, 409):  # deleted or replaced meanwhile
+                        self.metrics.evictions.labels("gone").inc()
+                        return
+                    error = str(exc)[:300]
+                else:
+                    self.metrics.evictions.labels("evicted").inc()
+                    events.send_nowait(Evicted(v))
+                    return
+            if self.fence.remaining() <= 0:
+                break
+            await anyio.sleep(_EVICT_RETRY * 2**attempt)
+        self.metrics.evictions.labels("failed").inc()
+        logs.warning("victim not evicted", pod=v.pod, preemptor=v.preemptor, error=error)
+        self.store.forget_eviction(v.pod, v.uid)
+
+
+_ERRORS = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
+_EVICT_ATTEMPTS = 3
+_EVICT_RETRY = 0.2  # seconds before the second attempt, doubling

@@ -33,6 +33,9 @@ class Config:
     # Pods that may still get a gang definition (a PDB or PodGroup created after them) wait this long for it.
     definition_grace: float = DEFINITION_GRACE
     training_kinds: tuple[str, ...] = ()  # owner kinds whose pods wait too, beside the known training jobs
+    # Pending gangs that may preempt (preemptionPolicy not Never) evict lower-priority pods to fit; false turns
+    # preemption off cluster-wide (nominations already made are still honoured).
+    preemption: bool = True
     bind_concurrency: int = 64  # Binding calls in flight: each waits on the API server, not on us
     kube_api_qps: float = 50.0  # client-side rate limit on API requests, as kube-scheduler's --kube-api-qps
     kube_api_burst: int = 100

@@ -2,9 +2,10 @@
 
 - A pending gang's pods get PodScheduled=False, reason Unschedulable, message = the solver's explanation
   (written only when it changes).
-- Events: FailedScheduling (Warning) for those pods and Scheduled (Normal) for each bound pod. An identical
-  event about one pod is written at most once per `event_interval`, and all events share a rate of
-  `events_per_second`.
+- Events: FailedScheduling (Warning) for those pods, Scheduled (Normal) for each bound pod and Preempted
+  (Normal) for each pod evicted. An identical event about one pod is written at most once per
+  `event_interval`, and all events but Preempted share a rate of `events_per_second` (a Preempted event
+  records something done to that pod, once: none may be lost).
 - PodGroups of both CRD kinds (scheduling.x-k8s.io, scheduling.volcano.sh): phase, scheduled/running counts
   and a Scheduled/Unschedulable condition, written through the status subresource when it changes.
 - Kubernetes' own PodGroups (scheduling.k8s.io) whose pods are ours: the condition kube-scheduler writes,
@@ -37,7 +38,7 @@ from gangsolve.gangs import (
     upstream_group_name,
 )
 from gangsolve.live import logs
-from gangsolve.live.binder import Bound
+from gangsolve.live.binder import COMPONENT, Bound, Evicted
 from gangsolve.live.channels import Latest
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
@@ -46,7 +47,6 @@ from gangsolve.live.solver_actor import CycleResult
 from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key
 from gangsolve.objects import is_pending_for
 
-COMPONENT = "gangsolve"
 MAX_MESSAGE = 1024  # the API server caps an event's note at 1 kB
 
 
@@ -68,12 +68,14 @@ class EventLimiter:
         self.last: dict[tuple[str, str, str], float] = {}
         self._clock = clock
 
-    async def allow(self, uid: str, reason: str, message: str) -> bool:
+    async def allow(self, uid: str, reason: str, message: str, rated: bool = True) -> bool:
+        """`rated=False`: not held to the global rate (an event per thing done, not per cycle's finding)."""
         now = self._clock()
         key = (uid, reason, message)
-        if now - self.last.get(key, -math.inf) < self.interval or not self.rate.has_capacity():
+        if now - self.last.get(key, -math.inf) < self.interval or (rated and not self.rate.has_capacity()):
             return False
-        await self.rate.acquire()  # has capacity: returns at once
+        if rated:
+            await self.rate.acquire()  # has capacity: returns at once
         self.last[key] = now
         if len(self.last) > 50_000:  # forget the oldest half
             for k, _t in sorted(self.last.items(), key=lambda kv: kv[1])[:25_000]:
@@ -188,7 +190,7 @@ class Feedback:
         self._waiting_groups: set[ObjectKey] = set()  # PodGroups looked at again next pass
         self._reasons: dict[str, str] = {}  # the latest cycle's: pod key -> why it waits
 
-    async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound]) -> None:
+    async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound | Evicted]) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._scheduled_events, bound)
             tg.start_soon(self._follow_pod_groups)
@@ -199,9 +201,12 @@ class Feedback:
                 except _WRITE_ERRORS as exc:  # feedback must never stop the scheduler
                     logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
 
-    async def _scheduled_events(self, bound: ObjectReceiveStream[Bound]) -> None:
+    async def _scheduled_events(self, bound: ObjectReceiveStream[Bound | Evicted]) -> None:
         async with bound:
             async for b in bound:
+                if isinstance(b, Evicted):
+                    await self._preempted(b)
+                    continue
                 pod = self.store.pod(b.pod)
                 if pod is None or _uid(pod) != b.uid:
                     ns, _, name = b.pod.partition("/")
@@ -223,6 +228,14 @@ class Feedback:
                 await self._pod_groups(self._reasons)
             except _WRITE_ERRORS as exc:
                 logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
+
+    async def _preempted(self, e: Evicted) -> None:
+        """kube-scheduler's Preempted event on each victim, naming the gang it made room for."""
+        ns, _, name = e.victim.pod.partition("/")
+        pod = {"metadata": {"namespace": ns, "name": name, "uid": e.victim.uid}}
+        note = f"Preempted by gang {e.victim.preemptor} on node {e.victim.node}"
+        async with self.limiter:  # one per pod evicted, as kube-scheduler writes: never dropped for the rate
+            await self.event(pod, "Normal", "Preempted", "Preempting", note, rated=False)
 
     def reasons(self, result: CycleResult) -> dict[str, str]:
         """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced."""
@@ -328,9 +341,9 @@ class Feedback:
                         logs.warning("pod condition not written", pod=key, error=str(exc))
             await self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
 
-    async def event(self, pod: dict, etype: str, reason: str, action: str, note: str) -> None:
+    async def event(self, pod: dict, etype: str, reason: str, action: str, note: str, rated: bool = True) -> None:
         meta = pod["metadata"]
-        if not await self.events.allow(meta.get("uid", ""), reason, note):
+        if not await self.events.allow(meta.get("uid", ""), reason, note, rated):
             self.metrics.events_dropped.inc()
             return
         body = {

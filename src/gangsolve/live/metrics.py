@@ -75,6 +75,16 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        # kube-scheduler: scheduler_preemption_victims, scheduler_preemption_attempts_total.
+        self.preemption_victims = Counter(
+            "gangsolve_preemption_victims_total", "Pods chosen as victims to make room for a gang.", registry=r
+        )
+        self.evictions = Counter(
+            "gangsolve_preemption_evictions_total",
+            "Victims' evictions, by result (evicted, gone: deleted or replaced meanwhile, failed).",
+            ["result"],
+            registry=r,
+        )
         self.gangs_replanned = Counter(
             "gangsolve_gangs_replanned_total",
             "Planned gangs not bound because the cluster changed under them; planned again.",

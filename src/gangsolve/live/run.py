@@ -1,8 +1,9 @@
 """`gangsolve run`: every actor in one task group; a crash in one cancels all.
 
-    watchers --events--> ClusterStore --snapshot--> SolverActor --GangPlan--> BinderActor --Bound--> Feedback
-                             ^   (assume)               \\----------- CycleResult (latest) ------------^
-                             +------------------------------------------ forget ---/
+    watchers --events--> ClusterStore --snapshot--> SolverActor --GangPlan, Preemption--> BinderActor
+                             ^   (assume, nominate, evict)  \\                              |  Bound, Evicted
+                             |                               \\-- CycleResult (latest) --> Feedback <--+
+                             +------------------------------------------ forget -----------/
     HealthServer (/metrics /healthz /readyz), LeaderElector (Lease: the fence on every write), signals
 
 Every replica watches and keeps its store warm; only the leader (or the only replica, without
@@ -24,7 +25,7 @@ import anyio
 
 from gangsolve.gangs import Grace
 from gangsolve.live import logs
-from gangsolve.live.binder import BinderActor, Bound
+from gangsolve.live.binder import BinderActor, Bound, Evicted
 from gangsolve.live.channels import Latest
 from gangsolve.live.config import Config
 from gangsolve.live.feedback import Feedback
@@ -32,7 +33,7 @@ from gangsolve.live.http import HealthServer
 from gangsolve.live.kube import Kube
 from gangsolve.live.leader import LeaderElector, Unfenced
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
+from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import RESOURCES, Event, Resync, Watcher
 
@@ -67,6 +68,7 @@ class Scheduler:
             debounce=cfg.debounce,
             resync_period=cfg.resync_period,
             grace=Grace(cfg.definition_grace).with_kinds(cfg.training_kinds),
+            preemption=cfg.preemption,
         )
         self.binder = BinderActor(kube, self.store, self.metrics, fence, concurrency=cfg.bind_concurrency)
         self.feedback = Feedback(
@@ -141,8 +143,8 @@ class Scheduler:
 
     async def _lead(self) -> None:
         logs.info("scheduling", scheduler_name=self.cfg.scheduler_name)
-        plans_send, plans_receive = anyio.create_memory_object_stream[GangPlan](math.inf)
-        bound_send, bound_receive = anyio.create_memory_object_stream[Bound](math.inf)
+        plans_send, plans_receive = anyio.create_memory_object_stream[GangPlan | Preemption](math.inf)
+        bound_send, bound_receive = anyio.create_memory_object_stream[Bound | Evicted](math.inf)
         results: Latest[CycleResult] = Latest()
         binder_done = anyio.Event()
 

@@ -4,12 +4,21 @@ It waits for a change that matters to scheduling (or the resync period, or a pod
 immutable view from the store and groups gangs in a worker thread. When a gang that changed has all its
 members, it solves at once; while the gangs that changed still miss members, it gathers more changes for at
 most `debounce` seconds. Then it solves, in the worker thread, the gangs that may place differently than last
-time: gangs new or changed since the last cycle, and every gang once capacity may have been freed (a pod or
-an assumption gone, a node changed) or the resync period has passed. A gang that did not fit and has not
-changed since waits for such an event, as kube-scheduler parks an unschedulable pod until a cluster event
-could make it schedulable; its last result is carried into every cycle's report. For every placed gang it
-assumes the pods in the store and sends a `GangPlan` to the binder. Each cycle's `CycleResult` goes to
-feedback's mailbox.
+time: gangs new or changed since the last cycle, gangs holding a nomination (the room it holds must stay
+theirs), and every gang once capacity may have been freed (a pod, an assumption or a nomination gone, a node
+or device changed) or the resync period has passed. A gang that did not fit and has not changed since waits
+for such an event, as kube-scheduler parks an unschedulable pod until a cluster event could make it
+schedulable; its last result is carried into every cycle's report.
+
+The view holds the pending pods and the pods that may share a gang with them; other pods count only through
+the capacity they hold. A cycle that may preempt (preemption on, and a gang to solve of higher priority than
+some pod bound) or holds a nomination (whose pods leaving there count) takes a view of every pod instead, as
+preemption chooses its victims among all of them; a cycle on a partial view never preempts.
+
+For every placed gang it assumes the pods (and the devices chosen for their claims) in the store and sends a
+`GangPlan` to the binder. When the cycle preempted, it records the nominations (and those to clear: pods no
+longer nominated, still pending) and the victims in the store the same way, and sends one `Preemption` to the
+binder first. Each cycle's `CycleResult` goes to feedback's mailbox.
 
 It owns its settings, a cycle counter, the gangs left waiting by the last cycles and a cache of converted pods
 (used only by the one cycle running); it stops when cancelled (a cycle cancelled mid-solve has assumed and sent
@@ -27,23 +36,59 @@ from datetime import UTC, datetime
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve import objects
+from gangsolve import dra, objects
 from gangsolve.errors import InputError
 from gangsolve.gangs import Grace, Waiting, build_cluster, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, View, pod_key
+from gangsolve.objects import is_waiting_for
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, GangResult, Node, Placement, Pod, SolveConfig, solve
+from gangsolve.solver.devices import allocate
+from gangsolve.solver.validate import validate_devices
+
+
+@dataclass(frozen=True)
+class ClaimWrite:
+    """A ResourceClaim of a placed pod, as the binder must write it before the bind: allocated with these
+    devices (`allocation`, None when it is allocated already) and reserved for the pod. `uid` and
+    `resource_version` are the claim the cycle saw: the writes are preconditioned on them."""
+
+    pod: str
+    claim: str  # namespace/name
+    uid: str
+    resource_version: str
+    allocation: dict | None
 
 
 @dataclass(frozen=True)
 class GangPlan:
-    """A placed gang for the binder: each pod (key, the uid that was solved, node)."""
+    """A placed gang for the binder: each pod (key, the uid that was solved, node), and the claims to write."""
 
     gang: str
     pods: tuple[tuple[str, str, str], ...]
+    planned_at: float  # monotonic
+    claims: tuple[ClaimWrite, ...] = ()
+
+
+@dataclass(frozen=True)
+class Victim:
+    pod: str  # namespace/name
+    uid: str
+    node: str
+    preemptor: str  # the gang it makes room for
+    reason: str
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """A cycle's preemption for the binder: nominations to write first (pod key, uid, node; None clears one),
+    then the victims to evict."""
+
+    nominations: tuple[tuple[str, str, str | None], ...]
+    victims: tuple[Victim, ...]
     planned_at: float  # monotonic
 
 
@@ -65,6 +110,10 @@ def _size(snapshot: Snapshot) -> int:
         + len(snapshot.pdbs)
         + len(snapshot.pod_groups)
         + len(snapshot.priority_classes)
+        + len(snapshot.resource_slices)
+        + len(snapshot.device_classes)
+        + len(snapshot.resource_claims)
+        + len(snapshot.claim_templates)
     )
 
 
@@ -115,9 +164,24 @@ class PodConverter:
         return pod if pod.order == order else replace(pod, order=order)
 
     def signature(self, gang: Gang) -> Signature:
-        """Everything of a gang that decides whether and where it fits."""
-        pods = tuple(self._memo[p.name][2] if p.name in self._memo else _pod_signature(p) for p in gang.pods)
-        return (gang.min_member, gang.bound_nodes, gang.colocate, gang.starving, pods)
+        """Everything of a gang that decides whether and where it fits (a pod's devices included: they change
+        its requests and affinity, not its object)."""
+        pods = []
+        for p in gang.pods:
+            hit = self._memo.get(p.name)
+            same = hit is not None and hit[1].requests is p.requests and hit[1].affinity is p.affinity
+            pods.append(hit[2] if hit is not None and same else _pod_signature(p))
+        return (gang.min_member, gang.bound_nodes, gang.colocate, gang.starving, tuple(pods))
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A snapshot's gangs: what `group` made of it."""
+
+    cluster: Cluster  # every node and every pending gang
+    waiting: dict[str, Waiting]  # pending pods that join no gang yet
+    skipped: list[InputError]  # objects left out as unreadable
+    snapshot: Snapshot  # the snapshot without them
 
 
 @dataclass(frozen=True)
@@ -126,6 +190,7 @@ class Prepared:
 
     view: View
     cluster: Cluster  # every node and every pending gang
+    snapshot: Snapshot  # the view's, without the objects skipped
     skipped: tuple[InputError, ...]
     solve: tuple[Gang, ...]  # the gangs that may place differently than last time
     signatures: dict[str, Signature]
@@ -146,7 +211,7 @@ def group(
     now: datetime | None = None,
     nodes: tuple[Node, ...] | None = None,
     convert_pod=objects.pod,
-) -> tuple[Cluster, dict[str, Waiting], list[InputError]]:
+) -> Grouped:
     """The cluster of a snapshot, with every gang, and the pending pods that join no gang yet. An object the
     edge cannot read (a PodGroup with `minMember: many`, a pod asking for more cpu than the model can count) is
     left out and returned with its error: one bad object must not stop everyone else."""
@@ -166,7 +231,7 @@ def group(
                 nodes=nodes,
                 convert_pod=convert_pod,
             )
-            return cluster, waiting(snapshot, scheduler_name, group_label, now, grace), skipped
+            return Grouped(cluster, waiting(snapshot, scheduler_name, group_label, now, grace), skipped, snapshot)
         except InputError as exc:
             smaller = snapshot.without(exc.obj)
             if _size(smaller) == _size(snapshot):
@@ -175,15 +240,32 @@ def group(
             snapshot = smaller
 
 
-def solve_safely(
-    cluster: Cluster, time_limit: float, previous: Mapping[str, str] | None = None
-) -> tuple[Cluster, Placement, list[InputError]]:
-    """solve(), except that a gang the solver cannot handle is left out (and returned as skipped), not the
-    cycle. `previous` (the last cycle's bindings) warm-starts the solver where its gangs are still pending and
-    still fit."""
-    config = SolveConfig(time_limit=time_limit)
+@dataclass(frozen=True)
+class Plan:
+    """What one cycle decided, from one snapshot."""
+
+    cluster: Cluster
+    placement: Placement
+    skipped: list[InputError]  # objects left out as unreadable
+    waiting: dict[str, Waiting]  # pending pods that join no gang yet
+    claims: dict[str, tuple[ClaimWrite, ...]] = field(default_factory=dict)  # placed pod -> its claims' writes
+
+
+def decide(
+    cluster: Cluster,
+    snapshot: Snapshot,
+    scheduler_name: str,
+    time_limit: float,
+    previous: Mapping[str, str] | None = None,
+    preemption: bool = True,
+) -> Plan:
+    """Solve the cluster's gangs, then choose the devices of the placed pods' claims. A gang the solver cannot
+    handle is left out (and returned as skipped), not the cycle. `previous` (the last cycle's bindings)
+    warm-starts the solver where its gangs are still pending and still fit."""
+    config = SolveConfig(time_limit=time_limit, preemption=preemption)
+    skipped: list[InputError] = []
     try:
-        return cluster, solve(cluster, config, previous), []
+        placement = solve(cluster, config, previous)
     except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
         solve(Cluster(cluster.nodes, ()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
         culprits = _failing_gangs(cluster.nodes, list(cluster.gangs))
@@ -195,18 +277,10 @@ def solve_safely(
             for g in culprits
             for p in g.pods
         ]
-        cluster = Cluster(cluster.nodes, tuple(g for g in cluster.gangs if g not in culprits))
-        return cluster, solve(cluster, config, previous), skipped
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one cycle decided, from one snapshot."""
-
-    cluster: Cluster
-    placement: Placement
-    skipped: list[InputError]  # objects left out as unreadable
-    waiting: dict[str, Waiting]  # pending pods that join no gang yet
+        cluster = replace(cluster, gangs=tuple(g for g in cluster.gangs if g not in culprits))
+        placement = solve(cluster, config, previous)
+    placement, claims = _allocate(snapshot, scheduler_name, cluster, placement)
+    return Plan(cluster, placement, skipped, {}, claims)
 
 
 def plan(
@@ -217,11 +291,40 @@ def plan(
     grace: Grace | None = None,
     now: datetime | None = None,
     previous: Mapping[str, str] | None = None,
+    preemption: bool = True,
 ) -> Plan:
     """A whole cycle on a snapshot, every gang solved: the pure part, as `gangsolve solve --now` replays it."""
-    cluster, held, skipped = group(snapshot, scheduler_name, group_label, grace=grace, now=now)
-    cluster, placement, failed = solve_safely(cluster, time_limit, previous)
-    return Plan(cluster, placement, skipped + failed, held)
+    grouped = group(snapshot, scheduler_name, group_label, grace=grace, now=now)
+    decided = decide(grouped.cluster, grouped.snapshot, scheduler_name, time_limit, previous, preemption)
+    return replace(decided, skipped=grouped.skipped + decided.skipped, waiting=grouped.waiting)
+
+
+def _allocate(
+    snapshot: Snapshot, scheduler_name: str, cluster: Cluster, placement: Placement
+) -> tuple[Placement, dict[str, tuple[ClaimWrite, ...]]]:
+    """Devices for the claims of the placed pods (gangs whose claims cannot be met are taken off), checked by
+    the device oracle, as the writes the binder makes before binding."""
+    model = dra.model(snapshot, scheduler_name)
+    if not model.claims_of:
+        return placement, {}
+    placement, allocations = allocate(cluster, placement, model.state)
+    violations = validate_devices(model.state, placement, allocations)
+    if violations:
+        raise RuntimeError(f"device assignment unsound: {violations[0]}")
+    out: dict[str, tuple[ClaimWrite, ...]] = {}
+    for pod, node in placement.bindings.items():
+        writes = []
+        for claim in model.claims_of.get(pod, ()):
+            ns, _, name = claim.partition("/")
+            obj = snapshot.resource_claims[(ns, name)]
+            meta = obj["metadata"]
+            allocation = None
+            if claim in allocations:
+                allocation = dra.allocation_result(claim, allocations[claim], node, model.state)
+            writes.append(ClaimWrite(pod, claim, meta.get("uid", ""), meta.get("resourceVersion", ""), allocation))
+        if writes:
+            out[pod] = tuple(writes)
+    return placement, out
 
 
 def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
@@ -256,6 +359,7 @@ class SolverActor:
         debounce: float,
         resync_period: float,
         grace: Grace | None = None,
+        preemption: bool = True,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -265,7 +369,9 @@ class SolverActor:
         self.debounce = debounce
         self.resync_period = resync_period
         self.grace = grace or Grace()
+        self.preemption = preemption
         self.cycles = 0
+        self.whole_views = 0  # cycles that read every pod (they may preempt, or hold a nomination)
         self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
         self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
         self._converter = PodConverter()
@@ -277,7 +383,7 @@ class SolverActor:
         # time the end of their grace) even with no gang to solve.
         self._held: frozenset[str] = frozenset()
 
-    async def run(self, plans: MemoryObjectSendStream[GangPlan], results: Latest[CycleResult]) -> None:
+    async def run(self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
         async with plans:
             seen = -1
@@ -312,9 +418,10 @@ class SolverActor:
         now = time.monotonic()
         return self._freed != self.store.freed or now - self._full_at >= self.resync_period or now >= self._grace_ends
 
-    async def prepare(self) -> Prepared | None:
-        """The view and its gangs (grouped in a worker thread), and which gangs to solve; None if it fails."""
-        view = self.store.view(self.scheduler_name)
+    async def prepare(self, whole: bool = False) -> Prepared | None:
+        """The view (of every pod if `whole`, else of what a cycle of ours reads) and its gangs (grouped in a
+        worker thread), and which gangs to solve; None if it fails."""
+        view = self.store.view(None if whole else self.scheduler_name)
         full = self._full_due()
         try:
             return await anyio.to_thread.run_sync(self._prepare, view, full, abandon_on_cancel=True)
@@ -325,7 +432,7 @@ class SolverActor:
 
     def _prepare(self, view: View, full: bool) -> Prepared:
         self._converter.begin(view.snapshot.priority_classes)
-        cluster, held, skipped = group(
+        grouped = group(
             view.snapshot,
             self.scheduler_name,
             self.group_label,
@@ -334,6 +441,7 @@ class SolverActor:
             convert_pod=self._converter,
         )
         self._converter.end()
+        cluster = grouped.cluster
         signatures = {g.name: self._converter.signature(g) for g in cluster.gangs}
         if full:
             todo = cluster.gangs
@@ -341,13 +449,27 @@ class SolverActor:
             todo = tuple(
                 g
                 for g in cluster.gangs
-                if (w := self._waiting.get(g.name)) is None or w.signature != signatures[g.name]
+                if (w := self._waiting.get(g.name)) is None
+                or w.signature != signatures[g.name]
+                or any(p.name in cluster.nominated for p in g.pods)
             )
-        return Prepared(view, cluster, (*view.unreadable, *skipped), todo, signatures, held)
+        skipped = (*view.unreadable, *grouped.skipped)
+        return Prepared(view, cluster, grouped.snapshot, skipped, todo, signatures, grouped.waiting)
+
+    def _needs_whole(self, prepared: Prepared) -> bool:
+        """Whether the cycle must read every pod: a gang to solve may preempt (preemption chooses among all
+        running pods, and only those of lower priority), or holds a nomination (the pods leaving its nodes decide
+        whether it still fits there)."""
+        view, nominated = prepared.view, prepared.cluster.nominated
+        return view.partial and any(
+            any(p.name in nominated for p in g.pods)
+            or (self.preemption and g.preempts and g.need > 0 and g.priority > view.lowest_bound)
+            for g in prepared.solve
+        )
 
     async def cycle(
         self,
-        plans: MemoryObjectSendStream[GangPlan],
+        plans: MemoryObjectSendStream[GangPlan | Preemption],
         results: Latest[CycleResult],
         prepared: Prepared | None = None,
     ) -> CycleResult | None:
@@ -356,22 +478,34 @@ class SolverActor:
             prepared = await self.prepare()
             if prepared is None:
                 return None
+        if self._needs_whole(prepared):
+            prepared = await self.prepare(whole=True)
+            if prepared is None:
+                return None
+            self.whole_views += 1
         full = len(prepared.solve) == len(prepared.cluster.gangs) and self._full_due()
         view = prepared.view
         backing_off = self.store.backing_off()
+        cluster = replace(prepared.cluster, gangs=prepared.solve)
+        if view.partial:  # its running pods are not all the possible victims: no preemption on it
+            cluster = replace(cluster, running=(), budgets={})
         try:
-            solved, placement, failed = await anyio.to_thread.run_sync(
-                solve_safely,
-                Cluster(prepared.cluster.nodes, prepared.solve),
+            decided = await anyio.to_thread.run_sync(
+                decide,
+                cluster,
+                prepared.snapshot,
+                self.scheduler_name,
                 self.time_limit,
                 self._previous,
+                self.preemption,
                 abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
             logs.error("cycle failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
             self.metrics.schedule_attempts.labels("error").inc()
             return None
-        skipped = [*prepared.skipped, *failed]
+        solved, placement = decided.cluster, decided.placement
+        skipped = [*prepared.skipped, *decided.skipped]
         for err in skipped:
             logs.warning("object left out of the cycle", object=err.obj, error=str(err))
             self.metrics.objects_skipped.inc()
@@ -395,15 +529,21 @@ class SolverActor:
         self._waiting = {g.name: self._waiting[g.name] for g, _r in carried} | {
             g.name: _Waiting(prepared.signatures[g.name], r) for g, r in left if not self._again
         }
-        everything = Cluster(solved.nodes, (*solved.gangs, *(g for g, _r in carried)))
+        everything = replace(solved, gangs=(*solved.gangs, *(g for g, _r in carried)))
         report = replace(placement, gangs=(*placement.gangs, *(r for _g, r in carried)))
         self._observe(everything, report)
         for kind, count in self.store.counts().items():
             self.metrics.held_objects.labels(kind).set(count)
 
         # Assume and send with no await in between: a cancelled cycle leaves neither half done.
-        uids = {pod_key(p): p["metadata"].get("uid", "") for p in view.snapshot.pods if not objects.is_bound(p)}
+        uids = {pod_key(p): p["metadata"].get("uid", "") for p in view.snapshot.pods}
         now = time.monotonic()
+        carried_pods = {p.name for g, _r in carried for p in g.pods}
+        preemption = self._preemption(view.snapshot, placement, uids, carried_pods, now)
+        if preemption is not None:
+            self.store.nominate(preemption.nominations)
+            self.store.evict((v.pod, v.uid) for v in preemption.victims)
+            plans.send_nowait(preemption)
         for gang in solved.gangs:
             placed = [
                 (p.name, uids.get(p.name, ""), placement.bindings[p.name])
@@ -411,8 +551,10 @@ class SolverActor:
                 if p.name in placement.bindings
             ]
             if placed:
-                gang_plan = GangPlan(gang.name, tuple(placed), now)
-                self.store.assume(gang.name, gang_plan.pods)
+                writes = tuple(w for key, _uid, _node in placed for w in decided.claims.get(key, ()))
+                gang_plan = GangPlan(gang.name, tuple(placed), now, writes)
+                chosen = [(w.pod, w.claim, w.allocation) for w in writes if w.allocation is not None]
+                self.store.assume(gang.name, gang_plan.pods, chosen)
                 plans.send_nowait(gang_plan)
         result = CycleResult(
             view.snapshot,
@@ -430,14 +572,46 @@ class SolverActor:
             n=self.cycles,
             gangs=len(solved.gangs),
             waiting=len(carried),
+            whole=not view.partial,
             placed=placement.objective,
             bound=placement.best_bound,
             pods_placed=len(placement.bindings),
+            evicted=len(placement.evictions),
             status=placement.status,
             solve_s=round(placement.solve_seconds, 3),
             cycle_s=round(time.perf_counter() - started, 3),
         )
         return result
+
+    def _preemption(
+        self,
+        snapshot: Snapshot,
+        placement: Placement,
+        uids: Mapping[str, str],
+        carried: set[str],
+        now: float,
+    ) -> Preemption | None:
+        """Nominations that change (set, moved, or cleared where a pending pod of ours is no longer nominated
+        and not placed: binding clears it on the API server) and the victims; None when there are neither. Pods
+        of gangs this cycle did not solve (`carried`) keep what they have."""
+        shown = {
+            pod_key(p): (p.get("status") or {}).get("nominatedNodeName") or None
+            for p in snapshot.pods
+            if is_waiting_for(p, self.scheduler_name) and pod_key(p) not in carried
+        }
+        nominations: list[tuple[str, str, str | None]] = [
+            (k, uids.get(k, ""), n) for k, n in placement.nominations.items() if shown.get(k) != n
+        ]
+        nominations += [
+            (k, uids.get(k, ""), None)
+            for k, n in shown.items()
+            if n and k not in placement.nominations and k not in placement.bindings
+        ]
+        victims = [Victim(e.pod, uids.get(e.pod, ""), e.node, e.preemptor, e.reason) for e in placement.evictions]
+        if not nominations and not victims:
+            return None
+        self.metrics.preemption_victims.inc(len(victims))
+        return Preemption(tuple(nominations), tuple(victims), now)
 
     def _observe(self, cluster: Cluster, placement: Placement) -> None:
         m = self.metrics

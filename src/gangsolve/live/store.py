@@ -1,6 +1,6 @@
 """The cluster store: the one owner of what the scheduler knows about the cluster.
 
-It holds three things, and says who may change each:
+It holds these things, and says who may change each:
 
 - **observed objects**, exactly as the API sent them and never mutated: written only by `run` (the watch
   pump), from the watchers' events;
@@ -8,9 +8,18 @@ It holds three things, and says who may change each:
   shows as bound to its node in every later view, so no cycle gives its capacity away twice. Written by the
   solver actor (`assume`), ended by the watch showing the pod bound (confirmed) or gone, or by the binder
   (`forget`);
+- **assumed claim allocations**, the DRA half of an assumption: the devices the solver actor chose for a
+  claim of a placed pod show as allocated in every later snapshot until the watch shows the claim allocated
+  (or gone), so no cycle hands a device out twice. Written with the pod's assumption (`assume`), dropped with
+  it when the binder forgets the pod or the pod is replaced or deleted;
 - **back-off** after a failed bind: the binder's `forget(..., failed=True)` keeps that pod out of planning for
   1 s, doubling up to 10 s (kube-scheduler's pod back-off), so a pod the API server keeps refusing cannot make
-  the scheduler hammer it.
+  the scheduler hammer it;
+- **preemptions in flight**, the same way as assumptions: a nomination the solver actor decided (a pending
+  pod's `status.nominatedNodeName`, or its clearing) and a victim it chose show in every later snapshot, the
+  pod nominated and the victim leaving, until the watch shows the API server has them (or the pod is gone or
+  replaced), or the binder reports the write failed (`forget_nomination`, `forget_eviction`). The capacity a
+  nomination holds is no state of its own: each cycle derives it from the pods' nominations.
 
 Everyone else reads: an immutable `View` per cycle, or single objects (`pod`, `node`, `node_view`) for the
 binder's last check and feedback.
@@ -19,10 +28,12 @@ What a cycle needs from thousands of nodes and tens of thousands of bound pods i
 arrive, not rebuilt per cycle (kube-scheduler's cache does the same): each node converted once per change, each
 pod's requests computed once per change, and per node the requests of the pods bound or assumed there. A
 change that matters to scheduling bumps `generation`, which wakes the solver actor; `freed` counts the changes
-that may have made room (a pod gone or unbound, an assumption dropped, a node changed), so the solver actor
-knows when gangs that did not fit are worth trying again. Capacity only taken (a bind, ours confirmed or
-another scheduler's) starts no cycle by itself, nor do status writes gangsolve makes, node heartbeats, or a
-bound pod starting to run.
+that may have made room (a pod gone or unbound, a victim among them; an assumption dropped; a nomination
+cleared or moved; a node changed; a device claim deallocated or gone, a ResourceSlice or DeviceClass
+changed), so the solver actor knows when gangs that did not fit are worth trying again. Capacity only taken
+(a bind, ours confirmed or another scheduler's) starts no cycle by itself, nor do status writes gangsolve
+makes, node heartbeats, or a bound pod starting to run. The store also counts the priorities of the pods
+bound or assumed, so a cycle knows without reading them whether preemption could find a victim at all.
 """
 
 from __future__ import annotations
@@ -41,13 +52,14 @@ from gangsolve.errors import InputError
 from gangsolve.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.snapshot import POD_GROUP_KINDS, Snapshot
+from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, Snapshot
 from gangsolve.solver import Node
 
-KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass")
+KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", *DRA_KINDS)
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 Requests = dict[str, int]
 
+EVICTING = "1970-01-01T00:00:00Z"  # a victim's deletionTimestamp until the watch shows the real one
 BACKOFF_INITIAL = 1.0  # seconds, as kube-scheduler's podInitialBackoffSeconds
 BACKOFF_MAX = 10.0  # as its podMaxBackoffSeconds
 
@@ -141,7 +153,23 @@ def fingerprint(kind: str, obj: dict) -> object:
         )
     if kind == "PriorityClass":
         return (obj.get("value"), obj.get("globalDefault"))
+    if kind == "ResourceClaim":  # its allocation and reservations decide which devices are free
+        return (
+            meta.get("uid"),
+            meta.get("deletionTimestamp"),
+            spec,
+            status.get("allocation"),
+            status.get("reservedFor"),
+        )
+    if kind in DRA_KINDS:
+        return spec
     return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
+
+
+def _priority(pod: dict | None) -> int | None:
+    """spec.priority as admission sets it on every pod (None on one written without it)."""
+    priority = ((pod or {}).get("spec") or {}).get("priority")
+    return priority if isinstance(priority, int) else None
 
 
 def _scheduler_name(pod: dict) -> str:
@@ -174,6 +202,19 @@ class Assumption:
     uid: str
     gang: str
     requests: Requests  # what it adds to the node's used capacity until confirmed or dropped
+    priority: int | None  # the pod's spec.priority
+
+
+@dataclass(frozen=True)
+class ClaimAssumption:
+    pod: str  # the pod key whose placement allocated it
+    allocation: dict  # the claim's status.allocation as the binder writes it
+
+
+@dataclass(frozen=True)
+class Nomination:
+    node: str | None  # None: the nomination is being cleared
+    uid: str
 
 
 @dataclass
@@ -191,6 +232,8 @@ class View:
     nodes: tuple[Node, ...]  # every readable node, with the capacity pods bound or assumed there hold
     unreadable: tuple[InputError, ...]  # objects left out because they cannot be read
     freed: int  # the store's `freed` when the view was taken
+    partial: bool = False  # only the pods a cycle of one scheduler reads: not every possible victim of preemption
+    lowest_bound: float = -math.inf  # the lowest priority of a pod bound or assumed (inf: none is)
 
 
 class ClusterStore:
@@ -218,7 +261,13 @@ class ClusterStore:
         self._dirty: set[str] = set()
         self._assumed: dict[str, Assumption] = {}  # pod key -> where the solver placed it
         self._assumed_on: dict[str, set[str]] = {}  # node name -> keys of pods assumed there
+        # spec.priority (None: not set) -> how many pods bound or assumed have it: whether preemption may find
+        # a victim, without reading every bound pod
+        self._bound_priorities: dict[int | None, int] = {}
+        self._claims: dict[tuple[str, str], ClaimAssumption] = {}  # (ns, claim) -> the devices chosen for it
         self._backoff: dict[str, Backoff] = {}  # pod key -> kept out of planning until
+        self._nominated: dict[str, Nomination] = {}  # pod key -> nomination written, not observed yet
+        self._evicting: dict[str, str] = {}  # pod key -> uid of a victim being evicted, not observed leaving yet
         self._clock = clock
         self.generation = 0
         self.freed = 0
@@ -275,6 +324,8 @@ class ClusterStore:
                 self._group_marks.pop(key, None)
             elif kind == "Node":
                 self._node_changed(key[2], None)
+            elif kind in DRA_KINDS:
+                self._dra_changed(kind, key, old, None)
             return True
         table[key] = obj
         confirmed = False
@@ -283,19 +334,25 @@ class ClusterStore:
             self._mark_group(key)
         if kind == "Pod":
             confirmed = self._pod_changed(pod_key(obj), old, obj)
+        if kind == "ResourceClaim" and key[1:] in self._claims and (obj.get("status") or {}).get("allocation"):
+            self._end_claim(key[1:])  # confirmed: the watch shows it allocated
         fp = fingerprint(kind, obj)
         if prints.get(key) == fp:
             return False
         prints[key] = fp
         if kind == "Node":
             self._node_changed(key[2], obj)
+        elif kind in DRA_KINDS:
+            self._dra_changed(kind, key, old, obj)
         return not confirmed
 
     # ------------------------------------------------------------------ derived state, kept up to date
 
     def _pod_changed(self, key: str, old: dict | None, new: dict | None) -> bool:
-        """Index, requests, used capacity and assumptions after a pod event; True when the event only confirms
-        the assumption of this pod on the node it was bound to (it changes nothing a cycle would see)."""
+        """Index, requests, used capacity, assumptions and preemptions in flight after a pod event; True when
+        the event only confirms the assumption of this pod on the node it was bound to (it changes nothing a
+        cycle would see)."""
+        was_nominated = self._nomination(key, old)
         if old is not None:
             self._uids.discard(old["metadata"].get("uid", ""))
             _unindex(self._by_scheduler, _scheduler_name(old), key)
@@ -341,6 +398,10 @@ class ClusterStore:
                     self._on_node.pop(old_node, None)
             if new_node:
                 self._on_node.setdefault(new_node, set()).add(key)
+        if old_node:
+            self._count_priority(_priority(old), -1)
+        if new_node:
+            self._count_priority(_priority(new), +1)
         old_requests = self._requests.get(key)
         if new is None:
             self._requests.pop(key, None)
@@ -363,16 +424,20 @@ class ClusterStore:
         if new_node and new_requests is not None and (old_node, old_requests) != (new_node, new_requests):
             self._use(new_node, new_requests, +1)
         if new is None:
-            self._drop(key, "pod deleted")
-            self._backoff.pop(key, None)
-            return False
-        return self._observe_pod(key, new, new_requests)
+            self._pod_gone(key)
+            confirmed = False
+        else:
+            confirmed = self._observe_pod(key, new, new_requests)
+        if was_nominated not in (None, new_node, self._nomination(key, new)):
+            self.freed += 1  # the room held for it on its nominated node is for any gang now (not bound there)
+        return confirmed
 
     def _observe_pod(self, key: str, obj: dict, requests: Requests | None) -> bool:
         uid = obj["metadata"].get("uid")
         backoff = self._backoff.get(key)
         if backoff is not None and backoff.uid != uid:
             del self._backoff[key]  # a new pod under the old name starts afresh
+        self._observe_preemption(key, uid, obj)
         a = self._assumed.get(key)
         if a is None:
             return False
@@ -390,6 +455,32 @@ class ClusterStore:
             self._assume_one(key, a.uid, a.node, a.gang)
         return False
 
+    def _observe_preemption(self, key: str, uid: str | None, obj: dict) -> None:
+        """End what the watch now shows (or makes moot): a nomination the pod carries, or that no longer matters
+        (bound, replaced); a victim observed leaving, or replaced."""
+        n = self._nominated.get(key)
+        if n is not None:
+            spec, status = obj.get("spec") or {}, obj.get("status") or {}
+            if n.uid != uid or spec.get("nodeName") or (status.get("nominatedNodeName") or None) == n.node:
+                del self._nominated[key]
+        victim = self._evicting.get(key)
+        if victim is not None and (victim != uid or obj["metadata"].get("deletionTimestamp")):
+            del self._evicting[key]
+
+    def _nomination(self, key: str, pod: dict | None) -> str | None:
+        """The node a pending pod is nominated to as views show it: the solver's nomination in flight, else
+        the observed one."""
+        if pod is None or _node_name(pod):
+            return None
+        n = self._nominated.get(key)
+        return n.node if n is not None else ((pod.get("status") or {}).get("nominatedNodeName") or None)
+
+    def _pod_gone(self, key: str) -> None:
+        self._drop(key, "pod deleted")
+        self._backoff.pop(key, None)
+        self._nominated.pop(key, None)
+        self._evicting.pop(key, None)
+
     def _node_changed(self, name: str, obj: dict | None) -> None:
         self._nodes.pop(name, None)
         self._views.pop(name, None)
@@ -403,6 +494,24 @@ class ClusterStore:
         self._dirty.add(name)
         self.freed += 1  # a node added, or changed in labels, taints, readiness or size: gangs may fit now
 
+    def _dra_changed(self, kind: str, key: ObjectKey, old: dict | None, new: dict | None) -> None:
+        """A DRA object changed in what scheduling reads. Devices may have been freed or added: a claim gone or
+        deallocated, a ResourceSlice, DeviceClass or template changed (a claim only allocated frees nothing)."""
+        if kind == "ResourceClaim" and new is not None:
+            allocation = ((old or {}).get("status") or {}).get("allocation")
+            if allocation is None or allocation == (new.get("status") or {}).get("allocation"):
+                return
+        if kind == "ResourceClaim" and new is None:
+            self._end_claim(key[1:])
+        self.freed += 1
+
+    def _count_priority(self, priority: int | None, sign: int) -> None:
+        left = self._bound_priorities.get(priority, 0) + sign
+        if left:
+            self._bound_priorities[priority] = left
+        else:
+            self._bound_priorities.pop(priority, None)
+
     def _use(self, node: str, requests: Requests, sign: int) -> None:
         _add(self._used, node, requests, sign)
         self._dirty.add(node)
@@ -413,6 +522,15 @@ class ClusterStore:
         if key in self._assumed:
             self._end_assumption(key, freed=True)
             logs.debug("assumption dropped", pod=key, why=why)
+        self._drop_claims(key)
+
+    def _drop_claims(self, pod: str) -> None:
+        for claim in [c for c, a in self._claims.items() if a.pod == pod]:
+            self._end_claim(claim)
+
+    def _end_claim(self, claim: tuple[str, str]) -> None:
+        if self._claims.pop(claim, None) is not None:
+            self._versions["ResourceClaim"] += 1  # (views show the claims with their assumed allocations)
 
     def _end_assumption(self, key: str, *, freed: bool) -> None:
         a = self._assumed.pop(key)
@@ -421,6 +539,7 @@ class ClusterStore:
         if not on:
             self._assumed_on.pop(a.node, None)
         _add(self._used, a.node, a.requests, -1)
+        self._count_priority(a.priority, -1)
         self._dirty.add(a.node)
         if freed:
             self.freed += 1
@@ -432,18 +551,27 @@ class ClusterStore:
 
     # ------------------------------------------------------------------ assume (solver actor) / forget (binder)
 
-    def assume(self, gang: str, pods: Iterable[tuple[str, str, str]]) -> None:
-        """The solver placed these (pod key, uid, node): they count as bound until confirmed or forgotten."""
+    def assume(
+        self, gang: str, pods: Iterable[tuple[str, str, str]], claims: Iterable[tuple[str, str, dict]] = ()
+    ) -> None:
+        """The solver placed these (pod key, uid, node): they count as bound until confirmed or forgotten; and
+        chose these devices (pod key, claim `ns/name`, status.allocation): allocated until the watch shows it."""
         for key, uid, node in pods:
             if key in self._assumed:
                 self._end_assumption(key, freed=self._assumed[key].node != node)
             self._assume_one(key, uid, node, gang)
+        for pod, claim, allocation in claims:
+            ns, _, name = claim.partition("/")
+            self._claims[(ns, name)] = ClaimAssumption(pod, allocation)
+            self._versions["ResourceClaim"] += 1
 
     def _assume_one(self, key: str, uid: str, node: str, gang: str) -> None:
         requests = dict(self._requests.get(key) or {})
-        self._assumed[key] = Assumption(node, uid, gang, requests)
+        priority = _priority(self.pod(key))
+        self._assumed[key] = Assumption(node, uid, gang, requests, priority)
         self._assumed_on.setdefault(node, set()).add(key)
         _add(self._used, node, requests, +1)
+        self._count_priority(priority, +1)
         self._dirty.add(node)
 
     def forget(self, key: str, uid: str, *, failed: bool) -> None:
@@ -453,12 +581,43 @@ class ClusterStore:
         if a is None or a.uid != uid:
             return
         self._end_assumption(key, freed=True)
+        self._drop_claims(key)
         if failed:
             previous = self._backoff.get(key)
             attempts = previous.attempts + 1 if previous is not None and previous.uid == uid else 1
             delay = min(BACKOFF_MAX, BACKOFF_INITIAL * 2 ** (attempts - 1))
             self._backoff[key] = Backoff(uid, attempts, self._clock() + delay)
         self._bump()
+
+    # ------------------------------------------------------------------ preemption (solver actor / binder)
+
+    def nominate(self, pods: Iterable[tuple[str, str, str | None]]) -> None:
+        """The solver nominated these (pod key, uid, node; None clears the nomination)."""
+        for key, uid, node in pods:
+            was = self._nomination(key, self.pod(key))
+            self._nominated[key] = Nomination(node, uid)
+            if was is not None and was != node:
+                self.freed += 1  # the room held for it there is for any gang now
+
+    def evict(self, pods: Iterable[tuple[str, str]]) -> None:
+        """The solver chose these (pod key, uid) as victims: they count as leaving from now on."""
+        for key, uid in pods:
+            self._evicting[key] = uid
+
+    def forget_nomination(self, key: str, uid: str) -> None:
+        """The nomination was not written: the pod shows what the API server has again."""
+        n = self._nominated.get(key)
+        if n is not None and n.uid == uid:
+            del self._nominated[key]
+            if n.node is not None and n.node != self._nomination(key, self.pod(key)):
+                self.freed += 1
+            self._bump()
+
+    def forget_eviction(self, key: str, uid: str) -> None:
+        """The victim was not evicted: it counts as running again."""
+        if self._evicting.get(key) == uid:
+            del self._evicting[key]
+            self._bump()
 
     # ------------------------------------------------------------------ reading
 
@@ -542,6 +701,29 @@ class ClusterStore:
     def is_assumed(self, key: str) -> bool:
         return key in self._assumed
 
+    def claim(self, key: str) -> dict | None:
+        """A ResourceClaim as observed, by `ns/name`."""
+        ns, _, name = key.partition("/")
+        return self._objects["ResourceClaim"].get(("resource.k8s.io", ns, name))
+
+    def devices_in_use(self, but: Iterable[str] = ()) -> dict[tuple[str, str, str], str]:
+        """Every device allocated by an observed claim or chosen for an assumed one, and its claim (`ns/name`),
+        leaving out the claims `but` names."""
+        skip = set(but)
+        out: dict[tuple[str, str, str], str] = {}
+        allocations = {
+            f"{k[1]}/{k[2]}": (c.get("status") or {}).get("allocation")
+            for k, c in self._objects["ResourceClaim"].items()
+        }
+        allocations.update({f"{ns}/{name}": a.allocation for (ns, name), a in self._claims.items()})
+        for claim, allocation in allocations.items():
+            if claim in skip or not allocation:
+                continue
+            for r in (allocation.get("devices") or {}).get("results") or []:
+                if not r.get("adminAccess"):
+                    out[(r["driver"], r["pool"], r["device"])] = claim
+        return out
+
     def pod_groups(self) -> dict[ObjectKey, dict]:
         return dict(self._objects["PodGroup"])
 
@@ -551,20 +733,28 @@ class ClusterStore:
     def counts(self) -> dict[str, int]:
         """Objects per kind, assumptions and back-offs: what the scheduler holds in memory."""
         out = {kind: len(table) for kind, table in self._objects.items()}
-        out.update(assumed=len(self._assumed), backoff=len(self._backoff))
+        out.update(
+            assumed=len(self._assumed),
+            assumed_claims=len(self._claims),
+            backoff=len(self._backoff),
+            nominated=len(self._nominated),
+            evicting=len(self._evicting),
+        )
         return out
 
     def snapshot(self) -> Snapshot:
         return self.view().snapshot
 
     def view(self, scheduler_name: str | None = None) -> View:
-        """An immutable view for one cycle: assumed pods appear bound to their node, pods in back-off are left
-        out (their gangs wait for them), and so are objects that cannot be read (listed in `unreadable`).
+        """An immutable view for one cycle: assumed pods appear bound to their node (and their claims'
+        devices allocated), nominations and evictions in flight appear done, pods in back-off are left out
+        (their gangs wait for them), and so are objects that cannot be read (listed in `unreadable`).
 
         With `scheduler_name`, only the pods a cycle for that scheduler reads: its pending pods, the pods that
         may share a gang with them (`gang_hints`), and the pods of their namespaces where a PDB may group them.
         Every other pod counts only through the capacity it holds, which `nodes` carry: a cycle reads what is
-        pending, not the tens of thousands of pods a large cluster runs."""
+        pending, not the tens of thousands of pods a large cluster runs. Such a view is `partial`: its bound pods
+        are not all the possible victims of a preemption; a cycle that may preempt takes a whole one."""
         held = self.backing_off()
         bad_pods = {k for k in self._bad_pods if _node_name(self.pod(k))}  # requests matter once bound
         if scheduler_name is None:
@@ -581,7 +771,7 @@ class ClusterStore:
                 by_key.update(self._by_namespace.get(ns, {}))
         for key in held.keys() | bad_pods:
             by_key.pop(key, None)
-        for key in self._assumed.keys() & by_key.keys():
+        for key in (self._assumed.keys() | self._nominated.keys() | self._evicting.keys()) & by_key.keys():
             by_key[key] = self._as_assumed(by_key[key])
         pods = list(by_key.values())
         node_objs = self._objects["Node"]
@@ -600,9 +790,24 @@ class ClusterStore:
                 "PodGroup", lambda: {k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS}
             ),
             priority_classes=self._shared("PriorityClass", self.priority_classes),
+            resource_slices=self._shared("ResourceSlice", lambda: list(self._objects["ResourceSlice"].values())),
+            device_classes=self._shared(
+                "DeviceClass", lambda: {k[2]: v for k, v in self._objects["DeviceClass"].items()}
+            ),
+            resource_claims=self._shared(
+                "ResourceClaim",
+                lambda: {(k[1], k[2]): self._as_allocated(k, v) for k, v in self._objects["ResourceClaim"].items()},
+            ),
+            claim_templates=self._shared(
+                "ResourceClaimTemplate",
+                lambda: {(k[1], k[2]): v for k, v in self._objects["ResourceClaimTemplate"].items()},
+            ),
         )
         nodes = self._shared("nodes", lambda: tuple(self._views[k[2]] for k in node_objs if k[2] in self._views))
-        return View(snapshot, nodes, tuple(unreadable), self.freed)
+        lowest = min(
+            (-math.inf if p is None else p for p in self._bound_priorities), default=math.inf
+        )  # (a pod without spec.priority may be of any)
+        return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest)
 
     def _shared(self, kind: str, build: Callable[[], Any]) -> Any:
         """What `build` makes of the objects of `kind`, made again only when one of them changed: views share
@@ -613,8 +818,20 @@ class ClusterStore:
             cached = self._cached[kind] = (version, build())
         return cached[1]
 
+    def _as_allocated(self, key: ObjectKey, claim: dict) -> dict:
+        a = self._claims.get(key[1:])
+        if a is None or (claim.get("status") or {}).get("allocation") is not None:
+            return claim
+        return {**claim, "status": {**(claim.get("status") or {}), "allocation": a.allocation}}
+
     def _as_assumed(self, pod: dict) -> dict:
-        a = self._assumed.get(pod_key(pod))
-        if a is None or (pod.get("spec") or {}).get("nodeName"):
-            return pod
-        return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": a.node}}
+        key = pod_key(pod)
+        a = self._assumed.get(key)
+        if a is not None and not (pod.get("spec") or {}).get("nodeName"):
+            pod = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": a.node}}
+        n = self._nominated.get(key)
+        if n is not None:
+            pod = {**pod, "status": {**(pod.get("status") or {}), "nominatedNodeName": n.node}}
+        if key in self._evicting:
+            pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": EVICTING}}
+        return pod

@@ -1,0 +1,268 @@
+"""Live preemption: the preemption scenarios on the real control plane, once per scheduler, with bench/live.py's
+machinery (fresh control plane, kwok nodes, the bind watch, `gangsolve run`).
+
+Schedulers, each configured as its users would:
+
+- `kube-scheduler`: the pinned release, default configuration: DefaultPreemption, pod by pod.
+- `kube-scheduler-wap`: the same with workload-aware preemption (KEP-5710; on v1.37.2 part of the beta
+  `GenericWorkload` gate, off by default): the gate on the apiserver, scheduler and controller-manager,
+  `--runtime-config=scheduling.k8s.io/v1beta1=true`; every gang (running or pending) a `scheduling.k8s.io/v1beta1`
+  PodGroup with `schedulingPolicy.gang.minCount` = its minimum, its PriorityClass (`priorityClassName`: a PodGroup's
+  priority is what workload-aware preemption compares) and `disruptionMode: {all: {}}` (a gang runs only whole,
+  so its users let it be disrupted only whole); each pod points at its PodGroup through `spec.schedulingGroup`.
+- `gangsolve`: `gangsolve run`, preemption on (its default).
+
+A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
+(bound through `spec.nodeName`, Running under kwok); then the pending gangs, t = 0 at the first create. It ends when
+every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds. Victims are
+the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is immediate); each is attributed
+to the gang it made room for from its `Preempted` event (kube-scheduler names the preemptor pod's or PodGroup's
+uid, gangsolve the gang; waited for up to `quiet` seconds more), and everything is measured by
+bench/preemption.py's `measure` on the scenario's own cluster, exactly as in the static mode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gangsolve.bench import objects as k8s
+from gangsolve.bench import preemption as pre
+from gangsolve.bench.devcluster import ControlPlane
+from gangsolve.bench.live import (
+    GANGSOLVE_EXTRA_RBAC,
+    NATIVE_GANG_API,
+    PENDING_LABEL,
+    BindWatch,
+    GangsolveRun,
+    collection,
+    create_all,
+    list_pods,
+    pending_pods,
+    pod_group_crd,
+    prepare,
+    run_async,
+    served,
+)
+from gangsolve.gangs import POD_GROUP_LABEL
+
+LIVE_PREEMPTION_SCENARIOS = {
+    f"live/preempt-{name.removeprefix('preempt/')}": pre.SCENARIOS[name]
+    for name in (
+        "preempt/tfjob",
+        "preempt/perf-100nodes-1x100-vs-1000pods",
+        "preempt/perf-100nodes-1x100-vs-5gangs",
+        "preempt/perf-100nodes-10x10-vs-50gangs",
+        "preempt/gpu-100nodes",
+    )
+}
+LIVE_PREEMPTION_GRID = list(LIVE_PREEMPTION_SCENARIOS)
+WAP_GATE = "--feature-gates=GenericWorkload=true"  # workload-aware preemption (no topology-aware scheduling)
+WAP_FLAGS: dict[str, Any] = {
+    "extra_apiserver_args": [WAP_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
+    "extra_scheduler_args": [WAP_GATE],
+    "extra_controller_manager_args": [WAP_GATE],
+}
+
+
+def native(objs: list[dict]) -> list[dict]:
+    """The scenario as a workload-aware preemption user writes it: native PodGroups instead of
+    scheduler-plugins' ones, and pods pointing at them."""
+    classes = {}
+    for o in objs:
+        group = (o["metadata"].get("labels") or {}).get(POD_GROUP_LABEL) if o["kind"] == "Pod" else None
+        if group and o["spec"].get("priorityClassName"):
+            classes[group] = o["spec"]["priorityClassName"]
+    out = []
+    for o in objs:
+        if o["kind"] == "PodGroup":
+            name = o["metadata"]["name"]
+            spec: dict[str, Any] = {
+                "schedulingPolicy": {"gang": {"minCount": o["spec"]["minMember"]}},
+                "disruptionMode": {"all": {}},
+            }
+            if name in classes:
+                spec["priorityClassName"] = classes[name]
+            out.append(
+                {"apiVersion": NATIVE_GANG_API, "kind": "PodGroup", "metadata": dict(o["metadata"]), "spec": spec}
+            )
+            continue
+        if o["kind"] == "Pod":
+            group = (o["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
+            if group:
+                o = {**o, "spec": {**o["spec"], "schedulingGroup": {"podGroupName": group}}}
+        out.append(o)
+    return out
+
+
+def create_classes(cp: ControlPlane, objs: list[dict]) -> None:
+    """The scenario's PriorityClasses exactly as they are (bench/live.py's `create` makes them Never)."""
+    for o in objs:
+        if o["kind"] == "PriorityClass":
+            cp.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", o)
+
+
+def create_groups(cp: ControlPlane, groups: list[dict], scheduler: str) -> None:
+    """The running and pending gangs' PodGroups (scheduler-plugins' CRD first, where `prepare` did not make it)."""
+    if scheduler != "gangsolve" and any(o["apiVersion"].startswith("scheduling.x-k8s.io/") for o in groups):
+        cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
+        path = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+        cp.wait_for(lambda: served(cp, path), timeout=60, what="the PodGroup API")
+    if groups:
+        run_async(cp.kubeconfig, lambda kube: create_all(kube, groups))
+
+
+def run_live(
+    scenario: pre.PreemptionScenario,
+    scheduler: str,
+    *,
+    log_dir: Path,
+    quiet: float = 10.0,
+    timeout: float = 300.0,
+    time_limit: float | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict:
+    objs = scenario.build()
+    cluster = k8s.to_cluster(objs)
+    name_of = {r.name.split("/", 1)[1]: r for r in cluster.running}
+    scheduler_name = k8s.SCHEDULER if scheduler == "gangsolve" else "default-scheduler"
+    shaped = native(objs) if scheduler == "kube-scheduler-wap" else objs
+    pending = pending_pods(shaped, scheduler_name)
+    rest = [
+        o for o in shaped if o["kind"] != "PriorityClass" and not (o["kind"] == "Pod" and not o["spec"].get("nodeName"))
+    ]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    flags = WAP_FLAGS if scheduler == "kube-scheduler-wap" else {}
+    gs: GangsolveRun | None = None
+    with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
+        try:
+            create_classes(cp, objs)
+            prepare(cp, [o for o in rest if o["kind"] != "PodGroup"], scheduler, log)
+            create_groups(cp, [o for o in rest if o["kind"] == "PodGroup"], scheduler)
+            if scheduler == "gangsolve":
+                for obj in GANGSOLVE_EXTRA_RBAC:
+                    cp.request("POST", collection(obj), obj)
+                gs = GangsolveRun(
+                    cp, time_limit or scenario.time_limit, log_dir / f"{_file(scenario.name)}-gangsolve.log", {}
+                )
+                gs.start()
+            watch = BindWatch(cp, list_pods(cp, "?limit=1")["metadata"]["resourceVersion"])
+            watch.start()
+            t0 = time.monotonic()
+            run_async(cp.kubeconfig, lambda kube: create_all(kube, pending))
+            watch.last_change = max(watch.last_change, time.monotonic())
+            pods, evicting_since = _pod_count(cp), time.monotonic()
+            while True:
+                time.sleep(0.5)
+                cp.check_alive()
+                if gs is not None and gs.proc is not None and gs.proc.poll() is not None:
+                    raise RuntimeError(f"gangsolve run exited with {gs.proc.returncode}:\n{gs.log_tail()}")
+                now = time.monotonic()
+                count = _pod_count(cp)
+                if count != pods:  # evictions are progress too: a scheduler may take a while to make them
+                    pods, evicting_since = count, now
+                with watch.lock:
+                    settled = len(watch.bound) == len(pending) and len(watch.running) == len(pending)
+                    idle = now - max(watch.last_change, evicting_since)
+                if settled or idle >= quiet or now - t0 >= timeout:
+                    break
+            watch.stop.set()
+            final = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
+            left = {p["metadata"]["name"] for p in list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"]}
+            uids = {p["metadata"]["uid"]: p for p in final}
+            group_uids = {}
+            if scheduler == "kube-scheduler-wap":
+                for pg in cp.request("GET", f"/apis/{NATIVE_GANG_API}/namespaces/{k8s.NAMESPACE}/podgroups")["items"]:
+                    group_uids[pg["metadata"]["uid"]] = f"{k8s.NAMESPACE}/{pg['metadata']['name']}"
+            events = _preempted_events(cp, set(name_of) - left, quiet)
+        finally:
+            if gs is not None:
+                gs.stop()
+    pod_gang = {p.name: g.name for g in cluster.gangs for p in g.pods}
+
+    def gang_of(ref: str) -> str:
+        """The gang a Preempted event names: a gang (gangsolve), a pod's or a PodGroup's uid (kube-scheduler)."""
+        if ref in uids:
+            return pod_gang.get(f"{k8s.NAMESPACE}/{uids[ref]['metadata']['name']}", ref)
+        return group_uids.get(ref, ref)
+
+    blamed: dict[str, str] = {}
+    for e in events:
+        words = (e.get("note") or "").split()
+        if e.get("reason") == "Preempted" and len(words) >= 4:
+            blamed[e["regarding"]["name"]] = gang_of(words[3])
+    sim = pre.Sim(cluster)
+    for name, r in name_of.items():
+        if name not in left:
+            sim.evicted.append((r, blamed.get(name, "")))
+    bound_at: dict[str, float] = {}
+    for p in final:
+        if p["spec"].get("nodeName"):
+            full = f"{k8s.NAMESPACE}/{p['metadata']['name']}"
+            bound_at[full] = watch.bound.get(p["metadata"]["name"], (float("nan"), ""))[0] - t0
+    seconds = 0.0
+    for g in cluster.gangs:
+        got = [bound_at[p.name] for p in g.pods if p.name in bound_at]
+        if len(got) >= g.need:
+            sim.placed_round[g.name] = 1
+            seconds = max(seconds, sorted(got)[g.need - 1])
+    result = {"scheduler": scheduler, **pre.measure(cluster, sim, [])}
+    result.update(
+        rounds=None,
+        rounds_to_placement=None,
+        seconds_to_placement=seconds if sim.placed_round else None,
+        unattributed_evictions=sum(1 for _v, why in sim.evicted if not why),
+        pods_bound=len(bound_at),
+        pending_pods=len(pending),
+        time_limit=(time_limit or scenario.time_limit) if scheduler == "gangsolve" else None,
+    )
+    result.pop("cycle_seconds", None)
+    return result
+
+
+def _preempted_events(cp: ControlPlane, victims: set[str], wait: float) -> list[dict]:
+    """The namespace's events, once every victim has its Preempted event or `wait` seconds have passed: a
+    scheduler writes them after the evictions, and a thousand of them take a while."""
+    deadline = time.monotonic() + wait
+    while True:
+        events = cp.request("GET", f"/apis/events.k8s.io/v1/namespaces/{k8s.NAMESPACE}/events")["items"]
+        named = {e["regarding"]["name"] for e in events if e.get("reason") == "Preempted"}
+        if victims <= named or time.monotonic() >= deadline:
+            return events
+        time.sleep(0.5)
+
+
+def _pod_count(cp: ControlPlane) -> int:
+    """Pods in the scenario's namespace: one page, the server counts the rest (it does not count for a list
+    with a label selector, so this is all of them; pending pods are only created, so a change is an eviction)."""
+    page = list_pods(cp, "?limit=1")
+    return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
+
+
+def _file(name: str) -> str:
+    return name.replace("/", "__")
+
+
+def run_scenarios(
+    names: list[str],
+    schedulers: list[str],
+    log_dir: Path,
+    time_limit: float | None = None,
+    quiet: float = 10.0,
+    log: Callable[[str], None] = lambda _m: None,
+    on_run: Callable[[str, str], None] = lambda _s, _r: None,
+) -> list[dict]:
+    results = []
+    for name in names:
+        scenario = LIVE_PREEMPTION_SCENARIOS[name]
+        runs = []
+        for scheduler in schedulers:
+            on_run(name, scheduler)
+            try:
+                runs.append(run_live(scenario, scheduler, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log))
+            except Exception as exc:  # a failed run is a result to report, not the end of the benchmark
+                runs.append({"scheduler": scheduler, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+        results.append({"name": name, "description": scenario.description, "nodes": scenario.nodes, "runs": runs})
+    return results

@@ -1,0 +1,207 @@
+"""Devices of Dynamic Resource Allocation, after the solve: which devices each placed pod's claims get.
+
+The edge turns devices into capacity the solver already understands (per node, how many free devices each
+request's selectors match, and how many groups of one attribute value can hold a matchAttribute claim), so the
+solver places gangs only where their devices exist. The concrete devices are chosen here, once the pods have
+nodes: node by node in name order, pods in queue order, each claim's requests from the most constrained, each
+taking the devices the fewest other pending requests of the node could use (then by name); a matchAttribute
+claim tries the attribute's groups smallest first. Deterministic, so a replayed cycle allocates the same
+devices.
+
+Where capacity alone cannot express a rule exactly (requests whose selectors overlap in part, `All`, a
+matchAttribute group shared with other requests, devices reachable from several nodes), the solve may place a
+pod whose claim cannot be met: such a pod is taken off (its whole gang when the gang then falls below its
+minimum), with the reason, and the gangs left are allocated again. No device is ever allocated twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from gangsolve.solver.model import Cluster, GangResult, Placement
+
+DeviceId = tuple[str, str, str]  # driver, pool, device name
+ALL = 0  # Request.count for allocationMode All: every matching device of the node
+
+
+@dataclass(frozen=True)
+class Device:
+    id: DeviceId
+    nodes: frozenset[str] | None = None  # nodes it is reachable from; None: every node
+    attributes: Mapping[str, object] = field(default_factory=dict)  # qualified name -> value (matchAttribute)
+
+    def reachable(self, node: str) -> bool:
+        return self.nodes is None or node in self.nodes
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    candidates: frozenset[DeviceId]  # devices its class's and its own selectors select, tolerated taints
+    count: int = 1  # devices to allocate; ALL for allocationMode All
+
+
+@dataclass(frozen=True)
+class MatchAttribute:
+    attribute: str  # qualified attribute name every device of these requests shares one value of
+    requests: tuple[str, ...] = ()  # request names; empty: every request of the claim
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str  # namespace/name
+    pod: str  # the pending pod whose placement allocates it
+    requests: tuple[Request, ...]
+    constraints: tuple[MatchAttribute, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    devices: Mapping[DeviceId, Device] = field(default_factory=dict)
+    allocated: frozenset[DeviceId] = frozenset()  # held by claims allocated already, by anyone
+    claims: tuple[Claim, ...] = ()  # claims of pending pods, to allocate with their pods
+
+
+# claim -> ((request, device), ...)
+Allocations = Mapping[str, tuple[tuple[str, DeviceId], ...]]
+
+
+def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tuple[Placement, Allocations]:
+    """The placement less the pods whose claims could not be met (their gang too when it falls below its
+    minimum), and the devices of every claim of the pods left."""
+    if not state.claims:
+        return placement, {}
+    bindings = dict(placement.bindings)
+    gang_of = {p.name: g for g in cluster.gangs for p in g.pods}
+    dropped: dict[str, str] = {}  # gang -> why
+    while True:
+        allocations, failed = assign(state, bindings)
+        if not failed:
+            break
+        for pod, why in sorted(failed.items()):
+            gang = gang_of[pod]
+            bindings.pop(pod, None)
+            left = [p.name for p in gang.pods if p.name in bindings]
+            if left and len(left) < gang.need:
+                for name in left:
+                    del bindings[name]
+            if not any(p.name in bindings for p in gang.pods):
+                dropped.setdefault(gang.name, f"devices: {why}")
+    if not dropped:
+        return placement, allocations
+    gangs = []
+    for g, result in zip(cluster.gangs, placement.gangs, strict=True):
+        count = sum(1 for p in g.pods if p.name in bindings)
+        if count != result.placed_pods:
+            reason = dropped.get(g.name, result.reason)
+            ok = result.placed if g.need == 0 else count >= g.need
+            result = GangResult(g.name, ok, result.min_member, result.pods, count, result.priority, reason)
+        gangs.append(result)
+    lost = sum(1 for before, after in zip(placement.gangs, gangs, strict=True) if before.placed and not after.placed)
+    return replace(
+        placement,
+        bindings=bindings,
+        gangs=tuple(gangs),
+        objective=placement.objective - lost,
+        status="FEASIBLE" if lost and placement.status == "OPTIMAL" else placement.status,
+    ), allocations
+
+
+def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[Allocations, dict[str, str]]:
+    """Devices for every claim of a bound pod: (allocations, pod -> why its claim could not be met)."""
+    by_node: dict[str, list[Claim]] = defaultdict(list)
+    for claim in state.claims:
+        if claim.pod in bindings:
+            by_node[bindings[claim.pod]].append(claim)
+    used = set(state.allocated)
+    allocations: dict[str, tuple[tuple[str, DeviceId], ...]] = {}
+    failed: dict[str, str] = {}
+    everywhere = [d for d, dev in state.devices.items() if dev.nodes is None]
+    local: dict[str, list[DeviceId]] = defaultdict(list)
+    for d, dev in state.devices.items():
+        for name in sorted(dev.nodes or ()):
+            if name in by_node:
+                local[name].append(d)
+    for node in sorted(by_node):
+        claims = by_node[node]
+        free = {d for d in local[node] + everywhere if d not in used}
+        demand: dict[DeviceId, int] = defaultdict(int)  # how many pending requests of the node could use it
+        for claim in claims:
+            for request in claim.requests:
+                for d in request.candidates & free:
+                    demand[d] += 1
+        for claim in claims:
+            got = _claim(claim, node, free, state, demand)
+            if got is None:
+                failed[claim.pod] = f"claim {claim.name} cannot be met on {node}"
+                continue
+            allocations[claim.name] = got
+            for _request, d in got:
+                free.discard(d)
+                used.add(d)
+    return allocations, failed
+
+
+def _claim(
+    claim: Claim, node: str, free: set[DeviceId], state: DeviceState, demand: Mapping[DeviceId, int]
+) -> tuple[tuple[str, DeviceId], ...] | None:
+    """One claim's devices, or None. Constraints are tried group by group (smallest group first)."""
+    names = [r.name for r in claim.requests]
+
+    def search(k: int, allowed: dict[str, set[DeviceId]]) -> tuple[tuple[str, DeviceId], ...] | None:
+        if k == len(claim.constraints):
+            return _requests(claim, node, allowed, state, demand)
+        constraint = claim.constraints[k]
+        bound = constraint.requests or tuple(names)
+        values: dict[object, int] = defaultdict(int)
+        for name in bound:
+            for d in allowed[name]:
+                if constraint.attribute in state.devices[d].attributes:
+                    values[_key(state.devices[d].attributes[constraint.attribute])] += 1
+        for value in sorted(values, key=lambda v: (values[v], repr(v))):
+            narrowed = dict(allowed)
+            for name in bound:
+                narrowed[name] = {
+                    d
+                    for d in allowed[name]
+                    if constraint.attribute in state.devices[d].attributes
+                    and _key(state.devices[d].attributes[constraint.attribute]) == value
+                }
+            got = search(k + 1, narrowed)
+            if got is not None:
+                return got
+        return None
+
+    return search(0, {r.name: set(r.candidates & free) for r in claim.requests})
+
+
+def _key(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _requests(
+    claim: Claim, node: str, allowed: Mapping[str, set[DeviceId]], state: DeviceState, demand: Mapping[DeviceId, int]
+) -> tuple[tuple[str, DeviceId], ...] | None:
+    taken: set[DeviceId] = set()
+    out: list[tuple[str, DeviceId]] = []
+    for request in sorted(claim.requests, key=lambda r: (r.count == ALL, len(allowed[r.name]), r.name)):
+        if request.count == ALL:
+            # Every matching device of the node, none of them allocated already.
+            every = {d for d in request.candidates if state.devices[d].reachable(node)}
+            if not every or not every <= allowed[request.name] or every & taken:
+                return None
+            chosen = sorted(every)
+        else:
+            pool = sorted(allowed[request.name] - taken, key=lambda d: (demand.get(d, 0), d))
+            if len(pool) < request.count:
+                return None
+            chosen = pool[: request.count]
+        taken.update(chosen)
+        out += [(request.name, d) for d in chosen]
+    return tuple(sorted(out, key=lambda rd: (names_order(claim, rd[0]), rd[1])))
+
+
+def names_order(claim: Claim, name: str) -> int:
+    return next(i for i, r in enumerate(claim.requests) if r.name == name)

@@ -1,0 +1,632 @@
+"""Preemption: a pending gang that cannot be placed evicts lower-priority pods; whole gangs in, whole gangs out.
+
+`cycle(cluster, config, place)` runs around the placement (`place`, solve.py's pipeline):
+
+1. **Nominations.** A gang an earlier cycle preempted for (its pods' `status.nominatedNodeName`) binds on its
+   nominated nodes as soon as it fits there. Until then that capacity is held for it: the placement sees it as
+   used, so no other gang takes what the victims free. The gang may still be placed elsewhere, which ends the
+   nomination. A nomination that would not fit even once every leaving pod on its nodes is gone (the node
+   changed, another scheduler took the room) has gone stale: it is dropped and the gang may preempt again.
+2. **Placement**, on the cluster with those holds.
+3. **Preemption.** Each gang the placement left pending that may preempt (no pod with preemptionPolicy Never)
+   and holds no nomination, highest priority first, chooses victims exactly (CP-SAT) among running pods of
+   strictly lower priority: never protected pods (system-cluster-critical, system-node-critical), pods already
+   leaving, or gangs this cycle placed; on the capacity left after step 2, never what this cycle placed or
+   holds. Lexicographically:
+
+   1. the lowest highest victim priority (one model per priority level, lowest first);
+   2. no running gang left broken: evicting members below a gang's minimum evicts the whole gang (a hard rule:
+      what remains could not make progress anyway);
+   3. the fewest victim gangs (a pod alone is a gang of one);
+   4. the fewest PDB violations: victims beyond the disruptions a PodDisruptionBudget (not a gang definition)
+      allows, as kube-scheduler counts them;
+   5. the fewest GPUs evicted, then the fewest pods;
+   6. the most recently started victims (the least work lost).
+
+   The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
+   the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
+   with no victim at all (the placement's search missed it) binds at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from gangsolve.solver.cpsat import Stage, cpsat_solver
+from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, GangResult, Node, Placement, SolveConfig
+from gangsolve.solver.problem import Problem, exclusion
+from gangsolve.solver.validate import validate
+
+Place = Callable[[Cluster, SolveConfig], Placement]
+
+# When a cycle may preempt, the placement gets this share of the time limit and preemption runs until the end
+# share: victims are chosen after the placement, from what it left.
+_PLACE_SHARE = 0.7
+_END_SHARE = 0.95
+_WORK_PER_SECOND = 2.0  # CP-SAT's deterministic time granted per wall second left (it stops much earlier)
+_MIN_SECONDS = 0.01
+
+
+def cycle(cluster: Cluster, config: SolveConfig, place: Place) -> Placement:
+    """One scheduling cycle with nominations and preemption around `place`."""
+    started = time.perf_counter()
+    preempting = config.preemption and _may_preempt(cluster)
+    if not cluster.nominated and not preempting:
+        return place(cluster, config)
+    held = holds(cluster)
+    share = _PLACE_SHARE if preempting else 1.0
+    inner = place(_with_holds(cluster, held), replace(config, time_limit=config.time_limit * share))
+    placement = _merged(cluster, held, inner)
+    if not preempting:
+        return replace(placement, solve_seconds=time.perf_counter() - started)
+    deadline = started + config.time_limit * _END_SHARE
+    placement = Preemption(cluster, placement, config.workers).run(deadline)
+    return replace(placement, solve_seconds=time.perf_counter() - started)
+
+
+def _may_preempt(cluster: Cluster) -> bool:
+    """Whether any pending gang may preempt and any running pod is of lower priority (a cheap test)."""
+    top = max((g.priority for g in cluster.gangs if g.pods and g.need > 0 and g.preempts), default=None)
+    return top is not None and any(r.priority < top and not r.protected and not r.leaving for r in cluster.running)
+
+
+# --- 1. nominations -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holds:
+    """What the nominations of a cycle became: pods to bind now, pods whose capacity stays held, stale gangs."""
+
+    bind: dict[str, str] = field(default_factory=dict)  # pod -> node
+    wait: dict[str, str] = field(default_factory=dict)  # pod -> node
+    stale: tuple[str, ...] = ()  # gangs whose nomination was dropped
+
+
+def _gangs_with(cluster: Cluster, pods: Mapping[str, str]) -> set[str]:
+    """The gangs with a pod among `pods`."""
+    return {g.name for g in cluster.gangs if any(p.name in pods for p in g.pods)}
+
+
+def _add(into: dict[str, int], requests: Mapping[str, int], sign: int = 1) -> None:
+    for r, q in requests.items():
+        into[r] = into.get(r, 0) + sign * q
+
+
+def holds(cluster: Cluster) -> Holds:
+    """Sort the nominated gangs, highest priority first: fits on its nominated nodes now (bind), fits there
+    once the leaving pods are gone (wait, capacity held), or neither (stale)."""
+    nodes = {n.name: n for n in cluster.nodes}
+    free: dict[str, dict[str, int]] = {}
+    leaving: dict[str, dict[str, int]] = defaultdict(dict)
+    for r in cluster.running:
+        if r.leaving:
+            _add(leaving[r.node], r.requests)
+    out = Holds()
+    stale: list[str] = []
+    for gang in sorted(cluster.gangs, key=lambda g: (-g.priority, -int(g.starving), g.order, g.name)):
+        chosen = [(p, cluster.nominated[p.name]) for p in gang.pods if p.name in cluster.nominated]
+        if not chosen:
+            continue
+        adding: dict[str, dict[str, int]] = defaultdict(dict)
+        for pod, node in chosen:
+            if node in nodes:
+                _add(adding[node], {**pod.requests, "pods": 1})
+        usable = (
+            len(chosen) >= max(gang.need, 1)
+            and all(node in nodes and exclusion(pod, nodes[node]) is None for pod, node in chosen)
+            and _one_domain(gang, [n for _p, n in chosen], nodes)
+        )
+        for node in adding:
+            free.setdefault(node, {r: nodes[node].free(r) for r in nodes[node].allocatable})
+        now = usable and all(_fits(adding[n], free[n], {}) for n in adding)
+        later = usable and all(_fits(adding[n], free[n], leaving[n]) for n in adding)
+        if not later:
+            stale.append(gang.name)
+            continue
+        for node, need in adding.items():
+            _add(free[node], need, -1)
+        (out.bind if now else out.wait).update({p.name: n for p, n in chosen})
+    return replace(out, stale=tuple(stale))
+
+
+def _fits(need: Mapping[str, int], free: Mapping[str, int], more: Mapping[str, int]) -> bool:
+    return all(q <= free.get(r, 0) + more.get(r, 0) for r, q in need.items() if q > 0)
+
+
+def _one_domain(gang: Gang, chosen: list[str], nodes: Mapping[str, Node]) -> bool:
+    if not gang.colocate:
+        return True
+    values = {nodes[n].labels.get(gang.colocate) if n in nodes else None for n in [*chosen, *gang.bound_nodes]}
+    return len(values) == 1 and None not in values
+
+
+def _with_holds(cluster: Cluster, held: Holds) -> Cluster:
+    """The cluster the placement sees: held and bound-now pods use their nodes; bound-now gangs are done."""
+    pods = {p.name: p for g in cluster.gangs for p in g.pods}
+    extra: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, node in [*held.bind.items(), *held.wait.items()]:
+        _add(extra[node], {**pods[name].requests, "pods": 1})
+    nodes = tuple(
+        replace(n, used={**n.used, **{r: n.used.get(r, 0) + q for r, q in extra[n.name].items()}})
+        if n.name in extra
+        else n
+        for n in cluster.nodes
+    )
+    done = _gangs_with(cluster, held.bind)
+    return replace(cluster, nodes=nodes, gangs=tuple(g for g in cluster.gangs if g.name not in done), nominated={})
+
+
+def _merged(cluster: Cluster, held: Holds, inner: Placement) -> Placement:
+    """The placement of the cluster with holds, as a placement of the whole cluster: bound-now gangs placed,
+    waiting gangs not placed elsewhere keep their nominations."""
+    done = _gangs_with(cluster, held.bind)
+    waiting = _gangs_with(cluster, held.wait)
+    results = iter(inner.gangs)
+    gangs, nominations, levels = [], {}, [dict(level) for level in inner.levels]
+    for gang in cluster.gangs:
+        if gang.name in done:
+            placed = sum(1 for p in gang.pods if p.name in held.bind)
+            gangs.append(
+                GangResult(
+                    gang.name, True, gang.min_member, len(gang.pods) + len(gang.bound_nodes), placed, gang.priority
+                )
+            )
+            _count_level(levels, gang)
+            continue
+        result = next(results)
+        if gang.name in waiting and not result.placed_pods:
+            mine = {p.name: held.wait[p.name] for p in gang.pods if p.name in held.wait}
+            nominations.update(mine)
+            why = f"nominated to {_nodes(mine.values())}: binds once the pods preempted for it are gone"
+            result = replace(result, reason=why)
+        gangs.append(result)
+    return replace(
+        inner,
+        bindings={**inner.bindings, **held.bind},
+        gangs=tuple(gangs),
+        objective=inner.objective + len(done),
+        best_bound=inner.best_bound + len(done),
+        levels=tuple(levels),
+        nominations=nominations,
+    )
+
+
+def _count_level(levels: list[dict[str, int]], gang: Gang) -> None:
+    """A gang placed outside the placement's model: one more placed, bounded and modelled at its level."""
+    for level in levels:
+        if level["priority"] == gang.priority and bool(level["starving"]) == gang.starving:
+            level.update(placed=level["placed"] + 1, bound=level["bound"] + 1, gangs=level["gangs"] + 1)
+            return
+    levels.append({"priority": gang.priority, "starving": gang.starving, "placed": 1, "bound": 1, "gangs": 1})
+    levels.sort(key=lambda level: (-level["priority"], -int(level["starving"])))
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _nodes(names: Iterable[str]) -> str:
+    unique = sorted(set(names))
+    return ", ".join(unique[:3]) + (f" and {len(unique) - 3} more" if len(unique) > 3 else "")
+
+
+# --- 3. choosing victims --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One preemptor's victims and where its pods go once they are gone."""
+
+    victims: tuple[int, ...]  # indices into Preemption.pool
+    nominations: dict[str, str]  # pod -> node
+    level: int  # the highest victim priority (the preemptor's own priority when there is no victim)
+    key: tuple[int, ...]  # (victim gangs, PDB violations, GPUs, pods, recency rank sum): the objective reached
+    proven: bool  # every stage of the lexicographic objective proven optimal
+
+
+class Preemption:
+    """The preemption stage of one cycle: state shared by its preemptors, chosen one after another."""
+
+    def __init__(self, cluster: Cluster, placement: Placement, workers: int = 1) -> None:
+        self.placement = placement
+        self.workers = workers
+        results = {r.name: r for r in placement.gangs}
+        waiting = _gangs_with(cluster, placement.nominations)
+        placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
+        self.preemptors = sorted(
+            (
+                g
+                for g in cluster.gangs
+                if g.pods and g.need > 0 and g.preempts and not results[g.name].placed and g.name not in waiting
+            ),
+            key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
+        )
+        self.problem = Problem(Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus))
+        p = self.problem
+        pods = {pod.name: pod for g in cluster.gangs for pod in g.pods}
+        self.free = p.free.copy()  # once this stage's victims are gone
+        for name, node in [*placement.bindings.items(), *placement.nominations.items()]:
+            self.free[p.node_index[node]] -= self._vector({**pods[name].requests, "pods": 1})
+        self.now = self.free.copy()  # as it is
+
+        # The running pods that could ever be victims, and the gangs (units) they belong to.
+        units: dict[tuple[str, str], list[int]] = defaultdict(list)
+        pool = [r for r in cluster.running if not r.leaving and r.node in p.node_index]
+        self.pool = pool
+        for i, r in enumerate(pool):
+            units[(r.gang, "") if r.gang else ("", r.name)].append(i)
+        self.unit_of = np.zeros(len(pool), dtype=np.int64)
+        self.units = list(units.values())
+        self.unit_min = [max(1, pool[members[0]].min_member) for members in self.units]
+        for u, members in enumerate(self.units):
+            self.unit_of[members] = u
+        self.evictable = np.array([not r.protected and r.gang not in placed_now for r in pool], dtype=bool)
+        self.alive = np.ones(len(pool), dtype=bool)
+        self.priority = np.array([r.priority for r in pool], dtype=np.int64)
+        self.node = np.array([p.node_index[r.node] for r in pool], dtype=np.int64)
+        self.vec = (
+            np.stack([self._vector(r.requests) for r in pool])
+            if pool
+            else np.zeros((0, len(p.resources)), dtype=np.int64)
+        )
+        self.gpus = np.array([int(r.requests.get(GPU, 0)) for r in pool], dtype=np.int64)
+        recency = sorted(range(len(pool)), key=lambda i: (-pool[i].started, pool[i].name))
+        self.rank = np.zeros(len(pool), dtype=np.int64)
+        self.rank[recency] = np.arange(len(pool))
+        self.budgets = cluster.budgets
+
+    def _vector(self, requests: Mapping[str, int]) -> np.ndarray:
+        v = np.zeros(len(self.problem.resources), dtype=np.int64)
+        for r, q in requests.items():
+            i = self.problem.res_index.get(r)
+            if i is not None:
+                v[i] = q
+        v[self.problem.res_index["pods"]] = max(1, int(requests.get("pods", 1)))
+        return v
+
+    # ------------------------------------------------------------------ the stage
+
+    def run(self, deadline: float) -> Placement:
+        started = time.perf_counter()
+        placement = self.placement
+        bindings, nominations = dict(placement.bindings), dict(placement.nominations)
+        evictions: list[Eviction] = list(placement.evictions)
+        results = {r.name: r for r in placement.gangs}
+        placed, chosen, proven, tried = 0, 0, True, 0
+        for g, gang in enumerate(self.preemptors):
+            left = len(self.preemptors) - g
+            now = time.perf_counter()
+            if now >= deadline:
+                break
+            tried += 1
+            choice = self.choose(g, now + (deadline - now) / left)
+            if choice is None:
+                continue
+            proven &= choice.proven
+            now_fits = not choice.victims and self._fits_now(g, choice)
+            self._apply(g, choice)
+            if now_fits:  # fits as things are (not just in room earlier victims free): bind now
+                bindings.update(choice.nominations)
+                results[gang.name] = replace(results[gang.name], placed=True, placed_pods=gang.need, reason="")
+                placed += 1
+                continue
+            chosen += 1
+            nominations.update(choice.nominations)
+            evictions += self._evictions(gang, choice)
+            gangs = len({int(self.unit_of[i]) for i in choice.victims})
+            why = (
+                f"preempting {_count(len(choice.victims), 'pod')} of {_count(gangs, 'gang')} of priority "
+                f"{choice.level} or lower; "
+                f"nominated to {_nodes(choice.nominations.values())}, binds once they are gone"
+            )
+            results[gang.name] = replace(results[gang.name], reason=why)
+        status = "OPTIMAL" if proven else "FEASIBLE"
+        detail = (
+            f"{tried} of {len(self.preemptors)} pending gangs tried, {chosen} preempting, {len(evictions)} evictions"
+        )
+        stage = Stage(
+            "preemption", status, chosen + placed, len(self.preemptors), time.perf_counter() - started, detail
+        )
+        objective = placement.objective + placed
+        return replace(
+            placement,
+            bindings=bindings,
+            nominations=nominations,
+            evictions=tuple(evictions),
+            gangs=tuple(results[r.name] for r in placement.gangs),
+            objective=objective,
+            best_bound=max(placement.best_bound, objective),
+            stages=(*placement.stages, stage.as_dict()),
+        )
+
+    def _apply(self, g: int, choice: Choice) -> None:
+        for i in choice.victims:
+            self.alive[i] = False
+            self.free[self.node[i]] += self.vec[i]
+        use = self._use(g, choice)
+        self.free -= use
+        self.now -= use
+
+    def _use(self, g: int, choice: Choice) -> np.ndarray:
+        """What the preemptor's pods take on each node."""
+        p = self.problem
+        use = np.zeros_like(self.free)
+        classes = {pod.name: part.cls for part in p.parts[g] for pod in part.pods}
+        for pod, node in choice.nominations.items():
+            use[p.node_index[node]] += p.demand[classes[pod]]
+        return use
+
+    def _fits_now(self, g: int, choice: Choice) -> bool:
+        """Whether the pods fit in what is free now, without the room earlier preemptors' victims will free."""
+        return bool((self._use(g, choice) <= np.maximum(self.now, 0)).all())
+
+    def _evictions(self, gang: Gang, choice: Choice) -> list[Eviction]:
+        nodes = set(choice.nominations.values())
+        out = []
+        for i in choice.victims:
+            r = self.pool[i]
+            why = f"preempted by gang {gang.name} (priority {gang.priority}), which needs its room on {r.node}"
+            if r.node not in nodes:
+                why = f"its gang {r.gang} would fall below its minimum of {r.min_member} (gang {gang.name} preempts)"
+            out.append(Eviction(r.name, r.node, gang.name, why))
+        return out
+
+    # ------------------------------------------------------------------ one preemptor
+
+    def choose(self, g: int, deadline: float) -> Choice | None:
+        """The best victims for preemptor g, or None (it cannot fit even with every allowed victim gone, or
+        there was no time to find out)."""
+        gang = self.problem.gangs[g]
+        candidates = self.alive & self.evictable & (self.priority < gang.priority)
+        for level in sorted({int(x) for x in self.priority[candidates]}) or [gang.priority]:
+            if time.perf_counter() >= deadline:
+                return None
+            allowed = candidates & (self.priority <= level)
+            nodes = self._room(g, allowed)
+            if nodes is None:
+                continue
+            found = _Model(self, g, allowed, nodes).solve(deadline)
+            if found is None:  # proven infeasible at this level
+                continue
+            if isinstance(found, _NoTime):
+                return None
+            victims, nominations, key, proven = found
+            highest = max((int(self.priority[i]) for i in victims), default=gang.priority)
+            choice = Choice(victims, nominations, highest, key, proven)
+            return choice if self._sound(g, choice) else None
+        return None
+
+    def _room(self, g: int, allowed: np.ndarray) -> np.ndarray | None:
+        """Nodes where some pod of gang g fits once every allowed victim there is gone, or None when those
+        cannot hold its minimum even so."""
+        p = self.problem
+        room = self.free.copy()
+        np.add.at(room, self.node[allowed], self.vec[allowed])
+        total, mask = 0, np.zeros(len(p.nodes), dtype=bool)
+        for part in p.parts[g]:
+            fit = np.minimum(p.fits(part.cls, room), len(part.pods))
+            mask |= fit > 0
+            total += int(fit.sum())
+        return np.flatnonzero(mask) if total >= p.gangs[g].need else None
+
+    def _sound(self, g: int, choice: Choice) -> bool:
+        """No futile preemption: the independent validator accepts the preemptor's pods on their nominated
+        nodes once the victims are gone."""
+        p = self.problem
+        gang = p.gangs[g]
+        free = self.free.copy()
+        for i in choice.victims:
+            free[self.node[i]] += self.vec[i]
+        names = {*choice.nominations.values(), *(n for n in gang.bound_nodes if n in p.node_index)}
+        nodes = []
+        for name in names:
+            n = p.node_index[name]
+            used = {r: int(p.allocatable[n, k] - free[n, k]) for k, r in enumerate(p.resources)}
+            nodes.append(replace(p.nodes[n], used=used))
+        return not validate(Cluster(tuple(nodes), (gang,)), choice.nominations)
+
+
+def _sum(variables: list[cp_model.IntVar]) -> cp_model.LinearExpr:
+    return cp_model.LinearExpr.sum(variables)
+
+
+def _weighted(variables: list[cp_model.IntVar], coefficients: list[int]) -> cp_model.LinearExpr:
+    return cp_model.LinearExpr.weighted_sum(variables, coefficients)
+
+
+class _NoTime:
+    pass
+
+
+_NO_TIME = _NoTime()
+Found = tuple[tuple[int, ...], dict[str, str], tuple[int, ...], bool]
+
+
+class _Model:
+    """CP-SAT over one preemptor and the allowed victims on the nodes that could hold its pods.
+
+    y[c, n]: the preemptor's pods of class c on node n; x[i]: victim i evicted; whole[u]: unit u (a running
+    gang) evicted whole; touched[u]: unit u loses a pod; over[b]: victims beyond PDB b's allowance."""
+
+    def __init__(self, stage: Preemption, g: int, allowed: np.ndarray, nodes: np.ndarray) -> None:
+        self.stage = stage
+        p = stage.problem
+        self.g = g
+        gang = p.gangs[g]
+        m = self.model = cp_model.CpModel()
+        local = set(nodes.tolist())
+        room = stage.free.copy()
+        np.add.at(room, stage.node[allowed], stage.vec[allowed])
+
+        # The preemptor's pods.
+        self.y: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.ub: dict[tuple[int, int], int] = {}
+        for k, part in enumerate(p.parts[g]):
+            fit = np.minimum(p.fits(part.cls, room, nodes), len(part.pods))
+            for n, ub in zip(nodes.tolist(), fit.tolist(), strict=True):
+                if ub > 0:
+                    self.y[(k, n)] = m.new_int_var(0, ub, f"y_{k}_{n}")
+                    self.ub[(k, n)] = ub
+            m.add(_sum([v for (kk, _n), v in self.y.items() if kk == k]) <= len(part.pods))
+        m.add(_sum(list(self.y.values())) == gang.need)
+        if gang.colocate:
+            self._colocate(gang, nodes)
+
+        # The victims: allowed pods on those nodes, and the other members of their gangs when they go whole.
+        self.x: dict[int, cp_model.IntVar] = {}
+        self.touched: dict[int, cp_model.IntVar] = {}
+        near = [i for i in np.flatnonzero(allowed).tolist() if int(stage.node[i]) in local]
+        for u in sorted({int(stage.unit_of[i]) for i in near}):
+            self._unit(u, allowed, local)
+
+        # Capacity: what the preemptor puts on a node fits its free room plus what its victims there free.
+        on: dict[int, list[int]] = defaultdict(list)
+        for i in self.x:
+            on[int(stage.node[i])].append(i)
+        used = np.flatnonzero(sum(p.demand[part.cls] for part in p.parts[g]) > 0).tolist()
+        for n in nodes.tolist():
+            terms = [(k, v) for (k, nn), v in self.y.items() if nn == n]
+            # A node short of room already (held for a nomination, or overcommitted by leaving pods) needs its
+            # shortfall freed only if the preemptor uses it.
+            short = None
+            if terms and (stage.free[n, used] < 0).any():
+                short = m.new_bool_var(f"on_{n}")
+                for k, v in terms:
+                    m.add(v <= self.ub[(k, n)] * short)
+            for r in used:
+                most = sum(self.ub[(k, n)] * int(p.demand[p.parts[g][k].cls, r]) for k, _v in terms)
+                if most <= stage.free[n, r]:
+                    continue
+                placed = _weighted([v for _k, v in terms], [int(p.demand[p.parts[g][k].cls, r]) for k, _v in terms])
+                freed_by = [i for i in on[n] if stage.vec[i, r] > 0]
+                freed = _weighted([self.x[i] for i in freed_by], [int(stage.vec[i, r]) for i in freed_by])
+                fits = m.add(placed <= int(stage.free[n, r]) + freed)
+                if short is not None:
+                    fits.only_enforce_if(short)
+
+        # PDB violations: victims beyond each budget's allowance.
+        self.over: list[cp_model.IntVar] = []
+        selected: dict[str, list[int]] = defaultdict(list)
+        for i in self.x:
+            for b in stage.pool[i].pdbs:
+                selected[b].append(i)
+        for b, members in sorted(selected.items()):
+            allowance = max(0, int(stage.budgets.get(b, 0)))
+            if len(members) <= allowance:
+                continue
+            over = m.new_int_var(0, len(members) - allowance, f"over_{len(self.over)}")
+            m.add(over >= _sum([self.x[i] for i in members]) - allowance)
+            self.over.append(over)
+
+    def _unit(self, u: int, allowed: np.ndarray, local: set[int]) -> None:
+        """Unit u's members: evicted whole, or down to its minimum at most (never broken)."""
+        stage, m = self.stage, self.model
+        members = [i for i in stage.units[u] if stage.alive[i]]
+        keep = stage.unit_min[u]
+        spare = max(0, len(members) - keep)  # members that may go with the gang still at its minimum
+        touched = self.touched[u] = m.new_bool_var(f"touched_{u}")
+        if all(allowed[i] for i in members):
+            whole = m.new_bool_var(f"whole_{u}")
+            for i in members:
+                if int(stage.node[i]) in local:
+                    self.x[i] = m.new_bool_var(f"x_{i}")
+                    m.add(self.x[i] >= whole)
+                else:  # evicting it frees nothing the preemptor can use: it goes only with the whole gang
+                    self.x[i] = whole
+            m.add(_sum([self.x[i] for i in members]) <= spare + len(members) * whole)
+        else:
+            near = [i for i in members if allowed[i] and int(stage.node[i]) in local]
+            for i in near:
+                self.x[i] = m.new_bool_var(f"x_{i}")
+            m.add(_sum([self.x[i] for i in near]) <= spare)
+            members = near
+        for i in members:
+            m.add(touched >= self.x[i])
+
+    def _colocate(self, gang: Gang, nodes: np.ndarray) -> None:
+        p, m = self.stage.problem, self.model
+        domain = p.domains(gang.colocate or "")
+        fixed = {int(domain[p.node_index[n]]) for n in gang.bound_nodes if n in p.node_index}
+        chosen: dict[int, cp_model.IntVar] = {}
+        for (k, n), v in self.y.items():
+            d = int(domain[n])
+            if d < 0 or (fixed and d not in fixed):
+                m.add(v == 0)
+                continue
+            if d not in chosen:
+                chosen[d] = m.new_bool_var(f"domain_{d}")
+            m.add(v <= self.ub[(k, n)] * chosen[d])
+        m.add(_sum(list(chosen.values())) == 1)
+
+    def objectives(self) -> list[cp_model.LinearExpr]:
+        s = self.stage
+        xs = list(self.x.items())
+        gpus = [(i, v) for i, v in xs if s.gpus[i]]
+        return [
+            _sum(list(self.touched.values())),
+            _sum(self.over),
+            _weighted([v for _i, v in gpus], [int(s.gpus[i]) for i, _v in gpus]),
+            _sum([v for _i, v in xs]),
+            _weighted([v for _i, v in xs], [int(s.rank[i]) for i, _v in xs]),
+        ]
+
+    def solve(self, deadline: float) -> Found | _NoTime | None:
+        """Each objective in turn, minimized and then held at its optimum. None: infeasible."""
+        m, s = self.model, self.stage
+        key: list[int] = []
+        proven = True
+        best: dict[int, int] | None = None  # the last solution found: variable index -> value
+        for k, objective in enumerate(self.objectives()):
+            seconds = deadline - time.perf_counter()
+            if seconds < _MIN_SECONDS:
+                proven = False
+                break
+            m.minimize(objective)
+            solver = cpsat_solver(seconds * _WORK_PER_SECOND, deadline, s.workers)
+            status = solver.solve(m)
+            if status == cp_model.INFEASIBLE and not k:
+                return None
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                proven = False  # keep the solution the earlier stages found, if any
+                break
+            value = round(solver.objective_value)
+            key.append(value)
+            m.add(objective <= value)
+            best = {v.index: int(solver.value(v)) for v in self._variables()}
+            self._hint(best)
+            if status != cp_model.OPTIMAL:
+                proven = False
+                break
+        if best is None:
+            return _NO_TIME
+        return self._read(best), self._where(best), tuple(key), proven
+
+    def _variables(self) -> list[cp_model.IntVar]:
+        variables = [*self.y.values(), *self.x.values(), *self.touched.values(), *self.over]
+        return list({v.index: v for v in variables}.values())
+
+    def _hint(self, best: dict[int, int]) -> None:
+        m = self.model
+        m.clear_hints()  # type: ignore[no-untyped-call]  # ortools ships this one unannotated
+        for v in self._variables():
+            m.add_hint(v, best[v.index])
+
+    def _read(self, best: dict[int, int]) -> tuple[int, ...]:
+        return tuple(sorted(i for i, v in self.x.items() if best[v.index]))
+
+    def _where(self, best: dict[int, int]) -> dict[str, str]:
+        p = self.stage.problem
+        out: dict[str, str] = {}
+        for k, part in enumerate(p.parts[self.g]):
+            pods = iter(part.pods)
+            for (kk, n), v in sorted(self.y.items()):
+                if kk == k:
+                    for _ in range(best[v.index]):
+                        out[next(pods).name] = p.nodes[n].name
+        return out
