@@ -346,6 +346,23 @@ def print_live(live: list[dict], console: Console) -> None:
     for mode, columns in LIVE_COLUMNS.items():
         if body := live_rows(live, mode):
             console.print(_by_scenario(LIVE_TITLES[mode], columns, body))
+    for line in definition_waits(live):
+        console.print(line)
+
+
+def definition_waits(live: list[dict]) -> list[str]:
+    """What gangsolve's definition grace added to latency: pods that waited for a PodGroup or PDB that might
+    still come, per scenario, from gangsolve's own histogram."""
+    out = []
+    for sc in live:
+        for r in sc["runs"]:
+            m = r.get("gangsolve_metrics") or {}
+            count = int(m.get("gangsolve_definition_wait_seconds_count", 0))
+            if "gangsolve_definition_wait_seconds_count" in m:
+                mean = m["gangsolve_definition_wait_seconds_sum"] / count if count else 0.0
+                waited = f"{count} pods waited, {mean:.2f} s on average from creation" if count else "no pod waited"
+                out.append(f"{sc['name']}: definition grace: {waited}")
+    return out
 
 
 PREEMPTION_TITLES = {

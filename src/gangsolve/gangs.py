@@ -264,10 +264,10 @@ class _Grouper:
         if self.pdbs.first_selecting(ns, labels) is not None:
             return None
         expected = self._expects_definition(pod)
-        created = _created(pod)
-        if expected is None or self.now is None or created is None or self.grace.seconds <= 0:
+        since = created(pod)
+        if expected is None or self.now is None or since is None or self.grace.seconds <= 0:
             return None
-        until = created + timedelta(seconds=self.grace.seconds)
+        until = since + timedelta(seconds=self.grace.seconds)
         if self.now >= until:
             return None  # the definition never came: the fallback rule applies
         return Waiting(f"waiting up to {self.grace.seconds:g}s from its creation for {expected}", until)
@@ -457,7 +457,7 @@ def display_name(key: GangKey) -> str:
     return f"{key.namespace}/{key.name.split(chr(0))[0]}"
 
 
-def _created(pod: dict) -> datetime | None:
+def created(pod: dict) -> datetime | None:
     stamp = pod["metadata"].get("creationTimestamp")
     return schema.timestamp(stamp) if stamp else None
 
@@ -623,8 +623,8 @@ def build_cluster(
         if not pending:
             continue
         objs = [p for _o, p in pods]
-        created = [c for c in (_created(p) for _o, p in pods if not objects.is_bound(p)) if c is not None]
-        starving = bool(now and created and (now - min(created)).total_seconds() > starvation_seconds)
+        born = [c for c in (created(p) for _o, p in pods if not objects.is_bound(p)) if c is not None]
+        starving = bool(now and born and (now - min(born)).total_seconds() > starvation_seconds)
         gangs.append(
             Gang(
                 name=names.of(key),

@@ -58,6 +58,8 @@ def test_gangsolve_runs_one_tfjob_whole(live_results):
     assert len(gs["bound_over_time"]) == gs["pods_placed"]
     assert gs["all_placeable_running_seconds"] is not None  # kwok started every pod of the placed job
     assert gs["gangsolve_metrics"]["gangsolve_pods_bound_total"] == gs["pods_placed"]
+    # The PDBs exist before the pods, so the definition grace adds nothing here, and the report says so.
+    assert gs["gangsolve_metrics"]["gangsolve_definition_wait_seconds_count"] == 0
 
 
 def test_native_gang_scheduling_never_half_places(live_results):
@@ -89,6 +91,7 @@ def test_report_and_target_read_the_live_runs(live_results):
     rows = report.live_rows(live_results, "stream")
     assert [r[1] for r in rows] == list(LIVE_SCHEDULERS)
     assert "live/tfjob" in report.markdown(results)
+    assert report.definition_waits(live_results) == ["live/tfjob: definition grace: no pod waited"]
     (target,) = report.check_targets(results)
     assert target["scenario"] == "live/tfjob"
     assert "not the slowest" in target["target"]

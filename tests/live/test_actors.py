@@ -331,9 +331,10 @@ async def test_pods_waiting_for_their_definition_are_planned_when_the_grace_ends
         )
         pods.append(p)
     s.apply(Resync(POD, pods))
+    metrics = Metrics()
     actor = SolverActor(
         s,
-        Metrics(),
+        metrics,
         scheduler_name="gangsolve",
         group_label=None,
         time_limit=1,
@@ -352,3 +353,7 @@ async def test_pods_waiting_for_their_definition_are_planned_when_the_grace_ends
             gang_plan = await receive.receive()
         tg.cancel_scope.cancel()
     assert sorted(k for k, _u, _n in gang_plan.pods) == ["default/w0", "default/w1"]
+    # What the grace added to their latency: both waited it out, about 2 s after creation (a whole second).
+    samples = {s.name: s.value for m in metrics.registry.collect() for s in m.samples}
+    assert samples["gangsolve_definition_wait_seconds_count"] == 2
+    assert 2 * 1.0 <= samples["gangsolve_definition_wait_seconds_sum"] <= 2 * 4.0

@@ -85,6 +85,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.definition_wait = Histogram(
+            "gangsolve_definition_wait_seconds",
+            "How long pods that waited for their gang definition (PodGroup or PDB) had existed when they stopped "
+            "waiting, because it arrived or their grace ended: the latency the grace adds.",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 30, 60, 120),
+            registry=r,
+        )
         self.gangs_replanned = Counter(
             "gangsolve_gangs_replanned_total",
             "Planned gangs not bound because the cluster changed under them; planned again.",

@@ -38,7 +38,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gangsolve import dra, objects
 from gangsolve.errors import InputError
-from gangsolve.gangs import Grace, Waiting, build_cluster, waiting
+from gangsolve.gangs import Grace, Waiting, build_cluster, created, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
@@ -379,9 +379,10 @@ class SolverActor:
         self._freed: int | None = None  # the store's `freed` at the last cycle that solved every gang
         self._full_at = -float("inf")  # monotonic: when that was
         self._again = False  # the last cycle placed gangs and left others pending: solve those again at once
-        # Pods the last cycle reported waiting for a gang definition: new ones need a cycle (to say so, and to
-        # time the end of their grace) even with no gang to solve.
-        self._held: frozenset[str] = frozenset()
+        # Pods the last cycle held back for a gang definition, and when each was created: new ones need a cycle
+        # (to say so, and to time the end of their grace) even with no gang to solve, and how long one had
+        # existed when it stopped waiting is what the grace added to its latency.
+        self._held: dict[str, datetime | None] = {}
 
     async def run(self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]) -> None:
         """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
@@ -408,7 +409,7 @@ class SolverActor:
                     with anyio.move_on_after(deadline - time.monotonic()):
                         await self.store.wait_for_change(seen)
                 if prepared is not None and (
-                    prepared.solve or self._full_due() or frozenset(prepared.waiting) != self._held
+                    prepared.solve or self._full_due() or prepared.waiting.keys() != self._held.keys()
                 ):
                     await self.cycle(plans, results, prepared)
 
@@ -513,7 +514,7 @@ class SolverActor:
         if full:
             self._freed, self._full_at = view.freed, time.monotonic()
         self._previous = dict(placement.bindings)
-        self._held = frozenset(prepared.waiting)
+        self._observe_waits(view.snapshot, prepared.waiting)
         ends = [w.until for w in prepared.waiting.values() if w.until is not None]
         self._grace_ends = (
             time.monotonic() + (min(ends) - datetime.now(UTC)).total_seconds() + 0.05 if ends else math.inf
@@ -612,6 +613,22 @@ class SolverActor:
             return None
         self.metrics.preemption_victims.inc(len(victims))
         return Preemption(tuple(nominations), tuple(victims), now)
+
+    def _observe_waits(self, snapshot: Snapshot, held: Mapping[str, Waiting]) -> None:
+        """A pod the last cycle held back for its gang definition and this one did not (the definition came, or
+        the grace ended): how long it had existed then is what the grace added to its latency."""
+        now = datetime.now(UTC)
+        pending = {pod_key(p) for p in snapshot.pods if not (p.get("spec") or {}).get("nodeName")}
+        for key, since in self._held.items():
+            if key not in held and key in pending and since is not None:
+                self.metrics.definition_wait.observe(max(0.0, (now - since).total_seconds()))
+        self._held = {}
+        for p in snapshot.pods:
+            if pod_key(p) in held:
+                try:
+                    self._held[pod_key(p)] = created(p)
+                except InputError:  # its timestamp was unreadable: the cycle said so already
+                    self._held[pod_key(p)] = None
 
     def _observe(self, cluster: Cluster, placement: Placement) -> None:
         m = self.metrics
