@@ -9,6 +9,8 @@ placed: those pods hold resources (GPUs) that do nothing until the rest of their
 
 Simplifications, all in the baseline's favour: every feasible node is scored (no percentageOfNodesToScore),
 and a gang's co-location rule is honoured as the required inter-pod affinity (topologyKey) a user would write.
+
+`easy_backfill` is the batch schedulers' baseline for the time-based mode: Slurm's EASY backfill on gangs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gangsolve.solver.greedy import GangCounts, place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Eviction
 from gangsolve.solver.problem import Problem
 
@@ -397,6 +400,100 @@ def _place_group(
             room[n] -= problem.demand[part.cls]
             out.append((pod.name, n))
     return out
+
+
+def easy_backfill(cluster: Cluster) -> dict[str, str]:
+    """EASY backfill, Slurm's default behaviour (sched/backfill with one reservation), on gangs.
+
+    Gangs are taken in queue order (priority, then submission) and start while they fit, each pod best-fit as
+    the greedy gang allocator places it. The first gang that does not fit is the queue's head: it gets a
+    reservation at its *shadow time*, the earliest time the estimated ends of running pods (and of gangs
+    started before it this cycle) free enough capacity for it, on the nodes it would then take; a gang that
+    would not fit even then is passed over. Every later gang may start now only if it does not delay the
+    head: it is expected to end by the shadow time, or it fits in what the head leaves over at the shadow
+    time. Pods without an estimated end are never assumed to end; a gang without a runtime estimate runs for
+    ever.
+    """
+    problem = Problem(cluster)
+    now = cluster.now
+    free = problem.free.copy()
+    releases: list[tuple[float, int, np.ndarray]] = []  # (time, node, capacity given back)
+    for running in cluster.running:
+        n = problem.node_index.get(running.node)
+        if n is not None and running.end is not None:
+            vector = np.zeros(len(problem.resources), dtype=np.int64)
+            for r, q in running.requests.items():
+                if r in problem.res_index:
+                    vector[problem.res_index[r]] = q
+            releases.append((max(running.end, now), n, vector))
+
+    def place(g: int, room: np.ndarray) -> GangCounts | None:
+        room = room.copy()  # what is free now, or at the shadow time (which may exceed what is free now)
+        if problem.gangs[g].topology:
+            return place_colocated(problem, g, room, later=True)
+        return place_gang(problem, g, room, later=True)
+
+    def could_fit(g: int, room: np.ndarray) -> bool:
+        """Cheap and necessary: the gang's pods fit node by node, ignoring each other."""
+        fit = sum(int(np.minimum(problem.fits(part.cls, room), len(part.pods)).sum()) for part in problem.parts[g])
+        return fit >= max(problem.gangs[g].need, 1)
+
+    def take(g: int, counts: GangCounts, into: list[np.ndarray]) -> None:
+        for (p, n), k in counts.items():
+            for room in into:
+                room[n] -= k * problem.demand[problem.parts[g][p].cls]
+
+    def end_of(g: int) -> float:
+        runtime = problem.gangs[g].runtime
+        return now + runtime if runtime is not None else np.inf
+
+    shadow: float | None = None
+    spare = free  # at the shadow time, what the head leaves over
+    result: dict[int, GangCounts] = {}
+    order = sorted(range(len(problem.gangs)), key=lambda g: (-problem.gangs[g].priority, problem.gangs[g].order))
+    for g in order:
+        if not problem.gangs[g].pods:
+            continue
+        if shadow is None:
+            counts = place(g, free)
+            if counts is not None:
+                take(g, counts, [free])
+                result[g] = counts
+                if end_of(g) < np.inf:
+                    for (p, n), k in counts.items():
+                        releases.append((end_of(g), n, k * problem.demand[problem.parts[g][p].cls]))
+                continue
+            # The head: walk the releases in time order until it fits.
+            room = free.copy()
+            releases.sort(key=lambda e: e[0])
+            for i, (t, n, vector) in enumerate(releases):
+                room[n] += vector
+                if i + 1 < len(releases) and releases[i + 1][0] == t:
+                    continue  # more is freed at the same time
+                if not could_fit(g, room):
+                    continue
+                head = place(g, room)
+                if head is not None:
+                    shadow = t
+                    spare = room.copy()
+                    take(g, head, [spare])
+                    break
+            # A gang that does not fit even once everything known to end has ended holds nothing: the next
+            # blocked gang becomes the head (Slurm skips jobs that cannot run).
+            continue
+        ends_in_time = end_of(g) <= shadow
+        counts = place(g, free if ends_in_time else np.minimum(free, spare))
+        if counts is not None:
+            take(g, counts, [free] if ends_in_time else [free, spare])
+            result[g] = counts
+    bindings: dict[str, str] = {}
+    for g, gang_counts in result.items():
+        for p, part in enumerate(problem.parts[g]):
+            pods = iter(part.pods)
+            for n in sorted(n for (q, n) in gang_counts if q == p):
+                for _ in range(gang_counts[(p, n)]):
+                    bindings[next(pods).name] = problem.nodes[n].name
+    return bindings
 
 
 def tas_best_fit(cluster: Cluster, levels: tuple[str, ...] = ()) -> dict[str, str]:

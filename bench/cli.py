@@ -104,21 +104,54 @@ def run_static(
 
 
 def run_timelines(
-    names: list[str], schedulers: list[str], time_limit: float, snapshots: Path, console: Console
+    names: list[str],
+    schedulers: list[str],
+    time_limit: float,
+    seeds: list[int],
+    modes: list[str],
+    snapshots: Path,
+    console: Console,
 ) -> list[dict]:
-    from gangsolve.bench.timeline import MAX_CYCLES, TIMELINES, simulate
+    """Every timeline for every seed and estimate mode; schedulers that ignore estimates run once per seed and
+    their result stands for every mode."""
+    from gangsolve.bench.timeline import TIMELINES, USES_ESTIMATES, simulate
 
     results = []
     with _progress(console) as progress:
         for name in names:
-            objs = TIMELINES[name].build()
-            (snapshots / _file_name(name)).write_bytes(k8s.dumps(objs))
-            runs = []
-            for scheduler in schedulers:
-                task = progress.add_task(f"{name}: {scheduler}", total=MAX_CYCLES)
-                runs.append(simulate(objs, scheduler, time_limit, on_cycle=partial(progress.advance, task)))
-                progress.update(task, total=len(runs[-1]["cycles"]), completed=len(runs[-1]["cycles"]))
-            results.append({"name": name, "description": TIMELINES[name].description, "runs": runs})
+            timeline = TIMELINES[name]
+            for seed in seeds:
+                objs = timeline.build(seed)
+                (snapshots / _file_name(f"{name}-seed{seed}")).write_bytes(k8s.dumps(objs))
+                once: dict[str, dict] = {}
+                for mode in modes:
+                    runs = []
+                    for scheduler in schedulers:
+                        if scheduler not in USES_ESTIMATES and scheduler in once:
+                            runs.append({**once[scheduler], "estimates": mode})
+                            continue
+                        task = progress.add_task(f"{name} seed {seed} {mode}: {scheduler}", total=timeline.max_cycles)
+                        run = simulate(
+                            objs,
+                            scheduler,
+                            time_limit,
+                            on_cycle=partial(progress.advance, task),
+                            estimates=mode,
+                            seed=seed,
+                            timeline=timeline,
+                        )
+                        progress.update(task, total=len(run["cycles"]), completed=len(run["cycles"]))
+                        once.setdefault(scheduler, run)
+                        runs.append(run)
+                    results.append(
+                        {
+                            "name": name,
+                            "description": timeline.description,
+                            "seed": seed,
+                            "estimates": mode,
+                            "runs": runs,
+                        }
+                    )
     return results
 
 
@@ -195,8 +228,8 @@ def run_live_preemption(
     "--scheduler",
     "schedulers",
     multiple=True,
-    type=click.Choice(list(SCHEDULERS)),
-    help="Only these schedulers (repeatable) [default: all].",
+    type=click.Choice([*SCHEDULERS, "easy-backfill"]),
+    help="Only these schedulers (repeatable) [default: all; easy-backfill runs in the time-based mode only].",
 )
 @click.option(
     "--time-limit",
@@ -240,6 +273,20 @@ def run_live_preemption(
     help="Runs per time limit in the quality-against-time table (medians are shown).",
 )
 @click.option("--timeline", is_flag=True, help="Also run the time-based mode (jobs arrive, run and leave).")
+@click.option(
+    "--seed",
+    "seeds",
+    multiple=True,
+    type=int,
+    help="Time-based mode: a workload seed (repeatable) [default: 1, 2 and 3].",
+)
+@click.option(
+    "--estimates",
+    "modes",
+    multiple=True,
+    type=click.Choice(["exact", "noisy", "absent"]),
+    help="Time-based mode: runtime estimates the jobs declare (repeatable) [default: all three].",
+)
 @click.option(
     "--live",
     is_flag=True,
@@ -294,6 +341,8 @@ def bench_command(
     quality_times,
     quality_repeat,
     timeline,
+    seeds,
+    modes,
     live,
     live_grid,
     live_schedulers,
@@ -308,7 +357,7 @@ def bench_command(
     from gangsolve.bench.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
     from gangsolve.bench.preemption import GRID as PREEMPTION_GRID
     from gangsolve.bench.preemption import SCENARIOS as PREEMPTION_SCENARIOS
-    from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
+    from gangsolve.bench.timeline import ESTIMATES, SEEDS, TIMELINE_GRIDS, TIMELINE_SCHEDULERS, TIMELINES
 
     console = Console()
     if not console.is_terminal:
@@ -341,7 +390,8 @@ def bench_command(
         grid = grid or "quick"
         static = list(dict.fromkeys([*GRIDS[grid], *(n for n in names if n in SCENARIOS)]))
         timed = TIMELINE_GRIDS[grid] if timeline else []
-    schedulers = list(schedulers) or [s for s in SCHEDULERS if s not in PEERS_ONLY]
+    timeline_schedulers = list(schedulers) or [s for s in TIMELINE_SCHEDULERS if s not in PEERS_ONLY]
+    schedulers = [s for s in schedulers if s in SCHEDULERS] or [s for s in SCHEDULERS if s not in PEERS_ONLY]
     times = _times(quality_times) if quality_times else ()
 
     out.mkdir(parents=True, exist_ok=True)
@@ -358,7 +408,15 @@ def bench_command(
                 "platform": platform.platform(),
             },
             "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console, times, quality_repeat),
-            "timeline": run_timelines(timed, schedulers, time_limit or TIMELINE_TIME_LIMIT, snapshots, console),
+            "timeline": run_timelines(
+                timed,
+                timeline_schedulers,
+                time_limit or TIMELINE_TIME_LIMIT,
+                list(seeds or SEEDS),
+                list(modes or ESTIMATES),
+                snapshots,
+                console,
+            ),
             "live": run_live(
                 live_names,
                 list(live_schedulers) or list(LIVE_SCHEDULERS),

@@ -35,6 +35,7 @@ class TracePod:
     gpus: int
     gpu_spec: str
     duration: int  # seconds between creation and deletion
+    created: int = 0  # seconds into the trace
 
 
 @cache
@@ -56,6 +57,7 @@ def trace_pods() -> tuple[TracePod, ...]:
             int(r["num_gpu"]),
             r["gpu_spec"],
             max(0, int(r["deletion_time"] or r["creation_time"]) - int(r["creation_time"])),
+            int(r["creation_time"]),
         )
         for r in rows
         if int(r["num_gpu"]) >= 1 and int(r["gpu_milli"]) == 1000

@@ -24,6 +24,7 @@ COLORS = {
     "per-pod-least": "tab:gray",
     "per-pod-most": "tab:brown",
     "greedy-gang": "tab:blue",
+    "easy-backfill": "tab:purple",
     "gangsolve": "tab:red",
 }
 MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}
@@ -216,46 +217,80 @@ def print_table(results: dict, console: Console) -> None:
 TIMELINE_COLUMNS = (
     "scenario",
     "scheduler",
-    "jobs started",
-    "finished",
+    "started",
     "queue delay p50",
     "p95",
-    "JCT p50",
-    "p95",
-    "GPU alloc (mean)",
-    "useful (mean)",
-    "cycle p50",
+    "p99",
+    "JCT mean",
+    "JCT p95",
+    "bounded slowdown",
+    "useful GPU",
+    "delay p95: 1 GPU",
+    "2-8",
+    ">8",
     "cycle p99",
 )
+TIMELINE_METRICS = (
+    ("queue_delay_p50", "{:.0f}s"),
+    ("queue_delay_p95", "{:.0f}s"),
+    ("queue_delay_p99", "{:.0f}s"),
+    ("jct_mean", "{:.0f}s"),
+    ("jct_p95", "{:.0f}s"),
+    ("bounded_slowdown_mean", "{:.2f}"),
+)
+SIZE_BUCKETS = ("1 GPU", "2-8 GPUs", ">8 GPUs")
+
+
+def _timeline_label(sc: dict) -> str:
+    return f"{sc['name']} seed {sc['seed']} {sc['estimates']}"
+
+
+def _timeline_row(label: str, scheduler: str, s: dict) -> tuple[str, ...]:
+    return (
+        label,
+        scheduler,
+        f"{s['started']}/{s['jobs']}",
+        *(_num(s[key], fmt) for key, fmt in TIMELINE_METRICS),
+        _pct(s["gpu_useful_mean"]),
+        *(_num(s["queue_delay_by_size"][b]["p95"], "{:.0f}s") for b in SIZE_BUCKETS),
+        _secs(s["cycle_p99"]),
+    )
 
 
 def timeline_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
-    out: list[tuple[str, ...]] = []
+    return [_timeline_row(_timeline_label(sc), r["scheduler"], r["summary"]) for sc in timeline for r in sc["runs"]]
+
+
+def _median_of(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(median(values)) if values else None
+
+
+def timeline_medians(timeline: list[dict]) -> list[tuple[str, ...]]:
+    """Per scenario and estimate mode, each scheduler's median over the seeds, metric by metric."""
+    groups: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for sc in timeline:
         for r in sc["runs"]:
-            s = r["summary"]
-            out.append(
-                (
-                    sc["name"],
-                    r["scheduler"],
-                    f"{s['started']}/{s['jobs']}",
-                    str(s["finished"]),
-                    _num(s["queue_delay_p50"], "{:.0f}s"),
-                    _num(s["queue_delay_p95"], "{:.0f}s"),
-                    _num(s["jct_p50"], "{:.0f}s"),
-                    _num(s["jct_p95"], "{:.0f}s"),
-                    _pct(s["gpu_allocation_mean"]),
-                    _pct(s["gpu_useful_mean"]),
-                    _secs(s["cycle_p50"]),
-                    _secs(s["cycle_p99"]),
-                )
-            )
+            groups.setdefault((sc["name"], sc["estimates"]), {}).setdefault(r["scheduler"], []).append(r["summary"])
+    out = []
+    for (name, mode), by_scheduler in groups.items():
+        for scheduler, summaries in by_scheduler.items():
+            m: dict = {key: _median_of([s[key] for s in summaries]) for key, _fmt in TIMELINE_METRICS}
+            m["gpu_useful_mean"] = _median_of([s["gpu_useful_mean"] for s in summaries])
+            m["cycle_p99"] = _median_of([s["cycle_p99"] for s in summaries])
+            m["queue_delay_by_size"] = {
+                b: {"p95": _median_of([s["queue_delay_by_size"][b]["p95"] for s in summaries])} for b in SIZE_BUCKETS
+            }
+            m["started"] = sum(s["started"] for s in summaries)
+            m["jobs"] = sum(s["jobs"] for s in summaries)
+            out.append(_timeline_row(f"{name} {mode} (median of {len(summaries)} seeds)", scheduler, m))
     return out
 
 
 def print_timeline(timeline: list[dict], console: Console) -> None:
+    console.print(_by_scenario("Time-based mode: medians over seeds", TIMELINE_COLUMNS, timeline_medians(timeline)))
     console.print(
-        _by_scenario("Time-based mode: jobs arrive, run and leave", TIMELINE_COLUMNS, timeline_rows(timeline))
+        _by_scenario("Time-based mode: every seed and estimate mode", TIMELINE_COLUMNS, timeline_rows(timeline))
     )
 
 
@@ -422,6 +457,7 @@ def markdown(results: dict) -> str:
     if any(sc.get("quality") for sc in results["scenarios"]):
         lines += ["", *md(QUALITY_COLUMNS, quality_rows(results))]
     if results.get("timeline"):
+        lines += ["", *md(TIMELINE_COLUMNS, timeline_medians(results["timeline"]))]
         lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
     for mode, columns in LIVE_COLUMNS.items():
         if body := live_rows(results.get("live") or [], mode):
@@ -514,6 +550,31 @@ def check_targets(results: dict) -> list[dict]:
     for key in PREEMPTION_TITLES:
         for sc in results.get(key) or []:
             preemption_targets(sc, add)
+    for sc in results.get("timeline") or []:
+        gs, greedy, easy = _run(sc, "gangsolve"), _run(sc, "greedy-gang"), _run(sc, "easy-backfill")
+        if gs is None or greedy is None or easy is None:
+            continue
+        mine, g, e = gs["summary"], greedy["summary"], easy["summary"]
+        label = _timeline_label(sc)
+        for key, what in (("queue_delay_p95", "p95 queue delay"), ("jct_mean", "mean JCT")):
+            add(
+                f"timeline: {what} <= greedy-gang's and easy-backfill's",
+                label,
+                f"{mine[key]:.0f}s vs {g[key]:.0f}s / {e[key]:.0f}s",
+                mine[key] <= min(g[key], e[key]),
+            )
+        add(
+            "timeline: useful GPU allocation >= greedy-gang's and easy-backfill's",
+            label,
+            f"{_pct(mine['gpu_useful_mean'])} vs {_pct(g['gpu_useful_mean'])} / {_pct(e['gpu_useful_mean'])}",
+            mine["gpu_useful_mean"] >= max(g["gpu_useful_mean"], e["gpu_useful_mean"]),
+        )
+        add(
+            "timeline: p50 queue delay <= greedy-gang's",
+            label,
+            f"{mine['queue_delay_p50']:.0f}s vs {g['queue_delay_p50']:.0f}s",
+            mine["queue_delay_p50"] <= g["queue_delay_p50"],
+        )
     for sc in results["scenarios"]:
         quality_targets(sc, add)
         gs = _run(sc, "gangsolve")
@@ -713,7 +774,11 @@ def plot(results: dict, out: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
+    shown: set[str] = set()
     for sc in results.get("timeline") or []:
+        if sc["name"] in shown:
+            continue  # one plot per scenario: its first seed and estimate mode
+        shown.add(sc["name"])
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
         for r in sc["runs"]:
             t = [c["time"] / 60 for c in r["cycles"]]
@@ -727,7 +792,7 @@ def plot(results: dict, out: Path) -> list[Path]:
         top.legend(fontsize=7)
         bottom.set_ylabel("pending jobs")
         bottom.set_xlabel("minutes")
-        top.set_title(f"{sc['name']}: GPU utilization and queue over time")
+        top.set_title(f"{_timeline_label(sc)}: GPU utilization and queue over time")
         for ax in (top, bottom):
             ax.grid(True, alpha=0.3)
         fig.tight_layout()

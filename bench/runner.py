@@ -32,19 +32,28 @@ def _per_pod(strategy: str) -> Scheduler:
     return lambda cluster, _snapshot, _limit: (per_pod(cluster, strategy), {})
 
 
-def _solve(use_cpsat: bool) -> Scheduler:
+def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
+    """gangsolve (or, without CP-SAT, the greedy gang allocator); `steps`: a deterministic budget instead of
+    the clock (SolveConfig.steps)."""
+
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
         from gangsolve.solver import solve
 
         if not use_cpsat:  # greedy gang allocation as Volcano does it: a required level, no preferred ones
             cluster = replace(cluster, gangs=tuple(replace(g, preferred=()) for g in cluster.gangs))
-
-        placement = solve(cluster, SolveConfig(time_limit=limit, use_cpsat=use_cpsat))
+        # Greedy gang allocation is Volcano's: no reservations.
+        reservations = SolveConfig.reservations * use_cpsat
+        config = SolveConfig(time_limit=limit, use_cpsat=use_cpsat, reservations=reservations, steps=steps)
+        placement = solve(cluster, config)
         return dict(placement.bindings), {
             "status": placement.status,
             "objective": placement.objective,
             "best_bound": placement.best_bound if use_cpsat else None,
             "stages": list(placement.stages),
+            "reservations": [
+                {"gang": r.gang, "nodes": list(r.nodes), "start": r.start, "gpus": r.gpus}
+                for r in placement.reservations
+            ],
         }
 
     return run
@@ -53,8 +62,8 @@ def _solve(use_cpsat: bool) -> Scheduler:
 SCHEDULERS: dict[str, Scheduler] = {
     "per-pod-least": _per_pod(LEAST_ALLOCATED),  # kube-scheduler defaults
     "per-pod-most": _per_pod(MOST_ALLOCATED),  # kube-scheduler configured to bin-pack
-    "greedy-gang": _solve(use_cpsat=False),  # kube-batch / Volcano allocate
-    "gangsolve": _solve(use_cpsat=True),
+    "greedy-gang": solve_with(use_cpsat=False),  # kube-batch / Volcano allocate
+    "gangsolve": solve_with(use_cpsat=True),
     # Kueue's topology-aware scheduling (BestFit), with the node level last: run on topology scenarios only.
     "tas-bestfit": lambda cluster, _snapshot, _limit: (tas_best_fit(cluster), {}),
 }

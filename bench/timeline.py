@@ -1,10 +1,17 @@
 """The time-based mode: a discrete-event simulation over scheduling cycles.
 
 Jobs (gangs) arrive over time, start once their gang reaches its minimum, run for their duration and leave.
-Every `period` seconds one cycle runs: finished jobs release their capacity, arrived jobs join the queue, and
-the scheduler solves the pending set on the current cluster. Per-pod schedulers bind pods one by one, so a
-job's early pods can hold GPUs for many cycles before the job starts (or for ever, if two half-placed jobs
-wait on each other); gang schedulers start a job whole or not at all.
+Every `PERIOD` seconds while jobs wait, one cycle runs: finished jobs release their capacity, arrived jobs join
+the queue, and the scheduler solves the pending set on the current cluster (with an empty queue the clock jumps
+to the next arrival). Per-pod schedulers bind pods one by one, so a job's early pods can hold GPUs for many
+cycles before the job starts (or for ever, if two half-placed jobs wait on each other); gang schedulers start a
+job whole or not at all.
+
+Schedulers see runtime estimates the way the live scheduler does (`gangsolve.estimates`): in mode `exact` every
+PodGroup declares its true runtime (annotation gangsolve.io/expected-runtime), in `noisy` a declared runtime
+the true one is a log-normal multiple of (actual = estimate x lognormal(0, 1)), in `absent` none, so estimates
+come from the history of finished jobs of the same workload, else the default. Running jobs' expected ends
+come from the same estimates.
 
 Workloads are Kubernetes objects like the static scenarios (every job a PodGroup whose annotations say when it
 arrives and how long it runs), so a timeline's jobs can be written out and inspected too.
@@ -12,6 +19,7 @@ arrives and how long it runs), so a timeline's jobs can be written out and inspe
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -20,23 +28,42 @@ import numpy as np
 
 from gangsolve.bench import metrics, openb
 from gangsolve.bench import objects as k8s
-from gangsolve.bench.runner import SCHEDULERS
+from gangsolve.bench.baselines import easy_backfill
+from gangsolve.bench.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
-from gangsolve.gangs import STARVATION_SECONDS, build_cluster
-from gangsolve.solver.model import GPU, Cluster, Gang, Node
+from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
+from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster
+from gangsolve.solver.greedy import place_colocated, place_gang
+from gangsolve.solver.model import GPU, Cluster, Gang, Node, Running
+from gangsolve.solver.planning import expected_end
+from gangsolve.solver.problem import Problem
 
 PERIOD = 60.0  # seconds of simulated time between cycles
-WINDOW = 180  # cycles during which jobs arrive
+WINDOW = 180  # cycles during which jobs arrive (synthetic and scaled OpenB)
 WARM_UP = 60  # cycles before the cluster reaches its steady state (jobs run up to an hour)
-MAX_CYCLES = 300  # then the queue drains for at most this long
 LOAD = 1.3  # offered GPU load over the window, as a share of the cluster's GPUs
+MAX_CYCLES = 480  # the queue drains for up to 5 h after the last arrival
+ESTIMATES = ("exact", "noisy", "absent")
+NOISE_SIGMA = 1.0  # noisy estimates: actual = estimate x lognormal(0, NOISE_SIGMA)
+DEFAULT_RUNTIME = 3600.0  # the configured default when a job declares nothing and its workload has no history
+WORKLOAD_LABEL = "bench.gangsolve.io/workload"  # the label the history groups finished jobs by
+SEEDS = (1, 2, 3)
+# OpenB with the trace's own times. Its whole-GPU pods offer only about 6 GPUs of work a day, so TRACE_TENANTS
+# consecutive windows of TRACE_DAYS are laid over each other (each pod at its own time into its window, for its
+# own duration), on the trace's 8-GPU nodes, as many as make the offered GPU load about TRACE_LOAD.
+TRACE_START = 9_700_000  # seconds into the trace: arrivals are steady from here on (until about 12,900,000)
+TRACE_DAYS = 2
+TRACE_TENANTS = 8
+TRACE_LOAD = 0.9
 
 
 @dataclass(frozen=True)
 class Timeline:
     name: str
-    build: Callable[[], list[dict]]
+    build: Callable[[int], list[dict]]  # seed -> objects
     description: str
+    window: tuple[float, float]  # steady state (seconds): utilization is measured over it
+    max_cycles: int  # cycles with jobs waiting, at most
 
 
 @dataclass
@@ -44,9 +71,16 @@ class Job:
     gang: Gang
     arrival: float
     duration: float
+    declared: float | None  # the runtime its objects declare (None in mode absent)
+    workload: str  # its history key
     bound: dict[str, str] = field(default_factory=dict)  # pod -> node
     start: float | None = None
     end: float | None = None
+    estimate: float | None = None  # the scheduler's runtime estimate when it started
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.requests.get(GPU, 0) for p in self.gang.pods)
 
 
 def _arrivals(rng: np.random.Generator, work: list[float], capacity: int) -> list[float]:
@@ -61,7 +95,13 @@ def _annotate(arrival: float, duration: float) -> dict[str, str]:
     return {k8s.ARRIVAL_ANNOTATION: str(int(arrival)), k8s.DURATION_ANNOTATION: str(int(duration))}
 
 
-def synthetic_timeline(n_nodes: int = 100, seed: int = 7) -> list[dict]:
+def _label(objs: list[dict], workload: str) -> None:
+    for obj in objs:
+        if obj["kind"] == "Pod":
+            obj["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = workload
+
+
+def synthetic_timeline(seed: int = 7, n_nodes: int = 100) -> list[dict]:
     """The synthetic gang mix on an idle synthetic cluster; durations log-normal, median 15 minutes, at most 1 h."""
     rng = np.random.default_rng(seed)
     nodes, shapes = synthetic_nodes(n_nodes)
@@ -77,11 +117,14 @@ def synthetic_timeline(n_nodes: int = 100, seed: int = 7) -> list[dict]:
         gang[0]["metadata"].setdefault("annotations", {}).update(_annotate(arrival, duration))
         for pod in gang[1:]:
             pod["metadata"]["creationTimestamp"] = k8s.timestamp(arrival)
+        # A job template: its role mix and GPUs per worker (what a user's `app` label tells apart).
+        gpus = max(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in gang[1:])
+        _label(gang, f"{len(gang) - 1}x{gpus}")
         objs += gang
     return objs
 
 
-def openb_timeline(every: int = 10, seed: int = 2023) -> list[dict]:
+def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
     """Every `every`-th OpenB node (the file is sorted by shape, so every shape stays), jobs of trace pods with
     their trace durations (clipped to 1 minute .. 1 hour, so the cluster reaches a steady state in the window)."""
     rng = np.random.default_rng(seed)
@@ -92,7 +135,31 @@ def openb_timeline(every: int = 10, seed: int = 2023) -> list[dict]:
     work = [d * sum(tp.gpus for tp in job) for job, d in zip(jobs, durations, strict=True)]
     objs = openb.node_objects(rows)
     for j, (job, arrival) in enumerate(zip(jobs, _arrivals(rng, work, capacity), strict=False)):
-        objs += openb.job_objects(f"job-{j:05d}", job, arrival, _annotate(arrival, durations[j]))
+        job_objs = openb.job_objects(f"job-{j:05d}", job, arrival, _annotate(arrival, durations[j]))
+        _label(job_objs, f"{len(job)}x{job[0].gpus}")
+        objs += job_objs
+    return objs
+
+
+def openb_trace_timeline(seed: int = 1) -> list[dict]:
+    """The trace's own arrivals and durations: the whole-GPU pods created in TRACE_TENANTS consecutive windows
+    of TRACE_DAYS (the seed moves the first window on by a window per seed), laid over each other: each pod a
+    job of its own arriving at its creation time into its window and running until its deletion time."""
+    span = TRACE_DAYS * 86400
+    first = TRACE_START + (seed % 4) * span
+    pods = []
+    for tenant in range(TRACE_TENANTS):
+        begin = first + tenant * span
+        pods += [(tp.created - begin, tenant, tp) for tp in openb.trace_pods() if begin <= tp.created < begin + span]
+    pods.sort(key=lambda e: (e[0], e[1]))
+    offered = sum(min(tp.duration, span - t) * tp.gpus for t, _tenant, tp in pods) / span
+    shape = ("G2", "8")  # the trace's most common node: 8 GPUs, 96 cores, 384 GiB
+    rows = [r for r in openb.trace_nodes() if (r["model"], r["gpu"]) == shape]
+    objs = openb.node_objects(rows[: max(1, round(offered / (TRACE_LOAD * 8)))])
+    for j, (t, _tenant, tp) in enumerate(pods):
+        job_objs = openb.job_objects(f"job-{j:05d}", [tp], t, _annotate(t, max(1, tp.duration)))
+        _label(job_objs, f"{tp.gpus}gpu-{tp.cpu_milli // 1000}cpu")
+        objs += job_objs
     return objs
 
 
@@ -103,33 +170,93 @@ TIMELINES = {
             "timeline/synthetic-100nodes",
             synthetic_timeline,
             "100 synthetic nodes, idle at start; gang mix arriving at 130% GPU load for 3 h",
+            (WARM_UP * PERIOD, WINDOW * PERIOD),
+            MAX_CYCLES,
         ),
         Timeline(
             "timeline/openb",
             openb_timeline,
             "every 10th OpenB node (122 nodes); trace pods as gangs, trace durations, 130% GPU load for 3 h",
+            (WARM_UP * PERIOD, WINDOW * PERIOD),
+            MAX_CYCLES,
+        ),
+        Timeline(
+            "timeline/openb-trace",
+            openb_trace_timeline,
+            f"OpenB's own arrival times and durations: {TRACE_TENANTS} windows of {TRACE_DAYS} days laid over "
+            f"each other (the seed picks them), on its 8-GPU nodes sized for {TRACE_LOAD:.0%} mean GPU load",
+            (6 * 3600, TRACE_DAYS * 86400),
+            2 * TRACE_DAYS * 1440,
         ),
     )
 }
 TIMELINE_GRIDS = {"quick": ["timeline/synthetic-100nodes"], "full": list(TIMELINES)}
 
 
-def jobs_of(objects: list[dict]) -> tuple[list[Node], list[Job]]:
+def _easy(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict[str, str], dict]:
+    return easy_backfill(cluster), {}
+
+
+# The timeline adds a scheduler that only makes sense over time: it needs running jobs' expected ends.
+# gangsolve runs on a deterministic budget (SolveConfig.steps) instead of the clock: a run is reproducible
+# on a loaded machine, and a seed's result moves only when the policy does. The live scheduler keeps the clock.
+TIMELINE_STEPS = 100  # search steps per cycle: about what a 0.5 s cycle makes on these clusters, 2 cores idle
+TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
+    **SCHEDULERS,
+    "gangsolve": solve_with(use_cpsat=True, steps=TIMELINE_STEPS),
+    "easy-backfill": _easy,
+}
+USES_ESTIMATES = ("easy-backfill", "gangsolve")  # the others give the same result in every estimate mode
+
+
+def jobs_of(objects: list[dict], estimates: str = "exact", seed: int = 0) -> tuple[list[Node], list[Job]]:
+    """The cluster's nodes and its jobs, each with the runtime it declares in estimate mode `estimates`."""
     snap = k8s.to_snapshot(objects)
     cluster = build_cluster(snap, k8s.SCHEDULER)
+    pods_of: dict[str, list[dict]] = {}
+    for pod in snap.pods:
+        group = (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
+        pods_of.setdefault(f"{pod['metadata']['namespace']}/{group}", []).append(pod)
+    noise = np.random.default_rng([seed, ESTIMATES.index(estimates)])
     jobs = []
     for gang in cluster.gangs:
         ns, name = gang.name.split("/", 1)
-        notes = snap.pod_groups[("scheduling.x-k8s.io", ns, name)]["metadata"]["annotations"]
-        jobs.append(Job(gang, float(notes[k8s.ARRIVAL_ANNOTATION]), float(notes[k8s.DURATION_ANNOTATION])))
+        group = dict(snap.pod_groups[("scheduling.x-k8s.io", ns, name)])
+        notes = dict(group["metadata"]["annotations"])
+        duration = float(notes[k8s.DURATION_ANNOTATION])
+        factor = float(noise.lognormal(0.0, NOISE_SIGMA))  # drawn in every mode: the same jobs get the same noise
+        if estimates != "absent":
+            estimate = duration if estimates == "exact" else duration / factor
+            notes[EXPECTED_RUNTIME_ANNOTATION] = f"{max(1, round(estimate))}s"
+            group["metadata"] = {**group["metadata"], "annotations": notes}
+        pods = pods_of[gang.name]
+        jobs.append(
+            Job(
+                gang,
+                float(notes[k8s.ARRIVAL_ANNOTATION]),
+                duration,
+                declared_runtime(pods, group),
+                workload_key(pods[0], WORKLOAD_LABEL),
+            )
+        )
     return list(cluster.nodes), sorted(jobs, key=lambda j: (j.arrival, j.gang.name))
 
 
 def simulate(
-    objects: list[dict], scheduler: str, time_limit: float, on_cycle: Callable[[], None] | None = None
+    objects: list[dict],
+    scheduler: str | Scheduler,
+    time_limit: float,
+    on_cycle: Callable[[], None] | None = None,
+    estimates: str = "exact",
+    seed: int = 0,
+    timeline: Timeline | None = None,
+    starvation: float = STARVATION_SECONDS,
 ) -> dict:
-    nodes, jobs = jobs_of(objects)
-    schedule = SCHEDULERS[scheduler]
+    nodes, jobs = jobs_of(objects, estimates, seed)
+    schedule = TIMELINE_SCHEDULERS[scheduler] if isinstance(scheduler, str) else scheduler
+    window = timeline.window if timeline else (WARM_UP * PERIOD, WINDOW * PERIOD)
+    max_cycles = timeline.max_cycles if timeline else MAX_CYCLES
+    estimator = Estimator(default=DEFAULT_RUNTIME)
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
@@ -144,38 +271,59 @@ def simulate(
     pending: list[Job] = []
     running: list[Job] = []
     cycles: list[dict] = []
-    for cycle in range(MAX_CYCLES):
-        now = cycle * PERIOD
+    reserved: dict[str, float] = {}  # gang -> its reservation's start at the last cycle
+    later = backfilled = 0
+    now = 0.0
+    while len(cycles) < max_cycles:
         for job in [j for j in running if j.end is not None and j.end <= now]:
             running.remove(job)
+            estimator.history.record(job.workload, job.duration)
             for pod, node in job.bound.items():
                 hold(pod, node, -1)
         while arrived < len(jobs) and jobs[arrived].arrival <= now:
             pending.append(jobs[arrived])
             arrived += 1
+        if not pending:
+            if arrived == len(jobs):
+                break
+            now = max(now + PERIOD, math.ceil(jobs[arrived].arrival / PERIOD) * PERIOD)
+            continue
         gangs = tuple(
-            Gang(
-                j.gang.name,
-                tuple(p for p in j.gang.pods if p.name not in j.bound),
-                j.gang.min_member,
-                tuple(j.bound.values()),
-                j.gang.colocate,
-                starving=now - j.arrival > STARVATION_SECONDS,
+            replace(
+                j.gang,
+                pods=tuple(p for p in j.gang.pods if p.name not in j.bound),
+                bound_nodes=tuple(j.bound.values()),
+                starving=now - j.arrival > starvation,
+                runtime=estimator.choose(j.declared, j.workload),
             )
             for j in pending
         )
-        cluster = Cluster(tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)), gangs)
+        ends = [
+            Running(node, requests[pod], expected_end(j.start or 0.0, j.estimate, now))
+            for j in running
+            for pod, node in j.bound.items()
+        ]
+        cluster = Cluster(
+            tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)), gangs, tuple(ends), now=now
+        )
         started = time.perf_counter()
-        bindings, _facts = schedule(cluster, "", time_limit) if gangs else ({}, {})
+        bindings, facts = schedule(cluster, "", time_limit)
         seconds = time.perf_counter() - started
         by_name = {j.gang.name: j for j in pending}
         owner = {p.name: by_name[g.name] for g in gangs for p in g.pods}
         for pod, node in bindings.items():
             owner[pod].bound[pod] = node
             hold(pod, node, +1)
+        plan = {r["gang"]: r for r in facts.get("reservations", []) if r["start"] is not None}
+        later += sum(1 for g, r in plan.items() if g in reserved and r["start"] > reserved[g] + PERIOD)
+        reserved = {g: r["start"] for g, r in plan.items()}
+        held = {n for r in plan.values() for n in r["nodes"]}
+        runtime = {g.name: g.runtime for g in gangs}
         for job in [j for j in pending if len(j.bound) >= j.gang.min_member]:
             pending.remove(job)
             job.start, job.end = now, now + job.duration
+            job.estimate = runtime[job.gang.name]
+            backfilled += bool(held & set(job.bound.values()))
             running.append(job)
         allocated = sum(u.get(GPU, 0) for u in used)
         useful = sum(requests[p].get(GPU, 0) for j in running for p in j.bound)
@@ -187,38 +335,88 @@ def simulate(
                 "running": len(running),
                 "gpu_allocation": allocated / total_gpus,
                 "gpu_useful": useful / total_gpus,
+                "reserved_gpus": sum(r["gpus"] for r in plan.values()),
             }
         )
         if on_cycle:
             on_cycle()
-        if arrived == len(jobs) and not running and (not pending or not bindings):
-            break  # drained, or stuck: nothing runs that could free capacity and nothing new arrives
+        if arrived == len(jobs) and not running and pending and not bindings:
+            break  # stuck: nothing runs that could free capacity and nothing new arrives
+        now += PERIOD
+    summary = summarize(jobs, cycles, window, total_gpus, now, nodes)
+    summary.update(reservations_pushed_later=later, backfilled=backfilled)
     return {
-        "scheduler": scheduler,
+        "scheduler": scheduler if isinstance(scheduler, str) else "custom",
+        "estimates": estimates,
+        "seed": seed,
         "time_limit": time_limit if scheduler == "gangsolve" else None,
-        "summary": summarize(jobs, cycles),
+        "summary": summary,
         "cycles": cycles,
     }
 
 
-def summarize(jobs: list[Job], cycles: list[dict]) -> dict:
-    started = [(j, j.start) for j in jobs if j.start is not None]
-    ends = [(j, j.end) for j, _s in started if j.end is not None and j.end <= cycles[-1]["time"]]
-    delays = [start - j.arrival for j, start in started]
-    jct = [end - j.arrival for j, end in ends]
-    # Utilization in the steady state: after the warm-up, while jobs still arrive.
-    window = [c for c in cycles if WARM_UP * PERIOD <= c["time"] < WINDOW * PERIOD] or cycles
+def _runnable(nodes: list[Node], jobs: list[Job]) -> list[str]:
+    """Jobs whose gang fits on the idle cluster on its own (placed as greedy gang allocation would)."""
+    problem = Problem(Cluster(tuple(replace(n, used={}) for n in nodes), tuple(j.gang for j in jobs)))
+    out = []
+    for g, gang in enumerate(problem.gangs):
+        free = problem.free.copy()
+        counts = place_colocated(problem, g, free) if gang.colocate else place_gang(problem, g, free)
+        if counts is not None:
+            out.append(gang.name)
+    return out
+
+
+SIZES = {"1 GPU": (0, 1), "2-8 GPUs": (2, 8), ">8 GPUs": (9, 1 << 30)}
+BSLD_FLOOR = 10.0  # seconds: bounded slowdown's threshold for very short jobs (the usual 10 s)
+
+
+def summarize(
+    jobs: list[Job], cycles: list[dict], window: tuple[float, float], total_gpus: int, end: float, nodes: list[Node]
+) -> dict:
+    """Queueing, completion and slowdown per job, and GPU use over the steady-state window from the jobs' own
+    start and end times. Jobs that could not run even on the idle cluster count for no scheduler; a job never
+    started counts as starting when the simulation ended (its wait and completion time are at least that), so a
+    scheduler that starves a job for ever does not look better for leaving it out."""
+    runnable = set(_runnable(nodes, jobs))
+    counted = [j for j in jobs if j.gang.name in runnable]
+    started = [j for j in jobs if j.start is not None]
+    begun = {j.gang.name: j.start if j.start is not None else max(end, j.arrival) for j in counted}
+    delays = [begun[j.gang.name] - j.arrival for j in counted]
+    jct = [begun[j.gang.name] + j.duration - j.arrival for j in counted]
+    slowdown = [max(1.0, (begun[j.gang.name] - j.arrival + j.duration) / max(j.duration, BSLD_FLOOR)) for j in counted]
+    lo, hi = window
+    span = max(hi - lo, PERIOD) * max(total_gpus, 1)
+    useful = sum(
+        j.gpus * max(0.0, min(j.start + j.duration, hi) - max(j.start, lo)) for j in started if j.start is not None
+    )
+    stranded = sum(
+        (c["gpu_allocation"] - c["gpu_useful"]) * total_gpus * PERIOD for c in cycles if lo <= c["time"] < hi
+    )
     seconds = [c["seconds"] for c in cycles]
+    by_size = {}
+    for label, (small, big) in SIZES.items():
+        d = [delay for j, delay in zip(counted, delays, strict=True) if small <= j.gpus <= big]
+        by_size[label] = {
+            "jobs": len(d),
+            "p50": metrics.percentile(d, 50),
+            "p95": metrics.percentile(d, 95),
+            "mean": float(np.mean(d)) if d else None,
+        }
     return {
-        "jobs": len(jobs),
+        "jobs": len(counted),
+        "never_runnable": len(jobs) - len(counted),
         "started": len(started),
-        "finished": len(ends),
         "queue_delay_p50": metrics.percentile(delays, 50),
         "queue_delay_p95": metrics.percentile(delays, 95),
-        "jct_p50": metrics.percentile(jct, 50),
+        "queue_delay_p99": metrics.percentile(delays, 99),
+        "queue_delay_mean": float(np.mean(delays)) if delays else None,
+        "jct_mean": float(np.mean(jct)) if jct else None,
         "jct_p95": metrics.percentile(jct, 95),
-        "gpu_allocation_mean": float(np.mean([c["gpu_allocation"] for c in window])),
-        "gpu_useful_mean": float(np.mean([c["gpu_useful"] for c in window])),
+        "bounded_slowdown_mean": float(np.mean(slowdown)) if slowdown else None,
+        "gpu_useful_mean": useful / span,
+        "gpu_allocation_mean": (useful + stranded) / span,
+        "queue_delay_by_size": by_size,
         "cycles": len(cycles),
         "cycle_p50": metrics.percentile(seconds, 50),
         "cycle_p99": metrics.percentile(seconds, 99),

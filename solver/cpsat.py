@@ -11,6 +11,7 @@ so far as a complete hint and keeps it when CP-SAT finds nothing better in its t
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -169,6 +170,22 @@ class GangModel:
             used = np.flatnonzero(demand[:, r] > 0).tolist()
             variables = [self.x[(terms[i][0], terms[i][1], n)] for i in used]
             self.model.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
+
+    def limit(self, gangs: Collection[int], room: np.ndarray) -> None:
+        """Pods of `gangs` together fit, node by node, in `room` (nodes x resources): capacity beyond what is
+        free now, e.g. what a reservation leaves at its start for the gangs still running then."""
+        chosen = set(gangs)
+        per_node: dict[int, list[tuple[int, int, int]]] = {}
+        for key in self.x:
+            if key[0] in chosen:
+                per_node.setdefault(key[2], []).append(key)
+        for n, keys in per_node.items():
+            demand = self.problem.demand[[self.problem.parts[g][p].cls for g, p, _n in keys]]
+            most = np.array([self.ub[k] for k in keys]) @ demand
+            for r in np.flatnonzero(most > room[n]).tolist():
+                used = np.flatnonzero(demand[:, r] > 0).tolist()
+                variables = [self.x[keys[i]] for i in used]
+                self.model.add(_weighted(variables, demand[used, r].tolist()) <= max(int(room[n, r]), 0))
 
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")

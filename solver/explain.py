@@ -3,11 +3,16 @@ constraint excluded which nodes, or which other gangs took the room this cycle."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from gangsolve.solver.greedy import Counts, place_colocated, place_gang
 from gangsolve.solver.model import PODS, Pod
 from gangsolve.solver.problem import GangPart, Problem
+
+if TYPE_CHECKING:
+    from gangsolve.solver.planning import Limits
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -123,8 +128,22 @@ def fits_alone(problem: Problem, g: int) -> bool:
     return (place_colocated(problem, g, alone) if gang.colocate else place_gang(problem, g, alone)) is not None
 
 
-def explain(problem: Problem, g: int, counts: Counts, cache: dict[tuple[int, ...], str] | None = None) -> str:
-    """`cache` (any dict, shared across the gangs of one cycle) saves re-deriving exclusions per pod class."""
+def _fits_within(problem: Problem, g: int, limits: Limits) -> bool:
+    """Whether the gang's minimum fits with no other gang placed and the reservations' limits held."""
+    room = limits.room_for(g, problem.free.copy())
+    gang = problem.gangs[g]
+    return (place_colocated(problem, g, room) if gang.colocate else place_gang(problem, g, room)) is not None
+
+
+def explain(
+    problem: Problem,
+    g: int,
+    counts: Counts,
+    cache: dict[tuple[int, ...], str] | None = None,
+    limits: Limits | None = None,
+) -> str:
+    """`cache` (any dict, shared across the gangs of one cycle) saves re-deriving exclusions per pod class.
+    `limits`: the cycle's reservations, which a gang may fit beside now but would still be running into."""
     gang = problem.gangs[g]
     total = len(gang.pods) + len(gang.bound_nodes)
     placed = sum(counts.get(g, {}).values())
@@ -135,7 +154,12 @@ def explain(problem: Problem, g: int, counts: Counts, cache: dict[tuple[int, ...
     excluded = _exclusions(problem, g, {} if cache is None else cache)
     why = _shortage(problem, g) or _single_pod(problem, g)
     if why is None:
-        if fits_alone(problem, g):
+        if fits_alone(problem, g) and limits is not None and not _fits_within(problem, g, limits):
+            why = (
+                "fits the free capacity now, but would still be running when a reservation for a gang waiting "
+                "longer needs those nodes"
+            )
+        elif fits_alone(problem, g):
             why = (
                 "fits the free capacity on its own, but gangs placed this cycle (higher priority or better fit) took it"
             )

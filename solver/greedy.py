@@ -7,11 +7,14 @@ baseline of the benchmarks.
 
 from __future__ import annotations
 
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import numpy as np
 
 from gangsolve.solver.problem import Problem, Rows
+
+if TYPE_CHECKING:
+    from gangsolve.solver.planning import Limits
 
 # gang_counts[(part, node)] = pods of that gang part on that node; counts[gang] = that gang's
 GangCounts: TypeAlias = dict[tuple[int, int], int]
@@ -90,10 +93,12 @@ def place_gang(
     scorer: Scorer = node_scores,
     most: int | None = None,
     counts: GangCounts | None = None,
+    later: bool = False,
 ) -> GangCounts | None:
     """Place gang g's pods on `free` (updated in place) best-fit, at most `most` of them (default: all), adding
     to `counts` (pods already placed: the gang's extras). Returns the counts, or None (and `free` untouched)
-    when fewer than the gang's need fit."""
+    when fewer than the gang's need fit. `later`: `free` is capacity at a later time, which may exceed what is
+    free now, so every eligible node is considered."""
     gang = problem.gangs[g]
     already = dict(counts or {})
     counts = dict(already)
@@ -108,7 +113,7 @@ def place_gang(
         demand = problem.demand[part.cls]
         # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there). Scores
         # for those once per part; afterwards only the node just filled changes.
-        rows = problem.fitting(part.cls)
+        rows = np.flatnonzero(problem.eligible[part.cls]) if later else problem.fitting(part.cls)
         if allowed is not None:
             rows = rows[allowed[rows]]
         fit = problem.fits(part.cls, free, rows)
@@ -141,12 +146,14 @@ def place_colocated(
     max_tries: int = 64,
     scorer: Scorer = node_scores,
     most: int | None = None,
+    later: bool = False,
 ) -> GangCounts | None:
     """A gang with topology levels: one value of its required level's label (the tightest domains that could
-    hold it tried first), and within it as few domains of each preferred level as hold it (`place_in_levels`)."""
+    hold it tried first), and within it as few domains of each preferred level as hold it (`place_in_levels`).
+    `later` as for place_gang."""
     gang = problem.gangs[g]
     if not gang.colocate:
-        return place_in_levels(problem, g, free, None, gang.preferred, scorer, most)
+        return place_in_levels(problem, g, free, None, gang.preferred, scorer, most, later)
     domain = problem.domains(gang.colocate)
     bound = {problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index}
     if bound:
@@ -169,7 +176,7 @@ def place_colocated(
         order = np.lexsort((ok, size[ok], room[ok] @ problem.gpus))
         candidates = [int(d) for d in ok[order][:max_tries]]
     for d in candidates:
-        counts = place_in_levels(problem, g, free, domain == d, gang.preferred, scorer, most)
+        counts = place_in_levels(problem, g, free, domain == d, gang.preferred, scorer, most, later)
         if counts is not None:
             return counts
     return None
@@ -183,6 +190,7 @@ def place_in_levels(
     levels: tuple[str, ...],
     scorer: Scorer = node_scores,
     most: int | None = None,
+    later: bool = False,
 ) -> GangCounts | None:
     """Place gang g on `allowed` nodes in as few domains of each preferred level as hold it, level by level
     from the widest (`fewest_domains`); a level whose chosen domains do not hold the gang after all (its
@@ -190,10 +198,10 @@ def place_in_levels(
     if levels:
         narrowed = fewest_domains(problem, g, free, allowed, levels[0], most)
         if narrowed is not None:
-            counts = place_in_levels(problem, g, free, narrowed, levels[1:], scorer, most)
+            counts = place_in_levels(problem, g, free, narrowed, levels[1:], scorer, most, later)
             if counts is not None:
                 return counts
-    return place_gang(problem, g, free, allowed=allowed, scorer=scorer, most=most)
+    return place_gang(problem, g, free, allowed=allowed, scorer=scorer, most=most, later=later)
 
 
 def fewest_domains(
@@ -238,36 +246,76 @@ def greedy(
     scorer: Scorer = node_scores,
     minimum_first: bool = False,
     placed: Counts | None = None,
+    limits: Limits | None = None,
+    free: np.ndarray | None = None,
 ) -> Counts:
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
     likes best; a gang that cannot reach its minimum takes nothing. `minimum_first`: every gang gets only its
     minimum, and the pods past it (of elastic gangs) are placed after all gangs had their turn, so that they
-    do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are."""
-    free = problem.free.copy()
+    do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are.
+    `limits`: each gang keeps within the capacity reservations hold for later (planning.py). `free`: the
+    capacity to fill, updated in place (default: a copy of the cycle's)."""
+    free = problem.free.copy() if free is None else free
     result: Counts = {g: dict(c) for g, c in (placed or {}).items()}
     for g, gang_counts in result.items():
         for (p, n), k in gang_counts.items():
             free[n] -= k * problem.demand[problem.parts[g][p].cls]
+        if limits is not None:
+            limits.take(g, gang_counts)
     order = queue_order(problem) if order is None else order
     for g in order:
         gang = problem.gangs[g]
         if not gang.pods or g in result:
             continue
         most = max(gang.need, 1) if minimum_first else None
-        if gang.topology:
-            counts = place_colocated(problem, g, free, scorer=scorer, most=most)
-        else:
-            counts = place_gang(problem, g, free, scorer=scorer, most=most)
+        counts = place_within(problem, g, free, limits, scorer, most=most)
         if counts is not None:
             result[g] = counts
+        elif limits is not None:
+            limits.blocked(g, free)
     if minimum_first:
-        add_extras(problem, result, free, order, scorer)
+        add_extras(problem, result, free, order, scorer, limits)
     return result
 
 
-def add_extras(problem: Problem, counts: Counts, free: np.ndarray, order: list[int], scorer: Scorer) -> None:
+def place_within(
+    problem: Problem,
+    g: int,
+    free: np.ndarray,
+    limits: Limits | None,
+    scorer: Scorer = node_scores,
+    most: int | None = None,
+    counts: GangCounts | None = None,
+    allowed: np.ndarray | None = None,
+) -> GangCounts | None:
+    """Gang g placed on `free` (updated in place) as place_gang or place_colocated place it, within what
+    `limits` leaves it; `counts`: pods of the gang already placed, to add extras to (on `allowed` nodes)."""
+    room = free if limits is None else limits.room_for(g, free)
+    if counts is None and problem.gangs[g].topology:
+        found = place_colocated(problem, g, room, scorer=scorer, most=most)
+    else:
+        found = place_gang(problem, g, room, allowed=allowed, scorer=scorer, most=most, counts=counts)
+    if found is None or limits is None:
+        return found
+    added = {key: k - (counts or {}).get(key, 0) for key, k in found.items()}
+    added = {key: k for key, k in added.items() if k}
+    if room is not free:  # placed on a copy: take it from `free` too
+        for (p, n), k in added.items():
+            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+    limits.take(g, added)
+    return found
+
+
+def add_extras(
+    problem: Problem,
+    counts: Counts,
+    free: np.ndarray,
+    order: list[int],
+    scorer: Scorer,
+    limits: Limits | None = None,
+) -> None:
     """Pods past their gang's minimum, gang by gang in `order`, where they fit (co-located gangs in their
-    domain)."""
+    domain) within `limits`."""
     for g in order:
         if g not in counts or sum(counts[g].values()) == len(problem.gangs[g].pods):
             continue
@@ -276,6 +324,6 @@ def add_extras(problem: Problem, counts: Counts, free: np.ndarray, order: list[i
         if key:
             domain = problem.domains(key)
             allowed = domain == domain[next(iter(counts[g]))[1]]
-        extended = place_gang(problem, g, free, allowed=allowed, scorer=scorer, counts=counts[g])
+        extended = place_within(problem, g, free, limits, scorer, counts=counts[g], allowed=allowed)
         if extended is not None:
             counts[g] = extended

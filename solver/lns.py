@@ -5,7 +5,8 @@ it (and on some roomy nodes where those gangs could go instead), and places them
 the target and a few other pending gangs: gangs of higher levels first, then the target, then the rest
 smallest first (shuffled a little), each gang at its minimum before any gang's extra pods. The step is kept
 when the placement is better in (gangs placed per level, highest first, then resources placed), or as good
-and no more scattered over nodes, so the search moves on plateaus.
+and no more scattered over nodes, so the search moves on plateaus. With reservations (planning.py), every gang
+placed again keeps within their limits, as in the greedy passes.
 
 Every choice comes from a generator seeded per cycle and nothing reads the clock, so the steps do not depend
 on the time limit: a longer search passes through the placement a shorter one ends on, and since no step makes
@@ -15,6 +16,7 @@ the placement worse, more time never gives a worse answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,11 +28,13 @@ from gangsolve.solver.greedy import (
     add_extras,
     most_allocated_off_gpus,
     node_scores,
-    place_colocated,
-    place_gang,
+    place_within,
 )
 from gangsolve.solver.model import Level
 from gangsolve.solver.problem import Problem
+
+if TYPE_CHECKING:
+    from gangsolve.solver.planning import Limits
 
 SCORERS: tuple[Scorer, ...] = (node_scores, most_allocated_off_gpus)
 
@@ -45,11 +49,24 @@ class Step:
 
 
 class Search:
-    """The placement being improved (`counts`) and the capacity it uses (`used`)."""
+    """The placement being improved (`counts`), the capacity it uses (`used`) and, with reservations, what their
+    limits still leave (`limits`, fresh: the search takes `counts` into them)."""
 
-    def __init__(self, problem: Problem, counts: Counts, seed: int = 0, nodes: int = 16, extra: int = 6) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        counts: Counts,
+        seed: int = 0,
+        nodes: int = 16,
+        extra: int = 6,
+        limits: Limits | None = None,
+    ) -> None:
         self.problem = problem
         self.counts: Counts = {g: dict(c) for g, c in counts.items()}
+        self.limits = limits
+        if limits is not None:
+            for g, gang_counts in self.counts.items():
+                limits.take(g, gang_counts)
         self.rng = np.random.default_rng(seed)
         self.levels = problem.gang_priority_levels()
         self.scale = score.gpu_scale(problem)
@@ -181,9 +198,12 @@ class Search:
         gangs = self.neighbourhood(target)
         before = {g: self.counts[g] for g in gangs if g in self.counts}
         free = problem.free - self.used
+        limits = None if self.limits is None else self.limits.copy()
         for g, gang_counts in before.items():
             for (p, n), k in gang_counts.items():
                 free[n] += k * problem.demand[problem.parts[g][p].cls]
+            if limits is not None:
+                limits.take(g, gang_counts, -1)
         # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
         size = self.size[gangs] * (0.75 + 0.5 * self.rng.random(len(gangs)))
         order = [
@@ -196,18 +216,16 @@ class Search:
         scorer = SCORERS[int(self.rng.integers(len(SCORERS)))]
         after: Counts = {}
         for g in order:
-            most = max(problem.gangs[g].need, 1)
-            placed = (
-                place_colocated(problem, g, free, scorer=scorer, most=most)
-                if problem.gangs[g].topology
-                else place_gang(problem, g, free, scorer=scorer, most=most)
-            )
+            placed = place_within(problem, g, free, limits, scorer, most=max(problem.gangs[g].need, 1))
             if placed is not None:
                 after[g] = placed
-        add_extras(problem, after, free, order, scorer)
+        add_extras(problem, after, free, order, scorer, limits)
         new, old = self.rank(after), self.rank(before)
-        keep = new > old
-        if new == old and drift:
+        # Starving gangs are served first come first served (every hint places them first, oldest first), as the
+        # CP-SAT model keeps them: a step that takes one off is not kept, however many others it places.
+        served = all(g in after for g in before if problem.gangs[g].starving)
+        keep = served and new > old
+        if served and new == old and drift:
             # Equal steps are kept when they span no more nodes (the locality tier), so the search moves on
             # plateaus without scattering gangs.
             nodes = sorted({n for c in (before, after) for gang_counts in c.values() for (_p, n) in gang_counts})
@@ -221,9 +239,10 @@ class Search:
             for g, gang_counts in after.items():
                 self.counts[g] = gang_counts
                 self._use(g, gang_counts, 1)
+            self.limits = limits
         self.steps += 1
-        self.improvements += new > old
-        return Step(target, len(gangs), new > old)
+        self.improvements += served and new > old
+        return Step(target, len(gangs), served and new > old)
 
     def _spread(self, placed: Counts, removed: Counts, nodes: list[int]) -> int:
         """The locality tier (score.locality: nodes spanned per gang, plus empty GPU nodes opened) of the gangs

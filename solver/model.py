@@ -97,6 +97,7 @@ class Gang:
     preferred: tuple[str, ...] = ()
     group_priority: int | None = None  # the priority its gang definition gives it (an upstream PodGroup's)
     starving: bool = False  # waited past the starvation age: outranks gangs of its priority that have not
+    runtime: float | None = None  # estimated seconds from start to end; None: no estimate (runs for ever)
 
     @property
     def need(self) -> int:
@@ -132,12 +133,13 @@ class Gang:
 
 @dataclass(frozen=True)
 class Running:
-    """A bound, unfinished pod. Its requests are already in its node's `used`; the rest is what preemption
-    needs to choose it as a victim, or to leave it alone."""
+    """A bound, unfinished pod. Its requests are already in its node's `used` and come back at its estimated
+    end (what reservations are planned from); the rest is what preemption needs to choose it as a victim, or
+    to leave it alone."""
 
     node: str
     requests: Resources
-    end: float | None = None  # on the cycle's clock; None: no estimate, never assumed to end
+    end: float | None = None  # on the cycle's clock (Cluster.now); None: no estimate, never assumed to end
     name: str = ""  # namespace/name
     priority: int = 0
     gang: str = ""  # the gang it belongs to, named as pending gangs are; "" for a pod alone
@@ -160,6 +162,7 @@ class Cluster:
     # Resources the objective counts as GPUs (placed first; empty GPU nodes kept whole) besides `nvidia.com/gpu`:
     # GPUs the edge turned into other resources, such as devices of Dynamic Resource Allocation.
     gpus: frozenset[str] = frozenset()
+    now: float = 0.0  # the cycle's clock, seconds (the same clock as Running.end)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,11 @@ class SolveConfig:
     min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone
     preemption: bool = True  # pending gangs that may preempt evict lower-priority pods to fit
+    reservations: int = 1  # starving gangs that may hold a reservation per cycle, queue order; 0: none
+    # A deterministic budget instead of the clock: the search makes at most this many steps, every hint variant
+    # runs, and CP-SAT and the bounds stop on their own work only (as much as `time_limit` grants them), so the
+    # same input gives the same placement however loaded the machine. None: the wall clock, as live.
+    steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,18 @@ class Eviction:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """Capacity held for a starving gang that cannot start now: its nodes from the estimated time running
+    pods free them. Gangs started now may use those nodes only if they are expected to end by `start`."""
+
+    gang: str
+    nodes: tuple[str, ...]
+    start: float | None  # on the cycle's clock; None: waiting for an estimate of running pods' ends
+    gpus: int = 0  # GPUs held on `nodes`
+    bindings: Mapping[str, str] = field(default_factory=dict)  # pod -> node it would take at `start`
+
+
+@dataclass(frozen=True)
 class Placement:
     bindings: Mapping[str, str]  # pod -> node
     gangs: tuple[GangResult, ...]
@@ -205,3 +225,5 @@ class Placement:
     levels: tuple[Mapping[str, int], ...] = ()  # per priority level: gangs placed, bound, gangs modelled
     nominations: Mapping[str, str] = field(default_factory=dict)  # pod -> node: binds once its victims are gone
     evictions: tuple[Eviction, ...] = ()  # this cycle's preemptions
+    reservations: tuple[Reservation, ...] = ()  # queue order
+    backfilled: tuple[str, ...] = ()  # gangs started on nodes a reservation holds (they leave it whole)

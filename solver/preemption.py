@@ -239,11 +239,20 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
+        # A reservation holds its nodes against every gang not above its priority (planning.py); the placement
+        # kept those gangs off them, and preemption must not undo that: only gangs above every holder preempt.
+        priorities = {g.name: g.priority for g in cluster.gangs}
+        above = max((priorities.get(r.gang, 0) for r in placement.reservations), default=None)
         self.preemptors = sorted(
             (
                 g
                 for g in cluster.gangs
-                if g.pods and g.need > 0 and g.preempts and not results[g.name].placed and g.name not in waiting
+                if g.pods
+                and g.need > 0
+                and g.preempts
+                and not results[g.name].placed
+                and g.name not in waiting
+                and (above is None or g.priority > above)
             ),
             key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
         )

@@ -11,6 +11,10 @@ A cycle, in order (each step starts from the best placement so far and never mak
 5. CP-SAT improves locality with the gang counts and resources held; the bounds are computed again for the
    placement reached.
 
+Every step keeps the reservations the baseline pass makes for starving gangs (planning.py): each greedy pass,
+the warm start and each search step place gangs within `planning.Limits`, and both CP-SAT models carry the same
+limits as constraints. The bounds relax those limits away, so they stay upper bounds (looser ones).
+
 Steps 1 to 4 decide gangs and resources and read the clock only to stop: a longer time limit runs the same
 steps further, so it never returns a worse answer.
 """
@@ -23,7 +27,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from gangsolve.solver import preemption, score
+from gangsolve.solver import planning, preemption, score
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.candidates import candidates
 from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs
@@ -37,7 +41,7 @@ from gangsolve.solver.greedy import (
     smallest_first_order,
 )
 from gangsolve.solver.lns import Search
-from gangsolve.solver.model import Cluster, GangResult, Level, Placement, SolveConfig
+from gangsolve.solver.model import Cluster, GangResult, Level, Placement, Reservation, SolveConfig
 from gangsolve.solver.problem import Problem
 
 # Per priority level: (gangs placed, upper bound on them, gangs that could be placed at all).
@@ -63,6 +67,7 @@ _WORK_PER_SECOND = 0.5
 _EXACT_VARIABLES = 20_000
 _EXACT_WORK = 2.0
 _BUILD_SECONDS = 100e-6  # per model variable, for building the model and its locality objective
+_BUDGET_SAFETY = 600.0  # seconds: with `SolveConfig.steps`, the wall clock cuts in only past this
 
 
 def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping[str, str] | None = None) -> Placement:
@@ -74,23 +79,34 @@ def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping
 
 def _place(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | None) -> Placement:
     started = time.perf_counter()
-    deadline = started + config.time_limit * (1 - _RESERVE)
+    # With a budget of steps the clock ends nothing: the deadline is only a safety net.
+    deadline = started + (config.time_limit * (1 - _RESERVE) if config.steps is None else _BUDGET_SAFETY)
     problem = Problem(cluster)
     begun = time.perf_counter()
-    counts = greedy(problem)  # queue order, as Volcano allocates: the baseline never to fall below
+    # Queue order, as Volcano allocates, holding reservations for starving gangs that cannot start: the
+    # baseline never to fall below. Without reservations it is the plain greedy allocator.
+    counts, plan = planning.plan(problem, config.reservations)
     took = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"
     levels: LevelCounts = {}
     total = None
     if config.use_cpsat and problem.gangs:
-        counts, stages, levels, total = _optimise(problem, counts, took, config, previous or {}, started, deadline)
+        counts, stages, levels, total = _optimise(
+            problem, plan, counts, took, config, previous or {}, started, deadline
+        )
         status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
-    return _placement(problem, counts, stages, levels, total, status, time.perf_counter() - started)
+    return _placement(problem, counts, stages, levels, total, status, time.perf_counter() - started, plan)
+
+
+def _limits(problem: Problem, plan: planning.Plan) -> planning.Limits | None:
+    """Fresh limits for one pass over the cycle (None when no reservation limits anything)."""
+    return planning.Limits(problem, plan) if plan.checks else None
 
 
 def _optimise(
     problem: Problem,
+    plan: planning.Plan,
     baseline: Counts,
     took: float,
     config: SolveConfig,
@@ -107,7 +123,8 @@ def _optimise(
     stages: list[Stage] = []
 
     begun = time.perf_counter()
-    counts = _best_hint(problem, baseline, took, previous, scale, started + _HINT_SHARE * limit, search_end)
+    hints_end = started + _HINT_SHARE * limit if config.steps is None else search_end
+    counts = _best_hint(problem, plan, baseline, took, previous, scale, hints_end, search_end)
     stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
     begun = time.perf_counter()
@@ -116,7 +133,9 @@ def _optimise(
     stages.append(Stage("bound", "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
 
     if any(_found(problem, counts, order)[level] < bounds[level] for level in order):
-        counts, proven, stage = _exact(problem, counts, order, search_end, config.workers)
+        # On a budget, the work the time limit would grant (the clock ends the stage earlier otherwise).
+        work = _EXACT_WORK if config.steps is None else min(_EXACT_WORK, _WORK_PER_SECOND * limit)
+        counts, proven, stage = _exact(problem, counts, order, search_end, config.workers, plan, work)
         if stage is not None:
             stages.append(stage)
         if proven:
@@ -124,9 +143,9 @@ def _optimise(
             total = sum(bounds.values())
 
     begun = time.perf_counter()
-    search = Search(problem, counts)
+    search = Search(problem, counts, limits=_limits(problem, plan))
     stalled, ended = 0, "TIME_LIMIT"
-    while time.perf_counter() < search_end:
+    while time.perf_counter() < search_end and (config.steps is None or search.steps < config.steps):
         found = _found(problem, search.counts, order)
         open_levels = {level for level in order if found[level] < bounds[level]}
         # Once every level is at its bound, steps may still place more resources, until they stop doing so;
@@ -142,6 +161,8 @@ def _optimise(
             closed = level_bounds(relaxation, now, most, search_end - time.perf_counter())
             bounds, total = _tighter((bounds, total), closed)
     counts = search.counts
+    if ended == "TIME_LIMIT" and config.steps is not None and search.steps >= config.steps:
+        ended = "STEP_LIMIT"
     if search.steps:
         detail = f"{search.steps} steps, {search.improvements} improving"
         seconds = time.perf_counter() - begun
@@ -154,7 +175,7 @@ def _optimise(
     bounds, total = _tighter((bounds, total), final)
     stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
 
-    counts, locality = _locality(problem, counts, order, scale, config, deadline)
+    counts, locality = _locality(problem, plan, counts, order, scale, config, deadline)
     stages.extend(locality)
     found = _found(problem, counts, order)
     return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
@@ -184,6 +205,7 @@ _VARIANTS = (("smallest", most_allocated_off_gpus), ("queue", most_allocated_off
 
 def _best_hint(
     problem: Problem,
+    plan: planning.Plan,
     baseline: Counts,
     took: float,
     previous: Mapping[str, str],
@@ -192,7 +214,8 @@ def _best_hint(
     cycle_end: float,
 ) -> Counts:
     """The best of the baseline (which took `took` seconds), the greedy variants (the first one while it fits
-    before `cycle_end`, the others while they fit before `deadline`) and the warm start."""
+    before `cycle_end`, the others while they fit before `deadline`) and the warm start, each within the
+    reservations' limits."""
 
     def key(counts: Counts) -> tuple[tuple[int, ...], tuple[int, ...], int]:
         spans = tuple(-k for k in score.topology(problem, counts))
@@ -200,22 +223,23 @@ def _best_hint(
 
     orders = {"smallest": smallest_first_order(problem), "queue": queue_order(problem)}
     hints = [baseline]
-    warm = warm_start(problem, previous)
+    warm = warm_start(problem, previous, _limits(problem, plan))
     if warm:  # first, so that it wins ties: a plan that still holds is not changed for nothing
-        hints.insert(0, greedy(problem, orders["smallest"], most_allocated_off_gpus, minimum_first=True, placed=warm))
+        limits = _limits(problem, plan)
+        hints.insert(0, greedy(problem, orders["smallest"], most_allocated_off_gpus, True, warm, limits))
     for i, (name, scorer) in enumerate(_VARIANTS):
         if time.perf_counter() + took > (deadline if i else cycle_end):
             break  # another pass (estimated by the last one's time) would eat into the search's time
         begun = time.perf_counter()
-        hints.append(greedy(problem, orders[name], scorer, minimum_first=True))
+        hints.append(greedy(problem, orders[name], scorer, minimum_first=True, limits=_limits(problem, plan)))
         took = time.perf_counter() - begun
     return max(hints, key=key)
 
 
-def warm_start(problem: Problem, previous: Mapping[str, str]) -> Counts:
+def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.Limits | None = None) -> Counts:
     """The gangs of `previous` (pod -> node) that it placed whole and that still fit there: pods still pending,
-    nodes still eligible, capacity still free, the gang's minimum reached, one domain for co-located gangs.
-    Gangs are taken in queue order; one that no longer fits is dropped whole."""
+    nodes still eligible, capacity still free (within `limits`), the gang's minimum reached, one domain for
+    co-located gangs. Gangs are taken in queue order; one that no longer fits is dropped whole."""
     where = {
         pod.name: (g, p) for g, parts in enumerate(problem.parts) for p, part in enumerate(parts) for pod in part.pods
     }
@@ -236,9 +260,12 @@ def warm_start(problem: Problem, previous: Mapping[str, str]) -> Counts:
             use[n] += k * problem.demand[problem.parts[g][p].cls]
         nodes = sorted({n for (_p, n) in gang_counts})
         eligible = all(problem.eligible[problem.parts[g][p].cls, n] for (p, n) in gang_counts)
-        if not eligible or (use[nodes] > free[nodes]).any() or not _one_domain(problem, g, nodes):
+        room = free if limits is None else limits.room_for(g, free)
+        if not eligible or (use[nodes] > room[nodes]).any() or not _one_domain(problem, g, nodes):
             continue
         free -= use
+        if limits is not None:
+            limits.take(g, gang_counts)
         counts[g] = gang_counts
     return counts
 
@@ -257,11 +284,18 @@ def _one_domain(problem: Problem, g: int, nodes: list[int]) -> bool:
 
 
 def _exact(
-    problem: Problem, counts: Counts, order: list[Level], deadline: float, workers: int
+    problem: Problem,
+    counts: Counts,
+    order: list[Level],
+    deadline: float,
+    workers: int,
+    plan: planning.Plan | None = None,
+    work: float = _EXACT_WORK,
 ) -> tuple[Counts, bool, Stage | None]:
     """CP-SAT on every fitting node when the model is small: the gangs per level, as one objective with
     mixed-radix weights (one more gang at a level outweighs any change below it). Returns the placement,
-    whether its gang counts are proven optimal, and the stage (None when not run)."""
+    whether its gang counts are proven optimal (among placements that keep the reservations), and the stage
+    (None when not run)."""
     cands = {
         (g, p): np.flatnonzero(problem.fit[part.cls] > 0)
         for g in range(len(problem.gangs))
@@ -272,6 +306,7 @@ def _exact(
     begun = time.perf_counter()
     try:
         model = GangModel(problem, cands, counts)
+        _limit(model, problem, plan)
         weights, w = {}, 1
         for level in reversed(order):
             weights[level] = w
@@ -282,7 +317,7 @@ def _exact(
         expr = model.gangs_expr(weights)
     except Exception as exc:  # building the model failed: keep the placement, as for a failing stage
         return counts, False, _failed("exact", exc, begun)
-    stage = model.solve_stage("exact", expr, MAX, current, w - 1, _EXACT_WORK, deadline, workers)
+    stage = model.solve_stage("exact", expr, MAX, current, w - 1, work, deadline, workers)
     seconds = time.perf_counter() - begun
     exact = Stage(stage.name, stage.status, stage.objective, stage.bound, seconds, stage.detail)
     return model.counts, stage.status == "OPTIMAL", exact
@@ -299,13 +334,21 @@ _MAX_WEIGHT = 2**40  # keep the weighted objective far from int64 and friendly t
 
 
 def _locality(
-    problem: Problem, counts: Counts, order: list[Level], scale: int, config: SolveConfig, deadline: float
+    problem: Problem,
+    plan: planning.Plan,
+    counts: Counts,
+    order: list[Level],
+    scale: int,
+    config: SolveConfig,
+    deadline: float,
 ) -> tuple[Counts, list[Stage]]:
-    """The locality tier, on candidate nodes, with every level's count and the resources placed held: the
-    domains gangs span at each preferred topology level, widest first (one `topology` stage each), then nodes
-    spanned per gang and empty GPU nodes broken into (`locality`)."""
+    """The locality tier, on candidate nodes, with every level's count, the resources placed and the
+    reservations' limits held: the domains gangs span at each preferred topology level, widest first (one
+    `topology` stage each), then nodes spanned per gang and empty GPU nodes broken into (`locality`)."""
     begun = time.perf_counter()
-    seconds = min(deadline - begun, max(_LOCALITY_MOST, _locality_share(problem)) * config.time_limit)
+    seconds = max(_LOCALITY_MOST, _locality_share(problem)) * config.time_limit
+    if config.steps is None:  # on a budget of steps, the full share whatever the earlier stages took
+        seconds = min(deadline - begun, seconds)
     current = score.locality(problem, counts)
     levels = score.topology_levels(problem)
     # Picking candidates and building the model take about 100 us a variable: don't start what cannot finish.
@@ -320,6 +363,7 @@ def _locality(
     stages: list[Stage] = []
     try:
         model = GangModel(problem, cands, counts)
+        _limit(model, problem, plan)
         for level in order:
             model.model.add(model.gangs_expr({level: 1}) >= score.placed_at(problem, counts, level))
         resources, _room = model.resource_expr(scale)
@@ -350,6 +394,15 @@ def _timed(stage: Stage, begun: float, detail: str = "") -> Stage:
     return Stage(stage.name, stage.status, stage.objective, stage.bound, time.perf_counter() - begun, text)
 
 
+def _limit(model: GangModel, problem: Problem, plan: planning.Plan | None) -> None:
+    """The reservations' limits as constraints: per check, the gangs subject to it fit in its room."""
+    limits = _limits(problem, plan) if plan is not None else None
+    if limits is None:
+        return
+    for k, check in enumerate(limits.plan.checks):
+        model.limit([g for g in range(len(problem.gangs)) if limits.subject(g, k)], check.room)
+
+
 # --- the answer -------------------------------------------------------------------------------------------------
 
 
@@ -361,20 +414,17 @@ def _placement(
     total: int | None,
     status: str,
     seconds: float,
+    plan: planning.Plan | None = None,
 ) -> Placement:
-    bindings: dict[str, str] = {}
-    for g, gang_counts in counts.items():
-        for p, part in enumerate(problem.parts[g]):
-            pods = iter(part.pods)  # highest priority first
-            for n in sorted(n for (q, n) in gang_counts if q == p):
-                for _ in range(gang_counts[(p, n)]):
-                    bindings[next(pods).name] = problem.nodes[n].name
+    bindings = {pod: node for g, gang_counts in counts.items() for pod, node in _bind(problem, g, gang_counts).items()}
     results = []
     explained: dict[tuple[int, ...], str] = {}
+    plan = plan or planning.Plan()
+    limits = _limits(problem, plan)
     for g, gang in enumerate(problem.gangs):
         placed_pods = sum(counts.get(g, {}).values())
         placed = len(gang.bound_nodes) + placed_pods >= gang.min_member and (placed_pods > 0 or gang.need == 0)
-        reason = "" if placed_pods == len(gang.pods) else explain(problem, g, counts, explained)
+        reason = "" if placed_pods == len(gang.pods) else explain(problem, g, counts, explained, limits)
         results.append(
             GangResult(
                 name=gang.name,
@@ -387,6 +437,7 @@ def _placement(
             )
         )
     objective = _gangs(problem, counts)
+    reserved = {n for r in plan.reservations if r.gang not in counts for (_p, n) in r.counts}
     return Placement(
         bindings=bindings,
         gangs=tuple(results),
@@ -399,4 +450,29 @@ def _placement(
             {"priority": level[0], "starving": bool(level[1]), "placed": f, "bound": b, "gangs": most}
             for level, (f, b, most) in levels.items()
         ),
+        # A gang started after all (a later step found it room now) holds no reservation.
+        reservations=tuple(_reservation(problem, r) for r in plan.reservations if r.gang not in counts),
+        backfilled=tuple(
+            problem.gangs[g].name
+            for g, gang_counts in counts.items()
+            if g not in plan.held() and {n for (_p, n) in gang_counts} & reserved
+        ),
     )
+
+
+def _bind(problem: Problem, g: int, gang_counts: GangCounts) -> dict[str, str]:
+    """Pod -> node for gang g's counts, each part's highest-priority pods first."""
+    bindings = {}
+    for p, part in enumerate(problem.parts[g]):
+        pods = iter(part.pods)
+        for n in sorted(n for (q, n) in gang_counts if q == p):
+            for _ in range(gang_counts[(p, n)]):
+                bindings[next(pods).name] = problem.nodes[n].name
+    return bindings
+
+
+def _reservation(problem: Problem, planned: planning.Planned) -> Reservation:
+    nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
+    gpus = sum(k * int(problem.gpu_demand[problem.parts[planned.gang][p].cls]) for (p, _n), k in planned.counts.items())
+    bindings = _bind(problem, planned.gang, planned.counts)
+    return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus, bindings)

@@ -17,7 +17,7 @@ def _sample(prop: dict, definitions: dict):
         prop = definitions[prop["$ref"].rsplit("/", 1)[1]]
     if "enum" in prop:
         return prop["enum"][-1]
-    return {"integer": 3, "number": 1.5, "boolean": False}[prop["type"]]
+    return {"integer": 3, "number": 1.5, "boolean": False, "string": "app"}[prop["type"]]
 
 
 def test_every_config_key_the_chart_allows_is_a_scheduler_setting(tmp_path: Path) -> None:

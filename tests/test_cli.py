@@ -380,12 +380,88 @@ def test_now_marks_long_pending_gangs_starving():
     docs = [
         k8s_node("n", gpus=4),
         k8s_pod("old", gpus=4, owner="old", created="2026-01-01T00:00:00Z"),
-        k8s_pod("new", gpus=1, owner="new", created="2026-01-01T00:55:00Z"),
-        k8s_pod("new2", gpus=1, owner="new2", created="2026-01-01T00:56:00Z"),
+        k8s_pod("new", gpus=1, owner="new", created="2026-01-01T01:25:00Z"),
+        k8s_pod("new2", gpus=1, owner="new2", created="2026-01-01T01:26:00Z"),
     ]
     text = yaml.safe_dump_all(docs)
     fresh = orjson.loads(solve("-", "-o", "json", input=text).stdout)
     assert set(fresh["bindings"]) == {"default/new", "default/new2"}  # two gangs beat one
-    aged = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=text).stdout)
-    assert set(aged["bindings"]) == {"default/old"}  # waited an hour: it goes first
+    aged = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:30:00Z", input=text).stdout)
+    assert set(aged["bindings"]) == {"default/old"}  # waited past the hour: it goes first
     assert [lv["starving"] for lv in aged["levels"]] == [True, False]
+
+
+def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends():
+    # n0 frees at 01:10 (its pod declares 70 minutes), n1 runs a pod without an estimate: the old 4-GPU gang
+    # holds n0 from 01:10; a new gang expected to run 2 h keeps off n0, one of 5 minutes backfills it.
+    runtime = "gangsolve.io/expected-runtime"
+    docs = [
+        k8s_node("n0", gpus=4),
+        k8s_node("n1", gpus=4),
+        k8s_pod(
+            "busy0",
+            gpus=3,
+            node_name="n0",
+            phase="Running",
+            created="2026-01-01T00:00:00Z",
+            annotations={runtime: "70m"},
+        ),
+        k8s_pod("busy1", gpus=3, node_name="n1", phase="Running", created="2026-01-01T00:00:00Z"),
+        k8s_pod("old", gpus=4, owner="old", created="2025-12-31T23:30:00Z"),
+        k8s_pod("quick", gpus=1, owner="quick", created="2026-01-01T00:59:00Z", annotations={runtime: "5m"}),
+        k8s_pod("long", gpus=1, owner="long", created="2026-01-01T00:59:30Z", annotations={runtime: "2h"}),
+    ]
+    text = yaml.safe_dump_all(docs)
+    out = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=text).stdout)
+    assert out["reservations"] == [{"gang": "default/old", "nodes": ["n0"], "start": "2026-01-01T01:10:00Z", "gpus": 4}]
+    assert out["bindings"] == {"default/quick": "n0", "default/long": "n1"}
+
+    wide = CliRunner().invoke(cli, ["solve", "-", "--now", "2026-01-01T01:00:00Z"], input=text, env={"COLUMNS": "300"})
+    assert "reserved 4 GPUs on node n0 from about 2026-01-01 01:10 UTC" in wide.stdout
+
+    # Without an estimate for n0's pod either, the old gang waits for one, and nothing is held.
+    docs[2]["metadata"]["annotations"] = {}
+    out = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=yaml.safe_dump_all(docs)).stdout)
+    assert out["reservations"] == [{"gang": "default/old", "nodes": [], "start": None, "gpus": 0}]
+    # A configured default gives both running pods an end: n0 (started first, same default) is as good as n1.
+    out = orjson.loads(
+        solve(
+            "-",
+            "-o",
+            "json",
+            "--now",
+            "2026-01-01T01:00:00Z",
+            "--default-runtime",
+            "90m",
+            input=yaml.safe_dump_all(docs),
+        ).stdout
+    )
+    assert [r["start"] for r in out["reservations"]] == ["2026-01-01T01:30:00Z"]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "flags", "message"),
+    [
+        (
+            "soon",
+            [],
+            "error: Pod default/p: metadata.annotations.gangsolve.io/expected-runtime: expected a duration such as "
+            "90m or 1h30m, got 'soon'",
+        ),
+        (
+            "0s",
+            [],
+            "error: Pod default/p: metadata.annotations.gangsolve.io/expected-runtime: must be positive, got '0s'",
+        ),
+        ("1h", ["--default-runtime", "-5m"], "error: --default-runtime: must be positive, got '-5m'"),
+    ],
+)
+def test_bad_runtimes_are_one_line_exit_2(annotation, flags, message):
+    docs = [k8s_node("n0", gpus=4), k8s_pod("p", gpus=1, annotations={"gangsolve.io/expected-runtime": annotation})]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gangsolve", "solve", "-", "--now", "2026-01-01T01:00:00Z", *flags],
+        input=yaml.safe_dump_all(docs),
+        capture_output=True,
+        text=True,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (2, "", message)

@@ -86,8 +86,9 @@ class Seconds(click.ParamType):
     "--now",
     type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]),
     default=None,
-    help="The cycle's clock (RFC 3339): gangs pending longer than 15 minutes by then rank as starving, and "
-    "pods that may still get a gang definition wait for it, as in the live scheduler. Default: the time "
+    help="The cycle's clock (RFC 3339): gangs pending longer than an hour by then rank as starving, "
+    "starving gangs that cannot start get reservations from running pods' expected ends, and pods that may "
+    "still get a gang definition wait for it, as in the live scheduler. Default: the time "
     "`gangsolve export` took the snapshot; without either, no gang is starving and no pod waits.",
 )
 @click.option(
@@ -109,6 +110,13 @@ class Seconds(click.ParamType):
     show_default=True,
     help="Pending gangs that may preempt evict lower-priority pods to fit (see README).",
 )
+@click.option(
+    "--default-runtime",
+    default=None,
+    metavar="DURATION",
+    help="With --now: the runtime (a Go duration, e.g. 1h) of gangs and running pods that declare none "
+    "(annotation gangsolve.io/expected-runtime, activeDeadlineSeconds) [default: none, they run for ever].",
+)
 def solve(
     snapshot: str,
     scheduler_name: str,
@@ -119,9 +127,11 @@ def solve(
     definition_grace: float | None,
     training_kinds: tuple[str, ...],
     preemption: bool,
+    default_runtime: str | None,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import dra, render
+    from gangsolve.estimates import Estimator, parse_duration, with_estimates
     from gangsolve.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
@@ -129,6 +139,14 @@ def solve(
     from gangsolve.solver.devices import allocate
 
     grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
+    default: float | None = None
+    if default_runtime is not None:
+        try:
+            default = parse_duration(default_runtime)
+        except ValueError:
+            fail(f"--default-runtime: expected a duration such as 90m or 1h30m, got {default_runtime!r}")
+        if not default or default <= 0:
+            fail(f"--default-runtime: must be positive, got {default_runtime!r}")
     try:
         if now is not None and now.tzinfo is None:
             now = now.replace(tzinfo=UTC)  # the Z form parses naive
@@ -136,6 +154,8 @@ def solve(
         now = now or snap.taken_at
         cluster = build_cluster(snap, scheduler_name, group_label, now=now, grace=grace)
         held = waiting(snap, scheduler_name, group_label, now, grace)
+        if now is not None:
+            cluster = with_estimates(snap, cluster, now, Estimator(default=default), scheduler_name)
     except InputError as exc:
         fail(str(exc))
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit, preemption=preemption))

@@ -41,9 +41,11 @@ PREFERRED_ANNOTATION = "gangsolve.io/topology-preferred"
 UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
 # kube-scheduler's words for a PodGroup whose pods' priorities differ from its own (KEP-5710)
 PRIORITY_MISMATCH = "all pods in a single pod group should have the same priority as the pod group's priority"
-# A gang pending longer than this outranks the gangs of its priority that are not: maximizing the number of
-# gangs placed would otherwise pass over big gangs for as long as small ones keep arriving.
-STARVATION_SECONDS = 900.0
+# A gang pending longer than this outranks the gangs of its priority that are not, and may hold a reservation:
+# maximizing the number of gangs placed would otherwise pass over big gangs for as long as small ones keep
+# arriving. An hour, measured against 15 and 30 minutes in the time-based benchmark (docs/benchmarks.md): shorter
+# ages trade the median wait for the tail.
+STARVATION_SECONDS = 3600.0
 # Seconds pods that may still get a gang definition wait for it (from their creation); 0 turns waiting off.
 DEFINITION_GRACE = 10.0
 # Controllers of distributed training jobs: Kubeflow's training-operator kinds and Trainer's TrainJob.

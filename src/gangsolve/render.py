@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gangsolve import reservations
 from gangsolve.errors import printable
 from gangsolve.solver.devices import Allocations
 from gangsolve.solver.model import Placement
@@ -58,6 +59,7 @@ def as_dict(
         "evictions": [
             {"pod": e.pod, "node": e.node, "for": e.preemptor, "reason": e.reason} for e in placement.evictions
         ],
+        "reservations": [reservations.as_json(r) for r in placement.reservations],
     }
 
 
@@ -82,11 +84,15 @@ def print_table(
     allocations: Allocations | None = None,
 ) -> None:
     table = Table(title="Gangs", title_justify="left", show_lines=False)
-    for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON"):
+    for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION"):
         table.add_column(column, overflow="fold")
+    reserved = {r.gang: r for r in placement.reservations}
     for g in placement.gangs:
         placed = _text(str(g.placed_pods), "green" if g.placed else "red")
-        table.add_row(_text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""))
+        planned = _text(reservations.message(reserved[g.name])) if g.name in reserved else ""
+        table.add_row(
+            _text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""), planned
+        )
     console.print(table)
     if placement.bindings:
         bindings = Table(title="Bindings", title_justify="left")

@@ -216,7 +216,7 @@ def test_gangs_pending_past_the_starvation_age_are_starving():
 
     now = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)
     result = gangs(
-        k8s_pod("old", owner="a", created="2026-01-01T00:00:00Z"),
+        k8s_pod("old", owner="a", created="2025-12-31T23:59:00Z"),
         k8s_pod("new", owner="b", created="2026-01-01T00:59:00Z"),
         now=now,
     )

@@ -61,6 +61,10 @@ def test_file_then_flags(tmp_path):
         ({"time-limit": float("nan")}, "time-limit: expected a number > 0, got nan"),
         ({"shutdown-grace": float("inf")}, "shutdown-grace: expected a number > 0, got inf"),
         ({"kube-api-qps": -1}, "kube-api-qps: expected a number > 0, got -1"),
+        ({"reservations": -1}, "reservations: expected a whole number >= 0, got -1"),
+        ({"default-runtime": "1h"}, "default-runtime: expected a number > 0, got '1h'"),
+        ({"starvation-age": 0}, "starvation-age: expected a number > 0, got 0"),
+        ({"workload-label": 7}, "workload-label: expected a string, got 7"),
         ("- a list", "expected a mapping of settings, got list"),
         ("key: [unclosed", "invalid YAML"),
     ],
@@ -70,6 +74,25 @@ def test_bad_file_names_the_key(tmp_path, data, message):
         build(write(tmp_path, data))
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.asyncio
+async def test_planning_in_time_settings_reach_the_solver_actor(tmp_path):
+    from gangsolve.live.run import Scheduler
+    from tests.live.fake_kube import FakeKube
+
+    class Kube(FakeKube):
+        def limited(self, *_rate):
+            return self
+
+    data = {"reservations": 0, "default-runtime": 5400, "workload-label": "app", "starvation-age": 600}
+    scheduler = Scheduler(build(write(tmp_path, data)), Kube())
+    solver = scheduler.solver
+    assert (solver.reservations, solver.starvation) == (0, 600.0)
+    assert (solver.estimator.default, solver.estimator.label) == (5400.0, "app")
+    assert scheduler.succeeded.resource.field_selector == "status.phase=Succeeded,spec.schedulerName=gangsolve"
+    defaults = Scheduler(build(), Kube()).solver
+    assert (defaults.reservations, defaults.estimator.default) == (1, None)
 
 
 def test_missing_file(tmp_path):

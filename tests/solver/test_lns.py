@@ -3,6 +3,9 @@
 answer. Worth is computed here from the bindings alone: gangs with pods bound per priority level, highest
 first, then GPUs and cpu placed."""
 
+from dataclasses import replace
+from unittest.mock import patch
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +69,23 @@ def test_a_step_can_trade_a_placed_gang_for_two():
     assert set(search.counts) == {1, 2}
 
 
+def test_a_step_never_trades_a_starving_gang_away():
+    # The same cluster with every gang starving: the oldest keeps its place, first come first served, however
+    # many gangs of its level a step could place instead.
+    nodes = [node("n0", gpus=4), node("n1", gpus=4)]
+    gangs = tuple(
+        replace(g, starving=True) for g in (gang("a-big", 2, gpus=3), gang("b", 1, gpus=4), gang("c", 1, gpus=4))
+    )
+    problem = Problem(Cluster(tuple(nodes), gangs))
+    search = Search(problem, greedy(problem), seed=0)
+    for _ in range(50):
+        if search.step(set(problem.gang_priority_levels())) is None:
+            break
+    assert set(search.counts) == {0}
+    assert search.steps > 0
+    assert search.improvements == 0
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes(), gangs())
 def test_more_time_never_gives_a_worse_answer(node_list, gang_list):
@@ -73,3 +93,18 @@ def test_more_time_never_gives_a_worse_answer(node_list, gang_list):
     short = solve(cluster, SolveConfig(time_limit=0.1))
     longer = solve(cluster, SolveConfig(time_limit=1.0))
     assert worth(cluster, longer.bindings) >= worth(cluster, short.bindings)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes(), gangs())
+def test_a_budget_of_steps_gives_the_same_answer_however_slow_the_clock(node_list, gang_list):
+    """With SolveConfig.steps the clock ends nothing (a time-based benchmark is then reproducible on a loaded
+    machine): a clock that jumps 0.2 s at every reading, which would end a 0.5 s cycle at once, changes nothing."""
+    cluster = Cluster(tuple(node_list), tuple(gang_list))
+    config = SolveConfig(time_limit=0.5, steps=30)
+    normal = solve(cluster, config)
+    ticks = iter(range(10**9))
+    with patch("time.perf_counter", lambda: 0.2 * next(ticks)):
+        crawling = solve(cluster, config)
+    assert crawling.bindings == normal.bindings
+    assert [s["name"] for s in crawling.stages] == [s["name"] for s in normal.stages]

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from gangsolve.gangs import DEFINITION_GRACE
+from gangsolve.gangs import DEFINITION_GRACE, STARVATION_SECONDS
+from gangsolve.solver import SolveConfig
 
 
 class ConfigError(ValueError):
@@ -36,6 +37,14 @@ class Config:
     # Pending gangs that may preempt (preemptionPolicy not Never) evict lower-priority pods to fit; false turns
     # preemption off cluster-wide (nominations already made are still honoured).
     preemption: bool = True
+    # Planning in time: gangs pending this long outrank their priority peers and may hold a reservation
+    # (`reservations` per cycle, 0: none) from running pods' expected ends; a gang's runtime is what it
+    # declares, else the history of its workload (`workload-label`'s value, else owner kind and name), else
+    # `default-runtime` seconds (None: no estimate; capacity it holds is never assumed to free up).
+    starvation_age: float = STARVATION_SECONDS
+    reservations: int = SolveConfig.reservations
+    workload_label: str | None = None
+    default_runtime: float | None = None
     bind_concurrency: int = 64  # Binding calls in flight: each waits on the API server, not on us
     kube_api_qps: float = 50.0  # client-side rate limit on API requests, as kube-scheduler's --kube-api-qps
     kube_api_burst: int = 100
@@ -79,7 +88,10 @@ _POSITIVE = {
     "events_per_second",
     "kube_api_qps",
     "shutdown_grace",
+    "starvation_age",
+    "default_runtime",
 }
+_MAY_BE_ZERO = {"reservations"}
 
 
 def _check(name: str, value: Any, where: str) -> Any:
@@ -92,6 +104,7 @@ def _check(name: str, value: Any, where: str) -> Any:
 
     if value is None and "None" in kind:
         return None
+    kind = kind.removesuffix(" | None")
     if kind == "tuple[str, ...]":
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
             raise bad("a list of names")
@@ -100,8 +113,9 @@ def _check(name: str, value: Any, where: str) -> Any:
         if not isinstance(value, bool):
             raise bad("true or false")
     elif kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise bad("a whole number >= 1")
+        least = 0 if name in _MAY_BE_ZERO else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise bad(f"a whole number >= {least}")
     elif kind == "float":
         if (
             isinstance(value, bool)

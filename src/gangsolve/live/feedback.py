@@ -1,7 +1,8 @@
 """What users see in kubectl: pod conditions, events (events.k8s.io/v1) and PodGroup status.
 
-- A pending gang's pods get PodScheduled=False, reason Unschedulable, message = the solver's explanation
-  (written only when it changes).
+- A pending gang's pods get PodScheduled=False, reason Unschedulable, message = the solver's explanation,
+  and for a gang holding a reservation when it is expected to start: `reserved 16 GPUs on nodes a, b from
+  about 14:05 UTC`, or `waiting for an estimate` (written only when it changes).
 - Events: FailedScheduling (Warning) for those pods, Scheduled (Normal) for each bound pod and Preempted
   (Normal) for each pod evicted. An identical event about one pod is written at most once per
   `event_interval`, and all events but Preempted share a rate of `events_per_second` (a Preempted event
@@ -30,6 +31,7 @@ import anyio
 from aiolimiter import AsyncLimiter
 from anyio.abc import ObjectReceiveStream
 
+from gangsolve import reservations
 from gangsolve.gangs import (
     POD_GROUP_LABEL,
     PRIORITY_MISMATCH,
@@ -240,12 +242,14 @@ class Feedback:
     def reasons(self, result: CycleResult) -> dict[str, str]:
         """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced."""
         reasons: dict[str, str] = {}
+        held = {r.gang: r for r in result.placement.reservations}
         for gang, res in zip(result.cluster.gangs, result.placement.gangs, strict=True):
             if res.placed:
                 continue
+            why = reservations.pending_message(res.reason, held.get(gang.name), result.cluster.now)
             for p in gang.pods:
                 if p.name not in result.placement.bindings:
-                    reasons[p.name] = res.reason or "waiting for the rest of the gang"
+                    reasons[p.name] = why or "waiting for the rest of the gang"
         reasons.update(self._waiting(result))
         for key, seconds in result.backing_off.items():
             reasons[key] = f"binding failed; trying again in {max(1, round(seconds))}s"

@@ -97,3 +97,22 @@ class Metrics:
             "Planned gangs not bound because the cluster changed under them; planned again.",
             registry=r,
         )
+        # Planning in time (Slurm reports the like as backfilled jobs and reserved nodes).
+        self.reservations = Gauge(
+            "gangsolve_reservations",
+            "Last cycle: starving gangs holding a reservation (a start time and nodes).",
+            registry=r,
+        )
+        self.reserved_gpus = Gauge(
+            "gangsolve_reserved_gpus", "Last cycle: GPUs the reservations hold from their start.", registry=r
+        )
+        self.waiting_for_estimate = Gauge(
+            "gangsolve_waiting_for_estimate",
+            "Last cycle: starving gangs with no reservation because running pods they wait for have no expected end.",
+            registry=r,
+        )
+        self.backfilled_gangs = Counter(
+            "gangsolve_backfilled_gangs_total",
+            "Gangs started on nodes a reservation holds for later (they end first, or leave it what it needs).",
+            registry=r,
+        )

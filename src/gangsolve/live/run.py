@@ -1,9 +1,10 @@
-"""`gangsolve run`: every actor in one task group; a crash in one cancels all.
+r"""`gangsolve run`: every actor in one task group; a crash in one cancels all.
 
     watchers --events--> ClusterStore --snapshot--> SolverActor --GangPlan, Preemption--> BinderActor
-                             ^   (assume, nominate, evict)  \\                              |  Bound, Evicted
-                             |                               \\-- CycleResult (latest) --> Feedback <--+
-                             +------------------------------------------ forget -----------/
+                             ^   (assume, nominate, evict) ^ \                              |  Bound, Evicted
+                             |                             |  \-- CycleResult (latest) --> Feedback <--+
+                             +-----------------------------|------------- forget ---------/
+    succeeded pods watcher (while leading) ----------------+  (the runtime history)
     HealthServer (/metrics /healthz /readyz), LeaderElector (Lease: the fence on every write), signals
 
 Every replica watches and keeps its store warm; only the leader (or the only replica, without
@@ -23,6 +24,7 @@ import signal
 
 import anyio
 
+from gangsolve.estimates import Estimator
 from gangsolve.gangs import Grace
 from gangsolve.live import logs
 from gangsolve.live.binder import BinderActor, Bound, Evicted
@@ -35,7 +37,9 @@ from gangsolve.live.leader import LeaderElector, Unfenced
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync, Watcher
+from gangsolve.live.watchers import RESOURCES, Event, Resync, Watcher, succeeded_pods
+
+_HISTORY_WAIT = 10.0  # seconds the first cycle waits for the list of succeeded pods
 
 
 class Scheduler:
@@ -46,6 +50,8 @@ class Scheduler:
         self.metrics = Metrics()
         self.store = ClusterStore(group_label=cfg.group_label)
         self.watchers = [Watcher(kube, r, on_error=self._watch_error) for r in RESOURCES]
+        # Only the leader learns runtimes: it lists what succeeded when it starts leading.
+        self.succeeded = Watcher(kube, succeeded_pods(cfg.scheduler_name), on_error=self._watch_error)
         self.elector: LeaderElector | None = None
         if cfg.leader_elect:
             self.elector = LeaderElector(
@@ -69,6 +75,9 @@ class Scheduler:
             resync_period=cfg.resync_period,
             grace=Grace(cfg.definition_grace).with_kinds(cfg.training_kinds),
             preemption=cfg.preemption,
+            estimator=Estimator(default=cfg.default_runtime, label=cfg.workload_label),
+            reservations=cfg.reservations,
+            starvation=cfg.starvation_age,
         )
         self.binder = BinderActor(kube, self.store, self.metrics, fence, concurrency=cfg.bind_concurrency)
         self.feedback = Feedback(
@@ -146,6 +155,7 @@ class Scheduler:
         plans_send, plans_receive = anyio.create_memory_object_stream[GangPlan | Preemption](math.inf)
         bound_send, bound_receive = anyio.create_memory_object_stream[Bound | Evicted](math.inf)
         results: Latest[CycleResult] = Latest()
+        succeeded_send, succeeded_receive = anyio.create_memory_object_stream[Event | Resync](math.inf)
         binder_done = anyio.Event()
 
         async def bind() -> None:
@@ -157,8 +167,13 @@ class Scheduler:
                 leading.start_soon(self.elector.keep)
             leading.start_soon(self.feedback.run, results, bound_receive)
             leading.start_soon(bind)
+            leading.start_soon(self.succeeded.run, succeeded_send)
+            # The history's first list, before the first cycle: estimates (and the reservations they make) are
+            # then the same as before a restart. A slow list does not hold scheduling up for long.
+            with anyio.move_on_after(_HISTORY_WAIT):
+                await self.succeeded.synced.wait()
             async with anyio.create_task_group() as planning:
-                planning.start_soon(self.solver.run, plans_send, results)
+                planning.start_soon(self.solver.run, plans_send, results, succeeded_receive)
                 await self.stop.wait()
                 planning.cancel_scope.cancel()
             # The solver has stopped and closed the plan stream: the binder finishes what it was given.

@@ -12,17 +12,20 @@ schedulable; its last result is carried into every cycle's report.
 
 The view holds the pending pods and the pods that may share a gang with them; other pods count only through
 the capacity they hold. A cycle that may preempt (preemption on, and a gang to solve of higher priority than
-some pod bound) or holds a nomination (whose pods leaving there count) takes a view of every pod instead, as
-preemption chooses its victims among all of them; a cycle on a partial view never preempts.
+some pod bound), holds a nomination (whose pods leaving there count) or solves a starving gang while
+reservations are on (a reservation is planned from running pods' expected ends) takes a view of every pod
+instead; a cycle on a partial view never preempts. Gangs holding a nomination, and starving gangs while
+reservations are on, are solved every cycle: what they hold limits where the others go.
 
 For every placed gang it assumes the pods (and the devices chosen for their claims) in the store and sends a
 `GangPlan` to the binder. When the cycle preempted, it records the nominations (and those to clear: pods no
 longer nominated, still pending) and the victims in the store the same way, and sends one `Preemption` to the
 binder first. Each cycle's `CycleResult` goes to feedback's mailbox.
 
-It owns its settings, a cycle counter, the gangs left waiting by the last cycles and a cache of converted pods
-(used only by the one cycle running); it stops when cancelled (a cycle cancelled mid-solve has assumed and sent
-nothing).
+It owns its settings, a cycle counter, the gangs left waiting by the last cycles, a cache of converted pods
+(used only by the one cycle running) and the runtime estimator with its workload history, which learns from the
+succeeded pods a watcher sends it (drained before a cycle groups gangs, never while a cycle reads the
+estimator); it stops when cancelled (a cycle cancelled mid-solve has assumed and sent nothing).
 """
 
 from __future__ import annotations
@@ -34,15 +37,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from gangsolve import dra, objects
+from gangsolve import dra, objects, reservations
 from gangsolve.errors import InputError
-from gangsolve.gangs import Grace, Waiting, build_cluster, created, waiting
+from gangsolve.estimates import Estimator, with_estimates
+from gangsolve.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, created, waiting
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, View, pod_key
+from gangsolve.live.watchers import Event, Resync
 from gangsolve.objects import is_waiting_for
 from gangsolve.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, GangResult, Node, Placement, Pod, SolveConfig, solve
@@ -211,10 +216,13 @@ def group(
     now: datetime | None = None,
     nodes: tuple[Node, ...] | None = None,
     convert_pod=objects.pod,
+    starvation: float = STARVATION_SECONDS,
+    estimator: Estimator | None = None,
 ) -> Grouped:
-    """The cluster of a snapshot, with every gang, and the pending pods that join no gang yet. An object the
-    edge cannot read (a PodGroup with `minMember: many`, a pod asking for more cpu than the model can count) is
-    left out and returned with its error: one bad object must not stop everyone else."""
+    """The cluster of a snapshot, with every gang (and, with `estimator`, the expected runtimes of gangs and
+    running pods), and the pending pods that join no gang yet. An object the edge cannot read (a PodGroup with
+    `minMember: many`, a pod asking for more cpu than the model can count, a runtime annotation that is no
+    duration) is left out and returned with its error: one bad object must not stop everyone else."""
     skipped: list[InputError] = []
     # The live clock marks gangs pending past the starvation age, so big gangs are not passed over, and ends
     # the wait of pods whose gang definition never came.
@@ -230,7 +238,10 @@ def group(
                 grace=grace,
                 nodes=nodes,
                 convert_pod=convert_pod,
+                starvation_seconds=starvation,
             )
+            if estimator is not None:
+                cluster = with_estimates(snapshot, cluster, now, estimator, scheduler_name)
             return Grouped(cluster, waiting(snapshot, scheduler_name, group_label, now, grace), skipped, snapshot)
         except InputError as exc:
             smaller = snapshot.without(exc.obj)
@@ -258,17 +269,19 @@ def decide(
     time_limit: float,
     previous: Mapping[str, str] | None = None,
     preemption: bool = True,
+    reservations: int = 0,
 ) -> Plan:
-    """Solve the cluster's gangs, then choose the devices of the placed pods' claims. A gang the solver cannot
-    handle is left out (and returned as skipped), not the cycle. `previous` (the last cycle's bindings)
-    warm-starts the solver where its gangs are still pending and still fit."""
-    config = SolveConfig(time_limit=time_limit, preemption=preemption)
+    """Solve the cluster's gangs (up to `reservations` starving ones reserving room they cannot take now), then
+    choose the devices of the placed pods' claims. A gang the solver cannot handle is left out (and returned as
+    skipped), not the cycle. `previous` (the last cycle's bindings) warm-starts the solver where its gangs are
+    still pending and still fit."""
+    config = SolveConfig(time_limit=time_limit, preemption=preemption, reservations=reservations)
     skipped: list[InputError] = []
     try:
         placement = solve(cluster, config, previous)
     except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
-        solve(Cluster(cluster.nodes, ()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
-        culprits = _failing_gangs(cluster.nodes, list(cluster.gangs))
+        solve(replace(cluster, gangs=()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
+        culprits = _failing_gangs(cluster, list(cluster.gangs))
         if not culprits:
             raise
         logs.error("gangs left out: the solver fails on them", gangs=",".join(g.name for g in culprits), exc_info=exc)
@@ -292,10 +305,25 @@ def plan(
     now: datetime | None = None,
     previous: Mapping[str, str] | None = None,
     preemption: bool = True,
+    estimator: Estimator | None = None,
+    reservations: int = SolveConfig.reservations,
+    starvation: float = STARVATION_SECONDS,
 ) -> Plan:
-    """A whole cycle on a snapshot, every gang solved: the pure part, as `gangsolve solve --now` replays it."""
-    grouped = group(snapshot, scheduler_name, group_label, grace=grace, now=now)
-    decided = decide(grouped.cluster, grouped.snapshot, scheduler_name, time_limit, previous, preemption)
+    """A whole cycle on a snapshot, every gang solved: the pure part, as `gangsolve solve --now` replays it. With
+    `estimator`, gangs pending over `starvation` seconds that cannot start get up to `reservations`
+    reservations from running pods' expected ends."""
+    grouped = group(
+        snapshot, scheduler_name, group_label, grace=grace, now=now, starvation=starvation, estimator=estimator
+    )
+    decided = decide(
+        grouped.cluster,
+        grouped.snapshot,
+        scheduler_name,
+        time_limit,
+        previous,
+        preemption,
+        reservations if estimator is not None else 0,
+    )
     return replace(decided, skipped=grouped.skipped + decided.skipped, waiting=grouped.waiting)
 
 
@@ -327,16 +355,16 @@ def _allocate(
     return placement, out
 
 
-def _failing_gangs(nodes: tuple[Node, ...], gangs: list[Gang]) -> list[Gang]:
+def _failing_gangs(cluster: Cluster, gangs: list[Gang]) -> list[Gang]:
     """The gangs whose (greedy) solve raises, by bisection: a handful of cheap solves, only after a failure."""
     try:
-        solve(Cluster(nodes, tuple(gangs)), SolveConfig(use_cpsat=False))
+        solve(replace(cluster, gangs=tuple(gangs)), SolveConfig(use_cpsat=False))
         return []
     except Exception:
         if len(gangs) == 1:
             return gangs
     half = len(gangs) // 2
-    return _failing_gangs(nodes, gangs[:half]) + _failing_gangs(nodes, gangs[half:])
+    return _failing_gangs(cluster, gangs[:half]) + _failing_gangs(cluster, gangs[half:])
 
 
 @dataclass(frozen=True)
@@ -360,6 +388,9 @@ class SolverActor:
         resync_period: float,
         grace: Grace | None = None,
         preemption: bool = True,
+        estimator: Estimator | None = None,
+        reservations: int = SolveConfig.reservations,
+        starvation: float = STARVATION_SECONDS,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -370,8 +401,12 @@ class SolverActor:
         self.resync_period = resync_period
         self.grace = grace or Grace()
         self.preemption = preemption
+        self.estimator = estimator or Estimator(default=None)
+        self.reservations = reservations
+        self.starvation = starvation
+        self._succeeded: MemoryObjectReceiveStream[Event | Resync] | None = None  # finished pods to learn from
         self.cycles = 0
-        self.whole_views = 0  # cycles that read every pod (they may preempt, or hold a nomination)
+        self.whole_views = 0  # cycles that read every pod (they may preempt, hold a nomination or reserve)
         self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
         self._grace_ends = math.inf  # monotonic: when the first pod waiting for its gang definition stops waiting
         self._converter = PodConverter()
@@ -384,8 +419,15 @@ class SolverActor:
         # existed when it stopped waiting is what the grace added to its latency.
         self._held: dict[str, datetime | None] = {}
 
-    async def run(self, plans: MemoryObjectSendStream[GangPlan | Preemption], results: Latest[CycleResult]) -> None:
-        """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come."""
+    async def run(
+        self,
+        plans: MemoryObjectSendStream[GangPlan | Preemption],
+        results: Latest[CycleResult],
+        succeeded: MemoryObjectReceiveStream[Event | Resync] | None = None,
+    ) -> None:
+        """Cycle until cancelled; closing `plans` on the way out tells the binder no more will come. `succeeded`:
+        a watch of our pods that succeeded, which the runtime history learns from."""
+        self._succeeded = succeeded
         async with plans:
             seen = -1
             while True:
@@ -422,6 +464,7 @@ class SolverActor:
     async def prepare(self, whole: bool = False) -> Prepared | None:
         """The view (of every pod if `whole`, else of what a cycle of ours reads) and its gangs (grouped in a
         worker thread), and which gangs to solve; None if it fails."""
+        self._learn()
         view = self.store.view(None if whole else self.scheduler_name)
         full = self._full_due()
         try:
@@ -440,6 +483,8 @@ class SolverActor:
             grace=self.grace,
             nodes=view.nodes,
             convert_pod=self._converter,
+            starvation=self.starvation,
+            estimator=self.estimator,
         )
         self._converter.end()
         cluster = grouped.cluster
@@ -452,18 +497,23 @@ class SolverActor:
                 for g in cluster.gangs
                 if (w := self._waiting.get(g.name)) is None
                 or w.signature != signatures[g.name]
-                or any(p.name in cluster.nominated for p in g.pods)
+                or self._holds(g, cluster)
             )
         skipped = (*view.unreadable, *grouped.skipped)
         return Prepared(view, cluster, grouped.snapshot, skipped, todo, signatures, grouped.waiting)
 
+    def _holds(self, gang: Gang, cluster: Cluster) -> bool:
+        """Whether the gang holds room that limits where the others go: a nomination, or (starving, while
+        reservations are on) a reservation planned each cycle."""
+        return (self.reservations > 0 and gang.starving) or any(p.name in cluster.nominated for p in gang.pods)
+
     def _needs_whole(self, prepared: Prepared) -> bool:
         """Whether the cycle must read every pod: a gang to solve may preempt (preemption chooses among all
-        running pods, and only those of lower priority), or holds a nomination (the pods leaving its nodes decide
-        whether it still fits there)."""
-        view, nominated = prepared.view, prepared.cluster.nominated
+        running pods, and only those of lower priority), holds a nomination (the pods leaving its nodes decide
+        whether it still fits there) or may reserve (from the expected ends of the pods running)."""
+        view = prepared.view
         return view.partial and any(
-            any(p.name in nominated for p in g.pods)
+            self._holds(g, prepared.cluster)
             or (self.preemption and g.preempts and g.need > 0 and g.priority > view.lowest_bound)
             for g in prepared.solve
         )
@@ -499,6 +549,7 @@ class SolverActor:
                 self.time_limit,
                 self._previous,
                 self.preemption,
+                self.reservations,
                 abandon_on_cancel=True,
             )
         except Exception as exc:  # a bug must cost one cycle, never the scheduler
@@ -630,6 +681,28 @@ class SolverActor:
                 except InputError:  # its timestamp was unreadable: the cycle said so already
                     self._held[pod_key(p)] = None
 
+    def _learn(self) -> None:
+        """The history learns from the succeeded pods received since the last cycle (a list after a restart
+        or relist, then one at a time); a pod whose times do not parse is skipped."""
+        if self._succeeded is None:
+            return
+        pods: list[dict] = []
+        while True:
+            try:
+                message = self._succeeded.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            if isinstance(message, Resync):
+                pods += message.objects
+            elif message.type != "DELETED":
+                pods.append(message.obj)
+        for pod in pods:
+            try:
+                self.estimator.learn([pod])
+            except InputError as exc:
+                logs.warning("finished pod not learned from", object=exc.obj, error=str(exc))
+        self.metrics.held_objects.labels("runtime_history").set(len(self.estimator.history.seen))
+
     def _observe(self, cluster: Cluster, placement: Placement) -> None:
         m = self.metrics
         m.solve_duration.observe(placement.solve_seconds)
@@ -645,3 +718,8 @@ class SolverActor:
             pending_pods += len(gang.pods) - result.placed_pods
         m.pending_gangs.set(pending_gangs)
         m.pending_pods.set(pending_pods)
+        figures = reservations.figures(placement)
+        m.reservations.set(figures["reservations"])
+        m.reserved_gpus.set(figures["reserved_gpus"])
+        m.waiting_for_estimate.set(figures["waiting_for_estimate"])
+        m.backfilled_gangs.inc(figures["backfilled_gangs"])

@@ -55,6 +55,13 @@ RESOURCES = (
 )
 
 
+def succeeded_pods(scheduler_name: str) -> Resource:
+    """Our pods that succeeded, for the runtime history (the Pod watch above leaves them out): listed when this
+    replica starts leading, so the history is rebuilt from what the cluster still keeps, then watched."""
+    selector = f"status.phase=Succeeded,spec.schedulerName={scheduler_name}"
+    return Resource("SucceededPod", "v1", "/api/v1/pods", field_selector=selector)
+
+
 @dataclass(frozen=True)
 class Event:
     resource: Resource

@@ -1,0 +1,286 @@
+"""Planning in time: reservations for starving gangs, and the backfill rule that keeps them.
+
+A cycle places gangs now. Walking the queue (priority, starving gangs first, then the longest waiting), a
+starving gang that cannot start gets a *reservation*: the earliest time at which running pods' estimated ends
+(and those of gangs started earlier in the walk) free enough capacity for it, and the nodes it would take then.
+At most `SolveConfig.reservations` gangs hold one per cycle. Gangs started now may then use a reserved node only
+where they leave the reservation whole: they are expected to end by its start, or they take only what the
+reservation does not need (Slurm's backfill, per node and resource).
+
+The rule becomes one capacity limit per reservation start T: on every node, the gangs started now that still
+run at T must fit in what is free at T once the reservations active at T are held. A gang of a higher priority
+than every reservation active at T is not held back (a reservation never delays a higher-priority gang). The
+greedy passes apply the limits through `Limits`, CP-SAT as linear constraints (`GangModel.limit`).
+
+Reservations are a function of the cycle's input (the queue, running pods and their estimated ends), so they
+are rebuilt from the cluster after a restart, and hold from cycle to cycle while that input holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gangsolve.solver.greedy import Counts, GangCounts, Scorer, greedy, node_scores, place_colocated, place_gang
+from gangsolve.solver.model import Resources
+from gangsolve.solver.problem import Problem, Rows
+
+FOREVER = math.inf
+# A pod that outran its estimate is expected to run on for half the time it has run so far, at least this
+# long: an estimate is extended, never trusted to end anything.
+MIN_EXTENSION = 60.0
+# A GPU free now that a reservation holds for later weighs as much as two GPUs of best-fit slack (node_scores
+# weighs leftover GPUs 10 each).
+IDLE_WEIGHT = 20.0
+
+
+def expected_end(start: float, estimate: float | None, now: float) -> float | None:
+    """When a pod started at `start` with a runtime `estimate` is expected to end, seen at `now` (always
+    after `now`); None without an estimate."""
+    if estimate is None:
+        return None
+    end = start + estimate
+    return end if end > now else now + max(MIN_EXTENSION, 0.5 * (now - start))
+
+
+@dataclass(frozen=True)
+class Planned:
+    gang: int
+    start: float | None  # None: it would fit once running pods without an estimate end
+    counts: GangCounts  # the nodes it takes at `start` (empty when start is None)
+
+
+@dataclass(frozen=True)
+class Check:
+    """Gangs started now that still run at `time` must fit, per node and resource, in `room`."""
+
+    time: float
+    room: np.ndarray  # nodes x resources: free at `time` once the reservations active then are held
+    ceiling: int  # gangs of a higher priority are not held back
+
+
+@dataclass
+class Plan:
+    reservations: list[Planned] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+
+    def held(self) -> set[int]:
+        return {r.gang for r in self.reservations}
+
+
+class Timeline:
+    """What is free on each node over time: free now plus capacity changes (releases at estimated ends,
+    reservations taking and giving back)."""
+
+    def __init__(self, problem: Problem, free: np.ndarray) -> None:
+        self.problem = problem
+        self.now = problem.cluster.now
+        self.free = free  # shared with the pass that fills it
+        self.events: list[tuple[float, int, np.ndarray]] = []  # (time, node, change)
+        self.unknown = np.zeros_like(free)  # held by running pods without an estimated end
+        for pod in problem.cluster.running:
+            n = problem.node_index.get(pod.node)
+            if n is None:
+                continue
+            vector = _vector(problem, pod.requests)
+            if pod.end is None:
+                self.unknown[n] += vector
+            else:
+                self.events.append((max(pod.end, self.now), n, vector))
+
+    def add(self, time: float, counts: GangCounts, g: int, sign: int) -> None:
+        if time == FOREVER:
+            return
+        for (p, n), k in counts.items():
+            self.events.append((time, n, sign * k * self.problem.demand[self.problem.parts[g][p].cls]))
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self.events.sort(key=lambda e: e[0])
+        times = np.array([e[0] for e in self.events], dtype=float)
+        nodes = np.array([e[1] for e in self.events], dtype=np.int64)
+        changes = np.stack([e[2] for e in self.events]) if self.events else np.zeros((0, self.free.shape[1]), np.int64)
+        return times, nodes, changes
+
+    def at(self, time: float) -> np.ndarray:
+        times, nodes, changes = self._arrays()
+        room = self.free.copy()
+        j = int(np.searchsorted(times, time, side="right"))
+        np.add.at(room, nodes[:j], changes[:j])
+        return room
+
+    def earliest(self, g: int, runtime: float, starts: list[float]) -> tuple[float, GangCounts] | None:
+        """The first time gang g fits for `runtime` seconds, and where; `starts` are the times at which
+        reservations take capacity (the only times what is free can shrink)."""
+        problem = self.problem
+        times, nodes, changes = self._arrays()
+        room = self.free.copy()
+        i = 0
+        # Only a release can make the gang fit: the times something is freed are the candidates.
+        for t in np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist():
+            j = int(np.searchsorted(times, t, side="right"))
+            np.add.at(room, nodes[i:j], changes[i:j])
+            i = j
+            window = room
+            for s in starts:
+                if t < s < t + runtime:
+                    window = np.minimum(window, self.at(s))
+            counts = _place(problem, g, window, self._idle_aware)
+            if counts is not None:
+                return t, counts
+        return None
+
+    def _idle_aware(self, problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
+        """Best fit at the reservation's start, but away from GPUs free now: held for a later start, those
+        would idle until then (unless something short backfills them), where GPUs still busy lose nothing."""
+        idle = self.free[rows] @ problem.gpus if problem.gpu_demand[cls] > 0 else 0
+        score: np.ndarray = node_scores(problem, cls, free, rows) + IDLE_WEIGHT * np.maximum(idle, 0)
+        return score
+
+    def fits_eventually(self, g: int) -> bool:
+        """Whether gang g would fit once every running pod ended, those without an estimate too."""
+        room = self.at(FOREVER) + self.unknown
+        return _place(problem=self.problem, g=g, free=room) is not None
+
+
+def _vector(problem: Problem, requests: Resources) -> np.ndarray:
+    vector = np.zeros(len(problem.resources), dtype=np.int64)
+    for r, q in requests.items():
+        if r in problem.res_index:
+            vector[problem.res_index[r]] = q
+    return vector
+
+
+def _place(problem: Problem, g: int, free: np.ndarray, scorer: Scorer = node_scores) -> GangCounts | None:
+    if not _may_fit(problem, g, free):
+        return None
+    free = free.copy()
+    if problem.gangs[g].topology:
+        return place_colocated(problem, g, free, scorer=scorer, later=True)
+    return place_gang(problem, g, free, scorer=scorer, later=True)
+
+
+def _may_fit(problem: Problem, g: int, free: np.ndarray) -> bool:
+    """A cheap necessary condition: the gang's pods fit node by node, ignoring each other."""
+    room = sum(int(np.minimum(problem.fits(part.cls, free), len(part.pods)).sum()) for part in problem.parts[g])
+    return room >= max(problem.gangs[g].need, 1)
+
+
+class Limits:
+    """The reservations' capacity limits during one pass: what each check still has room for, given the gangs
+    the pass has placed so far."""
+
+    def __init__(self, problem: Problem, plan: Plan) -> None:
+        self.problem = problem
+        self.plan = plan
+        self.rooms = [c.room.copy() for c in plan.checks]
+        self.ends = np.array(
+            [problem.cluster.now + (gang.runtime if gang.runtime is not None else FOREVER) for gang in problem.gangs]
+        )
+        self.priority = np.array([gang.priority for gang in problem.gangs], dtype=np.int64)
+
+    def copy(self) -> Limits:
+        """The same limits with rooms of their own (a search step tries a change on a copy)."""
+        other = Limits.__new__(Limits)
+        other.__dict__.update(self.__dict__)
+        other.rooms = [room.copy() for room in self.rooms]
+        return other
+
+    def running_at(self, g: int, k: int) -> bool:
+        return bool(self.ends[g] > self.plan.checks[k].time)
+
+    def subject(self, g: int, k: int) -> bool:
+        """Whether gang g, started now, must keep within check k. A gang holding a reservation too: started
+        now after all, it must not push another's later (nor count on its own held capacity, which errs safe)."""
+        return self.running_at(g, k) and self.priority[g] <= self.plan.checks[k].ceiling
+
+    def room_for(self, g: int, free: np.ndarray) -> np.ndarray:
+        """Where gang g may go now: free capacity within every check it is subject to (a copy), or `free`
+        itself when no check holds it back."""
+        room = free
+        for k in range(len(self.rooms)):
+            if self.subject(g, k):
+                room = np.minimum(room, self.rooms[k])
+        return room
+
+    def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
+        """Pods of gang g start with `counts` (sign 1), or are taken off again (-1): they hold room at every
+        check while they run, whether or not they are subject to it."""
+        for (p, n), k in counts.items():
+            demand = sign * k * self.problem.demand[self.problem.parts[g][p].cls]
+            for c, room in enumerate(self.rooms):
+                if self.running_at(g, c):
+                    room[n] -= demand
+
+    def blocked(self, g: int, free: np.ndarray) -> None:
+        """Gang g does not fit now (greedy calls this): plain limits do nothing."""
+
+
+class Planner(Limits):
+    """The queue-order pass that makes the plan: every gang that fits starts (within the reservations made so
+    far); each starving gang that does not gets a reservation, up to `most`."""
+
+    def __init__(self, problem: Problem, most: int, free: np.ndarray) -> None:
+        super().__init__(problem, Plan())
+        self.most = most
+        self.timeline = Timeline(problem, free)
+
+    def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
+        super().take(g, counts, sign)
+        self.timeline.add(float(self.ends[g]), counts, g, sign)
+
+    def blocked(self, g: int, free: np.ndarray) -> None:
+        gang = self.problem.gangs[g]
+        if not gang.starving or len(self.plan.reservations) >= self.most or not gang.pods or gang.need == 0:
+            return
+        runtime = gang.runtime if gang.runtime is not None else FOREVER
+        starts = [r.start for r in self.plan.reservations if r.start is not None]
+        found = self.timeline.earliest(g, runtime, starts)
+        if found is None:
+            if self.timeline.unknown.any() and self.timeline.fits_eventually(g):
+                self.plan.reservations.append(Planned(g, None, {}))
+            return
+        start, counts = found
+        self.plan.reservations.append(Planned(g, start, counts))
+        self.timeline.add(start, counts, g, -1)
+        self.timeline.add(start + runtime, counts, g, +1)
+        self.plan.checks = checks(self.timeline, self.plan, self.priority)
+        self.rooms = [c.room.copy() for c in self.plan.checks]
+
+
+def checks(timeline: Timeline, plan: Plan, priority: np.ndarray) -> list[Check]:
+    """One check per distinct reservation start: what is free then, given the timeline's events."""
+    out = []
+    for start in sorted({r.start for r in plan.reservations if r.start is not None}):
+        active = [
+            r
+            for r in plan.reservations
+            if r.start is not None and r.start <= start < r.start + _runtime(timeline.problem, r.gang)
+        ]
+        ceiling = max(int(priority[r.gang]) for r in active)
+        out.append(Check(start, np.maximum(timeline.at(start), 0), ceiling))
+    return out
+
+
+def _runtime(problem: Problem, g: int) -> float:
+    runtime = problem.gangs[g].runtime
+    return runtime if runtime is not None else FOREVER
+
+
+def plan(problem: Problem, most: int) -> tuple[Counts, Plan]:
+    """The queue-order greedy pass with reservations: its placement (the baseline every other pass must
+    match) and the plan. The plan's checks are stated against the free capacity before this pass's own
+    placements, as every other pass starts from there."""
+    free = problem.free.copy()
+    planner = Planner(problem, most, free)
+    counts = greedy(problem, limits=planner, free=free)
+    result = planner.plan
+    if result.checks:
+        base = Timeline(problem, problem.free.copy())
+        for r in result.reservations:
+            if r.start is not None:
+                base.add(r.start, r.counts, r.gang, -1)
+                base.add(r.start + _runtime(problem, r.gang), r.counts, r.gang, +1)
+        result.checks = checks(base, result, planner.priority)
+    return counts, result

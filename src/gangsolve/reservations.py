@@ -1,0 +1,68 @@
+"""What reservations look like to people and programs: the text of a pending gang's condition and PodGroup
+status, the JSON of `gangsolve solve`, and the figures the metrics export.
+
+The live scheduler calls these with each cycle's Placement; they read nothing else.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, tzinfo
+
+from gangsolve.solver.model import Placement, Reservation
+
+MAX_NODES_SHOWN = 5
+WAITING_FOR_ESTIMATE = (
+    "waiting for an estimate: running pods on the nodes it needs declare no runtime "
+    "(annotation gangsolve.io/expected-runtime or activeDeadlineSeconds) and no default is configured"
+)
+
+
+def start_rfc3339(reservation: Reservation) -> str | None:
+    if reservation.start is None:
+        return None
+    return datetime.fromtimestamp(reservation.start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def message(reservation: Reservation, now: float | None = None, tz: tzinfo = UTC) -> str:
+    """`reserved 16 GPUs on nodes a, b from about 14:05 UTC`, the date added when the start is not on the day
+    of `now`; or why there is no time yet."""
+    if reservation.start is None:
+        return WAITING_FOR_ESTIMATE
+    nodes = list(reservation.nodes[:MAX_NODES_SHOWN])
+    if len(reservation.nodes) > MAX_NODES_SHOWN:
+        nodes.append(f"{len(reservation.nodes) - MAX_NODES_SHOWN} more")
+    start = datetime.fromtimestamp(reservation.start, tz)
+    same_day = now is not None and datetime.fromtimestamp(now, tz).date() == start.date()
+    when = start.strftime("%H:%M %Z" if same_day else "%Y-%m-%d %H:%M %Z")
+    what = f"{reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'}" if reservation.gpus else "capacity"
+    noun = "node" if len(reservation.nodes) == 1 else "nodes"
+    return f"reserved {what} on {noun} {', '.join(nodes)} from about {when}"
+
+
+def pending_message(reason: str, reservation: Reservation | None, now: float | None = None) -> str:
+    """A pending gang's condition message: why it cannot start now, then when it is expected to."""
+    if reservation is None:
+        return reason
+    planned = message(reservation, now)
+    return f"{reason}; {planned}" if reason else planned
+
+
+def as_json(reservation: Reservation) -> dict:
+    return {
+        "gang": reservation.gang,
+        "nodes": list(reservation.nodes),
+        "start": start_rfc3339(reservation),
+        "gpus": reservation.gpus,
+    }
+
+
+def figures(placement: Placement) -> dict[str, int]:
+    """What a cycle's metrics report: gangs holding a reservation, the GPUs they hold, gangs waiting for an
+    estimate, and gangs started by backfill."""
+    timed = [r for r in placement.reservations if r.start is not None]
+    return {
+        "reservations": len(timed),
+        "reserved_gpus": sum(r.gpus for r in timed),
+        "waiting_for_estimate": len(placement.reservations) - len(timed),
+        "backfilled_gangs": len(placement.backfilled),
+    }

@@ -1,0 +1,200 @@
+"""Planning in time in the live scheduler, on the fake client: the solver actor's estimator and its workload
+history (learned from the succeeded pods a watcher sends), reservations in pod conditions, PodGroup status and
+metrics, and reservations rebuilt from the cluster by a fresh actor."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator
+from gangsolve.live.channels import Latest
+from gangsolve.live.feedback import Feedback
+from gangsolve.live.leader import Unfenced
+from gangsolve.live.metrics import Metrics
+from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
+from gangsolve.live.store import ClusterStore
+from gangsolve.live.watchers import RESOURCES, Event, Resync, succeeded_pods
+from gangsolve.reservations import WAITING_FOR_ESTIMATE
+from tests.builders import k8s_node, k8s_pod, k8s_pod_group
+from tests.live.fake_kube import FakeKube
+
+POD, NODE = RESOURCES[0], RESOURCES[1]
+XPG = next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io"))
+SUCCEEDED = succeeded_pods("gangsolve")
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def running(name: str, gpus: int, started: datetime, runtime: str | None = None, owner: str | None = None) -> dict:
+    """A pod of ours already running on n1 since `started`, declaring `runtime` (or nothing)."""
+    annotations = {EXPECTED_RUNTIME_ANNOTATION: runtime} if runtime else {}
+    pod = k8s_pod(name, gpus=gpus, node_name="n1", phase="Running", annotations=annotations, owner=owner)
+    pod["metadata"]["uid"] = f"uid-{name}"
+    pod["status"]["startTime"] = stamp(started)
+    return pod
+
+
+def big_gang(waited: timedelta, gpus: int = 4) -> list[dict]:
+    """A PodGroup gang of one pod needing the whole node, pending for `waited`."""
+    pod = k8s_pod("big-0", gpus=gpus, labels={GROUP_LABEL: "big"}, created=stamp(NOW - waited))
+    pod["metadata"]["uid"] = "uid-big-0"
+    return [pod]
+
+
+def store_with(pods: list[dict], gpus: int = 4) -> ClusterStore:
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=gpus)]))
+    s.apply(Resync(POD, pods))
+    group = k8s_pod_group("big", 1)
+    group["metadata"]["uid"] = "uid-pg-big"
+    s.apply(Resync(XPG, [group]))
+    return s
+
+
+def actor(s: ClusterStore, metrics: Metrics | None = None, **kw) -> SolverActor:
+    return SolverActor(
+        s,
+        metrics or Metrics(),
+        scheduler_name="gangsolve",
+        group_label=None,
+        time_limit=0.5,
+        debounce=0,
+        resync_period=1,
+        **kw,
+    )
+
+
+async def one_cycle(a: SolverActor) -> CycleResult:
+    send, _receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    results: Latest[CycleResult] = Latest()
+    await a.cycle(send, results)
+    return await results.take()
+
+
+def value(metrics: Metrics, name: str) -> float | None:
+    return metrics.registry.get_sample_value(name)
+
+
+@pytest.mark.asyncio
+async def test_a_starving_gang_holds_a_reservation_that_its_pods_podgroup_and_metrics_show():
+    started = NOW - timedelta(minutes=10)
+    s = store_with([running("long", 3, started, "30m"), *big_gang(timedelta(hours=2))])
+    metrics, kube = Metrics(), FakeKube()
+    result = await one_cycle(actor(s, metrics))
+
+    (reservation,) = result.placement.reservations
+    assert (reservation.gang, reservation.nodes, reservation.gpus) == ("default/big", ("n1",), 4)
+    assert reservation.start == (started + timedelta(minutes=30)).timestamp()
+    assert value(metrics, "gangsolve_reservations") == 1
+    assert value(metrics, "gangsolve_reserved_gpus") == 4
+    assert value(metrics, "gangsolve_waiting_for_estimate") == 0
+
+    fb = Feedback(kube, s, metrics, Unfenced(), identity="t", scheduler_name="gangsolve")
+    await fb.apply(result)
+    when = (started + timedelta(minutes=30)).astimezone(UTC)
+    expected = f"reserved 4 GPUs on node n1 from about {when:%H:%M} UTC"
+    if when.date() != NOW.date():  # a start past midnight also gives the date
+        expected = f"reserved 4 GPUs on node n1 from about {when:%Y-%m-%d %H:%M} UTC"
+    (condition,) = [b["status"]["conditions"][0] for p, b in kube.patches if p.endswith("/big-0/status")]
+    assert condition["message"].endswith("; " + expected)
+    assert condition["message"].startswith("needs 4 nvidia.com/gpu, 1 free")
+    (status,) = [b["status"] for p, b in kube.patches if "/podgroups/big/status" in p]
+    assert status["conditions"][0]["message"] == condition["message"]
+    assert [e["note"] for e in kube.events] == [condition["message"]]
+
+
+@pytest.mark.asyncio
+async def test_a_gang_behind_pods_that_declare_no_end_waits_for_an_estimate():
+    s = store_with([running("long", 3, NOW - timedelta(minutes=10)), *big_gang(timedelta(hours=2))])
+    metrics = Metrics()
+    result = await one_cycle(actor(s, metrics))
+    (reservation,) = result.placement.reservations
+    assert reservation.start is None
+    assert value(metrics, "gangsolve_waiting_for_estimate") == 1
+    assert value(metrics, "gangsolve_reserved_gpus") == 0
+    reasons = Feedback(FakeKube(), s, metrics, Unfenced(), identity="t", scheduler_name="gangsolve").reasons(result)
+    assert reasons["default/big-0"].endswith("; " + WAITING_FOR_ESTIMATE)
+
+    # A configured default gives the running pod an end, so the gang gets a time.
+    result = await one_cycle(actor(s, metrics, estimator=Estimator(default=3600.0)))
+    assert result.placement.reservations[0].start == (NOW + timedelta(minutes=50)).timestamp()
+
+
+@pytest.mark.asyncio
+async def test_a_gang_not_yet_starving_holds_nothing_and_no_reservation_outlives_its_gang():
+    s = store_with([running("long", 3, NOW - timedelta(minutes=10), "30m"), *big_gang(timedelta(minutes=5))])
+    metrics = Metrics()
+    assert (await one_cycle(actor(s, metrics))).placement.reservations == ()
+    assert (await one_cycle(actor(s, metrics, starvation=60.0))).placement.reservations != ()
+    s.apply(Event(POD, "DELETED", s.pod("default/big-0")))
+    assert (await one_cycle(actor(s, metrics, starvation=60.0))).placement.reservations == ()
+    assert value(metrics, "gangsolve_reserved_gpus") == 0
+
+
+@pytest.mark.asyncio
+async def test_a_fresh_actor_rebuilds_the_same_reservation_from_the_cluster():
+    """After a restart (or a new leader) nothing is remembered but the cluster: the same reservation."""
+    s = store_with([running("long", 3, NOW - timedelta(minutes=10), "30m"), *big_gang(timedelta(hours=2))])
+    first = (await one_cycle(actor(s))).placement.reservations
+    again = (await one_cycle(actor(s))).placement.reservations
+    assert first == again
+    assert first[0].start is not None
+
+
+@pytest.mark.asyncio
+async def test_cycles_with_reservations_turned_off_hold_none_and_backfilled_gangs_are_counted():
+    short = k8s_pod("short-0", gpus=1, annotations={EXPECTED_RUNTIME_ANNOTATION: "5m"})
+    short["metadata"]["uid"] = "uid-short-0"
+    pods = [running("long", 3, NOW - timedelta(minutes=10), "30m"), *big_gang(timedelta(hours=2)), short]
+    metrics = Metrics()
+    result = await one_cycle(actor(store_with(pods), metrics))
+    assert result.placement.bindings == {"default/short-0": "n1"}  # it ends before the reservation starts
+    assert result.placement.backfilled == ("default/short-0",)
+    assert value(metrics, "gangsolve_backfilled_gangs_total") == 1
+    assert (await one_cycle(actor(store_with(pods), reservations=0))).placement.reservations == ()
+
+
+def succeeded(name: str, uid: str, started: datetime, minutes: float, owner: str) -> dict:
+    pod = k8s_pod(name, gpus=1, owner=owner, phase="Succeeded", node_name="n1")
+    pod["metadata"]["uid"] = uid
+    end = started + timedelta(minutes=minutes)
+    pod["status"].update(
+        startTime=stamp(started),
+        containerStatuses=[{"name": "main", "state": {"terminated": {"finishedAt": stamp(end)}}}],
+    )
+    return pod
+
+
+@pytest.mark.asyncio
+async def test_the_history_learns_from_succeeded_pods_the_watcher_sends_once_each():
+    """Runs of the Job template `train-*` took 20 minutes: the running one, started 5 minutes ago and declaring
+    nothing, is expected to end 15 minutes from now, and the reservation starts then."""
+    started = NOW - timedelta(minutes=5)
+    s = store_with([running("train-run", 3, started, owner="train-x1y2z"), *big_gang(timedelta(hours=2))])
+    metrics = Metrics()
+    a = actor(s, metrics)
+    send, receive = anyio.create_memory_object_stream[Event | Resync](math.inf)
+    a._succeeded = receive  # as run() sets it
+
+    first, second = (
+        succeeded(f"train-{i}", f"done-{i}", NOW - timedelta(hours=3 - i), 20, "train-a1b2c") for i in range(2)
+    )
+    bad = succeeded("train-bad", "done-bad", NOW - timedelta(hours=1), 20, "train-a1b2c")
+    bad["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = "yesterday"
+    send.send_nowait(Resync(SUCCEEDED, [first]))
+    send.send_nowait(Event(SUCCEEDED, "ADDED", second))
+    send.send_nowait(Event(SUCCEEDED, "ADDED", bad))  # logged and skipped, never the cycle
+    send.send_nowait(Resync(SUCCEEDED, [first, second]))  # a relist: nothing counts twice
+    result = await one_cycle(a)
+
+    assert list(a.estimator.history.runs["default/Job:train"]) == [1200.0, 1200.0]
+    assert result.placement.reservations[0].start == (started + timedelta(minutes=20)).timestamp()
+    assert metrics.registry.get_sample_value("gangsolve_held_objects", {"kind": "runtime_history"}) == 2

@@ -1,0 +1,323 @@
+"""Reservations and backfill: a starving gang that cannot start holds the nodes running pods free first; other
+gangs start only where they leave that whole (they end first, or use other capacity)."""
+
+import itertools
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gangsolve.solver import Cluster, Running, SolveConfig, planning, solve, validate
+from gangsolve.solver.lns import Search
+from gangsolve.solver.model import GPU, Gang
+from gangsolve.solver.planning import MIN_EXTENSION, expected_end
+from gangsolve.solver.problem import Problem
+from gangsolve.solver.solve import _placement
+from tests.builders import gang, node
+from tests.solver.test_lns import worth
+from tests.solver.test_properties import gangs_placed_per_level
+
+HOUR = 3600.0
+
+
+_BUSY = itertools.count()
+
+
+def busy(node: str, gpus: int, end: float | None) -> Running:
+    """A running pod of its own (preemption tells victims apart by name)."""
+    return Running(node, {"cpu": gpus * 1000, "memory": 2**30, "pods": 1, GPU: gpus}, end, name=f"t/busy-{next(_BUSY)}")
+
+
+def cluster_with(gangs, running, nodes=None, now=0.0) -> Cluster:
+    """Two 4-GPU nodes; `running` pods already hold their GPUs (they are in the nodes' `used`)."""
+    nodes = nodes or [node("n0", gpus=4), node("n1", gpus=4)]
+    used: dict[str, dict[str, int]] = {n.name: {} for n in nodes}
+    for r in running:
+        for k, q in r.requests.items():
+            used[r.node][k] = used[r.node].get(k, 0) + q
+    return Cluster(tuple(replace(n, used=used[n.name]) for n in nodes), tuple(gangs), tuple(running), now=now)
+
+
+def starving(g: Gang, runtime: float | None = HOUR) -> Gang:
+    return replace(g, starving=True, runtime=runtime)
+
+
+def timed(g: Gang, runtime: float | None) -> Gang:
+    return replace(g, runtime=runtime)
+
+
+def test_a_starving_gang_gets_the_nodes_that_free_first_and_only_short_gangs_backfill_them():
+    # n0 frees 3 GPUs in 10 minutes, n1 in an hour; a starving 4-GPU pod needs a whole node.
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    short = timed(gang("short", 1, gpus=1), 300.0)  # ends before the reservation starts
+    long = timed(gang("long", 1, gpus=1), 2 * HOUR)
+    placement = solve(cluster_with([big, short, long], running), SolveConfig(time_limit=0.5))
+
+    assert [(r.gang, r.nodes, r.start, r.gpus) for r in placement.reservations] == [("big", ("n0",), 600.0, 4)]
+    assert placement.bindings == {"short-0": "n0", "long-0": "n1"}
+    assert validate(cluster_with([big, short, long], running), placement) == []
+
+
+def test_without_reservations_the_long_gang_takes_the_node_the_big_one_waits_for():
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    long = timed(gang("long", 1, gpus=1), 2 * HOUR)
+    cluster = cluster_with([big, long], running)
+    placement = solve(cluster, SolveConfig(time_limit=0.5, reservations=0))
+    assert placement.reservations == ()
+    assert placement.bindings == {"long-0": "n0"}  # best fit: the first node; big now waits 2 h, not 10 min
+    held = solve(cluster, SolveConfig(time_limit=0.5))
+    assert held.bindings == {"long-0": "n1"}
+
+
+def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
+    running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    urgent = timed(gang("urgent", 1, gpus=1, priority=10), 2 * HOUR)
+    placement = solve(cluster_with([big, urgent], running), SolveConfig(time_limit=0.5))
+    assert placement.bindings == {"urgent-0": "n0"}
+    lower = timed(gang("lower", 1, gpus=1), 2 * HOUR)
+    placement = solve(cluster_with([big, lower], running), SolveConfig(time_limit=0.5))
+    assert placement.bindings == {}
+    assert placement.reservations[0].nodes == ("n0",)
+    reason = {g.name: g.reason for g in placement.gangs}["lower"]
+    assert reason.startswith("fits the free capacity now, but would still be running when a reservation")
+
+
+def test_a_gang_without_an_estimate_may_backfill_only_capacity_the_reservation_leaves():
+    running = [busy("n0", 2, 600.0), busy("n1", 4, HOUR)]
+    big = starving(gang("big", 1, gpus=3))  # at 600 s n0 has 4 free: one GPU is left over
+    unknown = [timed(gang(f"u{i}", 1, gpus=1), None) for i in range(2)]
+    placement = solve(cluster_with([big, *unknown], running), SolveConfig(time_limit=0.5))
+    assert len(placement.bindings) == 1
+    assert placement.reservations[0].start == 600.0
+
+
+def test_running_pods_without_an_estimate_leave_the_gang_waiting_for_one():
+    running = [busy("n0", 4, None), busy("n1", 4, None)]
+    placement = solve(cluster_with([starving(gang("big", 1, gpus=4))], running), SolveConfig(time_limit=0.5))
+    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("big", (), None)]
+
+
+def test_a_gang_that_can_never_fit_holds_nothing():
+    running = [busy("n0", 3, 600.0)]
+    placement = solve(cluster_with([starving(gang("huge", 1, gpus=8))], running), SolveConfig(time_limit=0.5))
+    assert placement.reservations == ()
+
+
+def test_later_reservations_queue_behind_earlier_ones():
+    running = [busy("n0", 4, 600.0), busy("n1", 4, HOUR)]
+    first = starving(gang("first", 1, gpus=4), runtime=2 * HOUR)
+    second = starving(gang("second", 1, gpus=4), runtime=HOUR)
+    placement = solve(cluster_with([first, second], running), SolveConfig(time_limit=0.5, reservations=2))
+    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [
+        ("first", ("n0",), 600.0),
+        ("second", ("n1",), HOUR),
+    ]
+    one = solve(cluster_with([first, second], running), SolveConfig(time_limit=0.5, reservations=1))
+    assert [r.gang for r in one.reservations] == ["first"]
+
+
+def test_only_starving_gangs_hold_reservations():
+    running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
+    fresh = timed(gang("fresh", 1, gpus=4), HOUR)
+    small = timed(gang("small", 1, gpus=1), 2 * HOUR)
+    placement = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5))
+    assert placement.reservations == ()
+    assert len(placement.bindings) == 1
+
+
+def test_the_same_cluster_gives_the_same_reservations():
+    running = [busy("n0", 3, 600.0), busy("n1", 2, 1200.0)]
+    gangs = [starving(gang("big", 1, gpus=4)), timed(gang("s", 3, min_member=1, gpus=1), 900.0)]
+    first = solve(cluster_with(gangs, running), SolveConfig(time_limit=0.5))
+    again = solve(cluster_with(gangs, running, now=60.0), SolveConfig(time_limit=0.5))
+    assert first.reservations == again.reservations
+
+
+def test_an_overrun_estimate_is_extended_never_ended():
+    assert expected_end(0.0, 600.0, 300.0) == 600.0
+    assert expected_end(0.0, 600.0, 600.0) == 900.0  # half the time it has run so far
+    assert expected_end(0.0, 60.0, 100.0) == 100.0 + MIN_EXTENSION
+    assert expected_end(0.0, 600.0, 4000.0) == 6000.0
+    assert expected_end(0.0, None, 10.0) is None
+
+
+def test_extra_pods_of_an_elastic_gang_keep_off_reserved_capacity():
+    # n0 frees its last GPU in 10 minutes, for the starving 4-GPU gang; the elastic gang runs two hours, so its
+    # pods past the minimum (placed after every gang's minimum) may not take n0's 3 free GPUs either.
+    running = [busy("n0", 1, 600.0), busy("n1", 2, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    elastic = timed(gang("elastic", 4, min_member=1, gpus=1), 2 * HOUR)
+    cluster = cluster_with([big, elastic], running)
+    placement = solve(cluster, SolveConfig(time_limit=0.5))
+    assert placement.reservations[0].nodes == ("n0",)
+    assert sorted(placement.bindings.values()) == ["n1", "n1"]
+    assert reservation_violations(cluster, placement) == []
+
+
+# --- the properties: no placement the pipeline returns delays a reservation ------------------------------------
+
+
+def reservation_violations(cluster: Cluster, placement) -> list[str]:
+    """An oracle from the definition, sharing no code with the planner: at each reservation's start T, on every
+    node, what still runs then (running pods not yet ended, gangs started now that run past T and are not of a
+    higher priority than every reservation active at T) plus the pods of the reservations active at T fit the
+    node's allocatable, resource by resource. Preemption's victims are gone by then, and its nominated pods
+    count as started."""
+    gangs = {g.name: g for g in cluster.gangs}
+    evicted = {e.pod for e in placement.evictions}
+    pods = {p.name: (g, p) for g in cluster.gangs for p in g.pods}
+    nodes = {n.name: n for n in cluster.nodes}
+
+    def runtime(g):
+        return float("inf") if g.runtime is None else g.runtime
+
+    out = []
+    for reservation in placement.reservations:
+        if reservation.start is None:
+            continue
+        at = reservation.start
+        active = [
+            r
+            for r in placement.reservations
+            if r.start is not None and r.start <= at < r.start + runtime(gangs[r.gang])
+        ]
+        ceiling = max(gangs[r.gang].priority for r in active)
+        use = {name: dict(n.used) for name, n in nodes.items()}
+
+        def add(node, requests, sign, use=use):
+            for k, q in requests.items():
+                use[node][k] = use[node].get(k, 0) + sign * q
+
+        for r in cluster.running:
+            if (r.end is not None and r.end <= at) or r.name in evicted:
+                add(r.node, r.requests, -1)
+        for r in active:
+            for pod_name, node_name in r.bindings.items():
+                add(node_name, pods[pod_name][1].requests, +1)
+        for pod_name, node_name in {**placement.bindings, **placement.nominations}.items():
+            g, p = pods[pod_name]
+            if cluster.now + runtime(g) > at and g.priority <= ceiling:
+                add(node_name, p.requests, +1)
+        for name, used in use.items():
+            for k, q in used.items():
+                if q > nodes[name].allocatable.get(k, 0):
+                    out.append(f"at {at:g} ({reservation.gang}): {name} {k} {q} > {nodes[name].allocatable.get(k, 0)}")
+    return out
+
+
+RUNTIMES = (300.0, 900.0, 3600.0, 14400.0, None)
+
+
+@st.composite
+def timed_clusters(draw):
+    """Up to 5 nodes of 8 GPUs in two zones, partly busy with pods ending at known times (or never known); up to 8
+    gangs of several sizes, priorities and runtimes, some starving, elastic or co-located."""
+    nodes = [
+        node(f"n{i}", cpu=draw(st.sampled_from((16, 64))), gpus=8, labels={"zone": f"z{i % 2}"})
+        for i in range(draw(st.integers(1, 5)))
+    ]
+    running = []
+    for n in nodes:
+        left = 8
+        while left and draw(st.booleans()):
+            gpus = draw(st.integers(1, left))
+            end = draw(st.sampled_from((60.0, 600.0, 1800.0, 3600.0, 7200.0, None)))
+            running.append(busy(n.name, gpus, end))
+            left -= gpus
+    gangs = []
+    for i in range(draw(st.integers(1, 8))):
+        size = draw(st.integers(1, 4))
+        g = gang(
+            f"g{i}",
+            size,
+            min_member=draw(st.integers(1, size)),
+            gpus=draw(st.sampled_from((1, 2, 4, 8))),
+            cpu=draw(st.sampled_from((1, 4))),
+            priority=draw(st.sampled_from((0, 0, 10))),
+            colocate=draw(st.sampled_from((None, None, "zone"))),
+        )
+        gangs.append(replace(g, starving=draw(st.booleans()), runtime=draw(st.sampled_from(RUNTIMES))))
+    return cluster_with(gangs, running, nodes)
+
+
+def previous_plans(cluster: Cluster):
+    """A plan from an earlier cycle: any pending pod on any node."""
+    names = [p.name for g in cluster.gangs for p in g.pods]
+    return (
+        st.dictionaries(st.sampled_from(names), st.sampled_from([n.name for n in cluster.nodes]))
+        if names
+        else st.just({})
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timed_clusters(), st.integers(1, 3), st.data())
+def test_no_placement_the_pipeline_returns_delays_a_reservation(cluster, most, data):
+    """Every path (hints, warm start from any earlier plan, exact CP-SAT, search, locality) keeps the limits; and
+    the cycle is never worse than the queue-order greedy pass holding the same reservations."""
+    previous = data.draw(previous_plans(cluster))
+    config = SolveConfig(time_limit=0.3, reservations=most)
+    placement = solve(cluster, config, previous=previous)
+    assert validate(cluster, placement) == []
+    assert reservation_violations(cluster, placement) == []
+
+    greedy = solve(cluster, SolveConfig(use_cpsat=False, reservations=most))
+    assert reservation_violations(cluster, greedy) == []
+    assert gangs_placed_per_level(cluster, placement.bindings) >= gangs_placed_per_level(cluster, greedy.bindings)
+    # The same reservations, less those whose gang found room now after all.
+    started = {g.name for g in placement.gangs if g.placed_pods}
+    assert placement.reservations == tuple(r for r in greedy.reservations if r.gang not in started)
+    assert placement.objective <= placement.best_bound
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timed_clusters(), st.integers(0, 3))
+def test_every_search_step_keeps_the_limits(cluster, seed):
+    problem = Problem(cluster)
+    counts, plan = planning.plan(problem, 2)
+    search = Search(problem, counts, seed=seed, nodes=3, extra=2, limits=planning.Limits(problem, plan))
+    every_level = set(problem.gang_priority_levels())
+    for _ in range(20):
+        if search.step(every_level) is None:
+            break
+        placement = _placement(problem, search.counts, [], {}, None, "X", 0.0, plan)
+        assert reservation_violations(cluster, placement) == []
+        assert validate(cluster, placement) == []
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timed_clusters())
+def test_more_time_never_gives_a_worse_answer_with_reservations(cluster):
+    short = solve(cluster, SolveConfig(time_limit=0.1, reservations=2))
+    longer = solve(cluster, SolveConfig(time_limit=1.0, reservations=2))
+    assert worth(cluster, longer.bindings) >= worth(cluster, short.bindings)
+
+
+def test_the_oracle_sees_a_gang_that_runs_into_a_reservation():
+    """The oracle itself: the long gang on the reserved node is a violation, on the other node it is not."""
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    long = timed(gang("long", 1, gpus=1), 2 * HOUR)
+    cluster = cluster_with([big, long], running)
+    placement = solve(cluster, SolveConfig(time_limit=0.5))
+    assert placement.bindings == {"long-0": "n1"}
+    assert reservation_violations(cluster, placement) == []
+    moved = replace(placement, bindings={"long-0": "n0"})
+    assert reservation_violations(cluster, moved) == [f"at 600 (big): n0 {GPU} 5 > 4"]
+
+
+def test_preemption_never_starts_a_gang_a_reservation_holds_back():
+    """The preemption stage binds gangs that fit as things are; a gang of the reservation holder's priority that
+    the placement kept off the reserved node stays off it (found by the property above)."""
+    nodes = [node(f"n{i}", cpu=16, gpus=8) for i in range(3)]
+    high = replace(gang("high", 2, gpus=8, priority=10), runtime=300.0)  # takes n0 and n2: it may preempt
+    small = replace(gang("small", 1, gpus=1), runtime=300.0)  # would fit on n1 now, but runs past 60 s
+    starving = replace(gang("starving", 1, gpus=8), runtime=300.0, starving=True)
+    cluster = cluster_with([high, small, starving], [busy("n1", 1, 60.0)], nodes)
+    placement = solve(cluster, SolveConfig(time_limit=0.5, reservations=1))
+    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("starving", ("n1",), 60.0)]
+    assert "small-0" not in placement.bindings
+    assert reservation_violations(cluster, placement) == []
