@@ -8,10 +8,12 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
 
+from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor
@@ -287,3 +289,43 @@ async def test_a_view_based_cycle_counts_devices_and_the_claims_it_allocated():
     await actor.cycle(send, results)
     plans = [p for p in sent(receive) if isinstance(p, GangPlan)]
     assert [(p.gang, [w.claim for w in p.claims]) for p in plans] == [("default/b", ["default/c1"])]
+
+
+@pytest.mark.asyncio
+async def test_a_starving_gang_reserves_from_every_running_pod_and_is_solved_every_cycle():
+    """Reservations are planned from the expected ends of the pods running: a cycle that solves a starving gang
+    reads every pod even when nothing may be preempted (all of one priority), and the gang is solved in every
+    cycle, so a gang arriving later backfills only around its reservation."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=4)]))
+    long = pod(
+        "long",
+        "ul",
+        ns="batch",
+        gpus=3,
+        node_name="n1",
+        phase="Running",
+        owner="train",
+        priority=0,
+        annotations={EXPECTED_RUNTIME_ANNOTATION: "30m"},
+    )
+    long["status"]["startTime"] = (now - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    big = pod("big", "ub", gpus=4, priority=0, created=(now - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    s.apply(Resync(POD, [long, big]))
+    actor, (send, receive), results = solver(s), streams(), Latest[CycleResult]()
+    result = await actor.cycle(send, results)
+    assert result is not None
+    (reservation,) = result.placement.reservations
+    assert (reservation.gang, reservation.nodes) == ("default/big", ("n1",))
+    assert reservation.start == (now + timedelta(minutes=20)).timestamp()
+    assert actor.whole_views == 1
+    # A one-GPU gang expected to run an hour arrives: the free GPU is the reservation's, so it waits.
+    late = pod("late", "ulate", gpus=1, priority=0, annotations={EXPECTED_RUNTIME_ANNOTATION: "1h"})
+    s.apply(Event(POD, "ADDED", late))
+    result = await actor.cycle(send, results)
+    assert result is not None
+    assert result.carried == 0  # the starving gang was solved again beside the new one
+    assert actor.whole_views == 2
+    assert "default/late" not in result.placement.bindings
+    assert [p for p in sent(receive) if isinstance(p, GangPlan)] == []
