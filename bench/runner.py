@@ -115,7 +115,7 @@ class Runner:
         # and still with a fresh heap (its peak RSS counts the imports once, as a scheduler process would).
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(
-            ["gangsolve.bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "gangsolve.solver.solve"]
+            ["gangsolve.bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "gangsolve.solver.pipeline"]
         )
         self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
 

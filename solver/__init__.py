@@ -4,6 +4,8 @@ placement = solve(Cluster(nodes, gangs), SolveConfig(time_limit=2))
 assert not validate(cluster, placement)
 """
 
+from typing import TYPE_CHECKING, Any
+
 from gangsolve.solver.model import (
     GPU,
     Cluster,
@@ -20,8 +22,21 @@ from gangsolve.solver.model import (
     Taint,
     Toleration,
 )
-from gangsolve.solver.solve import solve
 from gangsolve.solver.validate import validate
+
+if TYPE_CHECKING:
+    from gangsolve.solver.pipeline import solve
+
+
+def __getattr__(name: str) -> Any:
+    # OR-Tools takes a second or more to import (it loads pandas): the pipeline is loaded on first use, so that
+    # reading snapshots, and rejecting bad ones, stays fast.
+    if name == "solve":
+        from gangsolve.solver.pipeline import solve
+
+        return solve
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "GPU",

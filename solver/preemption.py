@@ -1,6 +1,6 @@
 """Preemption: a pending gang that cannot be placed evicts lower-priority pods; whole gangs in, whole gangs out.
 
-`cycle(cluster, config, place)` runs around the placement (`place`, solve.py's pipeline):
+`cycle(cluster, config, place)` runs around the placement (`place`, pipeline.py):
 
 1. **Nominations.** A gang an earlier cycle preempted for (its pods' `status.nominatedNodeName`) binds on its
    nominated nodes as soon as it fits there. Until then that capacity is held for it: the placement sees it as

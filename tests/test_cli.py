@@ -465,3 +465,21 @@ def test_bad_runtimes_are_one_line_exit_2(annotation, flags, message):
         text=True,
     )
     assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (2, "", message)
+
+
+def test_bad_input_is_rejected_before_the_solver_is_loaded(tmp_path):
+    """OR-Tools takes seconds to import: a bad snapshot is reported without it (the one-line error stays fast)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: List\nitems:\n- kind: Node\n  metadata: {name: a}\n  status: {allocatable: {cpu: zz}}\n")
+    probe = (
+        "import sys\n"
+        "from gangsolve.cli import main\n"
+        "try:\n"
+        f"    sys.argv = ['gangsolve', 'solve', {str(bad)!r}]\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'ortools' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2", "False"]
+    assert out.stderr.strip() == "error: Node a: status.allocatable.cpu: quantity 'zz' does not parse"

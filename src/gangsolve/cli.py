@@ -135,7 +135,6 @@ def solve(
     from gangsolve.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
     from gangsolve.snapshot import read
     from gangsolve.solver import SolveConfig
-    from gangsolve.solver import solve as solve_cycle
     from gangsolve.solver.devices import allocate
 
     grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
@@ -158,6 +157,8 @@ def solve(
             cluster = with_estimates(snap, cluster, now, Estimator(default=default), scheduler_name)
     except InputError as exc:
         fail(str(exc))
+    from gangsolve.solver import solve as solve_cycle  # OR-Tools: loaded once the input is known to be good
+
     placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit, preemption=preemption))
     placement, allocations = allocate(cluster, placement, dra.model(snap, scheduler_name).state)
     gates = gated(snap, scheduler_name)

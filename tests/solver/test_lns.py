@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from gangsolve.solver import Cluster, SolveConfig, solve, validate
 from gangsolve.solver.greedy import greedy
 from gangsolve.solver.lns import Search
+from gangsolve.solver.pipeline import _placement
 from gangsolve.solver.problem import Problem
-from gangsolve.solver.solve import _placement
 from tests.builders import gang, node
 from tests.solver.test_properties import gangs, nodes
 

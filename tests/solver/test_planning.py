@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from gangsolve.solver import Cluster, Running, SolveConfig, planning, solve, validate
 from gangsolve.solver.lns import Search
 from gangsolve.solver.model import GPU, Gang
+from gangsolve.solver.pipeline import _placement
 from gangsolve.solver.planning import MIN_EXTENSION, expected_end
 from gangsolve.solver.problem import Problem
-from gangsolve.solver.solve import _placement
 from tests.builders import gang, node
 from tests.solver.test_lns import worth
 from tests.solver.test_properties import gangs_placed_per_level

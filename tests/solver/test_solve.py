@@ -7,8 +7,8 @@ from ortools.sat.python import cp_model
 
 from gangsolve.solver import Cluster, Gang, SolveConfig, Toleration, solve, validate
 from gangsolve.solver.greedy import greedy
+from gangsolve.solver.pipeline import _exact, warm_start
 from gangsolve.solver.problem import Problem
-from gangsolve.solver.solve import _exact, warm_start
 from tests.builders import MASTER_TAINT, gang, node, pod
 
 
