@@ -486,14 +486,7 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
         if counts is not None:
             take(g, counts, [free] if ends_in_time else [free, spare])
             result[g] = counts
-    bindings: dict[str, str] = {}
-    for g, gang_counts in result.items():
-        for p, part in enumerate(problem.parts[g]):
-            pods = iter(part.pods)
-            for n in sorted(n for (q, n) in gang_counts if q == p):
-                for _ in range(gang_counts[(p, n)]):
-                    bindings[next(pods).name] = problem.nodes[n].name
-    return bindings
+    return {pod: node for g, gang_counts in result.items() for pod, node in problem.bindings(g, gang_counts).items()}
 
 
 def tas_best_fit(cluster: Cluster, levels: tuple[str, ...] = ()) -> dict[str, str]:

@@ -126,7 +126,7 @@ def run_timelines(
                 once: dict[str, dict] = {}
                 for mode in modes:
                     runs = []
-                    for scheduler in schedulers:
+                    for scheduler in dict.fromkeys([*schedulers, *timeline.peers]):
                         if scheduler not in USES_ESTIMATES and scheduler in once:
                             runs.append({**once[scheduler], "estimates": mode})
                             continue

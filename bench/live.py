@@ -47,7 +47,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -98,6 +98,9 @@ class LiveScenario:
     client_qps: float | None = None  # every scheduler's client-side QPS and burst; None: each one's default
     scale: bool = False  # a large cluster: no node Leases (ControlPlane(node_leases=False))
     timeout: float = 300.0  # the run ends at the latest this long after t = 0
+    # Seconds after the pending pods that their gang definitions (PDBs, PodGroups) are created, the pods owned
+    # by TFJobs, as a training operator making separate calls creates them; 0: definitions first.
+    late_definitions: float = 0.0
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -204,6 +207,15 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             time_limit=1.0,
         ),
         LiveScenario(
+            "live/tfjob-late-pdb",
+            3,
+            users_tfjob,
+            "the users' TFJobs owned by TFJob objects, their PDBs created 2 s after the pods (separate calls, "
+            "as a training operator makes them): the race a gang scheduler must not lose",
+            time_limit=1.0,
+            late_definitions=2.0,
+        ),
+        LiveScenario(
             "live/synthetic-100nodes",
             100,
             lambda: sc.synthetic(100, 40, seed=100),
@@ -250,23 +262,29 @@ def node_spec(node: dict) -> NodeSpec:
 
 def pod_group_crd() -> dict:
     """scheduler-plugins' PodGroup CRD (scheduling.x-k8s.io), schema-less, with the status subresource."""
+    return _crd("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups", ["pg"])
+
+
+def tfjob_crd() -> dict:
+    """Kubeflow's TFJob CRD, schema-less: only owners for the pods, no operator runs."""
+    return _crd("kubeflow.org", "v1", "TFJob", "tfjobs", [])
+
+
+def _crd(group: str, version: str, kind: str, plural: str, short: list[str]) -> dict:
+    names: dict[str, Any] = {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()}
+    if short:
+        names["shortNames"] = short
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "scheduling.x-k8s.io",
+            "group": group,
             "scope": "Namespaced",
-            "names": {
-                "kind": "PodGroup",
-                "listKind": "PodGroupList",
-                "plural": "podgroups",
-                "singular": "podgroup",
-                "shortNames": ["pg"],
-            },
+            "names": names,
             "versions": [
                 {
-                    "name": "v1alpha1",
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
@@ -320,6 +338,7 @@ PLURALS = {
     "ClusterRole": "clusterroles",
     "ClusterRoleBinding": "clusterrolebindings",
     "CustomResourceDefinition": "customresourcedefinitions",
+    "TFJob": "tfjobs",
 }
 
 
@@ -337,8 +356,9 @@ def body_of(obj: dict) -> dict:
         return node_spec(obj).manifest()
     body = {k: v for k, v in obj.items() if k != "status"}
     if kind == "PriorityClass":
-        # gangsolve does not preempt, nor does the static mode's per-pod baseline: kube-scheduler may not either,
-        # or it would evict background pods and the runs would not place onto the same free capacity.
+        # Placement scenarios measure placement: no scheduler may preempt (gangsolve reads the class's policy as
+        # kube-scheduler does), or background pods would be evicted and the runs would not place onto the same
+        # free capacity. Preemption has its own scenarios (live_preemption.py).
         body["preemptionPolicy"] = "Never"
     body["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "creationTimestamp"}
     if kind == "Pod":
@@ -423,6 +443,27 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str) -> list[Arrival
             ]
         out.append(Arrival(gang.name, made, members))
     return out
+
+
+def own_by_tfjobs(cp: ControlPlane, gangs: list[Arrival]) -> list[Arrival]:
+    """The gangs' pods owned by a TFJob each (one per `tf-job-name` label, created here), as the operator
+    creates them."""
+    cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", tfjob_crd())
+    cp.wait_for(lambda: served(cp, "/apis/kubeflow.org/v1/tfjobs"), timeout=60, what="the TFJob API")
+    uids: dict[str, str] = {}
+
+    def owned(pod: dict) -> dict:
+        name = (pod["metadata"].get("labels") or {}).get("tf-job-name")
+        if name is None:
+            return pod
+        if name not in uids:
+            ns = k8s.NAMESPACE
+            job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name, "namespace": ns}}
+            uids[name] = cp.request("POST", collection(job), {**job, "spec": {}})["metadata"]["uid"]
+        owner = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": name, "uid": uids[name], "controller": True}
+        return {**pod, "metadata": {**pod["metadata"], "ownerReferences": [owner]}}
+
+    return [replace(a, pods=[owned(p) for p in a.pods]) for a in gangs]
 
 
 def pending_pods(objs: list[dict], scheduler_name: str) -> list[dict]:
@@ -520,8 +561,11 @@ def list_pods(cp: ControlPlane, query: str = "") -> dict:
     return cp.request("GET", f"/api/v1/namespaces/{k8s.NAMESPACE}/pods{query}")
 
 
-def prepare(cp: ControlPlane, objs: list[dict], scheduler: str, log: Callable[[str], None]) -> None:
-    """Everything but the gangs: nodes, priority classes, PDBs, background pods Running."""
+def prepare(
+    cp: ControlPlane, objs: list[dict], scheduler: str, log: Callable[[str], None], definitions: bool = True
+) -> None:
+    """Everything but the gangs: nodes, priority classes, PDBs (unless `definitions` is false: they come later),
+    background pods Running."""
     cp.create_namespace(k8s.NAMESPACE)
     if scheduler == "gangsolve":
         cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
@@ -529,7 +573,7 @@ def prepare(cp: ControlPlane, objs: list[dict], scheduler: str, log: Callable[[s
             lambda: served(cp, "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), timeout=60, what="the PodGroup API"
         )
     nodes = [o for o in objs if o["kind"] == "Node"]
-    rest = [o for o in objs if o["kind"] in ("PriorityClass", "PodDisruptionBudget")]
+    rest = [o for o in objs if o["kind"] == "PriorityClass" or (definitions and o["kind"] == "PodDisruptionBudget")]
     background = [o for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")]
     log(f"creating {len(nodes)} kwok nodes, {len(background)} background pods")
 
@@ -819,7 +863,13 @@ def run_live(
         **flags,
     ) as cp:
         try:
-            prepare(cp, objs, scheduler, log)
+            late = scenario.late_definitions
+            prepare(cp, objs, scheduler, log, definitions=not late)
+            definitions: list[dict] = []
+            if late:  # the PDBs and PodGroups come `late` seconds after the pods
+                definitions = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+                definitions += [g for a in gangs for g in a.groups]
+                gangs = [replace(a, groups=[]) for a in own_by_tfjobs(cp, gangs)]
             if scheduler == "gangsolve":
                 for obj in GANGSOLVE_EXTRA_RBAC:
                     cp.request("POST", collection(obj), obj)
@@ -853,6 +903,9 @@ def run_live(
                 wall0 = datetime.now(UTC)
                 timing = Timing(time.monotonic(), created, cpu_start=cpu_seconds(pid))
                 run_async(cp.kubeconfig, lambda kube: arrive(kube, gangs, scenario.rate, created, concurrency))
+            if definitions:
+                time.sleep(late)
+                run_async(cp.kubeconfig, lambda kube: create_all(kube, definitions))
             with watch.lock:
                 watch.last_change = max(watch.last_change, time.monotonic())
             while True:
@@ -1012,13 +1065,12 @@ def run_scenarios(
         scenario = LIVE_SCENARIOS[name]
         objs = scenario.build()
         kinds = [o["kind"] for o in objs]
-        runs = []
-        for scheduler in schedulers:
-            on_run(name, scheduler)
-            try:
-                runs.append(run_live(scenario, scheduler, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log))
-            except Exception as exc:  # a failed run is a result to report, not the end of the benchmark
-                runs.append({"scheduler": scheduler, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+        runs = each_scheduler(
+            name,
+            schedulers,
+            partial(run_live, scenario, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log),
+            on_run,
+        )
         results.append(
             {
                 "name": name,
@@ -1026,6 +1078,7 @@ def run_scenarios(
                 "nodes": scenario.nodes,
                 "mode": scenario.mode,
                 "rate": scenario.rate,
+                "late_definitions": scenario.late_definitions,
                 "objects": {
                     "nodes": kinds.count("Node"),
                     "pods": kinds.count("Pod"),
@@ -1037,3 +1090,18 @@ def run_scenarios(
             }
         )
     return results
+
+
+def each_scheduler(
+    name: str, schedulers: list[str], run: Callable[[str], dict], on_run: Callable[[str, str], None]
+) -> list[dict]:
+    """`run(scheduler)` for each scheduler in turn; a run that fails is a result to report, not the end of the
+    benchmark."""
+    runs = []
+    for scheduler in schedulers:
+        on_run(name, scheduler)
+        try:
+            runs.append(run(scheduler))
+        except Exception as exc:
+            runs.append({"scheduler": scheduler, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+    return runs

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from gangsolve.bench.live import (
     GangsolveRun,
     collection,
     create_all,
+    each_scheduler,
     list_pods,
     pending_pods,
     pod_group_crd,
@@ -257,12 +259,11 @@ def run_scenarios(
     results = []
     for name in names:
         scenario = LIVE_PREEMPTION_SCENARIOS[name]
-        runs = []
-        for scheduler in schedulers:
-            on_run(name, scheduler)
-            try:
-                runs.append(run_live(scenario, scheduler, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log))
-            except Exception as exc:  # a failed run is a result to report, not the end of the benchmark
-                runs.append({"scheduler": scheduler, "error": f"{type(exc).__name__}: {exc}"[:4000]})
+        runs = each_scheduler(
+            name,
+            schedulers,
+            partial(run_live, scenario, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log),
+            on_run,
+        )
         results.append({"name": name, "description": scenario.description, "nodes": scenario.nodes, "runs": runs})
     return results

@@ -14,6 +14,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from gangsolve.bench import tenants
 from gangsolve.bench.metrics import priority_key, worth
 
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
@@ -292,6 +293,8 @@ def print_timeline(timeline: list[dict], console: Console) -> None:
     console.print(
         _by_scenario("Time-based mode: every seed and estimate mode", TIMELINE_COLUMNS, timeline_rows(timeline))
     )
+    if rows := tenants.tenant_rows(timeline):
+        console.print(_by_scenario("Tenants: GPU shares against weighted fair shares", tenants.TENANT_COLUMNS, rows))
 
 
 LIVE_COLUMNS = {
@@ -459,6 +462,8 @@ def markdown(results: dict) -> str:
     if results.get("timeline"):
         lines += ["", *md(TIMELINE_COLUMNS, timeline_medians(results["timeline"]))]
         lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
+        if shares := tenants.tenant_rows(results["timeline"]):
+            lines += ["", *md(tenants.TENANT_COLUMNS, shares)]
     for mode, columns in LIVE_COLUMNS.items():
         if body := live_rows(results.get("live") or [], mode):
             lines += ["", *md(columns, body)]
@@ -500,7 +505,14 @@ def live_targets(sc: dict, add: Callable[[str, str, str, bool], None]) -> None:
         return
     name = sc["name"]
     sound = gs["partial_gangs"] == 0 and not gs["violations"] and not gs.get("background_pods_lost")
-    if sc.get("mode") == "burst" and ks is not None:
+    if sc.get("late_definitions") and ks is not None:  # gangsolve waits for the definitions by design
+        add(
+            "live, gang definitions late: 0 partial gangs",
+            name,
+            f"partial gangs {gs['partial_gangs']} vs kube-scheduler's {ks['partial_gangs']}",
+            sound,
+        )
+    elif sc.get("mode") == "burst" and ks is not None:
         add(
             "live burst: pods bound/s >= kube-scheduler's, 0 partial gangs",
             name,
@@ -799,6 +811,7 @@ def plot(results: dict, out: Path) -> list[Path]:
         paths.append(out / f"timeline-{sc['name'].split('/')[-1]}.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
+    paths += tenants.plot_shares(results.get("timeline") or [], out)
     return paths
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from gangsolve.bench import metrics
 from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, tas_best_fit
 from gangsolve.bench.objects import SCHEDULER
-from gangsolve.solver.model import Cluster, SolveConfig
+from gangsolve.bench.tenants import proportion
+from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, SolveConfig
 
 # (cluster, snapshot path, time limit) -> (bindings, solver facts)
 Scheduler = Callable[[Cluster, str, float], tuple[dict[str, str], dict]]
@@ -40,7 +41,8 @@ def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
         from gangsolve.solver import solve
 
         if not use_cpsat:  # greedy gang allocation as Volcano does it: a required level, no preferred ones
-            cluster = replace(cluster, gangs=tuple(replace(g, preferred=()) for g in cluster.gangs))
+            gangs = tuple(replace(g, preferred=(), queue=DEFAULT_QUEUE) for g in cluster.gangs)
+            cluster = replace(cluster, gangs=gangs, queues=())  # no queues: the proportion peer has them
         # Greedy gang allocation is Volcano's: no reservations.
         reservations = SolveConfig.reservations * use_cpsat
         config = SolveConfig(time_limit=limit, use_cpsat=use_cpsat, reservations=reservations, steps=steps)
@@ -66,8 +68,11 @@ SCHEDULERS: dict[str, Scheduler] = {
     "gangsolve": solve_with(use_cpsat=True),
     # Kueue's topology-aware scheduling (BestFit), with the node level last: run on topology scenarios only.
     "tas-bestfit": lambda cluster, _snapshot, _limit: (tas_best_fit(cluster), {}),
+    # Volcano's proportion plugin (queues by weight) with greedy gang allocation: run on queue timelines only.
+    "proportion": lambda cluster, _snapshot, _limit: (proportion(cluster), {}),
 }
-PEERS_ONLY = ("tas-bestfit",)  # run where a scenario names them (Scenario.peers), not by default
+# Run where a scenario or timeline names them (Scenario.peers, Timeline.peers), not by default.
+PEERS_ONLY = ("tas-bestfit", "proportion")
 
 
 def _rss_mib() -> float:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gangsolve.bench import metrics, openb
+from gangsolve.bench import metrics, openb, tenants
 from gangsolve.bench import objects as k8s
 from gangsolve.bench.baselines import easy_backfill
 from gangsolve.bench.runner import SCHEDULERS, Scheduler, solve_with
@@ -34,7 +34,7 @@ from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthet
 from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster
 from gangsolve.solver.greedy import place_colocated, place_gang
-from gangsolve.solver.model import GPU, Cluster, Gang, Node, Running
+from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Running
 from gangsolve.solver.planning import expected_end
 from gangsolve.solver.problem import Problem
 
@@ -64,6 +64,7 @@ class Timeline:
     description: str
     window: tuple[float, float]  # steady state (seconds): utilization is measured over it
     max_cycles: int  # cycles with jobs waiting, at most
+    peers: tuple[str, ...] = ()  # schedulers run on this timeline only (runner.PEERS_ONLY)
 
 
 @dataclass
@@ -188,6 +189,14 @@ TIMELINES = {
             (6 * 3600, TRACE_DAYS * 86400),
             2 * TRACE_DAYS * 1440,
         ),
+        Timeline(
+            "timeline/tenants",
+            lambda seed: tenants.tenants_timeline(WINDOW * PERIOD, seed=10 + seed),  # seeds 1-3: workloads 11-13
+            "16 8-GPU nodes; three tenants, Volcano Queues weighted 1:2:4, each bursting past its share (200% load)",
+            (WARM_UP * PERIOD, WINDOW * PERIOD),
+            MAX_CYCLES,
+            peers=("proportion",),
+        ),
     )
 }
 TIMELINE_GRIDS = {"quick": ["timeline/synthetic-100nodes"], "full": list(TIMELINES)}
@@ -209,8 +218,11 @@ TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
 USES_ESTIMATES = ("easy-backfill", "gangsolve")  # the others give the same result in every estimate mode
 
 
-def jobs_of(objects: list[dict], estimates: str = "exact", seed: int = 0) -> tuple[list[Node], list[Job]]:
-    """The cluster's nodes and its jobs, each with the runtime it declares in estimate mode `estimates`."""
+def jobs_of(
+    objects: list[dict], estimates: str = "exact", seed: int = 0
+) -> tuple[list[Node], list[Job], tuple[Queue, ...]]:
+    """The cluster's nodes, its jobs, each with the runtime it declares in estimate mode `estimates`, and its
+    queues."""
     snap = k8s.to_snapshot(objects)
     cluster = build_cluster(snap, k8s.SCHEDULER)
     pods_of: dict[str, list[dict]] = {}
@@ -239,7 +251,7 @@ def jobs_of(objects: list[dict], estimates: str = "exact", seed: int = 0) -> tup
                 workload_key(pods[0], WORKLOAD_LABEL),
             )
         )
-    return list(cluster.nodes), sorted(jobs, key=lambda j: (j.arrival, j.gang.name))
+    return list(cluster.nodes), sorted(jobs, key=lambda j: (j.arrival, j.gang.name)), cluster.queues
 
 
 def simulate(
@@ -252,7 +264,8 @@ def simulate(
     timeline: Timeline | None = None,
     starvation: float = STARVATION_SECONDS,
 ) -> dict:
-    nodes, jobs = jobs_of(objects, estimates, seed)
+    nodes, jobs, queues = jobs_of(objects, estimates, seed)
+    tenants_mode = len(queues) > 1  # queues to share between (a timeline without any has just `default`)
     schedule = TIMELINE_SCHEDULERS[scheduler] if isinstance(scheduler, str) else scheduler
     window = timeline.window if timeline else (WARM_UP * PERIOD, WINDOW * PERIOD)
     max_cycles = timeline.max_cycles if timeline else MAX_CYCLES
@@ -261,11 +274,14 @@ def simulate(
     used: list[dict[str, int]] = [{} for _ in nodes]
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
     requests = {p.name: p.requests for job in jobs for p in job.gang.pods}
+    queue_of = {p.name: job.gang.queue for job in jobs for p in job.gang.pods}
+    held: dict[str, dict[str, int]] = {q.name: {} for q in queues}  # what each queue's bound pods hold
+    violations = 0  # cycles x queues x resources over the queue's capability
 
     def hold(pod: str, node: str, sign: int) -> None:
-        u = used[index[node]]
-        for r, q in requests[pod].items():
-            u[r] = u.get(r, 0) + sign * q
+        for u in (used[index[node]], held.setdefault(queue_of[pod], {})):
+            for r, q in requests[pod].items():
+                u[r] = u.get(r, 0) + sign * q
 
     arrived = 0
     pending: list[Job] = []
@@ -304,7 +320,11 @@ def simulate(
             for pod, node in j.bound.items()
         ]
         cluster = Cluster(
-            tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)), gangs, tuple(ends), now=now
+            tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)),
+            gangs,
+            tuple(ends),
+            queues=tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
+            now=now,
         )
         started = time.perf_counter()
         bindings, facts = schedule(cluster, "", time_limit)
@@ -317,13 +337,13 @@ def simulate(
         plan = {r["gang"]: r for r in facts.get("reservations", []) if r["start"] is not None}
         later += sum(1 for g, r in plan.items() if g in reserved and r["start"] > reserved[g] + PERIOD)
         reserved = {g: r["start"] for g, r in plan.items()}
-        held = {n for r in plan.values() for n in r["nodes"]}
+        reserved_nodes = {n for r in plan.values() for n in r["nodes"]}
         runtime = {g.name: g.runtime for g in gangs}
         for job in [j for j in pending if len(j.bound) >= j.gang.min_member]:
             pending.remove(job)
             job.start, job.end = now, now + job.duration
             job.estimate = runtime[job.gang.name]
-            backfilled += bool(held & set(job.bound.values()))
+            backfilled += bool(reserved_nodes & set(job.bound.values()))
             running.append(job)
         allocated = sum(u.get(GPU, 0) for u in used)
         useful = sum(requests[p].get(GPU, 0) for j in running for p in j.bound)
@@ -338,6 +358,13 @@ def simulate(
                 "reserved_gpus": sum(r["gpus"] for r in plan.values()),
             }
         )
+        if tenants_mode:
+            violations += sum(held[q.name].get(r, 0) > cap for q in queues for r, cap in q.capability.items())
+            waiting = {q.name: 0 for q in queues}
+            for j in pending:
+                waiting[j.gang.queue] += sum(p.requests.get(GPU, 0) for p in j.gang.pods if p.name not in j.bound)
+            cycles[-1]["held"] = {q: h.get(GPU, 0) for q, h in held.items()}
+            cycles[-1]["demand"] = {q: h.get(GPU, 0) + waiting[q] for q, h in held.items()}
         if on_cycle:
             on_cycle()
         if arrived == len(jobs) and not running and pending and not bindings:
@@ -345,6 +372,14 @@ def simulate(
         now += PERIOD
     summary = summarize(jobs, cycles, window, total_gpus, now, nodes)
     summary.update(reservations_pushed_later=later, backfilled=backfilled)
+    if tenants_mode:
+        weights = {q.name: q.weight for q in queues}
+        summary.update(
+            fairness=tenants.fairness(cycles, weights, total_gpus, window),
+            tenant_delay_p95=tenants.tenant_delays(jobs, {j.gang.name: j.gang.queue for j in jobs}),
+            capability_violations=violations,
+            gpus=total_gpus,
+        )
     return {
         "scheduler": scheduler if isinstance(scheduler, str) else "custom",
         "estimates": estimates,

@@ -1,10 +1,11 @@
 """The CP-SAT model of one cycle and its lexicographic solve.
 
 Variables: x[g, p, n] = pods of gang g's part p on node n (integer, only on candidate nodes); placed[g] = gang g
-reaches its minimum. Constraints: all-or-nothing per gang, node capacity per resource, one label domain per
-co-located gang, starving gangs the hint placed stay placed. Objectives in strict order, each a stage that
-holds the earlier stages' values: gangs placed per level (priority, then starving; one weighted stage when
-exact weights fit), resources placed (GPUs first), then locality. Each stage starts from the best placement
+reaches its minimum. Constraints: all-or-nothing per gang, node capacity per resource, each queue's capability
+per resource, one label domain per co-located gang, starving gangs the hint placed stay placed. Objectives in
+strict order, each a stage that holds the earlier stages' values: gangs placed per level (priority, then within
+fair share, then starving; one weighted stage when exact weights fit), resources placed (GPUs first), then
+locality. Each stage starts from the best placement
 so far as a complete hint and keeps it when CP-SAT finds nothing better in its time.
 """
 
@@ -94,6 +95,7 @@ def possible_gangs(problem: Problem) -> list[int]:
         for g, gang in enumerate(problem.gangs)
         if score.counted(problem, g)
         and sum(int(np.minimum(problem.fit[part.cls], len(part.pods)).sum()) for part in problem.parts[g]) >= gang.need
+        and all(bool((problem.floor[g] <= problem.cap_left[r]).all()) for r in problem.cap_rows[g])
     ]
 
 
@@ -125,6 +127,7 @@ class GangModel:
         add_knapsack_cuts(self.model, problem, self.placed)
         for n, terms in per_node.items():
             self._node_capacity(n, terms)
+        self._queue_caps()
         self._hint()
 
     def _gang(self, g: int, cands: dict[tuple[int, int], np.ndarray], per_node: dict[int, NodeTerms]) -> None:
@@ -171,6 +174,18 @@ class GangModel:
             variables = [self.x[(terms[i][0], terms[i][1], n)] for i in used]
             self.model.add(_weighted(variables, demand[used, r].tolist()) <= int(problem.free[n, r]))
 
+    def _queue_caps(self) -> None:
+        """What a capped queue's gangs take stays within what its capability leaves, and what gangs that would
+        borrow take within what may be lent, per resource (the rows of problem.cap_left)."""
+        problem = self.problem
+        by_row: dict[int, list[tuple[int, int, int]]] = {}
+        for key in self.x:
+            for q in problem.cap_rows[key[0]]:
+                if problem.capped[q]:
+                    by_row.setdefault(q, []).append(key)
+        for q, keys in by_row.items():
+            self._within(keys, problem.cap_left[q])
+
     def limit(self, gangs: Collection[int], room: np.ndarray) -> None:
         """Pods of `gangs` together fit, node by node, in `room` (nodes x resources): capacity beyond what is
         free now, e.g. what a reservation leaves at its start for the gangs still running then."""
@@ -180,12 +195,17 @@ class GangModel:
             if key[0] in chosen:
                 per_node.setdefault(key[2], []).append(key)
         for n, keys in per_node.items():
-            demand = self.problem.demand[[self.problem.parts[g][p].cls for g, p, _n in keys]]
-            most = np.array([self.ub[k] for k in keys]) @ demand
-            for r in np.flatnonzero(most > room[n]).tolist():
-                used = np.flatnonzero(demand[:, r] > 0).tolist()
-                variables = [self.x[keys[i]] for i in used]
-                self.model.add(_weighted(variables, demand[used, r].tolist()) <= max(int(room[n, r]), 0))
+            self._within(keys, room[n])
+
+    def _within(self, keys: list[tuple[int, int, int]], room: np.ndarray) -> None:
+        """The pods of variables `keys` together take at most `room` of each resource (a constraint only for
+        resources they could exceed it in)."""
+        demand = self.problem.demand[[self.problem.parts[g][p].cls for g, p, _n in keys]]
+        most = np.array([self.ub[k] for k in keys]) @ demand
+        for r in np.flatnonzero(most > room).tolist():
+            used = np.flatnonzero(demand[:, r] > 0).tolist()
+            variables = [self.x[keys[i]] for i in used]
+            self.model.add(_weighted(variables, demand[used, r].tolist()) <= max(int(room[r]), 0))
 
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")

@@ -119,6 +119,30 @@ def _single_pod(problem: Problem, g: int) -> str | None:
     return None
 
 
+def _over_capability(problem: Problem, g: int, counts: Counts) -> str | None:
+    """Why the gang's minimum may not be placed whatever the free capacity: it would take its queue past its
+    capability, or borrow capacity held for queues below their fair share (with this cycle's placement)."""
+    for row in problem.cap_rows[g]:
+        if not problem.capped[row]:
+            continue
+        left = problem.cap_left[row].copy()
+        for h, gang_counts in counts.items():
+            if row in problem.cap_rows[h]:
+                for (p, _n), k in gang_counts.items():
+                    left -= k * problem.demand[problem.parts[h][p].cls]
+        for r in np.flatnonzero(problem.floor[g] > left).tolist():
+            name = problem.resources[r]
+            needs = f"needs {quantity(name, int(problem.floor[g, r]))} {name}"
+            if row == problem.borrow_row:
+                return (
+                    f"queue {problem.gangs[g].queue} is at its fair share: {needs}, and the free capacity is held "
+                    "for queues below theirs"
+                )
+            left_ = quantity(name, max(int(left[r]), 0))
+            return f"held by queue {problem.queue_names[row]}'s capability: {needs}, {left_} left under its cap"
+    return None
+
+
 def fits_alone(problem: Problem, g: int) -> bool:
     """Whether the gang's minimum fits the cycle's free capacity with no other gang placed."""
     gang, parts = problem.gangs[g], problem.parts[g]
@@ -151,6 +175,9 @@ def explain(
         return f"gang has {total} pods, fewer than minMember {gang.min_member}: waiting for more members"
     if placed:
         return f"placed {placed} of {len(gang.pods)} pending pods (minMember reached); no room for the rest this cycle"
+    capped = _over_capability(problem, g, counts)
+    if capped:
+        return capped
     excluded = _exclusions(problem, g, {} if cache is None else cache)
     why = _shortage(problem, g) or _single_pod(problem, g)
     if why is None:

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import numpy as np
 
+from gangsolve.solver.model import Level
 from gangsolve.solver.problem import Problem, Rows
+from gangsolve.solver.queues import Budget
 
 if TYPE_CHECKING:
     from gangsolve.solver.planning import Limits
@@ -28,13 +30,17 @@ class Scorer(Protocol):
 
 
 def queue_order(problem: Problem) -> list[int]:
-    """Gangs in scheduling-queue order: priority (starving gangs first within it), then the oldest member."""
+    """Gangs in scheduling-queue order: by level (priority; gangs within their queue's fair share first; starving
+    gangs first), then the poorest queue's first (its weighted dominant share), then the oldest member."""
     gangs = problem.gangs
-    return sorted(range(len(gangs)), key=lambda g: (_desc(gangs[g].level), gangs[g].order, gangs[g].name))
+    return sorted(
+        range(len(gangs)), key=lambda g: (desc(gangs[g].level), gangs[g].share, gangs[g].order, gangs[g].name)
+    )
 
 
-def _desc(level: tuple[int, int]) -> tuple[int, int]:
-    return (-level[0], -level[1])
+def desc(level: Level) -> Level:
+    """A level's sort key, highest first."""
+    return (-level[0], -level[1], -level[2])
 
 
 def smallest_first_order(problem: Problem) -> list[int]:
@@ -46,7 +52,7 @@ def smallest_first_order(problem: Problem) -> list[int]:
 
     def key(g: int) -> tuple[object, ...]:
         size = (0, 0.0) if gangs[g].starving else (int(problem.floor[g] @ problem.gpus), float(share[g]))
-        return (_desc(gangs[g].level), *size, gangs[g].order, gangs[g].name)
+        return (desc(gangs[g].level), *size, gangs[g].order, gangs[g].name)
 
     return sorted(range(len(gangs)), key=key)
 
@@ -252,9 +258,9 @@ def greedy(
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
     likes best; a gang that cannot reach its minimum takes nothing. `minimum_first`: every gang gets only its
     minimum, and the pods past it (of elastic gangs) are placed after all gangs had their turn, so that they
-    do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are.
-    `limits`: each gang keeps within the capacity reservations hold for later (planning.py). `free`: the
-    capacity to fill, updated in place (default: a copy of the cycle's)."""
+    do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are. No
+    queue takes more than its capability. `limits`: each gang keeps within the capacity reservations hold for
+    later (planning.py). `free`: the capacity to fill, updated in place (default: a copy of the cycle's)."""
     free = problem.free.copy() if free is None else free
     result: Counts = {g: dict(c) for g, c in (placed or {}).items()}
     for g, gang_counts in result.items():
@@ -262,19 +268,20 @@ def greedy(
             free[n] -= k * problem.demand[problem.parts[g][p].cls]
         if limits is not None:
             limits.take(g, gang_counts)
+    budget = Budget(problem, placed=result)
     order = queue_order(problem) if order is None else order
     for g in order:
         gang = problem.gangs[g]
-        if not gang.pods or g in result:
+        if not gang.pods or g in result or not budget.may_start(g):
             continue
         most = max(gang.need, 1) if minimum_first else None
-        counts = place_within(problem, g, free, limits, scorer, most=most)
+        counts = place_within(problem, g, free, limits, scorer, most=most, budget=budget)
         if counts is not None:
             result[g] = counts
         elif limits is not None:
             limits.blocked(g, free)
     if minimum_first:
-        add_extras(problem, result, free, order, scorer, limits)
+        add_extras(problem, result, free, order, scorer, budget, limits)
     return result
 
 
@@ -287,23 +294,33 @@ def place_within(
     most: int | None = None,
     counts: GangCounts | None = None,
     allowed: np.ndarray | None = None,
+    budget: Budget | None = None,
 ) -> GangCounts | None:
     """Gang g placed on `free` (updated in place) as place_gang or place_colocated place it, within what
-    `limits` leaves it; `counts`: pods of the gang already placed, to add extras to (on `allowed` nodes)."""
+    `limits` leaves it (the reservations) and what `budget` leaves its queue (pods past the minimum its cap
+    does not allow are taken off again); `counts`: pods of the gang already placed, to add extras to (on
+    `allowed` nodes)."""
     room = free if limits is None else limits.room_for(g, free)
     if counts is None and problem.gangs[g].topology:
         found = place_colocated(problem, g, room, scorer=scorer, most=most)
     else:
         found = place_gang(problem, g, room, allowed=allowed, scorer=scorer, most=most, counts=counts)
-    if found is None or limits is None:
-        return found
-    added = {key: k - (counts or {}).get(key, 0) for key, k in found.items()}
-    added = {key: k for key, k in added.items() if k}
+    if found is None:
+        return None
     if room is not free:  # placed on a copy: take it from `free` too
-        for (p, n), k in added.items():
+        for (p, n), k in _added(found, counts).items():
             free[n] -= k * problem.demand[problem.parts[g][p].cls]
-    limits.take(g, added)
+    if budget is not None:
+        found = budget.admit(g, found, free, keep=counts)  # what it takes off goes back to `free`
+    if found is not None and limits is not None:
+        limits.take(g, _added(found, counts))
     return found
+
+
+def _added(found: GangCounts, counts: GangCounts | None) -> GangCounts:
+    """The pods of `found` not already in `counts`."""
+    added = {key: k - (counts or {}).get(key, 0) for key, k in found.items()}
+    return {key: k for key, k in added.items() if k}
 
 
 def add_extras(
@@ -312,10 +329,11 @@ def add_extras(
     free: np.ndarray,
     order: list[int],
     scorer: Scorer,
+    budget: Budget,
     limits: Limits | None = None,
 ) -> None:
     """Pods past their gang's minimum, gang by gang in `order`, where they fit (co-located gangs in their
-    domain) within `limits`."""
+    domain), their queue's cap (`budget`, which holds `counts`) allows, and within `limits`."""
     for g in order:
         if g not in counts or sum(counts[g].values()) == len(problem.gangs[g].pods):
             continue
@@ -324,6 +342,6 @@ def add_extras(
         if key:
             domain = problem.domains(key)
             allowed = domain == domain[next(iter(counts[g]))[1]]
-        extended = place_within(problem, g, free, limits, scorer, counts=counts[g], allowed=allowed)
+        extended = place_within(problem, g, free, limits, scorer, counts=counts[g], allowed=allowed, budget=budget)
         if extended is not None:
             counts[g] = extended

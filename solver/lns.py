@@ -5,8 +5,8 @@ it (and on some roomy nodes where those gangs could go instead), and places them
 the target and a few other pending gangs: gangs of higher levels first, then the target, then the rest
 smallest first (shuffled a little), each gang at its minimum before any gang's extra pods. The step is kept
 when the placement is better in (gangs placed per level, highest first, then resources placed), or as good
-and no more scattered over nodes, so the search moves on plateaus. With reservations (planning.py), every gang
-placed again keeps within their limits, as in the greedy passes.
+and no more scattered over nodes, so the search moves on plateaus. Every gang placed again keeps within its
+queue's cap and, with reservations (planning.py), within their limits, as in the greedy passes.
 
 Every choice comes from a generator seeded per cycle and nothing reads the clock, so the steps do not depend
 on the time limit: a longer search passes through the placement a shorter one ends on, and since no step makes
@@ -26,12 +26,14 @@ from gangsolve.solver.greedy import (
     Counts,
     Scorer,
     add_extras,
+    desc,
     most_allocated_off_gpus,
     node_scores,
     place_within,
 )
 from gangsolve.solver.model import Level
 from gangsolve.solver.problem import Problem
+from gangsolve.solver.queues import Budget
 
 if TYPE_CHECKING:
     from gangsolve.solver.planning import Limits
@@ -73,6 +75,7 @@ class Search:
         self.possible = possible_gangs(problem)
         self.empty = score.empty_gpu_nodes(problem)
         self.used = np.zeros_like(problem.free)
+        self.budget = Budget(problem)  # what each queue may still take under its cap, given `counts`
         for g, gang_counts in self.counts.items():
             self._use(g, gang_counts, 1)
         self.nodes = nodes  # nodes freed around the target, and roomy nodes offered to the gangs taken off
@@ -87,6 +90,7 @@ class Search:
     def _use(self, g: int, gang_counts: dict[tuple[int, int], int], sign: int) -> None:
         for (p, n), k in gang_counts.items():
             self.used[n] += sign * k * self.problem.demand[self.problem.parts[g][p].cls]
+        self.budget.charge(g, gang_counts, sign)
 
     def reach(self, g: int) -> np.ndarray:
         """Nodes that could hold some pod of gang g if nothing else were placed."""
@@ -198,10 +202,12 @@ class Search:
         gangs = self.neighbourhood(target)
         before = {g: self.counts[g] for g in gangs if g in self.counts}
         free = problem.free - self.used
+        budget = Budget(problem, left=self.budget.left)
         limits = None if self.limits is None else self.limits.copy()
         for g, gang_counts in before.items():
             for (p, n), k in gang_counts.items():
                 free[n] += k * problem.demand[problem.parts[g][p].cls]
+            budget.charge(g, gang_counts, -1)
             if limits is not None:
                 limits.take(g, gang_counts, -1)
         # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
@@ -210,16 +216,18 @@ class Search:
             gangs[i]
             for i in sorted(
                 range(len(gangs)),
-                key=lambda i: (_desc(problem.gangs[gangs[i]].level), gangs[i] != target, size[i]),
+                key=lambda i: (desc(problem.gangs[gangs[i]].level), gangs[i] != target, size[i]),
             )
         ]
         scorer = SCORERS[int(self.rng.integers(len(SCORERS)))]
         after: Counts = {}
         for g in order:
-            placed = place_within(problem, g, free, limits, scorer, most=max(problem.gangs[g].need, 1))
+            if not budget.may_start(g):
+                continue
+            placed = place_within(problem, g, free, limits, scorer, most=max(problem.gangs[g].need, 1), budget=budget)
             if placed is not None:
                 after[g] = placed
-        add_extras(problem, after, free, order, scorer, limits)
+        add_extras(problem, after, free, order, scorer, budget, limits)
         new, old = self.rank(after), self.rank(before)
         # Starving gangs are served first come first served (every hint places them first, oldest first), as the
         # CP-SAT model keeps them: a step that takes one off is not kept, however many others it places.
@@ -257,7 +265,3 @@ class Search:
                     gpus[index[n]] += sign * k * problem.gpu_demand[problem.parts[g][p].cls]
         opened = int((self.empty[nodes] & (gpus > 0)).sum())
         return sum(len({n for (_p, n) in gang_counts}) for gang_counts in placed.values()) + opened
-
-
-def _desc(level: Level) -> tuple[int, int]:
-    return (-level[0], -level[1])

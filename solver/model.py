@@ -14,7 +14,9 @@ GPU = "nvidia.com/gpu"
 PODS = "pods"
 
 Resources = Mapping[str, int]
-Level = tuple[int, int]  # (priority, starving): the strict order gangs are placed in
+# (priority, fair-share tier, starving): the strict order gangs are placed in
+Level = tuple[int, int, int]
+DEFAULT_QUEUE = "default"  # the queue of gangs that name none
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,15 @@ class Gang:
     preferred: tuple[str, ...] = ()
     group_priority: int | None = None  # the priority its gang definition gives it (an upstream PodGroup's)
     starving: bool = False  # waited past the starvation age: outranks gangs of its priority that have not
+    queue: str = DEFAULT_QUEUE
+    # Set by the solver from the queues (queues.rank), not by callers: whether the gang's minimum fits its
+    # queue's fair share with the queue's earlier gangs (a gang borrowing idle capacity does not), and the
+    # weighted dominant share its queue would hold with it placed (lower goes first within a level).
+    fair: bool = True
+    share: float = 0.0
+    # The fair-share tier (queues.rank): highest for gangs within their queue's fair share; below it, gangs that
+    # would borrow, the poorest queue's (weighted dominant share held) highest.
+    tier: int = 0
     runtime: float | None = None  # estimated seconds from start to end; None: no estimate (runs for ever)
 
     @property
@@ -117,9 +128,10 @@ class Gang:
 
     @property
     def level(self) -> Level:
-        """The strict-order tier: priority first; within a priority, starving gangs before the rest (so
-        maximizing gangs placed cannot starve big gangs for ever)."""
-        return (self.priority, int(self.starving))
+        """The strict-order tier: priority first; within a priority, gangs within their queue's fair share
+        before gangs that would borrow; then starving gangs before the rest (so maximizing gangs placed
+        cannot starve big gangs for ever)."""
+        return (self.priority, self.tier, int(self.starving))
 
     @property
     def order(self) -> int:
@@ -151,6 +163,18 @@ class Running:
 
 
 @dataclass(frozen=True)
+class Queue:
+    """A tenant's queue (Volcano's Queue). Gangs naming a queue the cluster lacks get weight 1 and no cap."""
+
+    name: str
+    weight: int = 1
+    capability: Resources = field(default_factory=dict)  # hard cap per resource named; others unlimited
+    guarantee: Resources = field(default_factory=dict)  # fair share never below this (while it has demand)
+    reclaimable: bool = True  # others may reclaim what it borrowed (with preemption; not yet done)
+    allocated: Resources = field(default_factory=dict)  # requests of its bound, unfinished pods
+
+
+@dataclass(frozen=True)
 class Cluster:
     nodes: tuple[Node, ...]
     gangs: tuple[Gang, ...]
@@ -162,6 +186,7 @@ class Cluster:
     # Resources the objective counts as GPUs (placed first; empty GPU nodes kept whole) besides `nvidia.com/gpu`:
     # GPUs the edge turned into other resources, such as devices of Dynamic Resource Allocation.
     gpus: frozenset[str] = frozenset()
+    queues: tuple[Queue, ...] = ()
     now: float = 0.0  # the cycle's clock, seconds (the same clock as Running.end)
 
 
@@ -227,3 +252,17 @@ class Placement:
     evictions: tuple[Eviction, ...] = ()  # this cycle's preemptions
     reservations: tuple[Reservation, ...] = ()  # queue order
     backfilled: tuple[str, ...] = ()  # gangs started on nodes a reservation holds (they leave it whole)
+    queues: tuple[QueueResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueResult:
+    """A queue after the cycle: what it holds (bound pods plus this placement) and its dominant shares of the
+    cluster (the largest fraction of any resource), held and fair."""
+
+    name: str
+    weight: int
+    capability: Resources
+    allocated: Resources
+    share: float
+    fair_share: float

@@ -27,7 +27,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from gangsolve.solver import planning, preemption, score
+from gangsolve.solver import planning, preemption, queues, score
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.candidates import candidates
 from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs
@@ -239,7 +239,7 @@ def _best_hint(
 def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.Limits | None = None) -> Counts:
     """The gangs of `previous` (pod -> node) that it placed whole and that still fit there: pods still pending,
     nodes still eligible, capacity still free (within `limits`), the gang's minimum reached, one domain for
-    co-located gangs. Gangs are taken in queue order; one that no longer fits is dropped whole."""
+    co-located gangs, its queue's cap. Gangs are taken in queue order; one that no longer fits is dropped whole."""
     where = {
         pod.name: (g, p) for g, parts in enumerate(problem.parts) for p, part in enumerate(parts) for pod in part.pods
     }
@@ -250,6 +250,7 @@ def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.L
             key = (p, problem.node_index[node])
             per_gang.setdefault(g, {})[key] = per_gang.get(g, {}).get(key, 0) + 1
     free = problem.free.copy()
+    budget = queues.Budget(problem)
     counts: Counts = {}
     for g in queue_order(problem):
         gang_counts = per_gang.get(g)
@@ -262,6 +263,8 @@ def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.L
         eligible = all(problem.eligible[problem.parts[g][p].cls, n] for (p, n) in gang_counts)
         room = free if limits is None else limits.room_for(g, free)
         if not eligible or (use[nodes] > room[nodes]).any() or not _one_domain(problem, g, nodes):
+            continue
+        if not budget.take(g, gang_counts):
             continue
         free -= use
         if limits is not None:
@@ -416,7 +419,9 @@ def _placement(
     seconds: float,
     plan: planning.Plan | None = None,
 ) -> Placement:
-    bindings = {pod: node for g, gang_counts in counts.items() for pod, node in _bind(problem, g, gang_counts).items()}
+    bindings = {
+        pod: node for g, gang_counts in counts.items() for pod, node in problem.bindings(g, gang_counts).items()
+    }
     results = []
     explained: dict[tuple[int, ...], str] = {}
     plan = plan or planning.Plan()
@@ -447,9 +452,17 @@ def _placement(
         solve_seconds=seconds,
         stages=tuple(s.as_dict() for s in stages),
         levels=tuple(
-            {"priority": level[0], "starving": bool(level[1]), "placed": f, "bound": b, "gangs": most}
+            {
+                "priority": level[0],
+                "fairShareTier": level[1],
+                "starving": bool(level[2]),
+                "placed": f,
+                "bound": b,
+                "gangs": most,
+            }
             for level, (f, b, most) in levels.items()
         ),
+        queues=queues.report(problem.cluster, bindings),
         # A gang started after all (a later step found it room now) holds no reservation.
         reservations=tuple(_reservation(problem, r) for r in plan.reservations if r.gang not in counts),
         backfilled=tuple(
@@ -460,19 +473,8 @@ def _placement(
     )
 
 
-def _bind(problem: Problem, g: int, gang_counts: GangCounts) -> dict[str, str]:
-    """Pod -> node for gang g's counts, each part's highest-priority pods first."""
-    bindings = {}
-    for p, part in enumerate(problem.parts[g]):
-        pods = iter(part.pods)
-        for n in sorted(n for (q, n) in gang_counts if q == p):
-            for _ in range(gang_counts[(p, n)]):
-                bindings[next(pods).name] = problem.nodes[n].name
-    return bindings
-
-
 def _reservation(problem: Problem, planned: planning.Planned) -> Reservation:
     nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
     gpus = sum(k * int(problem.gpu_demand[problem.parts[planned.gang][p].cls]) for (p, _n), k in planned.counts.items())
-    bindings = _bind(problem, planned.gang, planned.counts)
+    bindings = problem.bindings(planned.gang, planned.counts)
     return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus, bindings)

@@ -23,6 +23,7 @@
    5. the fewest GPUs evicted, then the fewest pods;
    6. the most recently started victims (the least work lost).
 
+   A preemptor keeps within its queue's capability (what the placement left it), as placed gangs do.
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -256,13 +257,21 @@ class Preemption:
             ),
             key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
         )
-        self.problem = Problem(Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus))
+        self.problem = Problem(Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus, queues=cluster.queues))
         p = self.problem
         pods = {pod.name: pod for g in cluster.gangs for pod in g.pods}
         self.free = p.free.copy()  # once this stage's victims are gone
         for name, node in [*placement.bindings.items(), *placement.nominations.items()]:
             self.free[p.node_index[node]] -= self._vector({**pods[name].requests, "pods": 1})
         self.now = self.free.copy()  # as it is
+        # What each queue may still take under its capability once this cycle's placement is in (queues.py):
+        # a preemptor keeps within its queue's, as every placed gang does.
+        row = {name: i for i, name in enumerate(p.queue_names)}
+        queue_of = {pod.name: g.queue for g in cluster.gangs for pod in g.pods}
+        self.cap_left = p.cap_left[: p.borrow_row].copy()
+        for name, _node in [*placement.bindings.items(), *placement.nominations.items()]:
+            if queue_of[name] in row:
+                self.cap_left[row[queue_of[name]]] -= self._vector({**pods[name].requests, "pods": 1})
 
         # The running pods that could ever be victims, and the gangs (units) they belong to.
         units: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -314,9 +323,16 @@ class Preemption:
             if now >= deadline:
                 break
             tried += 1
+            queue = int(self.problem.queue_of[g])
+            if (self.problem.floor[g] > self.cap_left[queue]).any():
+                continue  # its queue's capability leaves too little for its minimum
             choice = self.choose(g, now + (deadline - now) / left)
             if choice is None:
                 continue
+            use = self._use(g, choice).sum(axis=0)
+            if (use > self.cap_left[queue]).any():
+                continue
+            self.cap_left[queue] -= use
             proven &= choice.proven
             now_fits = not choice.victims and self._fits_now(g, choice)
             self._apply(g, choice)
@@ -630,12 +646,4 @@ class _Model:
         return tuple(sorted(i for i, v in self.x.items() if best[v.index]))
 
     def _where(self, best: dict[int, int]) -> dict[str, str]:
-        p = self.stage.problem
-        out: dict[str, str] = {}
-        for k, part in enumerate(p.parts[self.g]):
-            pods = iter(part.pods)
-            for (kk, n), v in sorted(self.y.items()):
-                if kk == k:
-                    for _ in range(best[v.index]):
-                        out[next(pods).name] = p.nodes[n].name
-        return out
+        return self.stage.problem.bindings(self.g, {key: best[v.index] for key, v in self.y.items()})

@@ -7,12 +7,13 @@ taints, selectors, affinity) are evaluated once per distinct node signature, not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
 import numpy as np
 
+from gangsolve.solver import queues
 from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from gangsolve.solver.constraints.taints import untolerated
 from gangsolve.solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
@@ -63,7 +64,7 @@ class Problem:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.nodes: Sequence[Node] = cluster.nodes
-        self.gangs: Sequence[Gang] = cluster.gangs
+        self.gangs: Sequence[Gang] = queues.rank(cluster)  # with their fair-share tier set
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self._domains: dict[str, np.ndarray] = {}
         self._fitting: dict[int, np.ndarray] = {}
@@ -117,6 +118,7 @@ class Problem:
             self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
         self.eligible = self._eligibility()
         self.floor = self._floors()
+        self._caps(cluster)
         self.gpu_demand = self.demand @ self.gpus  # per class
         self.gpu_allocatable = self.allocatable @ self.gpus  # per node
         self.fit = (
@@ -125,11 +127,48 @@ class Problem:
             else (np.zeros((0, len(self.nodes)), dtype=np.int64))
         )
 
+    def _caps(self, cluster: Cluster) -> None:
+        """Rows of `cap_left`, what may still be taken per resource: one per queue (capability less what it
+        holds), then one for every gang that would borrow (the free capacity less the minimums of the possible
+        gangs within their queue's fair share: capacity a queue below its share waits for is not lent).
+        `cap_rows[g]`: the rows gang g draws from."""
+        self.queue_names, by_queue = queues.capability_left(cluster, self.gangs, self.resources)
+        row = {name: i for i, name in enumerate(self.queue_names)}
+        self.queue_of = np.array([row[g.queue] for g in self.gangs], dtype=np.int64)
+        borrow = np.full(len(self.resources), queues.UNLIMITED, dtype=np.int64)
+        if not all(g.fair for g in self.gangs):
+            usable = np.array([n.ready and not n.unschedulable for n in self.nodes], dtype=bool)
+            owed = [g for g, gang in enumerate(self.gangs) if gang.fair and gang.need > 0 and self._may_fit(g)]
+            borrow = np.maximum(self.free[usable], 0).sum(axis=0) - self.floor[owed].sum(axis=0)
+        self.borrow_row = len(self.queue_names)
+        self.cap_left = np.vstack([by_queue, borrow[None, :]])
+        self.capped: np.ndarray = np.any(self.cap_left < queues.UNLIMITED, axis=1)
+        self.cap_rows = [
+            (int(self.queue_of[g]),) if gang.fair else (int(self.queue_of[g]), self.borrow_row)
+            for g, gang in enumerate(self.gangs)
+        ]
+
+    def _may_fit(self, g: int) -> bool:
+        """Whether gang g's eligible nodes, were they empty, would hold its minimum (so it is worth waiting for)."""
+        room = sum(int(np.minimum(self.fits(p.cls, self.allocatable), len(p.pods)).sum()) for p in self.parts[g])
+        return room >= self.gangs[g].need
+
     def fitting(self, cls: int) -> np.ndarray:
         """The nodes that hold a pod of class `cls` with nothing else placed (free capacity only shrinks)."""
         if cls not in self._fitting:
             self._fitting[cls] = np.flatnonzero(self.fit[cls] > 0)
         return self._fitting[cls]
+
+    def bindings(self, g: int, counts: Mapping[tuple[int, int], int]) -> dict[str, str]:
+        """Pod -> node for gang g, from pods per (part, node): each part's pods in order (highest priority
+        first) onto its nodes in order."""
+        out = {}
+        for p, part in enumerate(self.parts[g]):
+            pods = iter(part.pods)
+            for n in sorted(n for (q, n) in counts if q == p):
+                for _ in range(counts[(p, n)]):
+                    out[next(pods).name] = self.nodes[n].name
+        return out
 
     def fits(self, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
         """How many pods of class `cls` each node (of `rows`) holds given `free`; 0 where not eligible."""
@@ -198,5 +237,5 @@ class Problem:
         return ids
 
     def gang_priority_levels(self) -> list[Level]:
-        """Every gang's level (priority, starving), highest first."""
+        """Every gang's level (priority, fair-share tier, starving), highest first."""
         return sorted({g.level for g in self.gangs}, reverse=True)

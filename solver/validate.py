@@ -2,8 +2,9 @@
 check. Returns human-readable violations; an empty list means the placement is sound.
 
 An oracle, written from Kubernetes' own rules (kube-scheduler's NodeUnschedulable, TaintToleration,
-NodeAffinity and NodeResourcesFit filters, component-helpers' node affinity matching) and the gang rules of the
-model, sharing no code with the solver's constraints or problem arrays, so a mistake there is caught here.
+NodeAffinity and NodeResourcesFit filters, component-helpers' node affinity matching), the gang rules of the
+model and Volcano's queue capability, sharing no code with the solver's constraints, problem arrays or queue
+budgets, so a mistake there is caught here.
 """
 
 from __future__ import annotations
@@ -45,7 +46,28 @@ def validate(cluster: Cluster, bindings: Placement | Mapping[str, str]) -> list[
         violations += _overcommitted(nodes[node_name], pods)
     for gang in cluster.gangs:
         violations += _gang_violations(gang, per_gang.get(gang.name, []), nodes)
+    violations += _over_capability(cluster, bindings)
     return violations
+
+
+def _over_capability(cluster: Cluster, bindings: Mapping[str, str]) -> list[str]:
+    """A queue's capability caps, per resource it names, what its bound pods hold plus what its pods placed
+    now request. A queue already past its cap (the cap was lowered) may place nothing more of that resource."""
+    holding: dict[str, dict[str, int]] = {q.name: dict(q.allocated) for q in cluster.queues}
+    adding: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for gang in cluster.gangs:
+        for pod in gang.pods:
+            if pod.name in bindings:
+                for resource, amount in pod.requests.items():
+                    adding[gang.queue][resource] += amount
+    out = []
+    for queue in cluster.queues:
+        for resource, cap in sorted(queue.capability.items()):
+            added = adding[queue.name].get(resource, 0)
+            held = holding[queue.name].get(resource, 0)
+            if added > 0 and held + added > cap:
+                out.append(f"queue {queue.name}: {resource} over capability ({held} held + {added} placed > {cap})")
+    return out
 
 
 def _filtered_out(pod: Pod, node: Node) -> str | None:

@@ -107,14 +107,31 @@ def k8s_pod(
     return obj
 
 
-def k8s_pod_group(name: str, min_member, ns: str = "default", volcano: bool = False, annotations=None) -> dict:
+def k8s_pod_group(
+    name: str, min_member, ns: str = "default", volcano: bool = False, annotations=None, queue=None
+) -> dict:
     api = "scheduling.volcano.sh/v1beta1" if volcano else "scheduling.x-k8s.io/v1alpha1"
+    spec = {"minMember": min_member, **({"queue": queue} if queue is not None else {})}
     return {
         "apiVersion": api,
         "kind": "PodGroup",
         "metadata": {"name": name, "namespace": ns, "annotations": annotations or {}},
-        "spec": {"minMember": min_member},
+        "spec": spec,
     }
+
+
+def k8s_queue(name: str, weight=None, capability=None, guarantee=None, reclaimable=None) -> dict:
+    """A Volcano Queue (scheduling.volcano.sh/v1beta1)."""
+    spec: dict = {}
+    if weight is not None:
+        spec["weight"] = weight
+    if capability is not None:
+        spec["capability"] = capability
+    if guarantee is not None:
+        spec["guarantee"] = {"resource": guarantee}
+    if reclaimable is not None:
+        spec["reclaimable"] = reclaimable
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
 def k8s_pdb(name: str, min_available, match_labels: dict, ns: str = "default") -> dict:

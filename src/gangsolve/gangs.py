@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from gangsolve import dra, objects, schema
 from gangsolve.errors import InputError, describe, shown
 from gangsolve.snapshot import Snapshot
-from gangsolve.solver.model import Cluster, Gang, Node, Pod, Running
+from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, Gang, Node, Pod, Queue, Running
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -38,6 +38,8 @@ MIN_AVAILABLE_ANNOTATION = "gangsolve.io/min-available"
 COLOCATE_ANNOTATION = "gangsolve.io/colocate"  # the required topology level (upstream: schedulingConstraints)
 # Preferred topology levels, node label keys widest first, comma-separated: fewest domains of each, in order.
 PREFERRED_ANNOTATION = "gangsolve.io/topology-preferred"
+# The queue of a gang that is not a Volcano PodGroup (whose spec.queue says it), on the PodGroup or the pods.
+QUEUE_ANNOTATIONS = ("gangsolve.io/queue", "scheduling.volcano.sh/queue-name")
 UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
 # kube-scheduler's words for a PodGroup whose pods' priorities differ from its own (KEP-5710)
 PRIORITY_MISMATCH = "all pods in a single pod group should have the same priority as the pod group's priority"
@@ -424,6 +426,24 @@ class _Grouper:
         value = self._annotation(self.pod_group(key), members, PREFERRED_ANNOTATION) or ""
         return tuple(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
 
+    def queue(self, key: GangKey, members: list[dict]) -> str:
+        """A Volcano PodGroup's spec.queue, else a queue annotation on the PodGroup or a member, else `default`.
+        A queue other than `default` must exist (Volcano's admission refuses others)."""
+        pg = self.pod_group(key)
+        sources = [(pg, "spec.queue", ((pg.get("spec") or {}).get("queue")))] if pg and key.rule == "volcano" else []
+        sources += [
+            (obj, f"metadata.annotations.{name}", (obj["metadata"].get("annotations") or {}).get(name))
+            for name in QUEUE_ANNOTATIONS
+            for obj in ([pg] if pg is not None else []) + members
+        ]
+        for obj, field, named in sources:
+            if not named:
+                continue
+            if named != DEFAULT_QUEUE and named not in self.snap.queues:
+                raise InputError(describe(obj or {}), field, f"names Queue {named!r}, not in snapshot")
+            return str(named)
+        return DEFAULT_QUEUE
+
     @staticmethod
     def _annotation(pg: dict | None, members: list[dict], name: str) -> str | None:
         """The annotation on the PodGroup, else on the first member that has it."""
@@ -474,6 +494,7 @@ def check(snap: Snapshot, nodes: bool = True) -> None:
         ("PodDisruptionBudget", snap.pdbs),
         ("PodGroup", snap.pod_groups.values()),
         ("PriorityClass", snap.priority_classes.values()),
+        ("Queue", snap.queues.values()),
         ("ResourceSlice", snap.resource_slices),
         ("DeviceClass", snap.device_classes.values()),
         ("ResourceClaim", snap.resource_claims.values()),
@@ -488,6 +509,8 @@ def check(snap: Snapshot, nodes: bool = True) -> None:
             _positive_int(pg, "spec.schedulingPolicy.gang.minCount", gang.get("minCount"))
         elif not isinstance(((pg.get("spec") or {}).get("schedulingPolicy") or {}).get("basic"), dict):
             raise InputError(describe(pg), "spec.schedulingPolicy", "expected a gang or a basic policy")
+    for queue in snap.queues.values():
+        objects.queue(queue, {})
     for pdb in snap.pdbs:
         spec = pdb.get("spec") or {}
         for field in ("minAvailable", "maxUnavailable"):
@@ -615,8 +638,15 @@ def build_cluster(
 
     names = _Names()
     gangs = []
+    allocated: dict[str, dict[str, int]] = {name: {} for name in snap.queues}  # what bound members hold
     nominated: dict[str, str] = {}
     for key, pods in sorted(members.items(), key=lambda kv: (kv[0].namespace, kv[0].name, kv[0].rule)):
+        queue = grouper.queue(key, [p for _o, p in pods])
+        held = allocated.setdefault(queue, {})
+        for _o, p in pods:
+            if objects.is_bound(p):
+                for r, q in objects.pod_requests(p).items():
+                    held[r] = held.get(r, 0) + q
         pending = [
             _with_devices(convert_pod(p, snap.priority_classes, order), devices)
             for order, p in pods
@@ -637,6 +667,7 @@ def build_cluster(
                 starving=starving,
                 preferred=grouper.preferred(key, objs),
                 group_priority=grouper.group_priority(key),
+                queue=queue,
             )
         )
         for p in objs:
@@ -644,7 +675,18 @@ def build_cluster(
             if node is not None:
                 nominated[objects.pod_key(p)] = node
     running, budgets = _running(grouper, bound, scheduler_name, members, names)
-    return Cluster(tuple(nodes), tuple(gangs), running=running, nominated=nominated, budgets=budgets, gpus=devices.gpus)
+    queues = [objects.queue(q, allocated[name]) for name, q in sorted(snap.queues.items())]
+    if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in snap.queues:  # implicit, as Volcano creates it
+        queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))
+    return Cluster(
+        tuple(nodes),
+        tuple(gangs),
+        running=running,
+        nominated=nominated,
+        budgets=budgets,
+        gpus=devices.gpus,
+        queues=tuple(queues),
+    )
 
 
 class _Names:

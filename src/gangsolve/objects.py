@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from gangsolve import schema
 from gangsolve.errors import InputError, describe, shown
 from gangsolve.quantity import MAX_UNITS, to_units
-from gangsolve.solver.model import PODS, Node, Pod, Requirement, SelectorTerm, Taint, Toleration
+from gangsolve.solver.model import PODS, Node, Pod, Queue, Requirement, SelectorTerm, Taint, Toleration
 
 FINISHED = ("Succeeded", "Failed")  # pods in these phases hold no capacity
+MAX_WEIGHT = 65535  # Volcano's Queue CRD: weight from 1 to 65535
 _INTEGER = re.compile(r"^[+-]?[0-9]{1,18}$")  # what Gt and Lt compare (an int64, as Go parses it)
 
 
@@ -231,3 +232,20 @@ def is_waiting_for(obj: dict, scheduler_name: str) -> bool:
 def is_pending_for(obj: dict, scheduler_name: str) -> bool:
     """A pod for `scheduler_name` to place now."""
     return is_waiting_for(obj, scheduler_name) and not gates(obj)
+
+
+def queue(obj: dict, allocated: Mapping[str, int]) -> Queue:
+    """A Volcano Queue; `allocated` is what its bound pods hold (gangsolve counts it, as Volcano does)."""
+    spec = obj.get("spec") or {}
+    weight = spec.get("weight")
+    weight = 1 if weight is None else weight
+    if not 1 <= weight <= MAX_WEIGHT:
+        raise InputError(describe(obj), "spec.weight", f"must be from 1 to {MAX_WEIGHT}, got {shown(weight)}")
+    return Queue(
+        name=obj["metadata"]["name"],
+        weight=weight,
+        capability=resources(obj, "spec.capability", spec.get("capability")),
+        guarantee=resources(obj, "spec.guarantee.resource", (spec.get("guarantee") or {}).get("resource")),
+        reclaimable=spec.get("reclaimable") is not False,
+        allocated=dict(allocated),
+    )

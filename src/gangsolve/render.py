@@ -6,7 +6,7 @@ escaped, so a pod named `x[/]` or carrying a terminal escape prints as itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import orjson
 from rich.console import Console
@@ -16,7 +16,24 @@ from rich.text import Text
 from gangsolve import reservations
 from gangsolve.errors import printable
 from gangsolve.solver.devices import Allocations
-from gangsolve.solver.model import Placement
+from gangsolve.solver.explain import quantity
+from gangsolve.solver.model import Placement, QueueResult, Resources
+
+
+def quantities(amounts: Resources) -> dict[str, str]:
+    """Base units as Kubernetes quantities (`500m` cpu, `4Gi` memory), as Volcano writes a Queue's status."""
+    return {r: quantity(r, q) for r, q in sorted(amounts.items())}
+
+
+def queue_dict(q: QueueResult) -> dict:
+    return {
+        "name": q.name,
+        "weight": q.weight,
+        "capability": quantities(q.capability),
+        "allocated": quantities(q.allocated),
+        "share": q.share,
+        "fairShare": q.fair_share,
+    }
 
 
 def as_dict(
@@ -49,6 +66,7 @@ def as_dict(
         "solveSeconds": round(placement.solve_seconds, 4),
         "stages": list(placement.stages),
         "levels": list(placement.levels),
+        "queues": [queue_dict(q) for q in placement.queues],
         "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
         "waiting": dict(waiting or {}),
         "allocations": {
@@ -76,6 +94,10 @@ def _text(value: str, style: str = "") -> Text:
     return Text(printable(value), style=style)
 
 
+def _listed(amounts: Resources) -> str:
+    return ", ".join(f"{r}={q}" for r, q in quantities(amounts).items() if r != "pods")
+
+
 def print_table(
     placement: Placement,
     console: Console,
@@ -94,48 +116,46 @@ def print_table(
             _text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""), planned
         )
     console.print(table)
+    if any(q.name != "default" or q.capability or q.weight != 1 for q in placement.queues):
+        queues = Table(title="Queues (shares: the largest fraction of any resource held)", title_justify="left")
+        for column in ("QUEUE", "WEIGHT", "CAPABILITY", "ALLOCATED", "SHARE", "FAIR SHARE"):
+            queues.add_column(column, overflow="fold")
+        for q in placement.queues:
+            queues.add_row(
+                _text(q.name),
+                str(q.weight),
+                _text(_listed(q.capability) or "-"),
+                _text(_listed(q.allocated) or "-"),
+                f"{q.share:.1%}",
+                f"{q.fair_share:.1%}",
+            )
+        console.print(queues)
     if placement.bindings:
-        bindings = Table(title="Bindings", title_justify="left")
-        bindings.add_column("POD")
-        bindings.add_column("NODE")
-        for pod, node in placement.bindings.items():
-            bindings.add_row(_text(pod), _text(node))
-        console.print(bindings)
+        _print(console, "Bindings", ("POD", "NODE"), ((p, n) for p, n in placement.bindings.items()))
     if allocations:
-        devices = Table(title="Allocations (ResourceClaim: driver/pool/device)", title_justify="left")
-        devices.add_column("CLAIM")
-        devices.add_column("DEVICES", overflow="fold")
-        for claim, got in allocations.items():
-            devices.add_row(_text(claim), _text(", ".join("/".join(d) for _r, d in got)))
-        console.print(devices)
+        _print(
+            console,
+            "Allocations (ResourceClaim: driver/pool/device)",
+            ("CLAIM", "DEVICES"),
+            ((claim, ", ".join("/".join(d) for _r, d in got)) for claim, got in allocations.items()),
+            fold={"DEVICES"},
+        )
     if placement.nominations:
-        nominated = Table(title="Nominated (bind once the pods preempted for them are gone)", title_justify="left")
-        nominated.add_column("POD")
-        nominated.add_column("NODE")
-        for pod, node in placement.nominations.items():
-            nominated.add_row(_text(pod), _text(node))
-        console.print(nominated)
+        _print(
+            console,
+            "Nominated (bind once the pods preempted for them are gone)",
+            ("POD", "NODE"),
+            ((p, n) for p, n in placement.nominations.items()),
+        )
     if placement.evictions:
-        evicted = Table(title="Evictions", title_justify="left")
-        for column in ("POD", "NODE", "FOR", "REASON"):
-            evicted.add_column(column, overflow="fold")
-        for e in placement.evictions:
-            evicted.add_row(_text(e.pod), _text(e.node), _text(e.preemptor), _text(e.reason))
-        console.print(evicted)
+        columns = ("POD", "NODE", "FOR", "REASON")
+        rows = ((e.pod, e.node, e.preemptor, e.reason) for e in placement.evictions)
+        _print(console, "Evictions", columns, rows, fold=set(columns))
     if gated:
-        held = Table(title="Gated (not planned until their scheduling gates are removed)", title_justify="left")
-        held.add_column("POD")
-        held.add_column("GATES", overflow="fold")
-        for pod, gates in gated.items():
-            held.add_row(_text(pod), _text(", ".join(gates)))
-        console.print(held)
+        title = "Gated (not planned until their scheduling gates are removed)"
+        _print(console, title, ("POD", "GATES"), ((p, ", ".join(g)) for p, g in gated.items()), fold={"GATES"})
     if waiting:
-        table = Table(title="Waiting (in no gang yet)", title_justify="left")
-        table.add_column("POD")
-        table.add_column("WHY", overflow="fold")
-        for pod, why in waiting.items():
-            table.add_row(_text(pod), _text(why))
-        console.print(table)
+        _print(console, "Waiting (in no gang yet)", ("POD", "WHY"), waiting.items(), fold={"WHY"})
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
@@ -147,3 +167,19 @@ def print_table(
         f"{placement.solve_seconds:.2f}s"
     )
     console.print(Text(summary))
+
+
+def _print(
+    console: Console,
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    fold: Collection[str] = (),
+) -> None:
+    """A table of names and values, each cell as text (never markup); `fold` columns wrap instead of cutting."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold" if column in fold else "ellipsis")
+    for row in rows:
+        table.add_row(*(_text(cell) for cell in row))
+    console.print(table)

@@ -218,6 +218,7 @@ class PodGroupSpec(_Struct):
     schedulingConstraints: PodGroupSchedulingConstraints | None = None
     priority: Int32 | None = None
     priorityClassName: str | None = None
+    queue: str | None = None  # Volcano's PodGroup names its Queue
 
 
 class PodGroup(_Struct):
@@ -230,6 +231,22 @@ class PriorityClass(_Struct):
     value: Int32 = 0
     globalDefault: bool | None = None
     preemptionPolicy: PreemptionPolicy | None = None
+
+
+class QueueGuarantee(_Struct):
+    resource: Resources | None = None
+
+
+class QueueSpec(_Struct):
+    weight: Int32 | None = None
+    capability: Resources | None = None
+    guarantee: QueueGuarantee | None = None
+    reclaimable: bool | None = None
+
+
+class Queue(_Struct):  # scheduling.volcano.sh/v1beta1
+    metadata: Metadata
+    spec: QueueSpec | None = None
 
 
 # Dynamic Resource Allocation, resource.k8s.io/v1 (as the pinned API server's OpenAPI types it)
@@ -407,6 +424,7 @@ SCHEMAS: dict[str, type[_Struct]] = {
     "PodDisruptionBudget": PodDisruptionBudget,
     "PodGroup": PodGroup,
     "PriorityClass": PriorityClass,
+    "Queue": Queue,
 }
 
 

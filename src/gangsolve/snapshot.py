@@ -1,4 +1,5 @@
-"""Reading a cluster snapshot: what `kubectl get nodes,pods,pdb,podgroups...,priorityclasses -A -o yaml` prints.
+"""Reading a cluster snapshot: what `kubectl get nodes,pods,pdb,podgroups...,priorityclasses,queues -A -o yaml`
+prints.
 
 Accepts a `kind: List` (or any `*List`) with `items`, a single object, or a multi-document YAML/JSON stream.
 Kinds other than the ones gangsolve understands are ignored. Objects are filed here by kind and name; the
@@ -28,10 +29,11 @@ POD_GROUP_KINDS = {
 }
 PDB_VERSIONS = ("policy/v1", "policy/v1beta1")
 TAKEN_AT_ANNOTATION = "gangsolve.io/snapshot-time"  # on the List `gangsolve export` writes: when it listed
+QUEUE_GROUP = "scheduling.volcano.sh"  # Volcano's Queue (v1beta1): tenants' weights and caps
 # Dynamic Resource Allocation (resource.k8s.io/v1): devices, their classes, claims and claim templates
 DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
 DRA_GROUP = "resource.k8s.io"
-KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass", *DRA_KINDS)
+KINDS = ("Node", "Pod", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)
 # YAML aliases may repeat a value; a document may not grow by them to more values than it has characters
 # (plus this many): a billion-laughs document of under 1 KB would otherwise expand to billions of values.
 ALIAS_ALLOWANCE = 100_000
@@ -45,6 +47,7 @@ class Snapshot:
     pdbs: list[dict] = field(default_factory=list)
     pod_groups: dict[tuple[str, str, str], dict] = field(default_factory=dict)  # (group, ns, name) -> PodGroup
     priority_classes: dict[str, dict] = field(default_factory=dict)
+    queues: dict[str, dict] = field(default_factory=dict)  # Volcano Queues by name (cluster-scoped)
     resource_slices: list[dict] = field(default_factory=list)
     device_classes: dict[str, dict] = field(default_factory=dict)
     resource_claims: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> ResourceClaim
@@ -81,7 +84,12 @@ class Snapshot:
             if obj["metadata"]["name"] in self.priority_classes:
                 raise _duplicate(obj)
             self.priority_classes[obj["metadata"]["name"]] = obj
-        elif group == DRA_GROUP or not api:
+        elif kind == "Queue" and group == QUEUE_GROUP:
+            obj = _checked(obj)
+            if obj["metadata"]["name"] in self.queues:
+                raise _duplicate(obj)
+            self.queues[obj["metadata"]["name"]] = obj
+        elif kind in DRA_KINDS and (group == DRA_GROUP or not api):
             self._add_dra(kind, obj)
 
     def _add_dra(self, kind: str, obj: dict) -> None:
@@ -114,6 +122,7 @@ class Snapshot:
             pdbs=[o for o in self.pdbs if keep(o)],
             pod_groups={k: o for k, o in self.pod_groups.items() if keep(o)},
             priority_classes={k: o for k, o in self.priority_classes.items() if keep(o)},
+            queues={k: o for k, o in self.queues.items() if keep(o)},
             resource_slices=[o for o in self.resource_slices if keep(o)],
             device_classes={k: o for k, o in self.device_classes.items() if keep(o)},
             resource_claims={k: o for k, o in self.resource_claims.items() if keep(o)},

@@ -92,9 +92,9 @@ def test_easy_backfill_lets_only_jobs_that_end_in_time_onto_the_head_reservation
 
 def test_estimate_modes_declare_the_true_a_noisy_or_no_runtime():
     objs = TIMELINES["timeline/synthetic-100nodes"].build(1)
-    _nodes, exact = jobs_of(objs, "exact", seed=1)
-    _nodes, noisy = jobs_of(objs, "noisy", seed=1)
-    _nodes, absent = jobs_of(objs, "absent", seed=1)
+    _nodes, exact, _queues = jobs_of(objs, "exact", seed=1)
+    _nodes, noisy, _queues = jobs_of(objs, "noisy", seed=1)
+    _nodes, absent, _queues = jobs_of(objs, "absent", seed=1)
     assert all(j.declared == round(j.duration) for j in exact)
     ratios = [j.duration / j.declared for j in noisy]
     assert 0.5 < sorted(ratios)[len(ratios) // 2] < 2  # the median noise factor is near 1 (lognormal, sigma 1)

@@ -34,6 +34,7 @@ from live_helpers import (
     assert_cluster_sound,
     pod_group_crd,
     poll,
+    queue_crd,
     service_account_kubeconfig,
     unique,
 )
@@ -198,23 +199,29 @@ def gangsolve_factory(control_plane: ControlPlane, scheduler_account: SchedulerA
 
 @pytest.fixture(scope="session")
 def pod_group_crds(control_plane: ControlPlane) -> None:
-    """The two PodGroup CRDs (scheduler-plugins' and Volcano's), schema-less, with the status subresource."""
-    for group, version in POD_GROUP_APIS.items():
+    """The two PodGroup CRDs (scheduler-plugins' and Volcano's) and Volcano's Queue, schema-less, with the status
+    subresource."""
+    crds = [
+        *(
+            pod_group_crd(group, v, "pg" if group.endswith("x-k8s.io") else "vpg")
+            for group, v in POD_GROUP_APIS.items()
+        ),
+        queue_crd(),
+    ]
+    for crd in crds:
         try:
-            control_plane.request(
-                "POST",
-                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                pod_group_crd(group, version, "pg" if group.endswith("x-k8s.io") else "vpg"),
-            )
+            control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         except ApiError as e:
             if e.status != 409:
                 raise
 
-    def served(group: str, version: str) -> bool:
+    def served(path: str) -> bool:
         try:
-            return control_plane.get(f"/apis/{group}/{version}/podgroups") is not None
+            return control_plane.get(path) is not None
         except ApiError:  # 429 while the new storage initializes
             return False
 
-    for group, version in POD_GROUP_APIS.items():
-        poll(lambda g=group, v=version: served(g, v), timeout=60, what=f"the {group} PodGroup API")
+    for crd in crds:
+        spec = crd["spec"]
+        path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
+        poll(lambda p=path: served(p), timeout=60, what=f"the {spec['group']} {spec['names']['kind']} API")

@@ -179,12 +179,13 @@ def create(cp: ControlPlane, namespace: str, obj: dict) -> dict:
         "ConfigMap": "configmaps",
         "PodGroup": "podgroups",
         "PriorityClass": "priorityclasses",
+        "Queue": "queues",
         "ResourceSlice": "resourceslices",
         "DeviceClass": "deviceclasses",
         "ResourceClaim": "resourceclaims",
         "ResourceClaimTemplate": "resourceclaimtemplates",
     }[obj["kind"]]
-    cluster_scoped = obj["kind"] in ("PriorityClass", "ResourceSlice", "DeviceClass")
+    cluster_scoped = obj["kind"] in ("PriorityClass", "Queue", "ResourceSlice", "DeviceClass")
     path = f"{base}/{plural}" if cluster_scoped else f"{base}/namespaces/{namespace}/{plural}"
     return cp.request("POST", path, obj)
 
@@ -401,18 +402,28 @@ def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> No
 
 def pod_group_crd(group: str, version: str, short: str) -> dict:
     """A PodGroup CRD (scheduler-plugins' or Volcano's), schema-less, with the status subresource."""
+    return _crd(group, version, "PodGroup", short, "Namespaced")
+
+
+def queue_crd() -> dict:
+    """Volcano's Queue CRD (cluster-scoped), schema-less, with the status subresource."""
+    return _crd("scheduling.volcano.sh", "v1beta1", "Queue", "q", "Cluster")
+
+
+def _crd(group: str, version: str, kind: str, short: str, scope: str) -> dict:
+    plural = kind.lower() + "s"
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"podgroups.{group}"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
             "group": group,
-            "scope": "Namespaced",
+            "scope": scope,
             "names": {
-                "kind": "PodGroup",
-                "listKind": "PodGroupList",
-                "plural": "podgroups",
-                "singular": "podgroup",
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
                 "shortNames": [short],
             },
             "versions": [

@@ -4,8 +4,8 @@ The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2
 server records every request that account makes. This test runs one more scheduler through every kind of
 call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a
 pod whose ResourceClaim it allocates, a gang that cannot fit and says so, a high-priority pod that preempts one
-of those gangs), then holds every request of the session so far against the chart's rules: every request of a
-kind a rule grants, every rule used, the Lease touched only by its name.
+of those gangs, a Volcano Queue's status), then holds every request of the session so far against the chart's
+rules: every request of a kind a rule grants, every rule used, the Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -115,7 +115,20 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
     with_claim = pod("dra-0", scheduler=g.scheduler_name, node_selector={"dra": "yes"})
     with_claim["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "one-gpu"}]
     create(control_plane, namespace, with_claim)
-    poll(lambda: len(bound(pods(control_plane, namespace))) == 7, timeout=60, what="the three gangs bound")
+    queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"q-{namespace}"}}
+    create(control_plane, namespace, queue)
+    queued = pod(
+        "queued", scheduler=g.scheduler_name, node_selector=tag, annotations={"gangsolve.io/queue": f"q-{namespace}"}
+    )
+    create(control_plane, namespace, queued)
+    poll(lambda: len(bound(pods(control_plane, namespace))) == 8, timeout=60, what="the three gangs and two pods bound")
+    queues = "/apis/scheduling.volcano.sh/v1beta1/queues"
+    poll(
+        lambda: (control_plane.get(f"{queues}/q-{namespace}").get("status") or {}).get("allocated"),
+        timeout=30,
+        what="the Queue's status",
+    )
+    control_plane.request("DELETE", f"{queues}/q-{namespace}")
     poll(lambda: events(control_plane, namespace, "FailedScheduling"), timeout=30, what="the oversized pod's event")
     poll(
         lambda: all(

@@ -42,6 +42,7 @@ from tests.builders import (
     k8s_pdb,
     k8s_pod,
     k8s_pod_group,
+    k8s_queue,
     k8s_slice,
     with_claims,
 )
@@ -82,10 +83,17 @@ def _rich_snapshot() -> list[dict]:
     pods = [
         *(k8s_pod(f"w{i}", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "train"}) for i in range(3)),
         k8s_pod("v0", gpus=2, annotations={"scheduling.k8s.io/group-name": "vjob"}, affinity=affinity),
-        k8s_pod("tf0", labels={"job": "tf"}, tolerations=[{"key": "dedicated", "operator": "Exists"}]),
+        k8s_pod(
+            "tf0",
+            labels={"job": "tf"},
+            tolerations=[{"key": "dedicated", "operator": "Exists"}],
+            annotations={"scheduling.volcano.sh/queue-name": "team-b"},
+        ),
         k8s_pod("tf1", labels={"job": "tf"}, priorityClassName="high", created="2026-01-01T00:00:00Z"),
         k8s_pod("own0", owner="job1", annotations={"gangsolve.io/min-available": "2", "gangsolve.io/colocate": "zone"}),
-        k8s_pod("own1", owner="job1", priority=5, nodeSelector={"zone": "a"}),
+        k8s_pod(
+            "own1", owner="job1", priority=5, nodeSelector={"zone": "a"}, annotations={"gangsolve.io/queue": "team-b"}
+        ),
         k8s_pod("bound", gpus=2, node_name="n0", phase="Running", owner="job1"),
         k8s_pod("done", gpus=4, node_name="n0", phase="Succeeded"),
         k8s_pod("gated", schedulingGates=[{"name": "example.com/hold"}]),
@@ -102,8 +110,10 @@ def _rich_snapshot() -> list[dict]:
     pods[4]["spec"]["overhead"] = {"cpu": "10m"}
     return [
         *nodes,
-        k8s_pod_group("train", 3),
-        k8s_pod_group("vjob", 1, volcano=True),
+        k8s_pod_group("train", 3, annotations={"gangsolve.io/queue": "default"}),
+        k8s_pod_group("vjob", 1, volcano=True, queue="team-a"),
+        k8s_queue("team-a", 2, {"nvidia.com/gpu": "8", "cpu": "16"}, {"nvidia.com/gpu": "2"}, reclaimable=False),
+        k8s_queue("team-b", capability={"memory": "64Gi"}),
         k8s_pdb("tf", "50%", {"job": "tf"}),
         {**k8s_pdb("guard", 1, {"app": "x"}), "status": {"disruptionsAllowed": 1}},
         {

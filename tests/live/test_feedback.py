@@ -17,7 +17,7 @@ from gangsolve.live.solver_actor import CycleResult, plan
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import RESOURCES, Event, Resync
 from gangsolve.snapshot import Snapshot
-from tests.builders import k8s_node, k8s_pod, k8s_pod_group
+from tests.builders import k8s_node, k8s_pod, k8s_pod_group, k8s_queue
 from tests.live.fake_kube import FakeKube
 
 POD, NODE = RESOURCES[0], RESOURCES[1]
@@ -291,3 +291,37 @@ async def test_an_upstream_pod_group_once_scheduled_stays_so_and_others_pods_gro
     s.apply(Resync(POD, [upstream_member("w0", "u0"), upstream_member("w1", "u1")]))
     await feedback(s, kube).apply(cycle(s))
     assert [p for p, _b in kube.patches if "/podgroups/" in p] == []  # True is terminal: nothing to write
+
+
+QUEUE = next(r for r in RESOURCES if r.kind == "Queue")
+
+
+@pytest.mark.asyncio
+async def test_a_queue_gets_what_its_pods_hold_and_a_gang_its_cap_holds_back_says_so():
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=8)]))
+    s.apply(Resync(QUEUE, [with_uid(k8s_queue("team", capability={"nvidia.com/gpu": "2"}), "q1")]))
+    team = {"gangsolve.io/queue": "team"}
+    s.apply(Resync(POD, [with_uid(k8s_pod(f"p{i}", gpus=1, annotations=team), f"u{i}") for i in range(3)]))
+    fb = feedback(s, kube)
+    result = cycle(s)
+    await fb.apply(result)
+    (path, body), *_ = [(p, b) for p, b in kube.patches if "/queues/" in p]
+    assert path == "/apis/scheduling.volcano.sh/v1beta1/queues/team/status"
+    assert body == {
+        "metadata": {"uid": "q1"},
+        "status": {"allocated": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "2"}},
+    }
+    (held,) = [b for p, b in kube.patches if "/pods/" in p]
+    message = held["status"]["conditions"][0]["message"]
+    assert message == "held by queue team's capability: needs 1 nvidia.com/gpu, 0 left under its cap"
+    await fb.apply(cycle(s))
+    assert len([p for p, _b in kube.patches if "/queues/" in p]) == 1  # unchanged: not written again
+
+    metrics = Metrics()
+    metrics.observe_queues(result.cluster, result.placement)
+    sample = metrics.registry.get_sample_value
+    assert sample("gangsolve_queue_allocated", {"queue": "team", "resource": "nvidia.com/gpu"}) == 2
+    assert sample("gangsolve_queue_capability", {"queue": "team", "resource": "nvidia.com/gpu"}) == 2
+    assert sample("gangsolve_queue_pending_gangs", {"queue": "team"}) == 1
+    assert sample("gangsolve_queue_share", {"queue": "team"}) == 0.25

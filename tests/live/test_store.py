@@ -159,6 +159,7 @@ def test_memory_is_only_what_exists():
         "PodDisruptionBudget": 0,
         "PodGroup": 0,
         "PriorityClass": 0,
+        "Queue": 0,
         "ResourceSlice": 0,
         "DeviceClass": 0,
         "ResourceClaim": 0,

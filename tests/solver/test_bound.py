@@ -28,7 +28,7 @@ def test_fragmented_gpus_hold_one_4_gpu_pod_per_node_not_one_and_a_half():
     cluster = Cluster(tuple(nodes), (gang("a", 2, gpus=4), gang("b", 2, gpus=4)))
     for mip in (False, True):
         bounds, total = bounds_of(cluster, {}, mip)
-        assert bounds == {(0, 0): 1}
+        assert bounds == {(0, 0, 0): 1}
         assert total == 1
 
 
@@ -38,7 +38,7 @@ def test_co_located_gangs_compete_for_the_one_domain_that_holds_them():
     nodes += [node(f"b{i}", gpus=4, labels={"rack": "b"}) for i in range(2)]
     gangs = [gang(name, 3, gpus=4, colocate="rack") for name in ("x", "y")]
     bounds, total = bounds_of(Cluster(tuple(nodes), tuple(gangs)), {})
-    assert bounds == {(0, 0): 1}
+    assert bounds == {(0, 0, 0): 1}
     assert total == 1
 
 
@@ -48,8 +48,8 @@ def test_levels_below_an_open_one_are_bounded_with_only_the_levels_above_held():
     # order may take the high gang and none of the low ones; the low level is bounded with nothing held: 2.
     nodes = [node("n0", gpus=4), node("n1", gpus=4)]
     gangs = [gang("high", 2, gpus=3, priority=100), gang("l1", 1, gpus=4), gang("l2", 1, gpus=4)]
-    bounds, total = bounds_of(Cluster(tuple(nodes), tuple(gangs)), {(100, 0): 0, (0, 0): 2})
-    assert bounds == {(100, 0): 1, (0, 0): 2}
+    bounds, total = bounds_of(Cluster(tuple(nodes), tuple(gangs)), {(100, 0, 0): 0, (0, 0, 0): 2})
+    assert bounds == {(100, 0, 0): 1, (0, 0, 0): 2}
     # No placement places the high gang and a low one: the joint bound on both levels is 2, not 3.
     assert total == 2
 
@@ -64,9 +64,9 @@ def test_below_the_first_open_level_only_the_levels_down_to_it_are_held():
         gang("mid", 2, gpus=4, priority=50),
         *(gang(f"low{i}", 1, gpus=4) for i in range(3)),
     ]
-    found = {(100, 0): 0, (50, 0): 1, (0, 0): 1}
+    found = {(100, 0, 0): 0, (50, 0, 0): 1, (0, 0, 0): 1}
     bounds, total = bounds_of(Cluster(tuple(nodes), tuple(gangs)), found)
-    assert bounds == {(100, 0): 1, (50, 0): 1, (0, 0): 3}
+    assert bounds == {(100, 0, 0): 1, (50, 0, 0): 1, (0, 0, 0): 3}
     assert total == 3  # three nodes, one node per gang at least
 
 
@@ -118,7 +118,7 @@ def every_placement(cluster):
         per_level = {}
         for g in cluster.gangs:
             if any(p.name in bindings for p in g.pods):
-                level = (max(p.priority for p in g.pods), int(g.starving))
+                level = (max(p.priority for p in g.pods), 0, int(g.starving))
                 per_level[level] = per_level.get(level, 0) + 1
         yield per_level
 
@@ -133,7 +133,7 @@ def at_least_as_good(per_level, found, levels):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_clusters(), st.integers(0, 10**6), st.booleans())
 def test_no_placement_as_good_in_priority_order_passes_the_bounds(cluster, pick, mip):
-    levels = sorted({(max(p.priority for p in g.pods), int(g.starving)) for g in cluster.gangs}, reverse=True)
+    levels = sorted({(max(p.priority for p in g.pods), 0, int(g.starving)) for g in cluster.gangs}, reverse=True)
     placements = list(every_placement(cluster))
     # The relaxation, for any placement reached (not only an optimal one: then bounds are easy)
     found = placements[pick % len(placements)]
@@ -145,10 +145,14 @@ def test_no_placement_as_good_in_priority_order_passes_the_bounds(cluster, pick,
                 assert count <= relaxed[level]
     # What solve() reports, for the placement it returns
     placement = solve(cluster, SolveConfig(time_limit=2))
-    found = {(lv["priority"], int(lv["starving"])): lv["placed"] for lv in placement.levels}
-    reported = {(lv["priority"], int(lv["starving"])): lv["bound"] for lv in placement.levels}
+    found = {_level(lv): lv["placed"] for lv in placement.levels}
+    reported = {_level(lv): lv["bound"] for lv in placement.levels}
     for per_level in placements:
         if at_least_as_good(per_level, found, levels):
             assert sum(per_level.values()) <= placement.best_bound
             for level, count in per_level.items():
                 assert count <= reported.get(level, 0)
+
+
+def _level(reported: dict) -> tuple[int, int, int]:
+    return (reported["priority"], reported["fairShareTier"], int(reported["starving"]))

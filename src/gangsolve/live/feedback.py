@@ -12,6 +12,9 @@
 - Kubernetes' own PodGroups (scheduling.k8s.io) whose pods are ours: the condition kube-scheduler writes,
   PodGroupInitiallyScheduled (True, reason Scheduled, once minCount pods are scheduled, and never False
   again; else False, reason Unschedulable, or SchedulerError when its pods' priorities differ from its own).
+- Volcano Queues: status.allocated, what the queue's pods hold (bound and just placed), as Volcano writes it
+  (quantities, without the pod count), when it changes. A pending gang its queue's capability holds back says
+  so in its pods' condition (the solver's explanation).
 
 Feedback works on the latest cycle's result only (a mailbox the solver actor overwrites); a slow API server
 delays it but never the scheduling. It owns what it has written (keyed by uid, so a pod or PodGroup deleted
@@ -48,6 +51,9 @@ from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult
 from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key
 from gangsolve.objects import is_pending_for
+from gangsolve.snapshot import QUEUE_GROUP
+from gangsolve.solver.explain import quantity
+from gangsolve.solver.model import PODS
 
 MAX_MESSAGE = 1024  # the API server caps an event's note at 1 kB
 
@@ -191,6 +197,7 @@ class Feedback:
         self._groups_seen = -1  # the store's members_seen at the last pass over PodGroups
         self._waiting_groups: set[ObjectKey] = set()  # PodGroups looked at again next pass
         self._reasons: dict[str, str] = {}  # the latest cycle's: pod key -> why it waits
+        self._allocated_written: dict[str, dict] = {}  # Queue uid -> status.allocated written
 
     async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound | Evicted]) -> None:
         async with anyio.create_task_group() as tg:
@@ -263,15 +270,18 @@ class Feedback:
             for key, reason in reasons.items():
                 tg.start_soon(self._unschedulable, key, reason)
             tg.start_soon(self._pod_groups, reasons)
+            tg.start_soon(self._queues, result)
 
     def _prune(self) -> None:
         """Forget what was written about objects that are gone: memory stays flat over a long run."""
         self._condition_written = {u: m for u, m in self._condition_written.items() if self.store.has_pod_uid(u)}
         groups = {_uid(pg) for pg in self.store.pod_groups().values()}
         self._status_written = {u: s for u, s in self._status_written.items() if u in groups}
+        queues = {_uid(q) for q in self.store.queues().values()}
+        self._allocated_written = {u: a for u, a in self._allocated_written.items() if u in queues}
 
     def written(self) -> int:
-        return len(self._condition_written) + len(self._status_written)
+        return len(self._condition_written) + len(self._status_written) + len(self._allocated_written)
 
     # ------------------------------------------------------------------ pods
 
@@ -377,6 +387,28 @@ class Feedback:
         except _WRITE_ERRORS as exc:
             if not (isinstance(exc, ApiError) and exc.status in (403, 404)):  # namespace terminating, or no rights
                 logs.warning("event not written", pod=f"{meta['namespace']}/{meta['name']}", error=str(exc))
+
+    # ------------------------------------------------------------------ Queues
+
+    async def _queues(self, result: CycleResult) -> None:
+        held = {q.name: q.allocated for q in result.placement.queues}
+        for name, queue in self.store.queues().items():
+            allocated = {r: quantity(r, v) for r, v in sorted(held.get(name, {}).items()) if r != PODS and v}
+            current = (queue.get("status") or {}).get("allocated") or {}
+            uid = _uid(queue)
+            if allocated in (current, self._allocated_written.get(uid)):
+                continue
+            # A merge patch merges maps: resources no longer held are removed by naming them null.
+            body = {"metadata": {"uid": uid}, "status": {"allocated": {**dict.fromkeys(current), **allocated}}}
+            try:
+                async with self.limiter:
+                    await self.kube.patch(
+                        f"/apis/{QUEUE_GROUP}/v1beta1/queues/{name}/status", body, timeout=self.fence.remaining()
+                    )
+                self._allocated_written[uid] = allocated
+            except _WRITE_ERRORS as exc:
+                if not (isinstance(exc, ApiError) and exc.status in (404, 409)):
+                    logs.warning("Queue status not written", queue=name, error=str(exc))
 
     # ------------------------------------------------------------------ PodGroups
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gangsolve.solver.model import Cluster, Placement
+
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -116,3 +118,57 @@ class Metrics:
             "Gangs started on nodes a reservation holds for later (they end first, or leave it what it needs).",
             registry=r,
         )
+
+        # Volcano: volcano_queue_allocated_milli_cpu, volcano_queue_share, volcano_queue_weight, ...; here one
+        # gauge per quantity with the resource as a label (base units: millicores, bytes, GPUs).
+        self.queue_allocated = Gauge(
+            "gangsolve_queue_allocated",
+            "What a queue's pods hold after the last cycle (bound plus placed), by resource, in base units.",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_capability = Gauge(
+            "gangsolve_queue_capability", "A queue's cap, by resource it names.", ["queue", "resource"], registry=r
+        )
+        self.queue_share = Gauge(
+            "gangsolve_queue_share",
+            "A queue's dominant share of the cluster after the last cycle.",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_fair_share = Gauge(
+            "gangsolve_queue_fair_share",
+            "A queue's weighted fair (dominant) share in the last cycle.",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_weight = Gauge("gangsolve_queue_weight", "A queue's weight.", ["queue"], registry=r)
+        self.queue_pending_gangs = Gauge(
+            "gangsolve_queue_pending_gangs", "Gangs of a queue left pending by the last cycle.", ["queue"], registry=r
+        )
+
+    def observe_queues(self, cluster: Cluster, placement: Placement) -> None:
+        """Per-queue gauges of the last cycle (cleared first: queues gone leave no series behind; the event loop
+        serves /metrics, so no scrape sees them half set)."""
+        pending: dict[str, int] = {}
+        for gang, result in zip(cluster.gangs, placement.gangs, strict=True):
+            pending[gang.queue] = pending.get(gang.queue, 0) + int(not result.placed)
+        gauges = (
+            self.queue_allocated,
+            self.queue_capability,
+            self.queue_share,
+            self.queue_fair_share,
+            self.queue_weight,
+            self.queue_pending_gangs,
+        )
+        for gauge in gauges:
+            gauge.clear()
+        for q in placement.queues:
+            for resource, amount in q.allocated.items():
+                self.queue_allocated.labels(q.name, resource).set(amount)
+            for resource, amount in q.capability.items():
+                self.queue_capability.labels(q.name, resource).set(amount)
+            self.queue_share.labels(q.name).set(q.share)
+            self.queue_fair_share.labels(q.name).set(q.fair_share)
+            self.queue_weight.labels(q.name).set(q.weight)
+            self.queue_pending_gangs.labels(q.name).set(pending.get(q.name, 0))

@@ -134,10 +134,12 @@ class Scheduler:
                 tg.start_soon(self.store.run, events_receive)
                 tg.start_soon(self._signals)
                 with self._waiting:
-                    if self.elector is not None:
-                        await self.elector.acquire()
+                    # Caches first, then the lease: once leading, renewal starts at once. (Acquired first, a
+                    # lease could expire while slow initial lists, say under a low kube-api-qps, still ran.)
                     for w in self.watchers:
                         await w.synced.wait()
+                    if self.elector is not None:
+                        await self.elector.acquire()
                 if not self.stop.is_set():
                     await self._lead()
                 if self.elector is not None:
@@ -186,9 +188,10 @@ class Scheduler:
 
 async def main(cfg: Config) -> int:
     logs.setup(cfg.log_format, cfg.log_level)
-    kube = await Kube.connect(
-        cfg.kubeconfig, connections=cfg.bind_concurrency + 16, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst
-    )
+    # Every watch holds a connection while it runs (one per watched kind, and the succeeded pods'): the pool has
+    # room for all of them, the binds, and the calls that must not wait for one, the lease's renewal above all.
+    connections = len(RESOURCES) + 1 + cfg.bind_concurrency + 16
+    kube = await Kube.connect(cfg.kubeconfig, connections=connections, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst)
     try:
         return await Scheduler(cfg, kube).run()
     finally:

@@ -115,6 +115,7 @@ def _size(snapshot: Snapshot) -> int:
         + len(snapshot.pdbs)
         + len(snapshot.pod_groups)
         + len(snapshot.priority_classes)
+        + len(snapshot.queues)
         + len(snapshot.resource_slices)
         + len(snapshot.device_classes)
         + len(snapshot.resource_claims)
@@ -718,6 +719,7 @@ class SolverActor:
             pending_pods += len(gang.pods) - result.placed_pods
         m.pending_gangs.set(pending_gangs)
         m.pending_pods.set(pending_pods)
+        m.observe_queues(cluster, placement)
         figures = reservations.figures(placement)
         m.reservations.set(figures["reservations"])
         m.reserved_gpus.set(figures["reserved_gpus"])

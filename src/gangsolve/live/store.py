@@ -52,10 +52,10 @@ from gangsolve.errors import InputError
 from gangsolve.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, Snapshot
+from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 from gangsolve.solver import Node
 
-KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", *DRA_KINDS)
+KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 Requests = dict[str, int]
 
@@ -163,7 +163,7 @@ def fingerprint(kind: str, obj: dict) -> object:
         )
     if kind in DRA_KINDS:
         return spec
-    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
+    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup, Queue: not their status
 
 
 def _priority(pod: dict | None) -> int | None:
@@ -326,6 +326,8 @@ class ClusterStore:
                 self._node_changed(key[2], None)
             elif kind in DRA_KINDS:
                 self._dra_changed(kind, key, old, None)
+            elif kind == "Queue":
+                self.freed += 1  # its gangs fall back to queue default, uncapped
             return True
         table[key] = obj
         confirmed = False
@@ -344,6 +346,8 @@ class ClusterStore:
             self._node_changed(key[2], obj)
         elif kind in DRA_KINDS:
             self._dra_changed(kind, key, old, obj)
+        elif kind == "Queue":
+            self.freed += 1  # a cap raised or a weight changed: gangs its cap or share held back may go now
         return not confirmed
 
     # ------------------------------------------------------------------ derived state, kept up to date
@@ -730,6 +734,9 @@ class ClusterStore:
     def priority_classes(self) -> dict[str, dict]:
         return {k[2]: v for k, v in self._objects["PriorityClass"].items()}
 
+    def queues(self) -> dict[str, dict]:
+        return {k[2]: v for k, v in self._objects["Queue"].items() if k[0] == QUEUE_GROUP}
+
     def counts(self) -> dict[str, int]:
         """Objects per kind, assumptions and back-offs: what the scheduler holds in memory."""
         out = {kind: len(table) for kind, table in self._objects.items()}
@@ -754,9 +761,13 @@ class ClusterStore:
         may share a gang with them (`gang_hints`), and the pods of their namespaces where a PDB may group them.
         Every other pod counts only through the capacity it holds, which `nodes` carry: a cycle reads what is
         pending, not the tens of thousands of pods a large cluster runs. Such a view is `partial`: its bound pods
-        are not all the possible victims of a preemption; a cycle that may preempt takes a whole one."""
+        are not all the possible victims of a preemption; a cycle that may preempt takes a whole one. While a Queue
+        exists every view is whole: a queue's usage, which its cap and fair share are measured against, is what
+        every bound gang of the queue holds."""
         held = self.backing_off()
         bad_pods = {k for k in self._bad_pods if _node_name(self.pod(k))}  # requests matter once bound
+        if self._objects["Queue"]:
+            scheduler_name = None  # a queue's usage is what every bound gang of it holds: read them all
         if scheduler_name is None:
             by_key = {pod_key(p): p for p in self._objects["Pod"].values()}
         else:
@@ -790,6 +801,7 @@ class ClusterStore:
                 "PodGroup", lambda: {k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS}
             ),
             priority_classes=self._shared("PriorityClass", self.priority_classes),
+            queues=self._shared("Queue", self.queues),
             resource_slices=self._shared("ResourceSlice", lambda: list(self._objects["ResourceSlice"].values())),
             device_classes=self._shared(
                 "DeviceClass", lambda: {k[2]: v for k, v in self._objects["DeviceClass"].items()}

@@ -22,7 +22,9 @@ from gangsolve.live.kube import ApiError, Kube
 
 @dataclass(frozen=True)
 class Resource:
-    kind: str  # the key the store files objects under: Pod, Node, PodDisruptionBudget, PodGroup, ResourceClaim...
+    kind: (
+        str  # the key the store files objects under: Pod, Node, PodDisruptionBudget, PodGroup, Queue, ResourceClaim...
+    )
     api_version: str
     path: str  # the cluster-wide collection
     optional: bool = False  # a CRD that may be missing
@@ -42,6 +44,7 @@ RESOURCES = (
     # Kubernetes' own PodGroup (KEP-4671): v1beta1 from 1.37 (GenericWorkload feature gate), v1alpha2 in 1.36.
     Resource("PodGroup", "scheduling.k8s.io/v1beta1", "/apis/scheduling.k8s.io/v1beta1/podgroups", optional=True),
     Resource("PodGroup", "scheduling.k8s.io/v1alpha2", "/apis/scheduling.k8s.io/v1alpha2/podgroups", optional=True),
+    Resource("Queue", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/queues", optional=True),
     # Dynamic Resource Allocation (GA in 1.34): devices, their classes, claims and claim templates.
     *(
         Resource(kind, "resource.k8s.io/v1", f"/apis/resource.k8s.io/v1/{path}", optional=True)

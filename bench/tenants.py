@@ -1,0 +1,286 @@
+"""Tenants sharing a cluster through queues, in the time-based mode: the workload, Volcano's `proportion`
+allocation as a peer, and how fairly each scheduler shared the GPUs over time.
+
+Three teams, Volcano Queues of weights 1:2:4 (team-a also capped at 24 GPUs), each submitting far more than its
+weighted share in bursts.
+Fairness is measured against weighted max-min fairness computed here from its definition (not with the
+solver's code): each cycle, the cluster's GPUs divided between the tenants that have demand (GPUs held plus
+GPUs their pending jobs ask for) in proportion to their weights, no tenant getting more than its demand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gangsolve.bench import metrics
+from gangsolve.bench import objects as k8s
+from gangsolve.solver.greedy import node_scores, place_gang
+from gangsolve.solver.model import GPU, Cluster
+from gangsolve.solver.problem import Problem
+
+TENANTS = {"team-a": 1, "team-b": 2, "team-c": 4}  # queue -> weight
+CAPABILITY = {"team-a": {GPU: "24"}}  # a hard cap on team-a: 24 of the 128 GPUs, above its fair share of 18
+OFFERED = {"team-a": 0.5, "team-b": 0.6, "team-c": 0.9}  # GPU load each offers over the window (of the cluster)
+BURSTS = 6  # per tenant, over the arrival window
+BURST_MINUTES = 10  # a burst's jobs arrive within this long
+HOUR_CYCLES = 60  # a sliding window for GPU-hours shares (cycles are a minute)
+
+
+def queue_object(name: str, weight: int, capability: dict[str, str] | None = None) -> dict:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": weight, **({"capability": capability} if capability else {})},
+    }
+
+
+def tenants_timeline(horizon: float, n_nodes: int = 16, seed: int = 11) -> list[dict]:
+    """`n_nodes` 8-GPU nodes; each tenant's jobs arrive in bursts over `horizon` seconds (gangs of 1-4 pods of
+    1-8 GPUs, durations log-normal, median 20 minutes, 5 to 60), GPU-seconds `OFFERED` x the cluster's."""
+    rng = np.random.default_rng(seed)
+    objs: list[dict] = [queue_object(name, weight, CAPABILITY.get(name)) for name, weight in TENANTS.items()]
+    objs += [k8s.node(f"gpu-{i:03d}", 64_000, 512 * 1024, gpus=8) for i in range(n_nodes)]
+    capacity = 8 * n_nodes
+    j = 0
+    for tenant, load in OFFERED.items():
+        budget = load * capacity * horizon  # GPU-seconds this tenant submits
+        starts = np.sort(rng.uniform(0, horizon - BURST_MINUTES * 60, size=BURSTS))
+        per_burst = budget / BURSTS
+        for start in starts:
+            spent = 0.0
+            while spent < per_burst:
+                pods = int(rng.choice([1, 2, 4]))
+                gpus = int(rng.choice([1, 2, 4, 8]))
+                duration = float(np.clip(rng.lognormal(np.log(1200), 0.7), 300, 3600))
+                arrival = float(start + rng.uniform(0, BURST_MINUTES * 60))
+                spent += pods * gpus * duration
+                name = f"{tenant}-{j:04d}"
+                j += 1
+                notes = {
+                    k8s.ARRIVAL_ANNOTATION: str(int(arrival)),
+                    k8s.DURATION_ANNOTATION: str(int(duration)),
+                    "gangsolve.io/queue": tenant,
+                }
+                objs.append(k8s.pod_group(name, pods, annotations=notes))
+                objs += [
+                    k8s.pod(f"{name}-{i}", 4000, 32 * 1024, gpus, created=arrival, group=name) for i in range(pods)
+                ]
+    return objs
+
+
+# --- Volcano's proportion plugin, as a peer ---------------------------------------------------------------------
+
+
+def proportion(cluster: Cluster) -> dict[str, str]:
+    """Volcano's allocate action with its default plugins (proportion, gang, priority, binpack-like best fit):
+    each queue *deserves* a share of every resource by weight (capped at what it requests and its capability,
+    what one queue does not request going to the others, round after round); queues are served in order of
+    their share (allocated / deserved, lowest first), one job at a time, highest priority then oldest; a job is
+    allocated whole (greedy, best fit) only if its queue stays within what it deserves."""
+    problem = Problem(cluster)
+    queues = {q.name: q for q in cluster.queues}
+    names = sorted({g.queue for g in cluster.gangs} | set(queues))
+    res = problem.resources
+    total = np.maximum(problem.allocatable[[i for i, n in enumerate(cluster.nodes) if n.ready]].sum(axis=0), 0)
+    allocated = {n: _vector(res, queues[n].allocated if n in queues else {}) for n in names}
+    request = {n: allocated[n].astype(float) for n in names}
+    for g, gang in enumerate(problem.gangs):
+        for part in problem.parts[g]:
+            request[gang.queue] = request[gang.queue] + problem.demand[part.cls] * len(part.pods)
+    weight = {n: float(queues[n].weight if n in queues else 1) for n in names}
+    cap = {n: _vector(res, queues[n].capability, np.inf) if n in queues else np.full(len(res), np.inf) for n in names}
+    deserved = _deserved(total.astype(float), names, weight, {n: np.minimum(request[n], cap[n]) for n in names})
+
+    jobs = {
+        n: sorted(
+            (g for g, gang in enumerate(problem.gangs) if gang.queue == n and gang.pods),
+            key=lambda g: (-problem.gangs[g].priority, problem.gangs[g].order),
+        )
+        for n in names
+    }
+    free = problem.free.copy()
+    bindings: dict[str, str] = {}
+    while any(jobs.values()):
+        n = min((n for n in names if jobs[n]), key=lambda n: (_share(allocated[n], deserved[n]), n))
+        g = jobs[n].pop(0)
+        need = problem.floor[g]
+        asked = need > 0
+        if ((allocated[n] + need)[asked] > deserved[n][asked] + 1e-9).any():
+            continue  # would take the queue past what it deserves: Volcano's proportion does not allocate it
+        counts = place_gang(problem, g, free, scorer=node_scores)
+        if counts is None:
+            continue
+        for (p, node), k in counts.items():
+            pods = iter(problem.parts[g][p].pods)
+            allocated[n] = allocated[n] + k * problem.demand[problem.parts[g][p].cls]
+            for _ in range(k):
+                bindings[next(p for p in pods if p.name not in bindings).name] = problem.nodes[node].name
+    return bindings
+
+
+def _vector(resources: list[str], amounts, missing: float = 0.0) -> np.ndarray:
+    return np.array([amounts.get(r, missing) for r in resources], dtype=float)
+
+
+def _share(allocated: np.ndarray, deserved: np.ndarray) -> float:
+    has = deserved > 0
+    return float((allocated[has] / deserved[has]).max()) if has.any() else 0.0
+
+
+def _deserved(
+    total: np.ndarray, names: list[str], weight: dict[str, float], request: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """proportion's loop: hand the remaining capacity out by weight to the queues not yet at their request,
+    capping each at its request, until nothing remains or every queue is met."""
+    deserved = {n: np.zeros_like(total) for n in names}
+    met: set[str] = {n for n in names if not (request[n] > 0).any()}
+    remaining = total.copy()
+    while len(met) < len(names) and (remaining > 1e-9).any():
+        active = [n for n in names if n not in met]
+        weights = sum(weight[n] for n in active)
+        handed = np.zeros_like(total)
+        for n in active:
+            grown = np.minimum(deserved[n] + remaining * weight[n] / weights, request[n])
+            handed += grown - deserved[n]
+            deserved[n] = grown
+            if (grown >= request[n] - 1e-9).all():
+                met.add(n)
+        remaining = remaining - handed
+        if not (handed > 1e-9).any():
+            break
+    return deserved
+
+
+# --- how fairly the GPUs were shared --------------------------------------------------------------------------
+
+
+def fair_split(capacity: float, weights: dict[str, int], demands: dict[str, float]) -> dict[str, float]:
+    """Weighted max-min fairness by progressive filling: raise every tenant with unmet demand in proportion to
+    its weight until the capacity is spent; a tenant stops at its demand."""
+    fair = dict.fromkeys(weights, 0.0)
+    left = capacity
+    active = {t for t in weights if demands.get(t, 0) > 0}
+    while active and left > 1e-9:
+        step = min(left / sum(weights[t] for t in active), *((demands[t] - fair[t]) / weights[t] for t in active))
+        for t in active:
+            fair[t] += step * weights[t]
+        left -= step * sum(weights[t] for t in active)
+        active = {t for t in active if demands[t] - fair[t] > 1e-9}
+    return fair
+
+
+def fairness(cycles: list[dict], weights: dict[str, int], capacity: int, window: tuple[float, float]) -> dict:
+    """Per tenant, over the cycles of the steady `window` (seconds): GPU-hours share against its weighted fair
+    share (the largest gap over any hour in which it always had demand, and over the whole window); its p95
+    queue delay is added by the caller. Jain's index over tenants of GPU-hours / fair GPU-hours."""
+    steady = [c for c in cycles if window[0] <= c["time"] < window[1]]
+    out: dict[str, dict] = {}
+    ratios = []
+    for t in weights:
+        held = np.array([c["held"].get(t, 0) for c in steady], dtype=float)
+        fair = np.array([fair_split(capacity, weights, c["demand"])[t] for c in steady])
+        has = np.array([c["demand"].get(t, 0) > 0 for c in steady], dtype=bool)
+        worst = 0.0
+        for s in range(max(0, len(steady) - HOUR_CYCLES + 1)):
+            if has[s : s + HOUR_CYCLES].all():
+                gap = (held[s : s + HOUR_CYCLES].sum() - fair[s : s + HOUR_CYCLES].sum()) / (HOUR_CYCLES * capacity)
+                worst = max(worst, abs(gap))
+        gpu_hours, fair_hours = held[has].sum(), fair[has].sum()
+        out[t] = {
+            "weight": weights[t],
+            "share": float(gpu_hours / (has.sum() * capacity)) if has.any() else 0.0,
+            "fair_share": float(fair_hours / (has.sum() * capacity)) if has.any() else 0.0,
+            "max_hourly_deviation": float(worst),
+        }
+        if fair_hours > 0:
+            ratios.append(gpu_hours / fair_hours)
+    jain = float(sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))) if ratios else None
+    return {"tenants": out, "jain": jain}
+
+
+def tenant_delays(jobs, queue_of: dict[str, str]) -> dict[str, float | None]:
+    """p95 queue delay (arrival to start) per tenant."""
+    delays: dict[str, list[float]] = {}
+    for j in jobs:
+        if j.start is not None:
+            delays.setdefault(queue_of[j.gang.name], []).append(j.start - j.arrival)
+    return {t: metrics.percentile(d, 95) for t, d in delays.items()}
+
+
+# --- report -----------------------------------------------------------------------------------------------------
+
+TENANT_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "tenant (weight)",
+    "GPU-hours share",
+    "fair share",
+    "max hourly gap",
+    "Jain",
+    "queue delay p95",
+    "GPU alloc (mean)",
+    "cap violations",
+)
+
+
+def tenant_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for sc in timeline:
+        for r in sc["runs"]:
+            fair = r["summary"].get("fairness")
+            if not fair:
+                continue
+            for t, f in fair["tenants"].items():
+                delay = r["summary"]["tenant_delay_p95"].get(t)
+                rows.append(
+                    (
+                        f"{sc['name']} seed {sc['seed']} {sc['estimates']}",
+                        r["scheduler"],
+                        f"{t} ({f['weight']})",
+                        f"{f['share']:.1%}",
+                        f"{f['fair_share']:.1%}",
+                        f"{100 * f['max_hourly_deviation']:.1f} pp",
+                        f"{fair['jain']:.3f}",
+                        "-" if delay is None else f"{delay:.0f}s",
+                        f"{r['summary']['gpu_allocation_mean']:.1%}",
+                        str(r["summary"]["capability_violations"]),
+                    )
+                )
+    return rows
+
+
+def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
+    """Per scheduler, each tenant's share of the GPUs over time against its weighted fair share."""
+    import matplotlib.pyplot as plt
+
+    paths = []
+    plotted = set()
+    for sc in timeline:
+        runs = [r for r in sc["runs"] if r["summary"].get("fairness")]
+        if not runs or sc["name"] in plotted:
+            continue  # one plot per scenario: its first seed and estimate mode
+        plotted.add(sc["name"])
+        fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), sharex=True, squeeze=False)
+        for ax, r in zip(axes[:, 0], runs, strict=True):
+            weights = {t: f["weight"] for t, f in r["summary"]["fairness"]["tenants"].items()}
+            capacity = r["summary"]["gpus"]
+            t = [c["time"] / 60 for c in r["cycles"]]
+            for i, tenant in enumerate(weights):
+                color = f"C{i}"
+                ax.plot(t, [c["held"].get(tenant, 0) / capacity for c in r["cycles"]], color=color, label=tenant)
+                fair = [fair_split(capacity, weights, c["demand"])[tenant] / capacity for c in r["cycles"]]
+                ax.plot(t, fair, "--", color=color, linewidth=0.8)
+            ax.set_ylabel("GPU share")
+            ax.set_title(f"{r['scheduler']} (solid: held; dashed: weighted fair share)", fontsize=9)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7, loc="upper right")
+        axes[-1, 0].set_xlabel("minutes")
+        fig.suptitle(f"{sc['name']} seed {sc['seed']} {sc['estimates']}: tenants' GPU shares over time")
+        fig.tight_layout()
+        paths.append(out / f"shares-{sc['name'].split('/')[-1]}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

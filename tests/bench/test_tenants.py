@@ -1,0 +1,78 @@
+"""Tenants in the time-based mode: the workload, Volcano's proportion peer, and the fairness measures."""
+
+from __future__ import annotations
+
+import pytest
+from bench_clusters import cluster_objects, gang, gpu_nodes
+
+from gangsolve.bench import objects as k8s
+from gangsolve.bench.tenants import OFFERED, TENANTS, fair_split, fairness, proportion, queue_object, tenants_timeline
+from gangsolve.bench.timeline import PERIOD, simulate
+from gangsolve.snapshot import QUEUE_GROUP
+from gangsolve.solver.model import GPU
+
+
+def test_weighted_max_min_fairness_by_its_definition():
+    weights = {"a": 1, "b": 2, "c": 4}
+    assert fair_split(70, weights, {"a": 100, "b": 100, "c": 100}) == pytest.approx({"a": 10, "b": 20, "c": 40})
+    # a asks for less than its share: the rest goes to the others by weight
+    assert fair_split(70, weights, {"a": 4, "b": 100, "c": 100}) == pytest.approx({"a": 4, "b": 22, "c": 44})
+    assert fair_split(70, weights, {"a": 0, "b": 0, "c": 5}) == pytest.approx({"a": 0, "b": 0, "c": 5})
+
+
+def test_the_workload_has_three_weighted_queues_each_offering_more_than_its_share():
+    objs = tenants_timeline(3600, n_nodes=4)
+    queues = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "Queue"}
+    assert {name: spec["weight"] for name, spec in queues.items()} == TENANTS == {"team-a": 1, "team-b": 2, "team-c": 4}
+    assert queues["team-a"]["capability"] == {GPU: "24"}
+    for tenant, load in OFFERED.items():
+        assert load > TENANTS[tenant] / sum(TENANTS.values())
+    groups = [o for o in objs if o["kind"] == "PodGroup"]
+    assert {g["metadata"]["annotations"]["gangsolve.io/queue"] for g in groups} == set(TENANTS)
+
+
+def _queued(name: str, queue: str, pods: int, gpus: int, arrival: float, duration: float) -> list[dict]:
+    notes = {k8s.ARRIVAL_ANNOTATION: str(int(arrival)), k8s.DURATION_ANNOTATION: str(int(duration))}
+    return gang(name, pods, gpus, created=arrival, annotations={**notes, "gangsolve.io/queue": queue})
+
+
+def workload() -> list[dict]:
+    # 8 GPUs; queue a (weight 1) submits first and a lot, queue b (weight 3) soon after.
+    jobs = [_queued(f"a{i}", "a", 1, 1, 0, 20 * PERIOD) for i in range(12)]
+    jobs += [_queued(f"b{i}", "b", 1, 1, PERIOD, 20 * PERIOD) for i in range(12)]
+    return [queue_object("a", 1), queue_object("b", 3), *cluster_objects(gpu_nodes(2), *jobs)]
+
+
+@pytest.mark.parametrize("scheduler", ["gangsolve", "proportion"])
+def test_queue_schedulers_split_by_weight_where_greedy_serves_first_come(scheduler):
+    """Queue a fills the cluster in the first cycle (it is alone); as its jobs end, b's weight decides: with no
+    preemption, shares converge once a's first jobs finish. Greedy without queues keeps serving a first."""
+    fair = simulate(workload(), scheduler, time_limit=0.5)
+    after = [c for c in fair["cycles"] if 21 * PERIOD <= c["time"] < 30 * PERIOD]
+    assert all(c["held"] == {"a": 2, "b": 6} for c in after), [c["held"] for c in after]
+    greedy = simulate(workload(), "greedy-gang", time_limit=0.5)
+    assert greedy["cycles"][21]["held"] == {"a": 4, "b": 4}  # a's 12 jobs came first
+    assert fair["summary"]["capability_violations"] == 0
+
+
+def test_fairness_measures_gpu_hours_against_fair_shares():
+    weights = {"a": 1, "b": 1}
+    # 100 cycles, both always wanting everything, a holding 6 of 10 GPUs: 10 points over its share
+    cycles = [{"time": t * PERIOD, "held": {"a": 6, "b": 4}, "demand": {"a": 99, "b": 99}} for t in range(100)]
+    result = fairness(cycles, weights, 10, (0, 100 * PERIOD))
+    assert result["tenants"]["a"]["share"] == pytest.approx(0.6)
+    assert result["tenants"]["a"]["fair_share"] == pytest.approx(0.5)
+    assert result["tenants"]["a"]["max_hourly_deviation"] == pytest.approx(0.1)
+    assert result["jain"] == pytest.approx((1.2 + 0.8) ** 2 / (2 * (1.2**2 + 0.8**2)))
+
+
+def test_proportion_gives_each_queue_what_it_deserves_and_no_more():
+    objs = [queue_object("a", 1), queue_object("b", 3)]
+    objs += cluster_objects(gpu_nodes(2), *(_queued(f"{q}{i}", q, 1, 1, 0, 60) for q in "ab" for i in range(8)))
+    snap = k8s.to_snapshot(objs)
+    assert set(snap.queues) == {"a", "b"}
+    assert all(o["apiVersion"].startswith(QUEUE_GROUP) for o in snap.queues.values())
+    cluster = k8s.to_cluster(objs)
+    bindings = proportion(cluster)
+    per_queue = {q: sum(1 for g in cluster.gangs if g.queue == q for p in g.pods if p.name in bindings) for q in "ab"}
+    assert per_queue == {"a": 2, "b": 6}

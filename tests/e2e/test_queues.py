@@ -1,0 +1,107 @@
+"""Volcano Queues on the real control plane: a queue's capability holds a gang back and its pods say so, the
+Queue's status.allocated is written as Volcano writes it, and `gangsolve export` carries Queues to `solve`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+from live_helpers import REPO, bound, create, pod, pod_group, pods, poll
+
+from gangsolve.bench.devcluster import ApiError
+
+pytestmark = pytest.mark.e2e
+QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
+
+
+def _condition(p: dict) -> dict:
+    return next((c for c in (p.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"), {})
+
+
+def test_a_queue_caps_its_gangs_and_shows_what_they_hold(
+    control_plane, gangsolve_factory, make_nodes, namespace, pod_group_crds, tmp_path
+):
+    queue = f"q-{namespace}"
+    create(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": queue},
+            "spec": {"weight": 2, "capability": {"nvidia.com/gpu": "2"}},
+        },
+    )
+    try:
+        g = gangsolve_factory()
+        tag = {"gangsolve.dev/test": namespace}
+        make_nodes(1, gpus=8, labels=tag)
+        create(
+            control_plane,
+            namespace,
+            {**pod_group("scheduling.volcano.sh", "vpg", 2), "spec": {"minMember": 2, "queue": queue}},
+        )
+        for i in range(2):
+            annotations = {"scheduling.k8s.io/group-name": "vpg"}
+            create(
+                control_plane,
+                namespace,
+                pod(f"vpg-{i}", scheduler=g.scheduler_name, gpus=1, node_selector=tag, annotations=annotations),
+            )
+        extra = {"gangsolve.io/queue": queue}
+        create(
+            control_plane,
+            namespace,
+            pod("extra", scheduler=g.scheduler_name, gpus=1, node_selector=tag, annotations=extra),
+        )
+
+        poll(lambda: len(bound(pods(control_plane, namespace))) == 2, timeout=60, what="the PodGroup's gang bound")
+        held = f"held by queue {queue}'s capability: needs 1 nvidia.com/gpu, 0 left under its cap"
+        poll(
+            lambda: _condition(control_plane.get(f"/api/v1/namespaces/{namespace}/pods/extra")).get("message") == held,
+            timeout=30,
+            what="the capped pod's condition",
+        )
+        assert len(bound(pods(control_plane, namespace))) == 2  # the free GPUs stay free: the cap is hard
+        poll(
+            lambda: (
+                (control_plane.get(f"{QUEUES}/{queue}").get("status") or {}).get("allocated")
+                == {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "2"}
+            ),
+            timeout=30,
+            what="the Queue's status.allocated",
+        )
+
+        out = tmp_path / "snap.json"
+        command = [sys.executable, "-m", "gangsolve"]
+        kubeconfig = ["--kubeconfig", str(control_plane.kubeconfig)]
+        run = subprocess.run(
+            [*command, "export", *kubeconfig, "-o", str(out)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ),
+            cwd=REPO,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        solved = subprocess.run(
+            [*command, "solve", str(out), "--scheduler-name", g.scheduler_name, "-o", "json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert solved.returncode == 0, solved.stderr
+        plan = orjson.loads(solved.stdout)
+        (mine,) = [q for q in plan["queues"] if q["name"] == queue]
+        assert mine["weight"] == 2
+        assert mine["capability"] == {"nvidia.com/gpu": "2"}
+        assert mine["allocated"]["nvidia.com/gpu"] == "2"
+        assert plan["bindings"] == {}  # offline too, the cap holds the extra pod back
+    finally:
+        with contextlib.suppress(ApiError):
+            control_plane.request("DELETE", f"{QUEUES}/{queue}")
