@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import RESOURCES, Event, Resync
-from tests.builders import k8s_node, k8s_pdb, k8s_pod
+from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_queue
 
 POD, NODE, PDB = RESOURCES[0], RESOURCES[1], RESOURCES[2]
+QUEUE = next(r for r in RESOURCES if r.kind == "Queue")
 NODES = ("n0", "n1", "n2")
 
 
@@ -244,3 +245,19 @@ def test_a_narrowed_view_groups_every_gang_as_the_whole_cluster_does(specs):
         return sorted((g.name, g.min_member, g.bound_nodes, tuple(p.name for p in g.pods)) for g in cluster.gangs)
 
     assert gangs(s.view("gangsolve").snapshot) == gangs(s.view().snapshot)
+
+
+def test_while_a_queue_exists_a_view_reads_every_pod_and_a_queue_change_may_free_room():
+    s = store_with_nodes()
+    s.apply(Event(POD, "ADDED", pod("waiting", 100)))
+    s.apply(Event(POD, "ADDED", pod("done", 100, node="n2")))  # a gang of its own: counts toward its queue's usage
+    assert [p["metadata"]["name"] for p in s.view("gangsolve").snapshot.pods] == ["waiting"]
+    freed = s.freed
+    s.apply(Event(QUEUE, "ADDED", k8s_queue("team-a", weight=1, capability={"cpu": "1"})))
+    assert s.freed > freed
+    view = s.view("gangsolve")
+    assert sorted(p["metadata"]["name"] for p in view.snapshot.pods) == ["done", "waiting"]
+    assert not view.partial  # whole: a cycle on it may preempt
+    freed = s.freed
+    s.apply(Event(QUEUE, "MODIFIED", k8s_queue("team-a", weight=1, capability={"cpu": "2"})))  # cap raised
+    assert s.freed > freed
