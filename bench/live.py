@@ -313,6 +313,8 @@ GANGSOLVE_EXTRA_RBAC = [
                 "resources": ["podgroups/status"],
                 "verbs": ["patch"],
             },
+            {"apiGroups": ["scheduling.volcano.sh"], "resources": ["queues"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["scheduling.volcano.sh"], "resources": ["queues/status"], "verbs": ["patch"]},
             {  # DRA: gangsolve watches every kind; kube-scheduler's role does not read templates
                 "apiGroups": ["resource.k8s.io"],
                 "resources": ["resourceslices", "deviceclasses", "resourceclaims", "resourceclaimtemplates"],
