@@ -98,6 +98,21 @@ async def test_what_was_written_is_forgotten_with_the_objects():
 
 
 @pytest.mark.asyncio
+async def test_what_was_written_about_a_pod_is_forgotten_once_it_is_bound():
+    s, kube = ClusterStore(), FakeKube()
+    oversized_gang(s)
+    fb = feedback(s, kube)
+    await fb.apply(cycle(s))
+    assert fb.written() == 3  # each pod marked Unschedulable
+    s.apply(Event(NODE, "MODIFIED", k8s_node("n1", gpus=3)))
+    bound = [with_uid(k8s_pod(f"w{i}", gpus=1, node_name="n1"), f"u{i}") for i in range(3)]
+    for pod in bound:
+        s.apply(Event(POD, "MODIFIED", pod))
+    await fb.apply(cycle(s))
+    assert fb.written() == 0  # bound: never written Unschedulable again, so nothing to remember
+
+
+@pytest.mark.asyncio
 async def test_no_write_once_leadership_has_run_out():
     s, kube = ClusterStore(), FakeKube()
     oversized_gang(s)

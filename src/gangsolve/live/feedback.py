@@ -192,7 +192,7 @@ class Feedback:
         self.scheduler_name = scheduler_name
         self.events = EventLimiter(event_interval, events_per_second)
         self.limiter = anyio.CapacityLimiter(concurrency)
-        self._condition_written: dict[str, str] = {}  # pod uid -> PodScheduled message written
+        self._condition_written: dict[str, tuple[str, str]] = {}  # pod uid -> (its key, PodScheduled message written)
         self._status_written: dict[str, dict] = {}  # PodGroup uid -> status written
         self._groups_seen = -1  # the store's members_seen at the last pass over PodGroups
         self._waiting_groups: set[ObjectKey] = set()  # PodGroups looked at again next pass
@@ -237,6 +237,7 @@ class Feedback:
                 await self._pod_groups(self._reasons)
             except _WRITE_ERRORS as exc:
                 logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
+            self._prune()
 
     async def _preempted(self, e: Evicted) -> None:
         """kube-scheduler's Preempted event on each victim, naming the gang it made room for."""
@@ -265,7 +266,6 @@ class Feedback:
     async def apply(self, result: CycleResult) -> None:
         reasons = self._reasons = self.reasons(result)
         self._prune()
-        self.metrics.held_objects.labels("feedback").set(self.written())
         async with anyio.create_task_group() as tg:
             for key, reason in reasons.items():
                 tg.start_soon(self._unschedulable, key, reason)
@@ -273,12 +273,20 @@ class Feedback:
             tg.start_soon(self._queues, result)
 
     def _prune(self) -> None:
-        """Forget what was written about objects that are gone: memory stays flat over a long run."""
-        self._condition_written = {u: m for u, m in self._condition_written.items() if self.store.has_pod_uid(u)}
+        """Forget what was written about objects that are gone, and about pods bound since (none is written
+        Unschedulable again): memory stays flat over a long run."""
+        self._condition_written = {
+            u: (key, m)
+            for u, (key, m) in self._condition_written.items()
+            if (pod := self.store.pod(key)) is not None
+            and _uid(pod) == u
+            and not (pod.get("spec") or {}).get("nodeName")
+        }
         groups = {_uid(pg) for pg in self.store.pod_groups().values()}
         self._status_written = {u: s for u, s in self._status_written.items() if u in groups}
         queues = {_uid(q) for q in self.store.queues().values()}
         self._allocated_written = {u: a for u, a in self._allocated_written.items() if u in queues}
+        self.metrics.held_objects.labels("feedback").set(self.written())
 
     def written(self) -> int:
         return len(self._condition_written) + len(self._status_written) + len(self._allocated_written)
@@ -332,7 +340,7 @@ class Feedback:
                 and current.get("reason") == "Unschedulable"
                 and current.get("message") == message
             )
-            if not shown and self._condition_written.get(uid) != message:
+            if not shown and self._condition_written.get(uid) != (key, message):
                 ns, _, name = key.partition("/")
                 condition = {
                     "type": "PodScheduled",
@@ -349,7 +357,7 @@ class Feedback:
                         STRATEGIC_PATCH,
                         timeout=self.fence.remaining(),
                     )
-                    self._condition_written[uid] = message
+                    self._condition_written[uid] = (key, message)
                 except _WRITE_ERRORS as exc:
                     if not (isinstance(exc, ApiError) and exc.status in (404, 409)):
                         logs.warning("pod condition not written", pod=key, error=str(exc))

@@ -245,7 +245,6 @@ class ClusterStore:
         self._members: dict[ObjectKey, set[str]] = {}  # PodGroup -> keys of the pods naming it
         # PodGroup -> members_seen when it or its members last changed, in the order of those changes
         self._group_marks: dict[ObjectKey, int] = {}
-        self._uids: set[str] = set()  # of the pods observed
         self._by_scheduler: dict[str, dict[str, dict]] = {}  # spec.schedulerName -> pod key -> pod
         self._by_namespace: dict[str, dict[str, dict]] = {}  # namespace -> pod key -> pod
         self._by_hint: dict[Hint, set[str]] = {}  # gang hint -> keys of the pods that have it
@@ -358,7 +357,6 @@ class ClusterStore:
         cycle would see)."""
         was_nominated = self._nomination(key, old)
         if old is not None:
-            self._uids.discard(old["metadata"].get("uid", ""))
             _unindex(self._by_scheduler, _scheduler_name(old), key)
             _unindex(self._by_namespace, old["metadata"].get("namespace", ""), key)
             _unindex(self._unbound, _scheduler_name(old), key)
@@ -368,7 +366,6 @@ class ClusterStore:
                 if not members:
                     self._by_hint.pop(hint, None)
         if new is not None:
-            self._uids.add(new["metadata"].get("uid", ""))
             self._by_scheduler.setdefault(_scheduler_name(new), {})[key] = new
             self._by_namespace.setdefault(new["metadata"].get("namespace", ""), {})[key] = new
             if not _node_name(new):
@@ -633,9 +630,6 @@ class ClusterStore:
         """Until a pod that names a PodGroup changes (`members_seen` moves past `seen`)."""
         while self.members_seen == seen:
             await self._members_changed.wait()
-
-    def has_pod_uid(self, uid: str) -> bool:
-        return uid in self._uids
 
     def pod_group_members(self, key: ObjectKey) -> list[dict]:
         """The pods that name this PodGroup."""
