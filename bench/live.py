@@ -29,6 +29,9 @@ is the scheduler under test), so no run shares capacity, caches or leftovers wit
    audit log. Every scheduler runs as kube-scheduler's user (`system:kube-scheduler`; gangsolve gets the few
    read rights kube-scheduler lacks), so all share one API Priority and Fairness flow and one audit identity.
 
+A scenario may say what each scheduler's users create from its objects (`users`: live/topology gives each
+its own way of asking for one block and few racks) and check the final bindings with an oracle of its own.
+
 Timing is wall clock on a shared machine (the bench process, the control plane and the scheduler share its
 cores); compare schedulers measured in the same run.
 """
@@ -57,7 +60,7 @@ import aiohttp
 import anyio
 import yaml
 
-from gangsolve.bench import metrics
+from gangsolve.bench import live_topology, metrics
 from gangsolve.bench import objects as k8s
 from gangsolve.bench import scenarios as sc
 from gangsolve.bench.devcluster import ControlPlane, NodeSpec
@@ -101,6 +104,14 @@ class LiveScenario:
     # Seconds after the pending pods that their gang definitions (PDBs, PodGroups) are created, the pods owned
     # by TFJobs, as a training operator making separate calls creates them; 0: definitions first.
     late_definitions: float = 0.0
+    # The objects each scheduler's users create from the scenario's (objects, scheduler); None: the scenario's
+    # own, plus a native PodGroup per gang for kube-scheduler-gang.
+    users: Callable[[list[dict], str], list[dict]] | None = None
+    # The feature gates of a plane that serves scheduling.k8s.io PodGroups (kube-scheduler-gang's, and any whose
+    # users create such PodGroups): API server, controller manager, and kube-scheduler where it runs.
+    native_gates: tuple[str, ...] = ("GenericWorkload", "TopologyAwareWorkloadScheduling")
+    # An independent check of the final bindings: (the scenario's objects, pod -> node, pod -> seconds bound).
+    oracle: Callable[[list[dict], dict[str, str], dict[str, float]], dict] | None = None
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -221,6 +232,20 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             lambda: sc.synthetic(100, 40, seed=100),
             "synthetic/100nodes' cluster and background, 40 pending gangs",
             time_limit=1.0,
+        ),
+        *(
+            LiveScenario(
+                f"live/topology-seed{seed}",
+                live_topology.NODES,
+                partial(live_topology.objects, seed=seed),
+                f"{live_topology.NODES} 8-GPU nodes in racks of 8, blocks of 3 racks, about a quarter held; "
+                f"scheduling.k8s.io PodGroups of 8-64 GPUs asking {live_topology.LOAD:.0%} of the free GPUs, "
+                f"required block, preferred rack (seed {seed})",
+                users=live_topology.for_scheduler,
+                native_gates=live_topology.TOPOLOGY_GATES,
+                oracle=live_topology.oracle,
+            )
+            for seed in live_topology.SEEDS
         ),
         LiveScenario(
             "live/10nodes-10x3-burst",
@@ -384,8 +409,19 @@ def with_gpu_limits(spec: dict) -> dict:
 # scheduling.k8s.io/v1beta1 PodGroup API and its GangScheduling plugin behind the GenericWorkload gate, and the
 # PodGroup's topology constraint (TopologyAwareWorkloadScheduling, alpha) for co-located gangs. The plugins
 # join the default profile when their gates are on.
-NATIVE_GANG_GATES = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
 NATIVE_GANG_API = "scheduling.k8s.io/v1beta1"
+
+
+def workload_flags(gates: tuple[str, ...], scheduler: bool) -> dict[str, list[str]]:
+    """The control plane's flags for the PodGroup API with `gates` on (and kube-scheduler's, if it runs)."""
+    gate = "--feature-gates=" + ",".join(f"{g}=true" for g in gates)
+    return {
+        "extra_apiserver_args": [gate, f"--runtime-config={NATIVE_GANG_API}=true"],
+        "extra_scheduler_args": [gate] if scheduler else [],
+        "extra_controller_manager_args": [gate],
+    }
+
+
 LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
 
 
@@ -417,8 +453,9 @@ def native_pod_group(gang, pods: list[dict]) -> dict:
     }
 
 
-def arrivals(objs: list[dict], cluster: Cluster, scheduler: str) -> list[Arrival]:
-    """The pending gangs in creation order, with the objects `scheduler`'s users create for each."""
+def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: bool = True) -> list[Arrival]:
+    """The pending gangs in creation order, with the objects `scheduler`'s users create for each: the PodGroups
+    their pods name, or (kube-scheduler-gang, `native_groups`) a native PodGroup made for each gang."""
     scheduler_name = k8s.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
     pods = {f"{k8s.NAMESPACE}/{p['metadata']['name']}": p for p in pending_pods(objs, scheduler_name)}
     position = {name: i for i, name in enumerate(pods)}
@@ -426,11 +463,12 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str) -> list[Arrival
     out = []
     for gang in sorted(cluster.gangs, key=lambda g: min(position[p.name] for p in g.pods)):
         members = [pods[p.name] for p in sorted(gang.pods, key=lambda p: position[p.name])]
-        made: list[dict] = []
-        if scheduler == "gangsolve":
-            label = (members[0]["metadata"].get("labels") or {}).get(k8s.POD_GROUP_LABEL)
-            made = [groups[label]] if label in groups else []
-        elif scheduler == "kube-scheduler-gang" and len(members) > 1:
+        first = members[0]
+        named = (first["spec"].get("schedulingGroup") or {}).get("podGroupName")  # Kubernetes' own PodGroup
+        if scheduler == "gangsolve":  # scheduler-plugins' PodGroups: only gangsolve's users have the CRD
+            named = named or (first["metadata"].get("labels") or {}).get(k8s.POD_GROUP_LABEL)
+        made = [groups[named]] if named in groups else []
+        if scheduler == "kube-scheduler-gang" and native_groups and len(members) > 1:
             group = native_pod_group(gang, members)
             made = [group]
             members = [
@@ -466,6 +504,14 @@ def own_by_tfjobs(cp: ControlPlane, gangs: list[Arrival]) -> list[Arrival]:
         return {**pod, "metadata": {**pod["metadata"], "ownerReferences": [owner]}}
 
     return [replace(a, pods=[owned(p) for p in a.pods]) for a in gangs]
+
+
+def first_pod_group_served(cp: ControlPlane) -> dict | None:
+    """The spec of a scheduling.k8s.io PodGroup as the API server stored it (a field whose feature gate is off is
+    dropped or refused, not kept), or None if there is none."""
+    listing = cp.get(f"/apis/{NATIVE_GANG_API}/namespaces/{k8s.NAMESPACE}/podgroups?limit=1")  # None: not served
+    items = (listing or {}).get("items") or []
+    return items[0]["spec"] if items else None
 
 
 def pending_pods(objs: list[dict], scheduler_name: str) -> list[dict]:
@@ -569,7 +615,7 @@ def prepare(
     """Everything but the gangs: nodes, priority classes, PDBs (unless `definitions` is false: they come later),
     background pods Running."""
     cp.create_namespace(k8s.NAMESPACE)
-    if scheduler == "gangsolve":
+    if scheduler == "gangsolve" and any(o["apiVersion"] == "scheduling.x-k8s.io/v1alpha1" for o in objs):
         cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
         cp.wait_for(
             lambda: served(cp, "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), timeout=60, what="the PodGroup API"
@@ -838,21 +884,18 @@ def run_live(
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict:
     """One scheduler on a fresh control plane: the measured run as a dict (see the module docstring)."""
-    objs = scenario.build()
-    cluster = k8s.to_cluster(objs)
+    scenario_objs = scenario.build()
+    cluster = k8s.to_cluster(scenario_objs)  # gangs as the scenario defines them, whatever each scheduler reads
+    objs = scenario.users(scenario_objs, scheduler) if scenario.users else scenario_objs
     limit = time_limit or scenario.time_limit
     timeout = timeout or scenario.timeout
-    gangs = arrivals(objs, cluster, scheduler)
+    gangs = arrivals(objs, cluster, scheduler, native_groups=scenario.users is None)
     pending = sum(len(a.pods) for a in gangs)
     log_dir.mkdir(parents=True, exist_ok=True)
     native = scheduler == "kube-scheduler-gang"
     flags: dict[str, Any] = {}
-    if native:
-        flags = {
-            "extra_apiserver_args": [NATIVE_GANG_GATES, f"--runtime-config={NATIVE_GANG_API}=true"],
-            "extra_scheduler_args": [NATIVE_GANG_GATES],
-            "extra_controller_manager_args": [NATIVE_GANG_GATES],
-        }
+    if native or any(o["apiVersion"] == NATIVE_GANG_API for o in objs):
+        flags = workload_flags(scenario.native_gates, scheduler != "gangsolve")
     burst = scenario.mode == "burst"
     gs: GangsolveRun | None = None
     with ControlPlane(
@@ -934,6 +977,7 @@ def run_live(
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
             requests = api_requests(cp, wall0)
+            served = first_pod_group_served(cp)
         finally:
             if gs is not None:
                 gs.stop()
@@ -958,6 +1002,11 @@ def run_live(
     result["background_pods_lost"] = (
         sum(1 for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")) - background
     )
+    if served is not None:
+        result["pod_group_served"] = served
+    if scenario.oracle is not None:
+        bound_at = {pod: t - timing.t0 for pod, (t, _node) in watch.bound.items()}
+        result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)
     return result
 
 

@@ -380,10 +380,53 @@ def live_rows(live: list[dict], mode: str = "stream") -> list[tuple[str, ...]]:
     return [_live_row(sc, r, mode) for sc in live if sc.get("mode", "stream") == mode for r in sc["runs"]]
 
 
+LIVE_TOPOLOGY_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "gangs placed",
+    "high/normal/low",
+    "pods bound",
+    "partial",
+    "required-level violations",
+    "racks/gang (mean / p95)",
+    "blocks/gang (mean / p95)",
+    "time to place (p50 / last)",
+)
+
+
+def live_topology_rows(live: list[dict]) -> list[tuple[str, ...]]:
+    """Live scenarios checked by an oracle (live/topology): what the real bindings did to the gangs."""
+    out: list[tuple[str, ...]] = []
+    for sc in live:
+        for r in sc["runs"]:
+            o = r.get("oracle")
+            if o is None:
+                continue
+            by = o["placed_by_class"]
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{o['gangs_placed']}/{o['gangs']}",
+                    "/".join(str(by.get(c, 0)) for c in ("high", "normal", "low")),
+                    f"{o['pods_bound']}/{o['pods']}",
+                    str(o["partial_gangs"]),
+                    str(o["required_violations"]),
+                    f"{_num(o['racks_per_gang'], '{:.2f}')} / {_num(o['racks_per_gang_p95'], '{:g}')}",
+                    f"{_num(o['blocks_per_gang'], '{:.2f}')} / {_num(o['blocks_per_gang_p95'], '{:g}')}",
+                    f"{_secs(o['time_to_place_p50'])} / {_secs(o['time_to_place_max'])}",
+                )
+            )
+    return out
+
+
 def print_live(live: list[dict], console: Console) -> None:
     for mode, columns in LIVE_COLUMNS.items():
         if body := live_rows(live, mode):
             console.print(_by_scenario(LIVE_TITLES[mode], columns, body))
+    if rows := live_topology_rows(live):
+        title = "Live topology: gangs, required level and spans from the final bindings (oracle on node labels)"
+        console.print(_by_scenario(title, LIVE_TOPOLOGY_COLUMNS, rows))
     for line in definition_waits(live):
         console.print(line)
 
@@ -467,6 +510,8 @@ def markdown(results: dict) -> str:
     for mode, columns in LIVE_COLUMNS.items():
         if body := live_rows(results.get("live") or [], mode):
             lines += ["", *md(columns, body)]
+    if oracle_rows := live_topology_rows(results.get("live") or []):
+        lines += ["", *md(LIVE_TOPOLOGY_COLUMNS, oracle_rows)]
     for key in PREEMPTION_TITLES:
         if results.get(key):
             lines += ["", *md(PREEMPTION_COLUMNS, preemption_rows(results[key]))]
@@ -504,7 +549,7 @@ def live_targets(sc: dict, add: Callable[[str, str, str, bool], None]) -> None:
     if gs is None:
         return
     name = sc["name"]
-    sound = gs["partial_gangs"] == 0 and not gs["violations"] and not gs.get("background_pods_lost")
+    sound = not gs.get("partial_gangs") and not gs.get("violations") and not gs.get("background_pods_lost")
     if sc.get("late_definitions") and ks is not None:  # gangsolve waits for the definitions by design
         add(
             "live, gang definitions late: 0 partial gangs",
@@ -546,7 +591,7 @@ def live_targets(sc: dict, add: Callable[[str, str, str, bool], None]) -> None:
             f"{gs['partial_gangs']} vs {ks['partial_gangs']}",
             (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0) and sound,
         )
-    if sc["nodes"] >= 5000 and gs.get("peak_rss_mib") is not None:
+    if sc.get("nodes", 0) >= 5000 and gs.get("peak_rss_mib") is not None:
         add("live: peak RSS <= 1 GiB at 5,000 nodes", name, f"{gs['peak_rss_mib']:.0f} MiB", gs["peak_rss_mib"] <= 1024)
 
 
@@ -558,6 +603,18 @@ def check_targets(results: dict) -> list[dict]:
         out.append({"target": target, "scenario": scenario, "measured": measured, "met": bool(met)})
 
     for sc in results.get("live") or []:
+        gs, native = _run(sc, "gangsolve"), _run(sc, "kube-scheduler-gang")
+        if gs is not None and native is not None and "oracle" in gs and "oracle" in native:
+            mine, peer = gs["oracle"], native["oracle"]
+            add(
+                "live topology: 0 required-level violations, gangs placed >= native's, fewer racks per gang",
+                sc["name"],
+                f"violations {mine['required_violations']}; {mine['gangs_placed']} vs {peer['gangs_placed']} gangs; "
+                f"{_num(mine['racks_per_gang'], '{:.2f}')} vs {_num(peer['racks_per_gang'], '{:.2f}')} racks/gang",
+                mine["required_violations"] == 0
+                and mine["gangs_placed"] >= peer["gangs_placed"]
+                and (mine["racks_per_gang"] or 0) < (peer["racks_per_gang"] or 0),
+            )
         live_targets(sc, add)
     for key in PREEMPTION_TITLES:
         for sc in results.get(key) or []:
