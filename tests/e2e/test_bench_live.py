@@ -10,6 +10,7 @@ import pytest
 
 from gangsolve.bench import report
 from gangsolve.bench.live import LIVE_SCENARIOS, LIVE_SCHEDULERS, run_scenarios
+from tests.e2e.live_helpers import bench_runs
 
 pytestmark = pytest.mark.e2e
 
@@ -100,17 +101,9 @@ def test_report_and_target_read_the_live_runs(live_results):
 
 @pytest.fixture(scope="module")
 def burst(binaries, tmp_path_factory) -> dict[str, dict]:
-    (scenario,) = run_scenarios(
-        ["live/10nodes-10x3-burst"],
-        ["kube-scheduler", "gangsolve"],
-        tmp_path_factory.mktemp("live-logs"),
-        quiet=5,
-        log=lambda m: print(f"[live] {m}", flush=True),
+    return bench_runs(
+        run_scenarios, "live/10nodes-10x3-burst", ["kube-scheduler", "gangsolve"], tmp_path_factory.mktemp("live-logs")
     )
-    out = {r["scheduler"]: r for r in scenario["runs"]}
-    for r in out.values():
-        assert "error" not in r, r["error"]
-    return out
 
 
 def test_a_burst_is_bound_whole_after_the_scheduler_starts(burst):
