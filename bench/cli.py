@@ -155,23 +155,23 @@ def run_timelines(
     return results
 
 
-def run_live(names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console) -> list[dict]:
-    from gangsolve.bench.live import LIVE_SCHEDULERS, run_scenarios
+def run_live(
+    names: list[str], schedulers: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
+) -> list[dict]:
+    from gangsolve.bench.live import run_scenarios
 
     if not names:
         return []
     with _progress(console) as progress:
-        task = progress.add_task("live", total=len(names) * len(LIVE_SCHEDULERS))
+        task = progress.add_task("live", total=len(names) * len(schedulers))
 
         def started(name: str, scheduler: str) -> None:
             if progress.tasks[0].description != "live":
                 progress.advance(task)
             progress.update(task, description=f"{name}: {scheduler} (live)")
 
-        results = run_scenarios(
-            names, list(LIVE_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet, on_run=started
-        )
-        progress.update(task, completed=len(names) * len(LIVE_SCHEDULERS))
+        results = run_scenarios(names, schedulers, log_dir, time_limit=time_limit, quiet=quiet, on_run=started)
+        progress.update(task, completed=len(names) * len(schedulers))
     return results
 
 
@@ -294,6 +294,20 @@ def run_live_preemption(
     "`make binaries`; minutes). Alone, it runs only the live scenarios.",
 )
 @click.option(
+    "--live-grid",
+    type=click.Choice(["small", "scale-1000", "scale-5000"]),
+    default="small",
+    show_default=True,
+    help="Live scenarios --live runs: the small ones, or the scale ones at 1,000 or 5,000 nodes (see --list).",
+)
+@click.option(
+    "--live-scheduler",
+    "live_schedulers",
+    multiple=True,
+    type=click.Choice(["kube-scheduler", "kube-scheduler-gang", "gangsolve"]),
+    help="Live mode: only these schedulers (repeatable) [default: all three].",
+)
+@click.option(
     "--live-quiet",
     type=click.FloatRange(min=1),
     default=10.0,
@@ -330,6 +344,8 @@ def bench_command(
     seeds,
     modes,
     live,
+    live_grid,
+    live_schedulers,
     live_quiet,
     dra_seeds,
     preemption,
@@ -337,7 +353,7 @@ def bench_command(
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
-    from gangsolve.bench.live import LIVE_GRID, LIVE_SCENARIOS
+    from gangsolve.bench.live import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS
     from gangsolve.bench.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
     from gangsolve.bench.preemption import GRID as PREEMPTION_GRID
     from gangsolve.bench.preemption import SCENARIOS as PREEMPTION_SCENARIOS
@@ -356,12 +372,14 @@ def bench_command(
             console.print(f"[bold]{name}[/]  {description}")
         for g, members in GRIDS.items():
             console.print(f"grid [bold]{g}[/]: {', '.join(members + (TIMELINE_GRIDS[g] if timeline else []))}")
+        for g, members in LIVE_GRIDS.items():
+            console.print(f"live grid [bold]{g}[/]: {', '.join(members)}")
         return
     known = (SCENARIOS, TIMELINES, LIVE_SCENARIOS, PREEMPTION_SCENARIOS, LIVE_PREEMPTION_SCENARIOS)
     unknown = [n for n in names if not any(n in registry for registry in known)]
     if unknown:
         raise click.BadParameter(f"unknown scenario {', '.join(unknown)} (see --list)", param_hint="--scenario")
-    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRID if live and not preemption else [])
+    live_names = [n for n in names if n in LIVE_SCENARIOS] or (LIVE_GRIDS[live_grid] if live and not preemption else [])
     preempt_names = [n for n in names if n in PREEMPTION_SCENARIOS] or (PREEMPTION_GRID if preemption else [])
     live_preempt_names = [n for n in names if n in LIVE_PREEMPTION_SCENARIOS] or (
         LIVE_PREEMPTION_GRID if live and preemption else []
@@ -399,7 +417,14 @@ def bench_command(
                 snapshots,
                 console,
             ),
-            "live": run_live(live_names, time_limit, live_quiet, out / "live-logs", console),
+            "live": run_live(
+                live_names,
+                list(live_schedulers) or list(LIVE_SCHEDULERS),
+                time_limit,
+                live_quiet,
+                out / "live-logs",
+                console,
+            ),
             "preemption": run_preemption(preempt_names, time_limit, console),
             "live_preemption": run_live_preemption(
                 live_preempt_names, time_limit, live_quiet, out / "live-logs", console

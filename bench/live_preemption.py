@@ -33,16 +33,20 @@ from gangsolve.bench import objects as k8s
 from gangsolve.bench import preemption as pre
 from gangsolve.bench.devcluster import ControlPlane
 from gangsolve.bench.live import (
+    GANGSOLVE_EXTRA_RBAC,
     NATIVE_GANG_API,
-    NATIVE_GANG_GATE,
     PENDING_LABEL,
     BindWatch,
     GangsolveRun,
+    collection,
     create_all,
     each_scheduler,
     list_pods,
     pending_pods,
+    pod_group_crd,
     prepare,
+    run_async,
+    served,
 )
 from gangsolve.gangs import POD_GROUP_LABEL
 
@@ -57,10 +61,11 @@ LIVE_PREEMPTION_SCENARIOS = {
     )
 }
 LIVE_PREEMPTION_GRID = list(LIVE_PREEMPTION_SCENARIOS)
+WAP_GATE = "--feature-gates=GenericWorkload=true"  # workload-aware preemption (no topology-aware scheduling)
 WAP_FLAGS: dict[str, Any] = {
-    "extra_apiserver_args": [NATIVE_GANG_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
-    "extra_scheduler_args": [NATIVE_GANG_GATE],
-    "extra_controller_manager_args": [NATIVE_GANG_GATE],
+    "extra_apiserver_args": [WAP_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
+    "extra_scheduler_args": [WAP_GATE],
+    "extra_controller_manager_args": [WAP_GATE],
 }
 
 
@@ -101,6 +106,16 @@ def create_classes(cp: ControlPlane, objs: list[dict]) -> None:
             cp.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", o)
 
 
+def create_groups(cp: ControlPlane, groups: list[dict], scheduler: str) -> None:
+    """The running and pending gangs' PodGroups (scheduler-plugins' CRD first, where `prepare` did not make it)."""
+    if scheduler != "gangsolve" and any(o["apiVersion"].startswith("scheduling.x-k8s.io/") for o in groups):
+        cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
+        path = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
+        cp.wait_for(lambda: served(cp, path), timeout=60, what="the PodGroup API")
+    if groups:
+        run_async(cp.kubeconfig, lambda kube: create_all(kube, groups))
+
+
 def run_live(
     scenario: pre.PreemptionScenario,
     scheduler: str,
@@ -126,16 +141,19 @@ def run_live(
     with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
         try:
             create_classes(cp, objs)
-            prepare(cp, rest, log)
+            prepare(cp, [o for o in rest if o["kind"] != "PodGroup"], scheduler, log)
+            create_groups(cp, [o for o in rest if o["kind"] == "PodGroup"], scheduler)
             if scheduler == "gangsolve":
+                for obj in GANGSOLVE_EXTRA_RBAC:
+                    cp.request("POST", collection(obj), obj)
                 gs = GangsolveRun(
-                    cp, time_limit or scenario.time_limit, log_dir / f"{_file(scenario.name)}-gangsolve.log"
+                    cp, time_limit or scenario.time_limit, log_dir / f"{_file(scenario.name)}-gangsolve.log", {}
                 )
                 gs.start()
             watch = BindWatch(cp, list_pods(cp, "?limit=1")["metadata"]["resourceVersion"])
             watch.start()
-            watch.t0 = time.monotonic()
-            create_all(cp, pending)
+            t0 = time.monotonic()
+            run_async(cp.kubeconfig, lambda kube: create_all(kube, pending))
             watch.last_change = max(watch.last_change, time.monotonic())
             pods, evicting_since = _pod_count(cp), time.monotonic()
             while True:
@@ -150,7 +168,7 @@ def run_live(
                 with watch.lock:
                     settled = len(watch.bound) == len(pending) and len(watch.running) == len(pending)
                     idle = now - max(watch.last_change, evicting_since)
-                if settled or idle >= quiet or now - watch.t0 >= timeout:
+                if settled or idle >= quiet or now - t0 >= timeout:
                     break
             watch.stop.set()
             final = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
@@ -185,7 +203,7 @@ def run_live(
     for p in final:
         if p["spec"].get("nodeName"):
             full = f"{k8s.NAMESPACE}/{p['metadata']['name']}"
-            bound_at[full] = watch.bound.get(p["metadata"]["name"], (float("nan"), ""))[0]
+            bound_at[full] = watch.bound.get(p["metadata"]["name"], (float("nan"), ""))[0] - t0
     seconds = 0.0
     for g in cluster.gangs:
         got = [bound_at[p.name] for p in g.pods if p.name in bound_at]

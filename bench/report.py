@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from statistics import median
 
@@ -296,58 +297,136 @@ def print_timeline(timeline: list[dict], console: Console) -> None:
         console.print(_by_scenario("Tenants: GPU shares against weighted fair shares", tenants.TENANT_COLUMNS, rows))
 
 
-LIVE_COLUMNS = (
+LIVE_COLUMNS = {
+    "stream": (
+        "scenario",
+        "scheduler",
+        "pods/s asked (got)",
+        "pods bound",
+        "pods/s",
+        "gang p50",
+        "gang p99",
+        "keeps up",
+        "gangs complete",
+        "partial (GPUs)",
+        "GPU useful",
+        "CPU s",
+        "API req/pod",
+        "peak RSS MiB",
+        "violations",
+    ),
+    "burst": (
+        "scenario",
+        "scheduler",
+        "pods bound",
+        "pods/s",
+        "first bind",
+        "last bind",
+        "gangs complete",
+        "partial (GPUs)",
+        "GPU useful",
+        "CPU s",
+        "API req/pod",
+        "peak RSS MiB",
+        "violations",
+    ),
+}
+LIVE_TITLES = {
+    "stream": "Live, stream: pods arrive while the scheduler runs (times from the first pod created; gang latency: "
+    "last member created -> the gang's minimum bound)",
+    "burst": "Live, burst: every pod created, then the scheduler starts (times and pods/s from its start)",
+}
+
+
+def _live_row(sc: dict, r: dict, mode: str) -> tuple[str, ...]:
+    columns = LIVE_COLUMNS[mode]
+    if "error" in r:
+        return (sc["name"], r["scheduler"], "error: " + r["error"].splitlines()[0][:80], *[""] * (len(columns) - 3))
+    common = (
+        f"{r['gangs_complete']}/{r['gangs']}",
+        f"{r['partial_gangs']} ({r['stranded_gpus']})",
+        _pct(r["gpu_useful"]),
+        _num(r.get("cpu_seconds")),
+        _num(r.get("api_requests_per_pod"), "{:.2f}"),
+        _num(r.get("peak_rss_mib"), "{:.0f}"),
+        str(len(r["violations"]) + r.get("background_pods_lost", 0)),
+    )
+    bound = f"{r['pods_placed']}/{r['pending_pods']}"
+    if mode == "burst":
+        return (
+            sc["name"],
+            r["scheduler"],
+            bound,
+            _num(r["pods_per_second"]),
+            _secs(r["first_bind_seconds"]),
+            _secs(r["last_bind_seconds"]),
+            *common,
+        )
+    asked = _num(r.get("rate"), "{:.0f}") if r.get("rate") else "max"
+    return (
+        sc["name"],
+        r["scheduler"],
+        f"{asked} ({_num(r.get('arrival_rate'), '{:.0f}')})",
+        bound,
+        _num(r["pods_per_second"]),
+        _secs(r.get("gang_latency_p50")),
+        _secs(r.get("gang_latency_p99")),
+        "yes" if r.get("keeps_up") else "no",
+        *common,
+    )
+
+
+def live_rows(live: list[dict], mode: str = "stream") -> list[tuple[str, ...]]:
+    return [_live_row(sc, r, mode) for sc in live if sc.get("mode", "stream") == mode for r in sc["runs"]]
+
+
+LIVE_TOPOLOGY_COLUMNS = (
     "scenario",
     "scheduler",
+    "gangs placed",
+    "high/normal/low",
     "pods bound",
-    "pods/s",
-    "first bind",
-    "last bind",
-    "all placeable running",
-    "gangs complete",
-    "partial (GPUs)",
-    "GPU alloc",
-    "useful",
-    "violations",
+    "partial",
+    "required-level violations",
+    "racks/gang (mean / p95)",
+    "blocks/gang (mean / p95)",
+    "time to place (p50 / last)",
 )
 
 
-def live_rows(live: list[dict]) -> list[tuple[str, ...]]:
-    out = []
+def live_topology_rows(live: list[dict]) -> list[tuple[str, ...]]:
+    """Live scenarios checked by an oracle (live/topology): what the real bindings did to the gangs."""
+    out: list[tuple[str, ...]] = []
     for sc in live:
         for r in sc["runs"]:
-            if "error" in r:
-                out.append(
-                    (
-                        sc["name"],
-                        r["scheduler"],
-                        "error: " + r["error"].splitlines()[0][:80],
-                        *[""] * (len(LIVE_COLUMNS) - 3),
-                    )
-                )
+            o = r.get("oracle")
+            if o is None:
                 continue
+            by = o["placed_by_class"]
             out.append(
                 (
                     sc["name"],
                     r["scheduler"],
-                    f"{r['pods_placed']}/{r['pending_pods']}",
-                    _num(r["pods_per_second"]),
-                    _secs(r["first_bind_seconds"]),
-                    _secs(r["last_bind_seconds"]),
-                    _secs(r["all_placeable_running_seconds"]),
-                    f"{r['gangs_complete']}/{r['gangs']}",
-                    f"{r['partial_gangs']} ({r['stranded_gpus']})",
-                    _pct(r["gpu_allocation"]),
-                    _pct(r["gpu_useful"]),
-                    str(len(r["violations"]) + r.get("background_pods_lost", 0)),
+                    f"{o['gangs_placed']}/{o['gangs']}",
+                    "/".join(str(by.get(c, 0)) for c in ("high", "normal", "low")),
+                    f"{o['pods_bound']}/{o['pods']}",
+                    str(o["partial_gangs"]),
+                    str(o["required_violations"]),
+                    f"{_num(o['racks_per_gang'], '{:.2f}')} / {_num(o['racks_per_gang_p95'], '{:g}')}",
+                    f"{_num(o['blocks_per_gang'], '{:.2f}')} / {_num(o['blocks_per_gang_p95'], '{:g}')}",
+                    f"{_secs(o['time_to_place_p50'])} / {_secs(o['time_to_place_max'])}",
                 )
             )
     return out
 
 
 def print_live(live: list[dict], console: Console) -> None:
-    title = "Live mode: the real control plane (kwok nodes), times from the first pod created"
-    console.print(_by_scenario(title, LIVE_COLUMNS, live_rows(live)))
+    for mode, columns in LIVE_COLUMNS.items():
+        if body := live_rows(live, mode):
+            console.print(_by_scenario(LIVE_TITLES[mode], columns, body))
+    if rows := live_topology_rows(live):
+        title = "Live topology: gangs, required level and spans from the final bindings (oracle on node labels)"
+        console.print(_by_scenario(title, LIVE_TOPOLOGY_COLUMNS, rows))
     for line in definition_waits(live):
         console.print(line)
 
@@ -428,8 +507,11 @@ def markdown(results: dict) -> str:
         lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
         if shares := tenants.tenant_rows(results["timeline"]):
             lines += ["", *md(tenants.TENANT_COLUMNS, shares)]
-    if results.get("live"):
-        lines += ["", *md(LIVE_COLUMNS, live_rows(results["live"]))]
+    for mode, columns in LIVE_COLUMNS.items():
+        if body := live_rows(results.get("live") or [], mode):
+            lines += ["", *md(columns, body)]
+    if oracle_rows := live_topology_rows(results.get("live") or []):
+        lines += ["", *md(LIVE_TOPOLOGY_COLUMNS, oracle_rows)]
     for key in PREEMPTION_TITLES:
         if results.get(key):
             lines += ["", *md(PREEMPTION_COLUMNS, preemption_rows(results[key]))]
@@ -459,6 +541,60 @@ def _run(sc: dict, scheduler: str) -> dict | None:
     return None if r is None or "error" in r else r
 
 
+def live_targets(sc: dict, add: Callable[[str, str, str, bool], None]) -> None:
+    """The live targets: burst pods/s at least kube-scheduler's; stream gang p99 at most native gang
+    scheduling's wherever kube-scheduler keeps up; the users' TFJobs not the slowest; RSS within 1 GiB at 5,000
+    nodes; never a partial gang."""
+    gs, ks, native = _run(sc, "gangsolve"), _run(sc, "kube-scheduler"), _run(sc, "kube-scheduler-gang")
+    if gs is None:
+        return
+    name = sc["name"]
+    sound = not gs.get("partial_gangs") and not gs.get("violations") and not gs.get("background_pods_lost")
+    if sc.get("late_definitions") and ks is not None:  # gangsolve waits for the definitions by design
+        add(
+            "live, gang definitions late: 0 partial gangs",
+            name,
+            f"partial gangs {gs['partial_gangs']} vs kube-scheduler's {ks['partial_gangs']}",
+            sound,
+        )
+    elif sc.get("mode") == "burst" and ks is not None:
+        add(
+            "live burst: pods bound/s >= kube-scheduler's, 0 partial gangs",
+            name,
+            f"{_num(gs['pods_per_second'])} vs {_num(ks['pods_per_second'])} pods/s; partial gangs "
+            f"{gs['partial_gangs']} vs {ks['partial_gangs']}",
+            (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0) and sound,
+        )
+    elif sc.get("rate") and ks is not None and native is not None and ks.get("keeps_up"):
+        mine, theirs = gs.get("gang_latency_p99"), native.get("gang_latency_p99")
+        add(
+            "live stream: gang latency p99 <= native gang scheduling's (where kube-scheduler keeps up)",
+            name,
+            f"{_secs(mine)} vs {_secs(theirs)}; gangs complete {gs['gangs_complete']} vs {native['gangs_complete']}",
+            mine is not None and (theirs is None or mine <= theirs) and sound,
+        )
+    elif name == "live/tfjob":
+        others = [r for r in sc["runs"] if r["scheduler"] != "gangsolve" and "error" not in r]
+        slowest = min((r["pods_per_second"] or 0 for r in others), default=0)
+        add(
+            "live: the users' TFJobs, gangsolve not the slowest (pods/s), 0 partial gangs",
+            name,
+            f"{_num(gs['pods_per_second'])} pods/s vs "
+            + ", ".join(f"{r['scheduler']} {_num(r['pods_per_second'])}" for r in others),
+            (gs["pods_per_second"] or 0) > slowest and sound,
+        )
+    elif ks is not None:
+        add(
+            "live: pods bound/s >= kube-scheduler's, 0 partial gangs where it leaves some",
+            name,
+            f"{_num(gs['pods_per_second'])} vs {_num(ks['pods_per_second'])} pods/s; partial gangs "
+            f"{gs['partial_gangs']} vs {ks['partial_gangs']}",
+            (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0) and sound,
+        )
+    if sc.get("nodes", 0) >= 5000 and gs.get("peak_rss_mib") is not None:
+        add("live: peak RSS <= 1 GiB at 5,000 nodes", name, f"{gs['peak_rss_mib']:.0f} MiB", gs["peak_rss_mib"] <= 1024)
+
+
 def check_targets(results: dict) -> list[dict]:
     """The issue's targets, measured on whatever scenarios ran; each says what it measured."""
     out = []
@@ -467,26 +603,19 @@ def check_targets(results: dict) -> list[dict]:
         out.append({"target": target, "scenario": scenario, "measured": measured, "met": bool(met)})
 
     for sc in results.get("live") or []:
-        gs, ks = _run(sc, "gangsolve"), _run(sc, "kube-scheduler")
-        if gs is None or ks is None:
-            continue
-        ok = (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0)
-        partial_ok = gs["partial_gangs"] == 0 and not gs["violations"] and not gs.get("background_pods_lost")
-        if sc.get("late_definitions"):  # gangsolve waits for the definitions by design: speed is not the point
+        gs, native = _run(sc, "gangsolve"), _run(sc, "kube-scheduler-gang")
+        if gs is not None and native is not None and "oracle" in gs and "oracle" in native:
+            mine, peer = gs["oracle"], native["oracle"]
             add(
-                "live, gang definitions late: 0 partial gangs",
+                "live topology: 0 required-level violations, gangs placed >= native's, fewer racks per gang",
                 sc["name"],
-                f"partial gangs {gs['partial_gangs']} vs kube-scheduler's {ks['partial_gangs']}",
-                partial_ok,
+                f"violations {mine['required_violations']}; {mine['gangs_placed']} vs {peer['gangs_placed']} gangs; "
+                f"{_num(mine['racks_per_gang'], '{:.2f}')} vs {_num(peer['racks_per_gang'], '{:.2f}')} racks/gang",
+                mine["required_violations"] == 0
+                and mine["gangs_placed"] >= peer["gangs_placed"]
+                and (mine["racks_per_gang"] or 0) < (peer["racks_per_gang"] or 0),
             )
-            continue
-        add(
-            "live: pods bound/s >= kube-scheduler's, 0 partial gangs where it leaves some",
-            sc["name"],
-            f"{_num(gs['pods_per_second'])} vs {_num(ks['pods_per_second'])} pods/s; partial gangs "
-            f"{gs['partial_gangs']} vs {ks['partial_gangs']}",
-            ok and partial_ok,
-        )
+        live_targets(sc, add)
     for key in PREEMPTION_TITLES:
         for sc in results.get(key) or []:
             preemption_targets(sc, add)
@@ -744,20 +873,44 @@ def plot(results: dict, out: Path) -> list[Path]:
 
 
 def plot_live(live: list[dict], out: Path) -> list[Path]:
-    """Pods bound against time since the first pod was created, one plot per live scenario."""
+    """Per live scenario: pods bound against time, one line per scheduler (stream: pods created dashed), and
+    for streams the CDF of gang latency."""
     paths = []
     for sc in live:
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for r in sc["runs"]:
-            if "error" in r or not r["bound_over_time"]:
-                continue
+        runs = [r for r in sc["runs"] if "error" not in r and r["bound_over_time"]]
+        stream = sc.get("mode", "stream") == "stream"
+        fig, axes = plt.subplots(1, 2 if stream else 1, figsize=(14 if stream else 8, 5), squeeze=False)
+        ax = axes[0][0]
+        for r in runs:
             times = [0.0, *r["bound_over_time"]]
             ax.step(times, range(len(times)), where="post", color=COLORS.get(r["scheduler"]), label=r["scheduler"])
-        ax.set_xlabel("seconds since the first pending pod was created")
-        ax.set_ylabel("pods bound")
+            if stream and r.get("created_over_time"):
+                made = [0.0, *r["created_over_time"]]
+                ax.step(made, range(len(made)), where="post", color=COLORS.get(r["scheduler"]), alpha=0.4, ls="--")
+        origin = "the first pending pod was created" if stream else "the scheduler started"
+        ax.set_xlabel(f"seconds since {origin}")
+        ax.set_ylabel("pods bound" + (" (dashed: created)" if stream else ""))
         ax.set_title(f"{sc['name']}: bindings over time")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
+        if stream:
+            cdf = axes[0][1]
+            for r in runs:
+                lat = r.get("gang_latencies") or []
+                if lat:
+                    cdf.step(
+                        lat,
+                        [(i + 1) / len(lat) for i in range(len(lat))],
+                        where="post",
+                        color=COLORS.get(r["scheduler"]),
+                        label=f"{r['scheduler']} ({len(lat)} gangs)",
+                    )
+            cdf.set_xscale("log")
+            cdf.set_xlabel("gang latency: last member created -> gang bound (s)")
+            cdf.set_ylabel("share of complete gangs")
+            cdf.set_title("gang latency CDF")
+            cdf.grid(True, which="both", alpha=0.3)
+            cdf.legend(fontsize=8)
         fig.tight_layout()
         paths.append(out / f"live-{sc['name'].split('/')[-1]}.png")
         fig.savefig(paths[-1], dpi=110)

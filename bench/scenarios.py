@@ -252,23 +252,33 @@ def kube_perf(n_nodes: int, n_gangs: int, pods_per_gang: int) -> list[dict]:
 
 # --- topology: racks, blocks, zones ---------------------------------------------------------------------------
 
-RACKS_PER_BLOCK, BLOCKS_PER_ZONE, NODES_PER_RACK = 4, 4, 16
+
+@dataclass(frozen=True)
+class Topology:
+    """The shape of a topology scenario: racks of nodes, blocks of racks, zones of blocks, and the gangs'
+    sizes in GPUs with their probabilities."""
+
+    nodes_per_rack: int = 16
+    racks_per_block: int = 4
+    blocks_per_zone: int = 4
+    gang_gpus: tuple[int, ...] = (8, 16, 32, 64, 128)
+    gang_gpus_p: tuple[float, ...] = (0.25, 0.25, 0.2, 0.2, 0.1)
 
 
-def topology(n_nodes: int, n_gangs: int, seed: int) -> list[dict]:
-    """8-GPU nodes in racks of 16, blocks of 4 racks, zones of 4 blocks; about a third of the GPUs held by
-    running jobs; gangs of 8 to 128 GPUs (pods of 8, 4 or 2 GPUs), each a scheduling.k8s.io PodGroup that
-    requires one block (its topology constraint) and prefers as few racks as possible (gangsolve's
-    annotation)."""
+def topology(n_nodes: int, n_gangs: int, seed: int, shape: Topology = Topology()) -> list[dict]:
+    """8-GPU nodes in racks of 16, blocks of 4 racks, zones of 4 blocks (or `shape`); about a third of the
+    GPUs held by running jobs; gangs of 8 to 128 GPUs (pods of 8, 4 or 2 GPUs), each a scheduling.k8s.io
+    PodGroup that requires one block (its topology constraint) and prefers as few racks as possible
+    (gangsolve's annotation)."""
     rng = np.random.default_rng(seed)
     nodes = []
     for i in range(n_nodes):
-        rack = i // NODES_PER_RACK
-        block = rack // RACKS_PER_BLOCK
+        rack = i // shape.nodes_per_rack
+        block = rack // shape.racks_per_block
         labels = {
             k8s.RACK_LABEL: f"rack-{rack:03d}",
             k8s.BLOCK_LABEL: f"block-{block:02d}",
-            k8s.ZONE_LABEL: f"zone-{block // BLOCKS_PER_ZONE}",
+            k8s.ZONE_LABEL: f"zone-{block // shape.blocks_per_zone}",
             k8s.GPU_MODEL_LABEL: "H100-80GB-HBM3",
         }
         nodes.append(k8s.node(f"node-{i:05d}", 192_000, 2048 * 1024, 8, labels))
@@ -283,7 +293,7 @@ def topology(n_nodes: int, n_gangs: int, seed: int) -> list[dict]:
     for j in range(n_gangs):
         name = f"train-{j:04d}"
         per_pod = int(rng.choice([8, 4, 2], p=[0.5, 0.3, 0.2]))
-        total = int(rng.choice([8, 16, 32, 64, 128], p=[0.25, 0.25, 0.2, 0.2, 0.1]))
+        total = int(rng.choice(list(shape.gang_gpus), p=list(shape.gang_gpus_p)))
         size = max(1, total // per_pod)
         priority = str(rng.choice([HIGH, NORMAL, LOW], p=[0.15, 0.6, 0.25]))
         objs += k8s.upstream_gang(

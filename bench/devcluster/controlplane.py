@@ -30,6 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,7 +253,10 @@ class ControlPlane:
         self,
         *,
         scheduler: bool = True,
+        defer_scheduler: bool = False,
+        scheduler_config: Mapping[str, Any] | None = None,
         kwok: bool = True,
+        node_leases: bool = True,
         binaries: Binaries | None = None,
         workdir: Path | str | None = None,
         keep_workdir: bool = False,
@@ -265,7 +269,15 @@ class ControlPlane:
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.with_scheduler = scheduler
+        self.defer_scheduler = defer_scheduler  # the scheduler starts only on start_scheduler()
+        # A KubeSchedulerConfiguration (clientConnection.kubeconfig and leaderElection are filled in).
+        self.scheduler_config = scheduler_config
         self.with_kwok = kwok
+        # False: kwok renews no node Leases, the node lifecycle controller is off (and so is the admission
+        # plugin that taints new nodes not-ready until that controller says otherwise). At 5,000 nodes the
+        # renewals alone (one per node every 10 s) take most of what two cores can write; a benchmark run is
+        # over long before a node could go stale.
+        self.node_leases = node_leases
         self._binaries = binaries
         self._workdir_arg = Path(workdir) if workdir is not None else None
         self.keep_workdir = keep_workdir
@@ -332,8 +344,8 @@ class ControlPlane:
         self._start_and_wait("etcd", self._etcd_ready)
         self._start_and_wait("kube-apiserver", self._apiserver_ready)
         self._start_and_wait("kube-controller-manager", self._component_ready("kube-controller-manager"))
-        if self.with_scheduler:
-            self._start_and_wait("kube-scheduler", self._component_ready("kube-scheduler"))
+        if self.with_scheduler and not self.defer_scheduler:
+            self.start_scheduler()
         if self.with_kwok:
             self._start_kwok()
         self._wait_for_default_service_account("default")
@@ -376,6 +388,15 @@ class ControlPlane:
     def start_apiserver(self) -> None:
         """Start kube-apiserver again, on the same port with the same flags, and wait until ready."""
         self._start_and_wait("kube-apiserver", self._apiserver_ready)
+
+    def start_scheduler(self) -> None:
+        """Start kube-scheduler (deferred with `defer_scheduler`, or stopped) and wait until it is healthy."""
+        if "kube-scheduler" not in self.components:
+            raise ControlPlaneError("this control plane runs without kube-scheduler")
+        self._start_and_wait("kube-scheduler", self._component_ready("kube-scheduler"))
+
+    def stop_scheduler(self, *, grace: float = 3.0) -> None:
+        self.components["kube-scheduler"].stop(grace=grace)
 
     def restart_apiserver(self, *, grace: float = 3.0) -> None:
         """stop_apiserver(grace=grace), then start_apiserver(): same port, same data (etcd keeps running)."""
@@ -433,7 +454,11 @@ class ControlPlane:
         kcm_kubeconfig = self._write_kubeconfig(
             pki_dir / "kube-controller-manager.kubeconfig", "kube-controller-manager", kcm_cert
         )
-        sched_kubeconfig = self._write_kubeconfig(pki_dir / "kube-scheduler.kubeconfig", "kube-scheduler", sched_cert)
+        # kube-scheduler's identity (system:kube-scheduler): benchmarks run other schedulers as it too, so each
+        # gets the same API Priority and Fairness flow and is counted under the same user.
+        self.scheduler_kubeconfig = self._write_kubeconfig(
+            pki_dir / "kube-scheduler.kubeconfig", "kube-scheduler", sched_cert
+        )
         self._ctx = _tls_context(ca.pair.cert, self.admin_cert)
 
         audit_args: list[str] = []
@@ -492,6 +517,8 @@ class ControlPlane:
                 # needs to reach the apiserver through it.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                # Without the node lifecycle controller nobody would lift the not-ready taint this adds.
+                *([] if self.node_leases else ["--disable-admission-plugins=TaintNodesByCondition"]),
                 *audit_args,
                 *self.extra_apiserver_args,
             ],
@@ -513,19 +540,32 @@ class ControlPlane:
                 f"--cluster-signing-cert-file={ca.pair.cert}",
                 f"--cluster-signing-key-file={ca.pair.key}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                "--controllers=*",
+                "--controllers=*" if self.node_leases else "--controllers=*,-node-lifecycle-controller",
                 "--profiling=false",
                 *self.extra_controller_manager_args,
             ],
         )
         if self.with_scheduler:
+            config_args: list[str] = []
+            if self.scheduler_config is not None:
+                config = {
+                    **self.scheduler_config,
+                    "clientConnection": {
+                        **dict(self.scheduler_config.get("clientConnection") or {}),
+                        "kubeconfig": str(self.scheduler_kubeconfig),
+                    },
+                    "leaderElection": {"leaderElect": False},
+                }
+                (wd / "kube-scheduler.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+                config_args = [f"--config={wd / 'kube-scheduler.yaml'}"]
             comp(
                 "kube-scheduler",
                 [
                     binaries.kube_scheduler,
-                    f"--kubeconfig={sched_kubeconfig}",
-                    f"--authentication-kubeconfig={sched_kubeconfig}",
-                    f"--authorization-kubeconfig={sched_kubeconfig}",
+                    *config_args,
+                    f"--kubeconfig={self.scheduler_kubeconfig}",
+                    f"--authentication-kubeconfig={self.scheduler_kubeconfig}",
+                    f"--authorization-kubeconfig={self.scheduler_kubeconfig}",
                     f"--bind-address={LOOPBACK}",
                     f"--secure-port={self.scheduler_port}",
                     f"--cert-dir={wd / 'scheduler-certs'}",
@@ -547,7 +587,7 @@ class ControlPlane:
                     f"--config={stages}",
                     f"--manage-nodes-with-annotation-selector={key}={value}",
                     # kwok renews each node's Lease, which the node lifecycle controller watches.
-                    "--node-lease-duration-seconds=40",
+                    f"--node-lease-duration-seconds={40 if self.node_leases else 0}",
                     f"--cidr={POD_CIDR}",
                     f"--node-ip={NODE_IP}",
                 ],
@@ -725,23 +765,33 @@ class ControlPlane:
             if e.status != 404:
                 raise
 
-    def add_nodes(self, nodes: Iterable[NodeSpec | str], *, wait: bool = True, timeout: float = 60.0) -> list[str]:
-        """Create fake nodes managed by kwok; by default wait until each is Ready and schedulable."""
+    def add_nodes(
+        self, nodes: Iterable[NodeSpec | str], *, wait: bool = True, timeout: float = 60.0, threads: int = 8
+    ) -> list[str]:
+        """Create fake nodes managed by kwok (`threads` requests at a time); by default wait until each is Ready
+        and schedulable."""
         if not self.with_kwok:
             raise ControlPlaneError("this control plane runs without kwok: nobody would make nodes Ready")
-        names = []
-        for node in nodes:
-            spec = NodeSpec(node) if isinstance(node, str) else node
-            self.request("POST", "/api/v1/nodes", spec.manifest())
-            names.append(spec.name)
+        specs = [NodeSpec(node) if isinstance(node, str) else node for node in nodes]
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda spec: self.request("POST", "/api/v1/nodes", spec.manifest()), specs))
+        names = [spec.name for spec in specs]
         if wait:
             self.wait_for(
-                lambda: all(self.node_schedulable(n) for n in names),
+                lambda: self._all_schedulable(names),
                 timeout=timeout,
-                what=f"nodes {', '.join(names)} to become Ready",
+                what=f"{len(names)} nodes ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}) to become Ready",
                 component="kwok",
+                interval=0.2 if len(names) < 100 else 1.0,
             )
         return names
+
+    def _all_schedulable(self, names: Sequence[str]) -> bool:
+        if len(names) <= 10:
+            return all(self.node_schedulable(n) for n in names)
+        listing = self.request("GET", "/api/v1/nodes")  # one list, not a request per node
+        schedulable = {n["metadata"]["name"] for n in listing["items"] if schedulable(n)}
+        return schedulable.issuperset(names)
 
     def add_node(self, name: str, **kwargs: Any) -> str:
         wait = kwargs.pop("wait", True)
@@ -757,11 +807,14 @@ class ControlPlane:
     def node_schedulable(self, name: str) -> bool:
         """Ready=True, and the node lifecycle controller has lifted its not-ready/unreachable taints."""
         node = self.get(f"/api/v1/nodes/{name}")
-        if node is None:
-            return False
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])
-        )
-        lifecycle_taints = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
-        tainted = any(t.get("key") in lifecycle_taints for t in node.get("spec", {}).get("taints", []) or [])
-        return ready and not tainted
+        return node is not None and schedulable(node)
+
+
+def schedulable(node: Mapping[str, Any]) -> bool:
+    """Ready=True, and no not-ready/unreachable taint left."""
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])
+    )
+    lifecycle_taints = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    tainted = any(t.get("key") in lifecycle_taints for t in node.get("spec", {}).get("taints", []) or [])
+    return ready and not tainted

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -484,11 +484,12 @@ def created(pod: dict) -> datetime | None:
     return schema.timestamp(stamp) if stamp else None
 
 
-def check(snap: Snapshot) -> None:
+def check(snap: Snapshot, nodes: bool = True) -> None:
     """Every object's fields as gangsolve reads them (gangsolve.schema), and the values of every PodGroup and
-    PDB whether or not a pod names it; the first bad object raises InputError."""
+    PDB whether or not a pod names it; the first bad object raises InputError. `nodes=False` leaves the nodes
+    to a caller that checked them already (the live store, as they arrive)."""
     for kind, objs in (
-        ("Node", snap.nodes),
+        ("Node", snap.nodes if nodes else []),
         ("Pod", snap.pods),
         ("PodDisruptionBudget", snap.pdbs),
         ("PodGroup", snap.pod_groups.values()),
@@ -556,6 +557,43 @@ def _with_devices(pod: Pod, devices: dra.Dra) -> Pod:
     return replace(pod, requests={**pod.requests, **(extra or {})}, affinity=devices.affinity(pod.name, pod.affinity))
 
 
+def _bound(snap: Snapshot, nodes: Iterable[str]) -> list[tuple[dict, dict[str, int]]]:
+    """The snapshot's bound, unfinished pods on known nodes, with their requests. As kube-scheduler counts, a
+    terminating pod holds its capacity until it is gone."""
+    names = set(nodes)
+    return [
+        (p, objects.pod_requests(p))
+        for p in snap.pods
+        if (p.get("spec") or {}).get("nodeName") in names and not objects.is_finished(p)
+    ]
+
+
+def _nodes_with_usage(snap: Snapshot, bound: list[tuple[dict, dict[str, int]]]) -> list[Node]:
+    nodes = [objects.node(n) for n in snap.nodes]
+    used: dict[str, dict[str, int]] = {}
+    for p, requests in bound:
+        on = used.setdefault(p["spec"]["nodeName"], {})
+        for r, q in requests.items():
+            on[r] = on.get(r, 0) + q
+    return [replace(n, used=used.get(n.name, {})) for n in nodes]
+
+
+def _with_device_capacity(nodes: Sequence[Node], devices: dra.Dra) -> tuple[Node, ...]:
+    """The nodes with the devices they reach as capacity, and those allocated already as used."""
+    if not devices.capacity and not devices.used:
+        return tuple(nodes)
+    return tuple(
+        replace(
+            n,
+            allocatable={**n.allocatable, **devices.capacity.get(n.name, {})},
+            used={**n.used, **devices.used.get(n.name, {})},
+        )
+        if n.name in devices.capacity or n.name in devices.used
+        else n
+        for n in nodes
+    )
+
+
 def build_cluster(
     snap: Snapshot,
     scheduler_name: str = "gangsolve",
@@ -564,38 +602,26 @@ def build_cluster(
     now: datetime | None = None,
     starvation_seconds: float = STARVATION_SECONDS,
     grace: Grace | None = None,
+    *,
+    nodes: Sequence[Node] | None = None,
+    convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] = objects.pod,
 ) -> Cluster:
     """Every node with the capacity bound pods hold, every gang with pending pods of our scheduler, and every
-    bound pod as preemption sees it (priority, gang, PDBs, start). With `now` (the live scheduler's clock),
-    gangs whose oldest pending pod was created more than `starvation_seconds` earlier are marked starving, and
-    pods that may still get a gang definition wait for it by `grace`. Raises InputError naming the first object
-    it cannot read (strict or not: the live scheduler leaves that object out and tries again)."""
-    check(snap)
+    bound pod of the snapshot as preemption sees it (priority, gang, PDBs, start). With `now` (the live
+    scheduler's clock), gangs whose oldest pending pod was created more than `starvation_seconds` earlier are
+    marked starving, and pods that may still get a gang definition wait for it by `grace`. Raises InputError
+    naming the first object it cannot read (strict or not: the live scheduler leaves that object out and tries
+    again).
+
+    The live scheduler keeps the converted nodes and their used capacity up to date as pods come and go, and
+    remembers converted pods: it passes `nodes` (without devices: those come from the snapshot's DRA objects
+    here) and a memoizing `convert_pod`, so a cycle at 5,000 nodes does not read every bound pod again. Its
+    snapshot then holds only some bound pods: `running` lists those alone."""
+    check(snap, nodes=nodes is None)
     devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(snap, group_label, strict, grace, now)
-    nodes = [objects.node(n) for n in snap.nodes]
-    index = {n.name: i for i, n in enumerate(nodes)}
-    used: list[dict[str, int]] = [{} for _ in nodes]
-    bound: list[tuple[dict, dict[str, int]]] = []
-    for p in snap.pods:  # as kube-scheduler counts: a terminating pod holds its capacity until it is gone
-        node_name = (p.get("spec") or {}).get("nodeName")
-        if node_name in index and not objects.is_finished(p):
-            requests = objects.pod_requests(p)
-            bound.append((p, requests))
-            for r, q in requests.items():
-                used[index[node_name]][r] = used[index[node_name]].get(r, 0) + q
-    nodes = [
-        Node(
-            n.name,
-            {**n.allocatable, **devices.capacity.get(n.name, {})},
-            n.labels,
-            n.taints,
-            n.unschedulable,
-            n.ready,
-            {**used[i], **devices.used.get(n.name, {})},
-        )
-        for i, n in enumerate(nodes)
-    ]
+    bound = _bound(snap, (n.name for n in nodes) if nodes is not None else (n["metadata"]["name"] for n in snap.nodes))
+    nodes = _with_device_capacity(_nodes_with_usage(snap, bound) if nodes is None else nodes, devices)
 
     ours = [
         p for p in grouper.live if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == scheduler_name
@@ -623,7 +649,7 @@ def build_cluster(
                 for r, q in objects.pod_requests(p).items():
                     held[r] = held.get(r, 0) + q
         pending = [
-            _with_devices(objects.pod(p, snap.priority_classes, order), devices)
+            _with_devices(convert_pod(p, snap.priority_classes, order), devices)
             for order, p in pods
             if not objects.is_bound(p)
         ]

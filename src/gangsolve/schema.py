@@ -28,6 +28,7 @@ class _Struct(msgspec.Struct, omit_defaults=True):
 
 
 class OwnerReference(_Struct):
+    kind: str | None = None  # the training kinds' pods wait for their gang definition
     name: str | None = None
     uid: str | None = None
     controller: bool | None = None

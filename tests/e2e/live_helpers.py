@@ -471,3 +471,12 @@ def service_account_kubeconfig(cp: ControlPlane, namespace: str, account: str, p
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path
+
+
+def bench_runs(run_scenarios, name: str, schedulers: list[str], log_dir: Path) -> dict[str, dict]:
+    """One live bench scenario, each scheduler on its own control plane: the runs by scheduler, none failed."""
+    (scenario,) = run_scenarios([name], schedulers, log_dir, quiet=5, log=lambda m: print(f"[live] {m}", flush=True))
+    out = {r["scheduler"]: r for r in scenario["runs"]}
+    for r in out.values():
+        assert "error" not in r, r["error"]
+    return out

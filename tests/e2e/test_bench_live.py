@@ -1,6 +1,8 @@
-"""The live benchmark mode on a tiny scenario: the users' two TFJobs (12 GPUs asked, 8 there), once on a plane
-with kube-scheduler, once with its native gang scheduling (GenericWorkload), once with `gangsolve run`.
-Asserts what the bindings read back from the API show, never how long anything took."""
+"""The live benchmark mode on tiny scenarios: the users' two TFJobs (12 GPUs asked, 8 there; pods arriving while
+the scheduler runs), once on a plane with kube-scheduler, once with its native gang scheduling
+(GenericWorkload), once with `gangsolve run`; and a burst (every pod created, then the scheduler started).
+Asserts what the bindings read back from the API show and that every measurement is taken, never how long
+anything took."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 
 from gangsolve.bench import report
 from gangsolve.bench.live import LIVE_SCENARIOS, LIVE_SCHEDULERS, run_scenarios
+from tests.e2e.live_helpers import bench_runs
 
 pytestmark = pytest.mark.e2e
 
@@ -70,13 +73,48 @@ def test_native_gang_scheduling_never_half_places(live_results):
     assert native["background_pods_lost"] == 0
 
 
+def test_every_run_measures_latency_cpu_memory_and_api_requests(live_results):
+    for name, r in runs(live_results).items():
+        assert len(r["gang_latencies"]) == r["gangs_complete"]  # one per gang that ran whole
+        if name != "kube-scheduler":  # (pod by pod, it may leave both TFJobs partial)
+            assert r["gangs_complete"] == 1
+            assert r["gang_latency_p99"] >= r["gang_latency_p50"] >= 0
+        assert isinstance(r["keeps_up"], bool)
+        assert r["cpu_seconds"] > 0
+        assert r["peak_rss_mib"] > 0
+        # Every scheduler runs as kube-scheduler's user; the audit log counts its requests, bindings included.
+        assert r["api_requests"]["create pods/binding"] >= r["pods_placed"]
+        assert r["api_requests_per_pod"] >= 1
+
+
 def test_report_and_target_read_the_live_runs(live_results):
     results = {"scenarios": [], "timeline": [], "live": live_results}
-    rows = report.live_rows(live_results)
+    rows = report.live_rows(live_results, "stream")
     assert [r[1] for r in rows] == list(LIVE_SCHEDULERS)
     assert "live/tfjob" in report.markdown(results)
     assert report.definition_waits(live_results) == ["live/tfjob: definition grace: no pod waited"]
     (target,) = report.check_targets(results)
     assert target["scenario"] == "live/tfjob"
-    assert "partial gangs 0 vs" in target["measured"]
+    assert "not the slowest" in target["target"]
     assert LIVE_SCENARIOS["live/tfjob"].nodes == live_results[0]["objects"]["nodes"]
+
+
+@pytest.fixture(scope="module")
+def burst(binaries, tmp_path_factory) -> dict[str, dict]:
+    return bench_runs(
+        run_scenarios, "live/10nodes-10x3-burst", ["kube-scheduler", "gangsolve"], tmp_path_factory.mktemp("live-logs")
+    )
+
+
+def test_a_burst_is_bound_whole_after_the_scheduler_starts(burst):
+    for r in burst.values():
+        assert r["mode"] == "burst"
+        assert r["pods_placed"] == r["pending_pods"] == 30
+        assert r["gangs_complete"] == 10
+        assert r["partial_gangs"] == 0
+        assert r["violations"] == []
+        # Times count from the scheduler's start: every pod existed before it, none was bound before it ran.
+        assert 0 < r["first_bind_seconds"] <= r["last_bind_seconds"]
+        assert r["pods_per_second"] == pytest.approx(30 / r["last_bind_seconds"])
+        assert r["cpu_seconds"] > 0
+    assert burst["gangsolve"]["api_requests"]["create pods/binding"] == 30  # each pod bound once

@@ -9,23 +9,16 @@ import pytest
 
 from gangsolve.bench.live_preemption import run_scenarios
 from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS
+from tests.e2e.live_helpers import bench_runs
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def runs(binaries, tmp_path_factory) -> dict[str, dict]:
-    (scenario,) = run_scenarios(
-        ["live/preempt-tfjob"],
-        list(PREEMPTION_SCHEDULERS),
-        tmp_path_factory.mktemp("live-logs"),
-        quiet=5,
-        log=lambda m: print(f"[live] {m}", flush=True),
+    return bench_runs(
+        run_scenarios, "live/preempt-tfjob", list(PREEMPTION_SCHEDULERS), tmp_path_factory.mktemp("live-logs")
     )
-    out = {r["scheduler"]: r for r in scenario["runs"]}
-    for r in out.values():
-        assert "error" not in r, r["error"]
-    return out
 
 
 @pytest.mark.parametrize("scheduler", PREEMPTION_SCHEDULERS)

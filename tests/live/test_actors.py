@@ -221,10 +221,10 @@ async def test_the_plan_carries_the_uid_that_was_solved_not_the_current_one():
     actor = solver_actor(s)
     send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
 
-    real = actor.store.snapshot
+    real = actor.store.view
 
-    def snapshot_then_recreate():
-        snap = real()
+    def view_then_recreate(*args):
+        view = real(*args)
         # the pod is deleted and created again under its name while the solver runs
         s.apply(
             Event(
@@ -233,9 +233,9 @@ async def test_the_plan_carries_the_uid_that_was_solved_not_the_current_one():
                 {**s.pod("default/w0"), "metadata": {**s.pod("default/w0")["metadata"], "uid": "recreated"}},
             )
         )
-        return snap
+        return view
 
-    actor.store.snapshot = snapshot_then_recreate  # type: ignore[method-assign]
+    actor.store.view = view_then_recreate  # type: ignore[method-assign]
     await actor.cycle(send, Latest())
     (pod,) = receive.receive_nowait().pods
     assert pod[1] == "u0"

@@ -8,12 +8,14 @@ import math
 import anyio
 import pytest
 
+from gangsolve.live.binder import Bound
+from gangsolve.live.channels import Latest
 from gangsolve.live.feedback import Feedback
 from gangsolve.live.leader import Unfenced
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, plan
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Resync
+from gangsolve.live.watchers import RESOURCES, Event, Resync
 from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group, k8s_queue
 from tests.live.fake_kube import FakeKube
@@ -93,6 +95,21 @@ async def test_what_was_written_is_forgotten_with_the_objects():
         s.apply(Resync(XPG, [with_uid(k8s_pod_group("pg", 3), f"pg-{round_}")]))
         await fb.apply(cycle(s))
         assert fb.written() == 4  # three pods and one PodGroup: only what exists now
+
+
+@pytest.mark.asyncio
+async def test_what_was_written_about_a_pod_is_forgotten_once_it_is_bound():
+    s, kube = ClusterStore(), FakeKube()
+    oversized_gang(s)
+    fb = feedback(s, kube)
+    await fb.apply(cycle(s))
+    assert fb.written() == 3  # each pod marked Unschedulable
+    s.apply(Event(NODE, "MODIFIED", k8s_node("n1", gpus=3)))
+    bound = [with_uid(k8s_pod(f"w{i}", gpus=1, node_name="n1"), f"u{i}") for i in range(3)]
+    for pod in bound:
+        s.apply(Event(POD, "MODIFIED", pod))
+    await fb.apply(cycle(s))
+    assert fb.written() == 0  # bound: never written Unschedulable again, so nothing to remember
 
 
 @pytest.mark.asyncio
@@ -180,6 +197,30 @@ async def test_scheduled_events_for_bound_pods():
         "Successfully assigned default/p to n1",
     ]
     assert {e["regarding"]["uid"] for e in kube.events} == {"up", "ug"}
+
+
+@pytest.mark.asyncio
+async def test_pod_group_status_follows_its_members_between_cycles():
+    """Bindings and pods starting to run start no cycle; the PodGroup's phase follows them all the same."""
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=4)]))
+    labels = {"scheduling.x-k8s.io/pod-group": "pg"}
+    pods = [with_uid(k8s_pod(f"w{i}", gpus=1, labels=labels), f"u{i}") for i in range(2)]
+    s.apply(Resync(POD, pods))
+    s.apply(Resync(XPG, [with_uid(k8s_pod_group("pg", 2), "pg1")]))
+    fb = feedback(s, kube)
+    await fb.apply(cycle(s))
+    s.assume("default/pg", [(f"default/w{i}", f"u{i}", "n1") for i in range(2)])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(fb.run, Latest(), anyio.create_memory_object_stream[Bound](math.inf)[1])
+        for p in pods:
+            running = {**p, "spec": {**p["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}}
+            assert not s.apply(Event(POD, "MODIFIED", running))  # our binding confirmed, running: no cycle
+        with anyio.fail_after(10):
+            while not any(b["status"]["phase"] == "Running" for p, b in kube.patches if "/podgroups/" in p):
+                await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+    assert [b["status"]["running"] for p, b in kube.patches if "/podgroups/" in p][-1] == 2
 
 
 @pytest.mark.asyncio

@@ -71,11 +71,6 @@ class Evicted:
     victim: Victim
 
 
-def _add(into: dict[str, int], requests: dict[str, int]) -> None:
-    for r, q in requests.items():
-        into[r] = into.get(r, 0) + q
-
-
 class BinderActor:
     def __init__(self, kube: Kube, store: ClusterStore, metrics: Metrics, fence: Fence, *, concurrency: int = 16):
         self.kube = kube
@@ -150,20 +145,15 @@ class BinderActor:
                 return str(exc)
         nodes = []
         for name in pods_by_node:
-            obj = store.node(name)
-            if obj is None:
-                return f"node {name} is gone"
-            used: dict[str, int] = {}
-            try:
-                for p in store.pods_on(name):  # bound there now, by anyone; terminating pods hold capacity too
-                    _add(used, objects.pod_requests(p))
-                for key, _a in store.assumed_on(name):  # placed there by earlier plans, not bound yet
-                    other = store.pod(key)
-                    if key not in mine and other is not None and not (other.get("spec") or {}).get("nodeName"):
-                        _add(used, objects.pod_requests(other))
-                nodes.append(replace(objects.node(obj), used=used))
-            except InputError as exc:
-                return str(exc)
+            view = store.node_view(name)  # with what every pod bound or assumed there holds, terminating ones too
+            if view is None:
+                return f"node {name} is gone" if store.node(name) is None else str(store.node_error(name))
+            used = dict(view.used)
+            for key, a in store.assumed_on(name):  # this plan's own pods: the ones being checked
+                if key in mine:
+                    for r, q in a.requests.items():
+                        used[r] = used.get(r, 0) - q
+            nodes.append(replace(view, used=used))
         pods = tuple(p for ps in pods_by_node.values() for p in ps)
         gang = Gang(plan.gang, pods, min_member=len(pods))
         violations = validate(Cluster(tuple(nodes), (gang,)), {p.name: n for n, ps in pods_by_node.items() for p in ps})

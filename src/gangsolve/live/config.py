@@ -29,8 +29,8 @@ class Config:
     scheduler_name: str = "gangsolve"
     group_label: str | None = None
     time_limit: float = 2.0  # seconds per solve
-    debounce: float = 0.2  # seconds to gather more changes before a cycle
-    resync_period: float = 30.0  # a cycle at least this often while gangs wait, changes or not
+    debounce: float = 0.2  # at most this long to wait for the rest of a gang before a cycle
+    resync_period: float = 30.0  # every waiting gang solved again at least this often, changes or not
     # Pods that may still get a gang definition (a PDB or PodGroup created after them) wait this long for it.
     definition_grace: float = DEFINITION_GRACE
     training_kinds: tuple[str, ...] = ()  # owner kinds whose pods wait too, beside the known training jobs
@@ -45,7 +45,7 @@ class Config:
     reservations: int = SolveConfig.reservations
     workload_label: str | None = None
     default_runtime: float | None = None
-    bind_concurrency: int = 16
+    bind_concurrency: int = 64  # Binding calls in flight: each waits on the API server, not on us
     kube_api_qps: float = 50.0  # client-side rate limit on API requests, as kube-scheduler's --kube-api-qps
     kube_api_burst: int = 100
     shutdown_grace: float = 20.0  # SIGTERM: seconds binds in flight get to finish before the process exits

@@ -49,7 +49,7 @@ from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult
-from gangsolve.live.store import ClusterStore, ObjectKey, pod_key
+from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key
 from gangsolve.objects import is_pending_for
 from gangsolve.snapshot import QUEUE_GROUP
 from gangsolve.solver.explain import quantity
@@ -192,13 +192,17 @@ class Feedback:
         self.scheduler_name = scheduler_name
         self.events = EventLimiter(event_interval, events_per_second)
         self.limiter = anyio.CapacityLimiter(concurrency)
-        self._condition_written: dict[str, str] = {}  # pod uid -> PodScheduled message written
+        self._condition_written: dict[str, tuple[str, str]] = {}  # pod uid -> (its key, PodScheduled message written)
         self._status_written: dict[str, dict] = {}  # PodGroup uid -> status written
+        self._groups_seen = -1  # the store's members_seen at the last pass over PodGroups
+        self._waiting_groups: set[ObjectKey] = set()  # PodGroups looked at again next pass
+        self._reasons: dict[str, str] = {}  # the latest cycle's: pod key -> why it waits
         self._allocated_written: dict[str, dict] = {}  # Queue uid -> status.allocated written
 
     async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound | Evicted]) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._scheduled_events, bound)
+            tg.start_soon(self._follow_pod_groups)
             while True:
                 result = await results.take()
                 try:
@@ -220,6 +224,20 @@ class Feedback:
                     await self.event(
                         pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {b.pod} to {b.node}"
                     )
+
+    async def _follow_pod_groups(self, interval: float = 1.0) -> None:
+        """PodGroup phases follow their members (bound, then Running) between cycles too: a binding or a pod
+        starting to run starts no cycle. At most once per `interval`."""
+        seen = -1
+        while True:
+            await self.store.wait_for_members(seen)
+            await anyio.sleep(interval)
+            seen = self.store.members_seen
+            try:
+                await self._pod_groups(self._reasons)
+            except _WRITE_ERRORS as exc:
+                logs.warning("feedback failed", error=f"{type(exc).__name__}: {exc}")
+            self._prune()
 
     async def _preempted(self, e: Evicted) -> None:
         """kube-scheduler's Preempted event on each victim, naming the gang it made room for."""
@@ -246,9 +264,8 @@ class Feedback:
         return reasons
 
     async def apply(self, result: CycleResult) -> None:
-        reasons = self.reasons(result)
+        reasons = self._reasons = self.reasons(result)
         self._prune()
-        self.metrics.held_objects.labels("feedback").set(self.written())
         async with anyio.create_task_group() as tg:
             for key, reason in reasons.items():
                 tg.start_soon(self._unschedulable, key, reason)
@@ -256,13 +273,20 @@ class Feedback:
             tg.start_soon(self._queues, result)
 
     def _prune(self) -> None:
-        """Forget what was written about objects that are gone: memory stays flat over a long run."""
-        pods = {_uid(p) for p in self.store.pods()}
-        self._condition_written = {u: m for u, m in self._condition_written.items() if u in pods}
+        """Forget what was written about objects that are gone, and about pods bound since (none is written
+        Unschedulable again): memory stays flat over a long run."""
+        self._condition_written = {
+            u: (key, m)
+            for u, (key, m) in self._condition_written.items()
+            if (pod := self.store.pod(key)) is not None
+            and _uid(pod) == u
+            and not (pod.get("spec") or {}).get("nodeName")
+        }
         groups = {_uid(pg) for pg in self.store.pod_groups().values()}
         self._status_written = {u: s for u, s in self._status_written.items() if u in groups}
         queues = {_uid(q) for q in self.store.queues().values()}
         self._allocated_written = {u: a for u, a in self._allocated_written.items() if u in queues}
+        self.metrics.held_objects.labels("feedback").set(self.written())
 
     def written(self) -> int:
         return len(self._condition_written) + len(self._status_written) + len(self._allocated_written)
@@ -275,8 +299,8 @@ class Feedback:
         out = {key: w.reason for key, w in result.waiting.items()}
         unreadable = dict(result.skipped)
         for p in result.snapshot.pods:
-            if not is_pending_for(p, self.scheduler_name):
-                continue
+            if (p.get("spec") or {}).get("nodeName") or not is_pending_for(p, self.scheduler_name):
+                continue  # (the cheap test first: most pods of a large cluster are bound)
             meta = p["metadata"]
             ns, key = meta.get("namespace", ""), pod_key(p)
             if f"Pod {key}" in unreadable:
@@ -316,7 +340,7 @@ class Feedback:
                 and current.get("reason") == "Unschedulable"
                 and current.get("message") == message
             )
-            if not shown and self._condition_written.get(uid) != message:
+            if not shown and self._condition_written.get(uid) != (key, message):
                 ns, _, name = key.partition("/")
                 condition = {
                     "type": "PodScheduled",
@@ -333,7 +357,7 @@ class Feedback:
                         STRATEGIC_PATCH,
                         timeout=self.fence.remaining(),
                     )
-                    self._condition_written[uid] = message
+                    self._condition_written[uid] = (key, message)
                 except _WRITE_ERRORS as exc:
                     if not (isinstance(exc, ApiError) and exc.status in (404, 409)):
                         logs.warning("pod condition not written", pod=key, error=str(exc))
@@ -397,23 +421,21 @@ class Feedback:
     # ------------------------------------------------------------------ PodGroups
 
     async def _pod_groups(self, reasons: dict[str, str]) -> None:
-        members: dict[ObjectKey, list[dict]] = {}
-        for p in self.store.pods():
-            meta = p["metadata"]
-            ns = meta.get("namespace", "")
-            name = upstream_group_name(p)
-            if name:
-                members.setdefault((UPSTREAM_GROUP, ns, name), []).append(p)
+        """Write the status of every PodGroup that changed (itself or its members) since the last pass, or whose
+        members wait (or waited) for a reason; not while a cycle's placement of its members is being bound."""
+        waiting = {g for k in reasons if (g := pod_group_of(self.store.pod(k))) is not None}
+        since, self._groups_seen = self._groups_seen, self.store.members_seen
+        changed = set(self.store.pod_groups_changed(since)) | waiting | self._waiting_groups
+        self._waiting_groups = waiting
+        groups = self.store.pod_groups()
+        for key in changed:
+            pg = groups.get(key)
+            if pg is None:
                 continue
-            name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
-            if name:
-                members.setdefault(("scheduling.x-k8s.io", ns, name), []).append(p)
+            group_pods = self.store.pod_group_members(key)
+            if any(self.store.is_assumed(pod_key(p)) for p in group_pods):
+                self._waiting_groups.add(key)  # placed, being bound: its status once the watch shows that
                 continue
-            name = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
-            if name:
-                members.setdefault(("scheduling.volcano.sh", ns, name), []).append(p)
-        for key, pg in self.store.pod_groups().items():
-            group_pods = members.get(key, [])
             reason = next((reasons[pod_key(p)] for p in group_pods if pod_key(p) in reasons), "")
             if key[0] == UPSTREAM_GROUP:
                 # kube-scheduler writes the status of the groups of its own pods: gangsolve of its own only.

@@ -69,7 +69,9 @@ class Kube:
         return Kube(self.api, self.request_timeout, qps, burst)
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None, connections: int = 32, qps: float = 50.0, burst: int = 100) -> Kube:
+    async def connect(
+        cls, kubeconfig: str | None, connections: int = 32, qps: float | None = 50.0, burst: int = 100
+    ) -> Kube:
         cfg = await load_configuration(kubeconfig)
         cfg.connection_pool_maxsize = connections
         return cls(k8s_client.ApiClient(cfg), qps=qps, burst=burst)

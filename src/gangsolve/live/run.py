@@ -48,7 +48,7 @@ class Scheduler:
     def __init__(self, cfg: Config, kube: Kube) -> None:
         self.cfg = cfg
         self.metrics = Metrics()
-        self.store = ClusterStore()
+        self.store = ClusterStore(group_label=cfg.group_label)
         self.watchers = [Watcher(kube, r, on_error=self._watch_error) for r in RESOURCES]
         # Only the leader learns runtimes: it lists what succeeded when it starts leading.
         self.succeeded = Watcher(kube, succeeded_pods(cfg.scheduler_name), on_error=self._watch_error)

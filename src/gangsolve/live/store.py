@@ -1,12 +1,12 @@
 """The cluster store: the one owner of what the scheduler knows about the cluster.
 
-It holds three things, and says who may change each:
+It holds these things, and says who may change each:
 
 - **observed objects**, exactly as the API sent them and never mutated: written only by `run` (the watch
   pump), from the watchers' events;
 - **assumed placements** (kube-scheduler's assume/bind/forget): a pod the solver actor handed to the binder
-  shows as bound to its node in every later snapshot, so no cycle gives its capacity away twice. Written by
-  the solver actor (`assume`), ended by the watch showing the pod bound (confirmed) or gone, or by the binder
+  shows as bound to its node in every later view, so no cycle gives its capacity away twice. Written by the
+  solver actor (`assume`), ended by the watch showing the pod bound (confirmed) or gone, or by the binder
   (`forget`);
 - **assumed claim allocations**, the DRA half of an assumption: the devices the solver actor chose for a
   claim of a placed pod show as allocated in every later snapshot until the watch shows the claim allocated
@@ -21,27 +21,43 @@ It holds three things, and says who may change each:
   replaced), or the binder reports the write failed (`forget_nomination`, `forget_eviction`). The capacity a
   nomination holds is no state of its own: each cycle derives it from the pods' nominations.
 
-Everyone else reads: an immutable `Snapshot` per cycle, or single objects (`pod`, `node`, `pods_on`) for the
-binder's last check and feedback. A change that matters to scheduling bumps `generation` (status writes
-gangsolve makes itself and node heartbeats do not), which wakes the solver actor.
+Everyone else reads: an immutable `View` per cycle, or single objects (`pod`, `node`, `node_view`) for the
+binder's last check and feedback.
+
+What a cycle needs from thousands of nodes and tens of thousands of bound pods is kept up to date as events
+arrive, not rebuilt per cycle (kube-scheduler's cache does the same): each node converted once per change, each
+pod's requests computed once per change, and per node the requests of the pods bound or assumed there. A
+change that matters to scheduling bumps `generation`, which wakes the solver actor; `freed` counts the changes
+that may have made room (a pod gone or unbound, a victim among them; an assumption dropped; a nomination
+cleared or moved; a node changed; a device claim deallocated or gone, a ResourceSlice or DeviceClass
+changed), so the solver actor knows when gangs that did not fit are worth trying again. Capacity only taken
+(a bind, ours confirmed or another scheduler's) starts no cycle by itself, nor do status writes gangsolve
+makes, node heartbeats, or a bound pod starting to run. The store also counts the priorities of the pods
+bound or assumed, so a cycle knows without reading them whether preemption could find a victim at all.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import anyio
 from anyio.abc import ObjectReceiveStream
 
+from gangsolve import objects, schema
+from gangsolve.errors import InputError
+from gangsolve.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
 from gangsolve.live import logs
 from gangsolve.live.watchers import Event, Resync
 from gangsolve.snapshot import DRA_KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
+from gangsolve.solver import Node
 
 KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
+Requests = dict[str, int]
 
 EVICTING = "1970-01-01T00:00:00Z"  # a victim's deletionTimestamp until the watch shows the real one
 BACKOFF_INITIAL = 1.0  # seconds, as kube-scheduler's podInitialBackoffSeconds
@@ -66,8 +82,56 @@ def _ready(node: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions if isinstance(c, dict))
 
 
+def _node_name(pod: dict | None) -> str | None:
+    return ((pod or {}).get("spec") or {}).get("nodeName") or None
+
+
+def pod_group_of(pod: dict | None) -> ObjectKey | None:
+    """The PodGroup a pod names (Kubernetes' own through spec.schedulingGroup first, then scheduler-plugins'
+    label, then Volcano's annotation), or None."""
+    if pod is None:
+        return None
+    meta = pod.get("metadata") or {}
+    name = upstream_group_name(pod)
+    if name:
+        return UPSTREAM_GROUP, meta.get("namespace", ""), name
+    name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+    if name:
+        return "scheduling.x-k8s.io", meta.get("namespace", ""), name
+    name = (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)
+    return ("scheduling.volcano.sh", meta.get("namespace", ""), name) if name else None
+
+
+Hint = tuple[str, str, str]  # (rule, namespace, value)
+
+
+def gang_hints(pod: dict, group_label: str | None) -> set[Hint]:
+    """What a pod may share with the other members of its gang, by the gang rules (README): its PodGroup
+    (Kubernetes' own, scheduler-plugins' label, Volcano's annotation), its value of the group label, its
+    controlling owner.
+    (Pods a PDB groups share a namespace with it.) Two pods of one gang share at least one hint; pods sharing
+    one need not be of one gang: gangs.build_cluster decides, this only narrows what it reads."""
+    meta = pod.get("metadata") or {}
+    ns, labels, annotations = meta.get("namespace", ""), meta.get("labels") or {}, meta.get("annotations") or {}
+    hints = set()
+    upstream = upstream_group_name(pod)
+    if upstream:
+        hints.add(("upstream", ns, upstream))
+    if POD_GROUP_LABEL in labels:
+        hints.add(("podgroup", ns, str(labels[POD_GROUP_LABEL])))
+    if VOLCANO_ANNOTATION in annotations:
+        hints.add(("volcano", ns, str(annotations[VOLCANO_ANNOTATION])))
+    if group_label and group_label in labels:
+        hints.add(("label", ns, str(labels[group_label])))
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            hints.add(("owner", ns, str(ref.get("uid"))))
+    return hints
+
+
 def fingerprint(kind: str, obj: dict) -> object:
-    """What of an object matters to a scheduling decision; a change elsewhere starts no cycle."""
+    """What of an object matters to a scheduling decision; a change elsewhere starts no cycle. A bound pod's
+    phase does not matter (it holds its capacity until it finishes, and finished pods are never watched)."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if kind == "Pod":
         return (
@@ -77,7 +141,7 @@ def fingerprint(kind: str, obj: dict) -> object:
             meta.get("ownerReferences"),
             meta.get("deletionTimestamp"),
             spec,
-            status.get("phase"),
+            None if spec.get("nodeName") else status.get("phase"),
         )
     if kind == "Node":
         return (
@@ -104,11 +168,43 @@ def fingerprint(kind: str, obj: dict) -> object:
     return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
 
 
+def _priority(pod: dict | None) -> int | None:
+    """spec.priority as admission sets it on every pod (None on one written without it)."""
+    priority = ((pod or {}).get("spec") or {}).get("priority")
+    return priority if isinstance(priority, int) else None
+
+
+def _scheduler_name(pod: dict) -> str:
+    return str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
+
+
+def _unindex(index: dict[str, dict[str, dict]], name: str, key: str) -> None:
+    members = index.get(name)
+    if members is not None:
+        members.pop(key, None)
+        if not members:
+            del index[name]
+
+
+def _add(into: dict[str, Requests], node: str, requests: Requests, sign: int) -> None:
+    used = into.setdefault(node, {})
+    for r, q in requests.items():
+        left = used.get(r, 0) + sign * q
+        if left:
+            used[r] = left
+        else:
+            used.pop(r, None)
+    if not used:
+        del into[node]
+
+
 @dataclass(frozen=True)
 class Assumption:
     node: str
     uid: str
     gang: str
+    requests: Requests  # what it adds to the node's used capacity until confirmed or dropped
+    priority: int | None  # the pod's spec.priority
 
 
 @dataclass(frozen=True)
@@ -130,19 +226,55 @@ class Backoff:
     until: float  # monotonic
 
 
+@dataclass(frozen=True)
+class View:
+    """One cycle's immutable view of the store."""
+
+    snapshot: Snapshot  # the objects as observed, assumed pods shown bound, unreadable and backing-off ones left out
+    nodes: tuple[Node, ...]  # every readable node, with the capacity pods bound or assumed there hold
+    unreadable: tuple[InputError, ...]  # objects left out because they cannot be read
+    freed: int  # the store's `freed` when the view was taken
+    partial: bool = False  # only the pods a cycle of one scheduler reads: not every possible victim of preemption
+    lowest_bound: float = -math.inf  # the lowest priority of a pod bound or assumed (inf: none is)
+
+
 class ClusterStore:
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock=time.monotonic, group_label: str | None = None) -> None:
+        self.group_label = group_label  # the scheduler's --group-label (a gang rule)
         self._objects: dict[str, dict[ObjectKey, dict]] = {k: {} for k in KINDS}
         self._prints: dict[str, dict[ObjectKey, object]] = {k: {} for k in KINDS}
         self._on_node: dict[str, set[str]] = {}  # node name -> keys of pods observed bound there
+        self._members: dict[ObjectKey, set[str]] = {}  # PodGroup -> keys of the pods naming it
+        # PodGroup -> members_seen when it or its members last changed, in the order of those changes
+        self._group_marks: dict[ObjectKey, int] = {}
+        self._by_scheduler: dict[str, dict[str, dict]] = {}  # spec.schedulerName -> pod key -> pod
+        self._by_namespace: dict[str, dict[str, dict]] = {}  # namespace -> pod key -> pod
+        self._by_hint: dict[Hint, set[str]] = {}  # gang hint -> keys of the pods that have it
+        self._unbound: dict[str, dict[str, dict]] = {}  # spec.schedulerName -> key -> pod not bound (yet)
+        self._versions: dict[str, int] = dict.fromkeys(KINDS, 0)  # bumps on any change to an object of the kind
+        self._cached: dict[str, tuple[int, Any]] = {}  # what views share while nothing of its kind changes
+        self._requests: dict[str, Requests] = {}  # pod key -> the observed object's requests (readable ones)
+        self._bad_pods: dict[str, InputError] = {}  # pod key -> why its requests cannot be read
+        self._nodes: dict[str, Node] = {}  # node name -> converted (readable ones)
+        self._bad_nodes: dict[str, InputError] = {}
+        self._used: dict[str, Requests] = {}  # node name -> requests of the pods bound or assumed there
+        self._views: dict[str, Node] = {}  # node name -> its Node with `used`, rebuilt when dirty
+        self._dirty: set[str] = set()
         self._assumed: dict[str, Assumption] = {}  # pod key -> where the solver placed it
+        self._assumed_on: dict[str, set[str]] = {}  # node name -> keys of pods assumed there
+        # spec.priority (None: not set) -> how many pods bound or assumed have it: whether preemption may find
+        # a victim, without reading every bound pod
+        self._bound_priorities: dict[int | None, int] = {}
         self._claims: dict[tuple[str, str], ClaimAssumption] = {}  # (ns, claim) -> the devices chosen for it
         self._backoff: dict[str, Backoff] = {}  # pod key -> kept out of planning until
         self._nominated: dict[str, Nomination] = {}  # pod key -> nomination written, not observed yet
         self._evicting: dict[str, str] = {}  # pod key -> uid of a victim being evicted, not observed leaving yet
         self._clock = clock
         self.generation = 0
+        self.freed = 0
         self._changed = anyio.Event()
+        self.members_seen = 0  # bumps on any change to a pod that names a PodGroup (its status included)
+        self._members_changed = anyio.Event()
 
     # ------------------------------------------------------------------ the watch pump
 
@@ -180,43 +312,130 @@ class ClusterStore:
     def _apply_one(self, kind: str, etype: str, obj: dict) -> bool:
         table, prints = self._objects[kind], self._prints[kind]
         key = object_key(obj)
-        if kind == "Pod":
-            self._index_pod(table.get(key), None if etype == "DELETED" else obj)
+        old = table.get(key)
+        self._versions[kind] += 1
         if etype == "DELETED":
-            gone = table.pop(key, None)
+            if old is None:
+                return False
+            del table[key]
             prints.pop(key, None)
             if kind == "Pod":
-                self._pod_gone(pod_key(obj))
-            if kind == "ResourceClaim":
-                self._claims.pop(key[1:], None)
-            return gone is not None
+                self._pod_changed(pod_key(old), old, None)
+            elif kind == "PodGroup" and key not in self._members:
+                self._group_marks.pop(key, None)
+            elif kind == "Node":
+                self._node_changed(key[2], None)
+            elif kind in DRA_KINDS:
+                self._dra_changed(kind, key, old, None)
+            elif kind == "Queue":
+                self.freed += 1  # its gangs fall back to queue default, uncapped
+            return True
         table[key] = obj
+        confirmed = False
+        if kind == "PodGroup":
+            self.members_seen += 1
+            self._mark_group(key)
         if kind == "Pod":
-            self._observe_pod(obj)
-        if kind == "ResourceClaim" and (obj.get("status") or {}).get("allocation") is not None:
-            self._claims.pop(key[1:], None)  # confirmed: the watch shows it allocated
+            confirmed = self._pod_changed(pod_key(obj), old, obj)
+        if kind == "ResourceClaim" and key[1:] in self._claims and (obj.get("status") or {}).get("allocation"):
+            self._end_claim(key[1:])  # confirmed: the watch shows it allocated
         fp = fingerprint(kind, obj)
         if prints.get(key) == fp:
             return False
         prints[key] = fp
-        return True
+        if kind == "Node":
+            self._node_changed(key[2], obj)
+        elif kind in DRA_KINDS:
+            self._dra_changed(kind, key, old, obj)
+        elif kind == "Queue":
+            self.freed += 1  # a cap raised or a weight changed: gangs its cap or share held back may go now
+        return not confirmed
 
-    def _index_pod(self, old: dict | None, new: dict | None) -> None:
-        old_node = ((old or {}).get("spec") or {}).get("nodeName")
-        new_node = ((new or {}).get("spec") or {}).get("nodeName")
-        if old_node == new_node:
-            return
-        key = pod_key(old or new or {})
+    # ------------------------------------------------------------------ derived state, kept up to date
+
+    def _pod_changed(self, key: str, old: dict | None, new: dict | None) -> bool:
+        """Index, requests, used capacity, assumptions and preemptions in flight after a pod event; True when
+        the event only confirms the assumption of this pod on the node it was bound to (it changes nothing a
+        cycle would see)."""
+        was_nominated = self._nomination(key, old)
+        if old is not None:
+            _unindex(self._by_scheduler, _scheduler_name(old), key)
+            _unindex(self._by_namespace, old["metadata"].get("namespace", ""), key)
+            _unindex(self._unbound, _scheduler_name(old), key)
+            for hint in gang_hints(old, self.group_label):
+                members = self._by_hint.get(hint, set())
+                members.discard(key)
+                if not members:
+                    self._by_hint.pop(hint, None)
+        if new is not None:
+            self._by_scheduler.setdefault(_scheduler_name(new), {})[key] = new
+            self._by_namespace.setdefault(new["metadata"].get("namespace", ""), {})[key] = new
+            if not _node_name(new):
+                self._unbound.setdefault(_scheduler_name(new), {})[key] = new
+            for hint in gang_hints(new, self.group_label):
+                self._by_hint.setdefault(hint, set()).add(key)
+        old_group, new_group = pod_group_of(old), pod_group_of(new)
+        if old_group != new_group:
+            if old_group:
+                names = self._members.get(old_group, set())
+                names.discard(key)
+                if not names:
+                    self._members.pop(old_group, None)
+                    if old_group not in self._objects["PodGroup"]:
+                        self._group_marks.pop(old_group, None)
+            if new_group:
+                self._members.setdefault(new_group, set()).add(key)
+        if old_group or new_group:
+            self.members_seen += 1
+            for changed in (old_group, new_group):
+                if changed is not None and (changed in self._members or changed in self._objects["PodGroup"]):
+                    self._mark_group(changed)
+            event, self._members_changed = self._members_changed, anyio.Event()
+            event.set()
+        old_node, new_node = _node_name(old), _node_name(new)
+        if old_node != new_node:
+            if old_node:
+                members = self._on_node.get(old_node, set())
+                members.discard(key)
+                if not members:
+                    self._on_node.pop(old_node, None)
+            if new_node:
+                self._on_node.setdefault(new_node, set()).add(key)
         if old_node:
-            members = self._on_node.get(old_node, set())
-            members.discard(key)
-            if not members:
-                self._on_node.pop(old_node, None)
+            self._count_priority(_priority(old), -1)
         if new_node:
-            self._on_node.setdefault(new_node, set()).add(key)
+            self._count_priority(_priority(new), +1)
+        old_requests = self._requests.get(key)
+        if new is None:
+            self._requests.pop(key, None)
+            self._bad_pods.pop(key, None)
+            new_requests = None
+        elif new is not old:
+            try:
+                schema.check(new, "Pod")
+                new_requests = objects.pod_requests(new)
+                self._requests[key] = new_requests
+                self._bad_pods.pop(key, None)
+            except InputError as exc:
+                new_requests = None
+                self._requests.pop(key, None)
+                self._bad_pods[key] = exc
+        else:
+            new_requests = old_requests
+        if old_node and old_requests is not None and (old_node, old_requests) != (new_node, new_requests):
+            self._use(old_node, old_requests, -1)
+        if new_node and new_requests is not None and (old_node, old_requests) != (new_node, new_requests):
+            self._use(new_node, new_requests, +1)
+        if new is None:
+            self._pod_gone(key)
+            confirmed = False
+        else:
+            confirmed = self._observe_pod(key, new, new_requests)
+        if was_nominated not in (None, new_node, self._nomination(key, new)):
+            self.freed += 1  # the room held for it on its nominated node is for any gang now (not bound there)
+        return confirmed
 
-    def _observe_pod(self, obj: dict) -> None:
-        key = pod_key(obj)
+    def _observe_pod(self, key: str, obj: dict, requests: Requests | None) -> bool:
         uid = obj["metadata"].get("uid")
         backoff = self._backoff.get(key)
         if backoff is not None and backoff.uid != uid:
@@ -224,15 +443,20 @@ class ClusterStore:
         self._observe_preemption(key, uid, obj)
         a = self._assumed.get(key)
         if a is None:
-            return
-        node = (obj.get("spec") or {}).get("nodeName")
+            return False
+        node = _node_name(obj)
         if uid != a.uid:
             self._drop(key, "pod replaced")
         elif node:
             if node != a.node:
                 logs.warning("pod bound elsewhere than assumed", pod=key, assumed=a.node, node=node)
-            del self._assumed[key]  # confirmed: the watch shows it bound
+            self._end_assumption(key, freed=node != a.node)  # confirmed: the watch shows it bound
             self._backoff.pop(key, None)
+            return node == a.node
+        elif requests is not None and requests != a.requests:  # still pending, asking for something else
+            self._end_assumption(key, freed=True)
+            self._assume_one(key, a.uid, a.node, a.gang)
+        return False
 
     def _observe_preemption(self, key: str, uid: str | None, obj: dict) -> None:
         """End what the watch now shows (or makes moot): a nomination the pod carries, or that no longer matters
@@ -246,20 +470,82 @@ class ClusterStore:
         if victim is not None and (victim != uid or obj["metadata"].get("deletionTimestamp")):
             del self._evicting[key]
 
+    def _nomination(self, key: str, pod: dict | None) -> str | None:
+        """The node a pending pod is nominated to as views show it: the solver's nomination in flight, else
+        the observed one."""
+        if pod is None or _node_name(pod):
+            return None
+        n = self._nominated.get(key)
+        return n.node if n is not None else ((pod.get("status") or {}).get("nominatedNodeName") or None)
+
     def _pod_gone(self, key: str) -> None:
         self._drop(key, "pod deleted")
         self._backoff.pop(key, None)
         self._nominated.pop(key, None)
         self._evicting.pop(key, None)
 
+    def _node_changed(self, name: str, obj: dict | None) -> None:
+        self._nodes.pop(name, None)
+        self._views.pop(name, None)
+        self._bad_nodes.pop(name, None)
+        if obj is not None:
+            try:
+                schema.check(obj, "Node")
+                self._nodes[name] = objects.node(obj)
+            except InputError as exc:
+                self._bad_nodes[name] = exc
+        self._dirty.add(name)
+        self.freed += 1  # a node added, or changed in labels, taints, readiness or size: gangs may fit now
+
+    def _dra_changed(self, kind: str, key: ObjectKey, old: dict | None, new: dict | None) -> None:
+        """A DRA object changed in what scheduling reads. Devices may have been freed or added: a claim gone or
+        deallocated, a ResourceSlice, DeviceClass or template changed (a claim only allocated frees nothing)."""
+        if kind == "ResourceClaim" and new is not None:
+            allocation = ((old or {}).get("status") or {}).get("allocation")
+            if allocation is None or allocation == (new.get("status") or {}).get("allocation"):
+                return
+        if kind == "ResourceClaim" and new is None:
+            self._end_claim(key[1:])
+        self.freed += 1
+
+    def _count_priority(self, priority: int | None, sign: int) -> None:
+        left = self._bound_priorities.get(priority, 0) + sign
+        if left:
+            self._bound_priorities[priority] = left
+        else:
+            self._bound_priorities.pop(priority, None)
+
+    def _use(self, node: str, requests: Requests, sign: int) -> None:
+        _add(self._used, node, requests, sign)
+        self._dirty.add(node)
+        if sign < 0:
+            self.freed += 1
+
     def _drop(self, key: str, why: str) -> None:
-        if self._assumed.pop(key, None) is not None:
+        if key in self._assumed:
+            self._end_assumption(key, freed=True)
             logs.debug("assumption dropped", pod=key, why=why)
         self._drop_claims(key)
 
     def _drop_claims(self, pod: str) -> None:
         for claim in [c for c, a in self._claims.items() if a.pod == pod]:
-            del self._claims[claim]
+            self._end_claim(claim)
+
+    def _end_claim(self, claim: tuple[str, str]) -> None:
+        if self._claims.pop(claim, None) is not None:
+            self._versions["ResourceClaim"] += 1  # (views show the claims with their assumed allocations)
+
+    def _end_assumption(self, key: str, *, freed: bool) -> None:
+        a = self._assumed.pop(key)
+        on = self._assumed_on.get(a.node, set())
+        on.discard(key)
+        if not on:
+            self._assumed_on.pop(a.node, None)
+        _add(self._used, a.node, a.requests, -1)
+        self._count_priority(a.priority, -1)
+        self._dirty.add(a.node)
+        if freed:
+            self.freed += 1
 
     def _bump(self) -> None:
         self.generation += 1
@@ -274,10 +560,22 @@ class ClusterStore:
         """The solver placed these (pod key, uid, node): they count as bound until confirmed or forgotten; and
         chose these devices (pod key, claim `ns/name`, status.allocation): allocated until the watch shows it."""
         for key, uid, node in pods:
-            self._assumed[key] = Assumption(node, uid, gang)
+            if key in self._assumed:
+                self._end_assumption(key, freed=self._assumed[key].node != node)
+            self._assume_one(key, uid, node, gang)
         for pod, claim, allocation in claims:
             ns, _, name = claim.partition("/")
             self._claims[(ns, name)] = ClaimAssumption(pod, allocation)
+            self._versions["ResourceClaim"] += 1
+
+    def _assume_one(self, key: str, uid: str, node: str, gang: str) -> None:
+        requests = dict(self._requests.get(key) or {})
+        priority = _priority(self.pod(key))
+        self._assumed[key] = Assumption(node, uid, gang, requests, priority)
+        self._assumed_on.setdefault(node, set()).add(key)
+        _add(self._used, node, requests, +1)
+        self._count_priority(priority, +1)
+        self._dirty.add(node)
 
     def forget(self, key: str, uid: str, *, failed: bool) -> None:
         """The binder did not bind this pod: its capacity is free again and its gang is planned anew; after a
@@ -285,7 +583,7 @@ class ClusterStore:
         a = self._assumed.get(key)
         if a is None or a.uid != uid:
             return
-        del self._assumed[key]
+        self._end_assumption(key, freed=True)
         self._drop_claims(key)
         if failed:
             previous = self._backoff.get(key)
@@ -299,7 +597,10 @@ class ClusterStore:
     def nominate(self, pods: Iterable[tuple[str, str, str | None]]) -> None:
         """The solver nominated these (pod key, uid, node; None clears the nomination)."""
         for key, uid, node in pods:
+            was = self._nomination(key, self.pod(key))
             self._nominated[key] = Nomination(node, uid)
+            if was is not None and was != node:
+                self.freed += 1  # the room held for it there is for any gang now
 
     def evict(self, pods: Iterable[tuple[str, str]]) -> None:
         """The solver chose these (pod key, uid) as victims: they count as leaving from now on."""
@@ -311,6 +612,8 @@ class ClusterStore:
         n = self._nominated.get(key)
         if n is not None and n.uid == uid:
             del self._nominated[key]
+            if n.node is not None and n.node != self._nomination(key, self.pod(key)):
+                self.freed += 1
             self._bump()
 
     def forget_eviction(self, key: str, uid: str) -> None:
@@ -324,6 +627,28 @@ class ClusterStore:
     async def wait_for_change(self, seen: int) -> None:
         while self.generation == seen:
             await self._changed.wait()
+
+    async def wait_for_members(self, seen: int) -> None:
+        """Until a pod that names a PodGroup changes (`members_seen` moves past `seen`)."""
+        while self.members_seen == seen:
+            await self._members_changed.wait()
+
+    def pod_group_members(self, key: ObjectKey) -> list[dict]:
+        """The pods that name this PodGroup."""
+        return [p for k in self._members.get(key, ()) if (p := self.pod(k)) is not None]
+
+    def pod_groups_changed(self, since: int) -> list[ObjectKey]:
+        """PodGroups that changed, or whose members did, after `members_seen` was `since`."""
+        out = []
+        for key, mark in reversed(self._group_marks.items()):
+            if mark <= since:
+                break
+            out.append(key)
+        return out
+
+    def _mark_group(self, key: ObjectKey) -> None:
+        self._group_marks.pop(key, None)  # re-inserted last: the dict stays in the order of the changes
+        self._group_marks[key] = self.members_seen
 
     def next_backoff_expiry(self) -> float:
         """Seconds until the first pod in back-off may be planned again (inf when none is)."""
@@ -343,6 +668,28 @@ class ClusterStore:
     def node(self, name: str) -> dict | None:
         return self._objects["Node"].get(("", "", name))
 
+    def node_view(self, name: str) -> Node | None:
+        """The node as a cycle sees it: converted, with the capacity pods bound or assumed there hold (None when
+        it is gone or cannot be read)."""
+        if name not in self._nodes:
+            self._dirty.discard(name)
+            return None
+        if name in self._dirty or name not in self._views:
+            self._views[name] = replace(self._nodes[name], used=dict(self._used.get(name, {})))
+            self._dirty.discard(name)
+        return self._views[name]
+
+    def node_error(self, name: str) -> InputError | None:
+        """Why a node cannot be read (None when it can, or is gone)."""
+        return self._bad_nodes.get(name)
+
+    def requests(self, key: str) -> Requests | None:
+        """The observed pod's requests (None when it is gone or they cannot be read)."""
+        return self._requests.get(key)
+
+    def assumed_on(self, node: str) -> list[tuple[str, Assumption]]:
+        return [(k, self._assumed[k]) for k in self._assumed_on.get(node, ())]
+
     def pods(self) -> list[dict]:
         """Every pod observed (finished ones are never watched)."""
         return list(self._objects["Pod"].values())
@@ -350,9 +697,6 @@ class ClusterStore:
     def pods_on(self, node: str) -> list[dict]:
         """Pods observed bound to `node` (finished ones are never watched)."""
         return [p for k in self._on_node.get(node, ()) if (p := self.pod(k)) is not None]
-
-    def assumed_on(self, node: str) -> list[tuple[str, Assumption]]:
-        return [(k, a) for k, a in self._assumed.items() if a.node == node]
 
     def is_assumed(self, key: str) -> bool:
         return key in self._assumed
@@ -402,24 +746,85 @@ class ClusterStore:
         return out
 
     def snapshot(self) -> Snapshot:
-        """An immutable view for one cycle: assumed pods appear bound to their node, pods in back-off are
-        left out (their gangs wait for them), nominations and evictions in flight appear done."""
+        return self.view().snapshot
+
+    def view(self, scheduler_name: str | None = None) -> View:
+        """An immutable view for one cycle: assumed pods appear bound to their node (and their claims'
+        devices allocated), nominations and evictions in flight appear done, pods in back-off are left out
+        (their gangs wait for them), and so are objects that cannot be read (listed in `unreadable`).
+
+        With `scheduler_name`, only the pods a cycle for that scheduler reads: its pending pods, the pods that
+        may share a gang with them (`gang_hints`), and the pods of their namespaces where a PDB may group them.
+        Every other pod counts only through the capacity it holds, which `nodes` carry: a cycle reads what is
+        pending, not the tens of thousands of pods a large cluster runs. Such a view is `partial`: its bound pods
+        are not all the possible victims of a preemption; a cycle that may preempt takes a whole one. While a Queue
+        exists every view is whole: a queue's usage, which its cap and fair share are measured against, is what
+        every bound gang of the queue holds."""
         held = self.backing_off()
-        pods = list(self._objects["Pod"].values())
-        if self._assumed or held or self._nominated or self._evicting:
-            pods = [self._as_assumed(p) for p in pods if pod_key(p) not in held]
-        return Snapshot(
-            nodes=list(self._objects["Node"].values()),
+        bad_pods = {k for k in self._bad_pods if _node_name(self.pod(k))}  # requests matter once bound
+        if self._objects["Queue"]:
+            scheduler_name = None  # a queue's usage is what every bound gang of it holds: read them all
+        if scheduler_name is None:
+            by_key = {pod_key(p): p for p in self._objects["Pod"].values()}
+        else:
+            pending = {k: p for k, p in self._unbound.get(scheduler_name, {}).items() if k not in self._assumed}
+            by_key = dict(pending)
+            for p in pending.values():
+                for hint in gang_hints(p, self.group_label):
+                    in_namespace = self._by_namespace.get(hint[1], {})
+                    by_key.update((k, in_namespace[k]) for k in self._by_hint.get(hint, ()) if k in in_namespace)
+            guarded = {k[1] for k in self._objects["PodDisruptionBudget"]}
+            for ns in guarded & {p["metadata"].get("namespace", "") for p in pending.values()}:
+                by_key.update(self._by_namespace.get(ns, {}))
+        for key in held.keys() | bad_pods:
+            by_key.pop(key, None)
+        for key in (self._assumed.keys() | self._nominated.keys() | self._evicting.keys()) & by_key.keys():
+            by_key[key] = self._as_assumed(by_key[key])
+        pods = list(by_key.values())
+        node_objs = self._objects["Node"]
+        unreadable = [self._bad_pods[k] for k in sorted(bad_pods)]
+        unreadable += [self._bad_nodes[n] for n in sorted(self._bad_nodes)]
+        dirty = bool(self._dirty)
+        for name in list(self._dirty):
+            self.node_view(name)
+        if dirty:
+            self._versions["Node"] += 1  # (the views' used capacity)
+        snapshot = Snapshot(
+            nodes=self._shared("Node", lambda: [o for key, o in node_objs.items() if key[2] not in self._bad_nodes]),
             pods=pods,
-            pdbs=list(self._objects["PodDisruptionBudget"].values()),
-            pod_groups={k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS},
-            priority_classes=self.priority_classes(),
-            queues=self.queues(),
-            resource_slices=list(self._objects["ResourceSlice"].values()),
-            device_classes={k[2]: v for k, v in self._objects["DeviceClass"].items()},
-            resource_claims={(k[1], k[2]): self._as_allocated(k, v) for k, v in self._objects["ResourceClaim"].items()},
-            claim_templates={(k[1], k[2]): v for k, v in self._objects["ResourceClaimTemplate"].items()},
+            pdbs=self._shared("PodDisruptionBudget", lambda: list(self._objects["PodDisruptionBudget"].values())),
+            pod_groups=self._shared(
+                "PodGroup", lambda: {k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS}
+            ),
+            priority_classes=self._shared("PriorityClass", self.priority_classes),
+            queues=self._shared("Queue", self.queues),
+            resource_slices=self._shared("ResourceSlice", lambda: list(self._objects["ResourceSlice"].values())),
+            device_classes=self._shared(
+                "DeviceClass", lambda: {k[2]: v for k, v in self._objects["DeviceClass"].items()}
+            ),
+            resource_claims=self._shared(
+                "ResourceClaim",
+                lambda: {(k[1], k[2]): self._as_allocated(k, v) for k, v in self._objects["ResourceClaim"].items()},
+            ),
+            claim_templates=self._shared(
+                "ResourceClaimTemplate",
+                lambda: {(k[1], k[2]): v for k, v in self._objects["ResourceClaimTemplate"].items()},
+            ),
         )
+        nodes = self._shared("nodes", lambda: tuple(self._views[k[2]] for k in node_objs if k[2] in self._views))
+        lowest = min(
+            (-math.inf if p is None else p for p in self._bound_priorities), default=math.inf
+        )  # (a pod without spec.priority may be of any)
+        return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest)
+
+    def _shared(self, kind: str, build: Callable[[], Any]) -> Any:
+        """What `build` makes of the objects of `kind`, made again only when one of them changed: views share
+        it, and nobody changes what a view holds."""
+        version = self._versions["Node" if kind == "nodes" else kind]
+        cached = self._cached.get(kind)
+        if cached is None or cached[0] != version:
+            cached = self._cached[kind] = (version, build())
+        return cached[1]
 
     def _as_allocated(self, key: ObjectKey, claim: dict) -> dict:
         a = self._claims.get(key[1:])

@@ -1,0 +1,70 @@
+"""What each scheduler's users create in the live benchmark (no control plane needed): kube-scheduler's native
+PodGroups as its users write them (the API shape read from the pinned v1.37.2 API server's OpenAPI,
+scheduling.k8s.io/v1beta1), scheduler-plugins PodGroups for gangsolve, nothing extra for plain kube-scheduler;
+and the scale scenarios' names and modes."""
+
+from __future__ import annotations
+
+from gangsolve.bench import objects as k8s
+from gangsolve.bench import scenarios as sc
+from gangsolve.bench.live import LIVE_GRIDS, LIVE_SCENARIOS, arrivals
+
+
+def synthetic() -> tuple[list[dict], object]:
+    objs = sc.synthetic(100, 40, seed=100)
+    return objs, k8s.to_cluster(objs)
+
+
+def test_native_pod_groups_carry_the_pods_priority_and_the_gangs_topology():
+    objs, cluster = synthetic()
+    gangs = {g.name: g for g in cluster.gangs}
+    for arrival in arrivals(objs, cluster, "kube-scheduler-gang"):
+        gang = gangs[arrival.gang]
+        if len(arrival.pods) < 2:
+            assert arrival.groups == []  # a single pod needs no gang
+            continue
+        (group,) = arrival.groups
+        assert group["apiVersion"] == "scheduling.k8s.io/v1beta1"
+        spec = group["spec"]
+        assert spec["schedulingPolicy"] == {"gang": {"minCount": gang.need}}
+        # kube-scheduler fails a PodGroup whose priority differs from its pods' (validatePodGroup, v1.37).
+        assert {p["spec"]["priorityClassName"] for p in arrival.pods} == {spec["priorityClassName"]}
+        for p in arrival.pods:
+            assert p["spec"]["schedulingGroup"] == {"podGroupName": group["metadata"]["name"]}
+            assert p["spec"]["schedulerName"] == "default-scheduler"
+        if gang.colocate:
+            assert spec["schedulingConstraints"] == {"topology": [{"key": gang.colocate}]}
+            assert all("affinity" not in p["spec"] for p in arrival.pods)  # the group's constraint instead
+        else:
+            assert "schedulingConstraints" not in spec
+
+
+def test_each_scheduler_gets_its_own_group_objects_and_the_same_pods():
+    objs, cluster = synthetic()
+    by = {s: arrivals(objs, cluster, s) for s in ("kube-scheduler", "kube-scheduler-gang", "gangsolve")}
+    assert all(a.groups == [] for a in by["kube-scheduler"])
+    assert {g["apiVersion"] for a in by["gangsolve"] for g in a.groups} == {"scheduling.x-k8s.io/v1alpha1"}
+    names = {s: [p["metadata"]["name"] for a in arr for p in a.pods] for s, arr in by.items()}
+    assert names["kube-scheduler"] == names["kube-scheduler-gang"] == names["gangsolve"]
+    assert len(names["gangsolve"]) == sum(len(g.pods) for g in cluster.gangs)
+    # Co-located gangs keep their per-pod affinity for plain kube-scheduler (its only way to say it).
+    colocated = {g.name for g in cluster.gangs if g.colocate}
+    assert colocated
+    assert all("affinity" in p["spec"] for a in by["kube-scheduler"] if a.gang in colocated for p in a.pods)
+
+
+def test_scale_scenarios_cover_every_shape_size_and_rate():
+    for size in (1000, 5000):
+        grid = LIVE_GRIDS[f"scale-{size}"]
+        assert {LIVE_SCENARIOS[n].mode for n in grid} == {"burst", "stream"}
+        for shape in ("1000x3", "3x1000", "10x500", "synthetic"):
+            assert f"live/{size}nodes-{shape}-burst" in grid
+        for shape in ("1000x3", "synthetic"):
+            assert {LIVE_SCENARIOS[f"live/{size}nodes-{shape}-stream{r}"].rate for r in (100, 300, 1000)} == {
+                100,
+                300,
+                1000,
+            }
+    burst = LIVE_SCENARIOS["live/5000nodes-3x1000-burst"]
+    pods = [o for o in burst.build() if o["kind"] == "Pod"]
+    assert (burst.nodes, len(pods), burst.client_qps) == (5000, 3000, 5000.0)
