@@ -56,6 +56,8 @@ def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
                 {"gang": r.gang, "nodes": list(r.nodes), "start": r.start, "gpus": r.gpus}
                 for r in placement.reservations
             ],
+            "evictions": [e.pod for e in placement.evictions],
+            "nominations": dict(placement.nominations),
         }
 
     return run

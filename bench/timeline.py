@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -274,6 +274,7 @@ def simulate(
     used: list[dict[str, int]] = [{} for _ in nodes]
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
     requests = {p.name: p.requests for job in jobs for p in job.gang.pods}
+    priority = {p.name: p.priority for job in jobs for p in job.gang.pods}
     queue_of = {p.name: job.gang.queue for job in jobs for p in job.gang.pods}
     held: dict[str, dict[str, int]] = {q.name: {} for q in queues}  # what each queue's bound pods hold
     violations = 0  # cycles x queues x resources over the queue's capability
@@ -289,6 +290,8 @@ def simulate(
     cycles: list[dict] = []
     reserved: dict[str, float] = {}  # gang -> its reservation's start at the last cycle
     later = backfilled = 0
+    nominated: dict[str, str] = {}  # pod -> node, from the last cycle's preemptions (their victims are gone)
+    lost: list[tuple[int, float, float]] = []  # evicted runs: GPUs, start, eviction (their work is lost)
     now = 0.0
     while len(cycles) < max_cycles:
         for job in [j for j in running if j.end is not None and j.end <= now]:
@@ -315,14 +318,26 @@ def simulate(
             for j in pending
         )
         ends = [
-            Running(node, requests[pod], expected_end(j.start or 0.0, j.estimate, now))
+            Running(
+                node,
+                requests[pod],
+                expected_end(j.start or 0.0, j.estimate, now),
+                name=pod,
+                priority=priority[pod],
+                gang=j.gang.name,
+                min_member=j.gang.min_member,
+                started=j.start or 0.0,
+                queue=j.gang.queue,
+            )
             for j in running
             for pod, node in j.bound.items()
         ]
+        waiting_pods = {p.name for g in gangs for p in g.pods}
         cluster = Cluster(
             tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)),
             gangs,
             tuple(ends),
+            nominated={pod: node for pod, node in nominated.items() if pod in waiting_pods},
             queues=tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
             now=now,
         )
@@ -334,6 +349,17 @@ def simulate(
         for pod, node in bindings.items():
             owner[pod].bound[pod] = node
             hold(pod, node, +1)
+        # Evicted jobs are gone before the next cycle (their controllers recreate the pods): they queue again
+        # from their arrival and start over; what they ran is lost.
+        evicted = set(facts.get("evictions", ()))
+        for job in [j for j in running if evicted & set(j.bound)]:
+            running.remove(job)
+            lost.append((job.gpus, job.start or 0.0, now))
+            for pod, node in job.bound.items():
+                hold(pod, node, -1)
+            job.bound, job.start, job.end, job.estimate = {}, None, None, None
+            pending.append(job)
+        nominated = dict(facts.get("nominations", {}))
         plan = {r["gang"]: r for r in facts.get("reservations", []) if r["start"] is not None}
         later += sum(1 for g, r in plan.items() if g in reserved and r["start"] > reserved[g] + PERIOD)
         reserved = {g: r["start"] for g, r in plan.items()}
@@ -364,13 +390,15 @@ def simulate(
             for j in pending:
                 waiting[j.gang.queue] += sum(p.requests.get(GPU, 0) for p in j.gang.pods if p.name not in j.bound)
             cycles[-1]["held"] = {q: h.get(GPU, 0) for q, h in held.items()}
-            cycles[-1]["demand"] = {q: h.get(GPU, 0) + waiting[q] for q, h in held.items()}
+            # What a tenant could hold: GPUs held and asked for, at most its queue's capability (a hard cap).
+            cap = {q.name: q.capability.get(GPU, total_gpus) for q in queues}
+            cycles[-1]["demand"] = {q: min(h.get(GPU, 0) + waiting[q], cap.get(q, total_gpus)) for q, h in held.items()}
         if on_cycle:
             on_cycle()
         if arrived == len(jobs) and not running and pending and not bindings:
             break  # stuck: nothing runs that could free capacity and nothing new arrives
         now += PERIOD
-    summary = summarize(jobs, cycles, window, total_gpus, now, nodes)
+    summary = summarize(jobs, cycles, window, total_gpus, now, nodes, lost)
     summary.update(reservations_pushed_later=later, backfilled=backfilled)
     if tenants_mode:
         weights = {q.name: q.weight for q in queues}
@@ -407,12 +435,19 @@ BSLD_FLOOR = 10.0  # seconds: bounded slowdown's threshold for very short jobs (
 
 
 def summarize(
-    jobs: list[Job], cycles: list[dict], window: tuple[float, float], total_gpus: int, end: float, nodes: list[Node]
+    jobs: list[Job],
+    cycles: list[dict],
+    window: tuple[float, float],
+    total_gpus: int,
+    end: float,
+    nodes: list[Node],
+    lost: Sequence[tuple[int, float, float]] = (),
 ) -> dict:
     """Queueing, completion and slowdown per job, and GPU use over the steady-state window from the jobs' own
     start and end times. Jobs that could not run even on the idle cluster count for no scheduler; a job never
     started counts as starting when the simulation ended (its wait and completion time are at least that), so a
-    scheduler that starves a job for ever does not look better for leaving it out."""
+    scheduler that starves a job for ever does not look better for leaving it out. `lost`: runs evicted (GPUs,
+    start, eviction), allocated but not useful."""
     runnable = set(_runnable(nodes, jobs))
     counted = [j for j in jobs if j.gang.name in runnable]
     started = [j for j in jobs if j.start is not None]
@@ -428,6 +463,7 @@ def summarize(
     stranded = sum(
         (c["gpu_allocation"] - c["gpu_useful"]) * total_gpus * PERIOD for c in cycles if lo <= c["time"] < hi
     )
+    wasted = sum(gpus * max(0.0, min(stop, hi) - max(begin, lo)) for gpus, begin, stop in lost)
     seconds = [c["seconds"] for c in cycles]
     by_size = {}
     for label, (small, big) in SIZES.items():
@@ -450,7 +486,9 @@ def summarize(
         "jct_p95": metrics.percentile(jct, 95),
         "bounded_slowdown_mean": float(np.mean(slowdown)) if slowdown else None,
         "gpu_useful_mean": useful / span,
-        "gpu_allocation_mean": (useful + stranded) / span,
+        "gpu_allocation_mean": (useful + stranded + wasted) / span,
+        "gpu_lost_mean": wasted / span,  # held by runs later evicted (preemption, reclaim)
+        "evictions": len(lost),
         "queue_delay_by_size": by_size,
         "cycles": len(cycles),
         "cycle_p50": metrics.percentile(seconds, 50),

@@ -122,6 +122,9 @@ def _single_pod(problem: Problem, g: int) -> str | None:
 def _over_capability(problem: Problem, g: int, counts: Counts) -> str | None:
     """Why the gang's minimum may not be placed whatever the free capacity: it would take its queue past its
     capability, or borrow capacity held for queues below their fair share (with this cycle's placement)."""
+    queue = problem.gangs[g].queue
+    if any(q.closed for q in problem.cluster.queues if q.name == queue):
+        return f"queue {queue} is closed: it admits no new gangs"
     for row in problem.cap_rows[g]:
         if not problem.capped[row]:
             continue

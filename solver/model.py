@@ -160,6 +160,7 @@ class Running:
     started: float = 0.0  # seconds on any clock (only the order counts): the most recent are evicted first
     protected: bool = False  # never a victim (system-cluster-critical, system-node-critical)
     leaving: bool = False  # terminating: holds its capacity until gone, and is no victim
+    queue: str = ""  # the queue of its gang when this scheduler placed it; "": none (never reclaimed)
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,9 @@ class Queue:
     weight: int = 1
     capability: Resources = field(default_factory=dict)  # hard cap per resource named; others unlimited
     guarantee: Resources = field(default_factory=dict)  # fair share never below this (while it has demand)
-    reclaimable: bool = True  # others may reclaim what it borrowed (with preemption; not yet done)
+    reclaimable: bool = True  # queues below their fair share may evict its gangs past its own (preemption.py)
     allocated: Resources = field(default_factory=dict)  # requests of its bound, unfinished pods
+    closed: bool = False  # Volcano's state Closed (or Closing): it admits no new gangs; its running pods stay
 
 
 @dataclass(frozen=True)

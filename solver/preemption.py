@@ -24,6 +24,15 @@
    6. the most recently started victims (the least work lost).
 
    A preemptor keeps within its queue's capability (what the placement left it), as placed gangs do.
+
+   **Reclaim.** When no lower-priority victims make room, a preemptor whose queue stays within its fair share
+   (queues.py) with it placed may also evict gangs of its own priority from other `reclaimable` queues that hold
+   more than their fair share (what was borrowed while the preemptor's queue had no demand), last. Whole gangs
+   only, and each queue taken from stays at or above its fair share in the resource its share is measured in
+   (the one it holds the largest fraction of: GPUs on GPU clusters), so the queue that lost them has nothing to
+   reclaim back (no ping-pong). Its victims, of the preemptor's own priority, are chosen with the least work
+   lost (GPU-minutes run) right after the fewest gangs and PDB violations. Reserved nodes are used by no
+   preemptor that is not above every reservation's gang, and a gang holding a reservation waits for it.
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -39,8 +48,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
+from gangsolve.solver import queues
 from gangsolve.solver.cpsat import Stage, cpsat_solver
-from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, GangResult, Node, Placement, SolveConfig
+from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, GangResult, Node, Placement, Running, SolveConfig
 from gangsolve.solver.problem import Problem, exclusion
 from gangsolve.solver.validate import validate
 
@@ -52,6 +62,8 @@ _PLACE_SHARE = 0.7
 _END_SHARE = 0.95
 _WORK_PER_SECOND = 2.0  # CP-SAT's deterministic time granted per wall second left (it stops much earlier)
 _MIN_SECONDS = 0.01
+_BUDGET_SAFETY = 600.0  # seconds: on a deterministic budget, the wall clock cuts in only past this
+_SLACK = 1e-6  # fair shares are water-filled floats: held amounts within this are at them
 
 
 def cycle(cluster: Cluster, config: SolveConfig, place: Place) -> Placement:
@@ -67,14 +79,28 @@ def cycle(cluster: Cluster, config: SolveConfig, place: Place) -> Placement:
     if not preempting:
         return replace(placement, solve_seconds=time.perf_counter() - started)
     deadline = started + config.time_limit * _END_SHARE
-    placement = Preemption(cluster, placement, config.workers).run(deadline)
+    work = None
+    if config.steps is not None:  # a deterministic budget (SolveConfig.steps): CP-SAT's work, not the clock
+        deadline = time.perf_counter() + _BUDGET_SAFETY
+        work = config.time_limit * (_END_SHARE - _PLACE_SHARE) * _WORK_PER_SECOND
+    placement = Preemption(cluster, placement, config.workers, work).run(deadline)
     return replace(placement, solve_seconds=time.perf_counter() - started)
 
 
 def _may_preempt(cluster: Cluster) -> bool:
-    """Whether any pending gang may preempt and any running pod is of lower priority (a cheap test)."""
-    top = max((g.priority for g in cluster.gangs if g.pods and g.need > 0 and g.preempts), default=None)
-    return top is not None and any(r.priority < top and not r.protected and not r.leaving for r in cluster.running)
+    """Whether any pending gang may preempt and any running pod is of lower priority, or of its priority in
+    another reclaimable queue (a cheap test)."""
+    preemptors = [g for g in cluster.gangs if g.pods and g.need > 0 and g.preempts]
+    top = max((g.priority for g in preemptors), default=None)
+    if top is None:
+        return False
+    reclaimable = {q.name for q in queues.queues_of(cluster).values() if q.reclaimable}
+    wanted = {(g.priority, g.queue) for g in preemptors}
+
+    def reclaimed(r: Running) -> bool:
+        return r.queue in reclaimable and any(p == r.priority and q != r.queue for p, q in wanted)
+
+    return any(not r.protected and not r.leaving and (r.priority < top or reclaimed(r)) for r in cluster.running)
 
 
 # --- 1. nominations -------------------------------------------------------------------------------------------
@@ -148,11 +174,21 @@ def _one_domain(gang: Gang, chosen: list[str], nodes: Mapping[str, Node]) -> boo
 
 
 def _with_holds(cluster: Cluster, held: Holds) -> Cluster:
-    """The cluster the placement sees: held and bound-now pods use their nodes; bound-now gangs are done."""
+    """The cluster the placement sees: held and bound-now pods use their nodes and count in their queue's
+    allocation (against its capability); bound-now gangs are done."""
     pods = {p.name: p for g in cluster.gangs for p in g.pods}
+    queue_of = {p.name: g.queue for g in cluster.gangs for p in g.pods}
     extra: dict[str, dict[str, int]] = defaultdict(dict)
+    taken: dict[str, dict[str, int]] = defaultdict(dict)
     for name, node in [*held.bind.items(), *held.wait.items()]:
         _add(extra[node], {**pods[name].requests, "pods": 1})
+        _add(taken[queue_of[name]], {**pods[name].requests, "pods": 1})
+    queues = tuple(
+        replace(q, allocated={**q.allocated, **{r: q.allocated.get(r, 0) + v for r, v in taken[q.name].items()}})
+        if q.name in taken
+        else q
+        for q in cluster.queues
+    )
     nodes = tuple(
         replace(n, used={**n.used, **{r: n.used.get(r, 0) + q for r, q in extra[n.name].items()}})
         if n.name in extra
@@ -160,7 +196,8 @@ def _with_holds(cluster: Cluster, held: Holds) -> Cluster:
         for n in cluster.nodes
     )
     done = _gangs_with(cluster, held.bind)
-    return replace(cluster, nodes=nodes, gangs=tuple(g for g in cluster.gangs if g.name not in done), nominated={})
+    gangs = tuple(g for g in cluster.gangs if g.name not in done)
+    return replace(cluster, nodes=nodes, gangs=gangs, nominated={}, queues=queues)
 
 
 def _merged(cluster: Cluster, held: Holds, inner: Placement) -> Placement:
@@ -229,21 +266,20 @@ class Choice:
     level: int  # the highest victim priority (the preemptor's own priority when there is no victim)
     key: tuple[int, ...]  # (victim gangs, PDB violations, GPUs, pods, recency rank sum): the objective reached
     proven: bool  # every stage of the lexicographic objective proven optimal
+    reclaim: bool = False  # victims of the preemptor's own priority, reclaimed for its queue's fair share
 
 
 class Preemption:
     """The preemption stage of one cycle: state shared by its preemptors, chosen one after another."""
 
-    def __init__(self, cluster: Cluster, placement: Placement, workers: int = 1) -> None:
+    def __init__(self, cluster: Cluster, placement: Placement, workers: int = 1, work: float | None = None) -> None:
         self.placement = placement
         self.workers = workers
+        self.work = work  # CP-SAT's deterministic time for the whole stage; None: from the wall clock left
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
-        # A reservation holds its nodes against every gang not above its priority (planning.py); the placement
-        # kept those gangs off them, and preemption must not undo that: only gangs above every holder preempt.
-        priorities = {g.name: g.priority for g in cluster.gangs}
-        above = max((priorities.get(r.gang, 0) for r in placement.reservations), default=None)
+        holders = {r.gang for r in placement.reservations}  # their plan is the reservation
         self.preemptors = sorted(
             (
                 g
@@ -253,12 +289,18 @@ class Preemption:
                 and g.preempts
                 and not results[g.name].placed
                 and g.name not in waiting
-                and (above is None or g.priority > above)
+                and g.name not in holders
             ),
             key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
         )
         self.problem = Problem(Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus, queues=cluster.queues))
         p = self.problem
+        # Reservations hold their nodes against every gang not above all their holders (planning.py); the
+        # placement kept those gangs off them, and preemption must not undo that: such a preemptor's pods go
+        # elsewhere.
+        priorities = {g.name: g.priority for g in cluster.gangs}
+        self.reserved_below = max((priorities.get(r.gang, 0) for r in placement.reservations), default=None)
+        self.reserved = [p.node_index[n] for r in placement.reservations for n in r.nodes if n in p.node_index]
         pods = {pod.name: pod for g in cluster.gangs for pod in g.pods}
         self.free = p.free.copy()  # once this stage's victims are gone
         for name, node in [*placement.bindings.items(), *placement.nominations.items()]:
@@ -294,10 +336,72 @@ class Preemption:
             else np.zeros((0, len(p.resources)), dtype=np.int64)
         )
         self.gpus = np.array([int(r.requests.get(GPU, 0)) for r in pool], dtype=np.int64)
+        # GPU-minutes each has run (its work lost if evicted), on the cycle's clock, else from the latest start.
+        clock = max([cluster.now, *(r.started for r in pool)])
+        self.work_lost = np.array(
+            [int(r.requests.get(GPU, 0)) * int(max(0.0, clock - r.started) // 60) for r in pool], dtype=np.int64
+        )
         recency = sorted(range(len(pool)), key=lambda i: (-pool[i].started, pool[i].name))
         self.rank = np.zeros(len(pool), dtype=np.int64)
         self.rank[recency] = np.arange(len(pool))
         self.budgets = cluster.budgets
+
+        # Reclaim: each queue's fair share and what it holds once this cycle's placement is in and its leaving pods
+        # are gone, per resource; and the resource its share is measured in, in which a queue that loses gangs to
+        # reclaim stays at or above its fair share.
+        declared = queues.queues_of(cluster)
+        fair = queues.deserved(cluster)
+        total = self._amounts(queues.schedulable_total(cluster))
+        self.fair = {name: self._amounts(fair[name]) for name in declared}
+        self.held = {name: self._amounts(q.allocated) for name, q in declared.items()}
+        for name, _node in [*placement.bindings.items(), *placement.nominations.items()]:
+            self.held[queue_of[name]] += self._vector({**pods[name].requests, "pods": 1})
+        for r in cluster.running:
+            if r.leaving and r.queue in self.held:
+                self.held[r.queue] -= self._vector(r.requests)
+        # A queue's share is measured in the resource it holds the largest fraction of (GPUs on GPU clusters).
+        fraction = {name: np.divide(h, total, out=np.zeros_like(h), where=total > 0) for name, h in self.held.items()}
+        self.dominant = {name: int(np.argmax(f)) for name, f in fraction.items()}
+        self.reclaimable = {name for name, q in declared.items() if q.reclaimable}
+        # Gangs within their queue's fair share; the placement kept the others off capacity those wait for.
+        self.within = {g.name: g.fair for g in queues.rank(cluster)}
+        self.queue = [r.queue for r in pool]
+
+    def _amounts(self, amounts: Mapping[str, float]) -> np.ndarray:
+        """`amounts` as a vector over the problem's resources (floats: fair shares are not whole)."""
+        v = np.zeros(len(self.problem.resources), dtype=np.float64)
+        for r, q in amounts.items():
+            i = self.problem.res_index.get(r)
+            if i is not None:
+                v[i] = q
+        return v
+
+    def excess(self, queue: str) -> int:
+        """What the queue holds past its fair share in the resource its share is measured in: the most reclaim
+        may take from it."""
+        k = self.dominant[queue]
+        return int(np.floor(self.held[queue][k] - self.fair[queue][k] + _SLACK))
+
+    def reclaim(self, g: int) -> np.ndarray:
+        """The running pods preemptor g may reclaim (a mask over the pool): pods of its own priority in other
+        reclaimable queues past their fair share, of gangs that may go whole; none when its queue would pass its
+        own fair share with it."""
+        gang = self.problem.gangs[g]
+        mine = gang.queue
+        none = np.zeros(len(self.pool), dtype=bool)
+        if mine not in self.fair:
+            return none
+        need = self.problem.floor[g].astype(np.float64)
+        asked = need > 0
+        if ((self.held[mine] + need)[asked] > self.fair[mine][asked] + _SLACK).any():
+            return none
+        over = {q for q in self.reclaimable if q != mine and self.excess(q) > 0}
+        mask: np.ndarray = self.alive & self.evictable & (self.priority == gang.priority)
+        mask &= np.array([q in over for q in self.queue], dtype=bool)
+        for members in self.units:  # whole gangs only: a gang with a member that may not go stays
+            if mask[members].any() and not all(mask[i] or not self.alive[i] for i in members):
+                mask[members] = False
+        return mask
 
     def _vector(self, requests: Mapping[str, int]) -> np.ndarray:
         v = np.zeros(len(self.problem.resources), dtype=np.int64)
@@ -326,7 +430,8 @@ class Preemption:
             queue = int(self.problem.queue_of[g])
             if (self.problem.floor[g] > self.cap_left[queue]).any():
                 continue  # its queue's capability leaves too little for its minimum
-            choice = self.choose(g, now + (deadline - now) / left)
+            share = None if self.work is None else self.work / len(self.preemptors)
+            choice = self.choose(g, now + (deadline - now) / left, share)
             if choice is None:
                 continue
             use = self._use(g, choice).sum(axis=0)
@@ -345,8 +450,9 @@ class Preemption:
             nominations.update(choice.nominations)
             evictions += self._evictions(gang, choice)
             gangs = len({int(self.unit_of[i]) for i in choice.victims})
+            what = "reclaiming" if choice.reclaim else "preempting"
             why = (
-                f"preempting {_count(len(choice.victims), 'pod')} of {_count(gangs, 'gang')} of priority "
+                f"{what} {_count(len(choice.victims), 'pod')} of {_count(gangs, 'gang')} of priority "
                 f"{choice.level} or lower; "
                 f"nominated to {_nodes(choice.nominations.values())}, binds once they are gone"
             )
@@ -374,9 +480,13 @@ class Preemption:
         for i in choice.victims:
             self.alive[i] = False
             self.free[self.node[i]] += self.vec[i]
+            if self.queue[i] in self.held:
+                self.held[self.queue[i]] -= self.vec[i]
         use = self._use(g, choice)
         self.free -= use
         self.now -= use
+        if self.problem.gangs[g].queue in self.held:
+            self.held[self.problem.gangs[g].queue] += use.sum(axis=0)
 
     def _use(self, g: int, choice: Choice) -> np.ndarray:
         """What the preemptor's pods take on each node."""
@@ -397,33 +507,49 @@ class Preemption:
         for i in choice.victims:
             r = self.pool[i]
             why = f"preempted by gang {gang.name} (priority {gang.priority}), which needs its room on {r.node}"
-            if r.node not in nodes:
+            if choice.reclaim and r.priority == gang.priority:
+                why = (
+                    f"reclaimed from queue {r.queue}, past its fair share, for gang {gang.name} of queue "
+                    f"{gang.queue}, below its own"
+                )
+            elif r.node not in nodes:
                 why = f"its gang {r.gang} would fall below its minimum of {r.min_member} (gang {gang.name} preempts)"
             out.append(Eviction(r.name, r.node, gang.name, why))
         return out
 
     # ------------------------------------------------------------------ one preemptor
 
-    def choose(self, g: int, deadline: float) -> Choice | None:
+    def choose(self, g: int, deadline: float, work: float | None = None) -> Choice | None:
         """The best victims for preemptor g, or None (it cannot fit even with every allowed victim gone, or
         there was no time to find out)."""
         gang = self.problem.gangs[g]
         candidates = self.alive & self.evictable & (self.priority < gang.priority)
-        for level in sorted({int(x) for x in self.priority[candidates]}) or [gang.priority]:
+        reclaim = self.reclaim(g)
+        levels = sorted({int(x) for x in self.priority[candidates]})
+        if not levels and not reclaim.any() and self.within[gang.name]:
+            # No victim at all: whether it fits as things are. Not for a gang that would borrow: the placement
+            # kept it off capacity that gangs within their queue's fair share wait for.
+            levels = [gang.priority]
+        tries: list[tuple[np.ndarray, np.ndarray | None]] = [
+            (candidates & (self.priority <= level), None) for level in levels
+        ]
+        if reclaim.any():  # last, as its own priority is the highest victim priority
+            tries.append((candidates | reclaim, reclaim))
+        for allowed, reclaiming in tries:
             if time.perf_counter() >= deadline:
                 return None
-            allowed = candidates & (self.priority <= level)
             nodes = self._room(g, allowed)
             if nodes is None:
                 continue
-            found = _Model(self, g, allowed, nodes).solve(deadline)
+            found = _Model(self, g, allowed, nodes, reclaiming).solve(deadline, work)
             if found is None:  # proven infeasible at this level
                 continue
             if isinstance(found, _NoTime):
                 return None
             victims, nominations, key, proven = found
             highest = max((int(self.priority[i]) for i in victims), default=gang.priority)
-            choice = Choice(victims, nominations, highest, key, proven)
+            reclaimed = reclaiming is not None and any(reclaiming[i] for i in victims)
+            choice = Choice(victims, nominations, highest, key, proven, reclaimed)
             return choice if self._sound(g, choice) else None
         return None
 
@@ -433,6 +559,9 @@ class Preemption:
         p = self.problem
         room = self.free.copy()
         np.add.at(room, self.node[allowed], self.vec[allowed])
+        gang = p.gangs[g]
+        if self.reserved_below is not None and gang.priority <= self.reserved_below:
+            room[self.reserved] = 0  # held for the reservations' gangs
         total, mask = 0, np.zeros(len(p.nodes), dtype=bool)
         for part in p.parts[g]:
             fit = np.minimum(p.fits(part.cls, room), len(part.pods))
@@ -479,8 +608,11 @@ class _Model:
     y[c, n]: the preemptor's pods of class c on node n; x[i]: victim i evicted; whole[u]: unit u (a running
     gang) evicted whole; touched[u]: unit u loses a pod; over[b]: victims beyond PDB b's allowance."""
 
-    def __init__(self, stage: Preemption, g: int, allowed: np.ndarray, nodes: np.ndarray) -> None:
+    def __init__(
+        self, stage: Preemption, g: int, allowed: np.ndarray, nodes: np.ndarray, reclaim: np.ndarray | None = None
+    ) -> None:
         self.stage = stage
+        self.reclaim = reclaim
         p = stage.problem
         self.g = g
         gang = p.gangs[g]
@@ -509,6 +641,16 @@ class _Model:
         near = [i for i in np.flatnonzero(allowed).tolist() if int(stage.node[i]) in local]
         for u in sorted({int(stage.unit_of[i]) for i in near}):
             self._unit(u, allowed, local)
+        # Reclaim leaves every queue it takes from at or above its fair share (no reclaim back and forth).
+        if reclaim is not None:
+            taken: dict[str, list[int]] = defaultdict(list)
+            for i in self.x:
+                if reclaim[i]:
+                    taken[stage.queue[i]].append(i)
+            for queue, members in sorted(taken.items()):
+                k = stage.dominant[queue]
+                amounts = [int(stage.vec[i, k]) for i in members]
+                m.add(_weighted([self.x[i] for i in members], amounts) <= stage.excess(queue))
 
         # Capacity: what the preemptor puts on a node fits its free room plus what its victims there free.
         on: dict[int, list[int]] = defaultdict(list)
@@ -558,11 +700,12 @@ class _Model:
         touched = self.touched[u] = m.new_bool_var(f"touched_{u}")
         if all(allowed[i] for i in members):
             whole = m.new_bool_var(f"whole_{u}")
+            reclaimed = self.reclaim is not None and bool(self.reclaim[members].any())  # whole gangs only
             for i in members:
-                if int(stage.node[i]) in local:
+                if int(stage.node[i]) in local and not reclaimed:
                     self.x[i] = m.new_bool_var(f"x_{i}")
                     m.add(self.x[i] >= whole)
-                else:  # evicting it frees nothing the preemptor can use: it goes only with the whole gang
+                else:  # it frees nothing the preemptor can use, or its gang is reclaimed: only with the whole gang
                     self.x[i] = whole
             m.add(_sum([self.x[i] for i in members]) <= spare + len(members) * whole)
         else:
@@ -593,15 +736,19 @@ class _Model:
         s = self.stage
         xs = list(self.x.items())
         gpus = [(i, v) for i, v in xs if s.gpus[i]]
-        return [
+        out = [
             _sum(list(self.touched.values())),
             _sum(self.over),
             _weighted([v for _i, v in gpus], [int(s.gpus[i]) for i, _v in gpus]),
             _sum([v for _i, v in xs]),
             _weighted([v for _i, v in xs], [int(s.rank[i]) for i, _v in xs]),
         ]
+        if self.reclaim is not None:  # reclaim takes gangs of its own priority: the least work lost first
+            lost = [(i, v) for i, v in xs if s.work_lost[i]]
+            out.insert(2, _weighted([v for _i, v in lost], [int(s.work_lost[i]) for i, _v in lost]))
+        return out
 
-    def solve(self, deadline: float) -> Found | _NoTime | None:
+    def solve(self, deadline: float, work: float | None = None) -> Found | _NoTime | None:
         """Each objective in turn, minimized and then held at its optimum. None: infeasible."""
         m, s = self.model, self.stage
         key: list[int] = []
@@ -613,7 +760,7 @@ class _Model:
                 proven = False
                 break
             m.minimize(objective)
-            solver = cpsat_solver(seconds * _WORK_PER_SECOND, deadline, s.workers)
+            solver = cpsat_solver(seconds * _WORK_PER_SECOND if work is None else work, deadline, s.workers)
             status = solver.solve(m)
             if status == cp_model.INFEASIBLE and not k:
                 return None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gangsolve.solver.model import Cluster, Gang, Queue, QueueResult
+from gangsolve.solver.model import PODS, Cluster, Gang, Queue, QueueResult
 
 if TYPE_CHECKING:
     from gangsolve.solver.greedy import Counts, GangCounts
@@ -165,7 +165,7 @@ def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, 
 def capability_left(cluster: Cluster, gangs: Iterable[Gang], resources: list[str]) -> tuple[list[str], np.ndarray]:
     """The queues of `gangs` (names, indexed as the rows) and what each may still take per resource
     (`resources` are the columns) under its capability: capability less what it holds; UNLIMITED where the
-    capability does not name the resource."""
+    capability does not name the resource. A closed queue may take no pod slot: it admits no new gangs."""
     declared = queues_of(cluster)
     names = sorted({g.queue for g in gangs} | set(declared))
     left = np.full((len(names), len(resources)), UNLIMITED, dtype=np.int64)
@@ -174,6 +174,8 @@ def capability_left(cluster: Cluster, gangs: Iterable[Gang], resources: list[str
         for r, cap in queue.capability.items():
             if r in resources:
                 left[i, resources.index(r)] = cap - queue.allocated.get(r, 0)
+        if queue.closed and PODS in resources:
+            left[i, resources.index(PODS)] = 0
     return names, left
 
 

@@ -120,8 +120,8 @@ def k8s_pod_group(
     }
 
 
-def k8s_queue(name: str, weight=None, capability=None, guarantee=None, reclaimable=None) -> dict:
-    """A Volcano Queue (scheduling.volcano.sh/v1beta1)."""
+def k8s_queue(name: str, weight=None, capability=None, guarantee=None, reclaimable=None, state=None) -> dict:
+    """A Volcano Queue (scheduling.volcano.sh/v1beta1); `state` its status.state (Open, Closed...)."""
     spec: dict = {}
     if weight is not None:
         spec["weight"] = weight
@@ -131,7 +131,10 @@ def k8s_queue(name: str, weight=None, capability=None, guarantee=None, reclaimab
         spec["guarantee"] = {"resource": guarantee}
     if reclaimable is not None:
         spec["reclaimable"] = reclaimable
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+    obj = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+    if state is not None:
+        obj["status"] = {"state": state}
+    return obj
 
 
 def k8s_pdb(name: str, min_available, match_labels: dict, ns: str = "default") -> dict:

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from gangsolve.cli import cli
-from tests.builders import k8s_list, k8s_node, k8s_pdb, k8s_pod
+from tests.builders import k8s_list, k8s_node, k8s_pdb, k8s_pod, k8s_pod_group, k8s_queue
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -73,6 +73,49 @@ def test_a_higher_priority_tfjob_preempts_a_whole_lower_one_and_spares_the_pdb_g
     )
     assert off["evictions"] == []
     assert off["nominations"] == {}
+
+
+def tenants(state=None, reclaimable=None) -> str:
+    """One 4-GPU node held by queue team-b's two Volcano gangs (2 pods of 1 GPU each) while team-a asked for
+    nothing; now team-a's gang of 2 waits. Equal weights: fair shares of 2 GPUs each."""
+    objs = [
+        k8s_node("n", gpus=4),
+        k8s_queue("team-a", state=state),
+        k8s_queue("team-b", reclaimable=reclaimable),
+        k8s_pod_group("a1", 2, volcano=True, queue="team-a"),
+    ]
+    objs += [k8s_pod(f"a1-{i}", gpus=1, annotations={"scheduling.k8s.io/group-name": "a1"}) for i in range(2)]
+    for gang in ("b1", "b2"):
+        objs.append(k8s_pod_group(gang, 2, volcano=True, queue="team-b"))
+        objs += [
+            k8s_pod(
+                f"{gang}-{i}",
+                gpus=1,
+                node_name="n",
+                phase="Running",
+                annotations={"scheduling.k8s.io/group-name": gang},
+            )
+            for i in range(2)
+        ]
+    return yaml.safe_dump(k8s_list(*objs))
+
+
+def test_a_queue_below_its_fair_share_reclaims_a_whole_gang_and_the_plan_shows_it():
+    plan = orjson.loads(solve("-", "-o", "json", input=tenants()).stdout)
+    evicted = sorted(e["pod"] for e in plan["evictions"])
+    assert evicted in (["default/b1-0", "default/b1-1"], ["default/b2-0", "default/b2-1"])  # one gang, whole
+    assert {e["for"] for e in plan["evictions"]} == {"default/a1"}
+    assert all(e["reason"].startswith("reclaimed from queue team-b, past its fair share") for e in plan["evictions"])
+    assert plan["nominations"] == {"default/a1-0": "n", "default/a1-1": "n"}
+    table = solve("-", input=tenants()).stdout
+    assert "Evictions" in table
+    assert "reclaimed from queue team-b" in table
+    # Not from a queue that is not reclaimable; a closed queue admits no new gang at all.
+    assert orjson.loads(solve("-", "-o", "json", input=tenants(reclaimable=False)).stdout)["evictions"] == []
+    closed = orjson.loads(solve("-", "-o", "json", input=tenants(state="Closed")).stdout)
+    assert closed["evictions"] == []
+    assert closed["nominations"] == {}
+    assert [g["reason"] for g in closed["gangs"]] == ["queue team-a is closed: it admits no new gangs"]
 
 
 def test_default_scheduler_name_leaves_kube_batchd_pods_alone():

@@ -640,8 +640,9 @@ def build_cluster(
     gangs = []
     allocated: dict[str, dict[str, int]] = {name: {} for name in snap.queues}  # what bound members hold
     nominated: dict[str, str] = {}
+    queue_of: dict[GangKey, str] = {}
     for key, pods in sorted(members.items(), key=lambda kv: (kv[0].namespace, kv[0].name, kv[0].rule)):
-        queue = grouper.queue(key, [p for _o, p in pods])
+        queue = queue_of[key] = grouper.queue(key, [p for _o, p in pods])
         held = allocated.setdefault(queue, {})
         for _o, p in pods:
             if objects.is_bound(p):
@@ -674,7 +675,7 @@ def build_cluster(
             node = objects.nominated_node(p) if not objects.is_bound(p) else None
             if node is not None:
                 nominated[objects.pod_key(p)] = node
-    running, budgets = _running(grouper, bound, scheduler_name, members, names)
+    running, budgets = _running(grouper, bound, scheduler_name, members, names, queue_of)
     queues = [objects.queue(q, allocated[name]) for name, q in sorted(snap.queues.items())]
     if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in snap.queues:  # implicit, as Volcano creates it
         queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))
@@ -716,6 +717,7 @@ def _running(
     scheduler_name: str,
     members: dict[GangKey, list[tuple[int, dict]]],
     names: _Names,
+    queue_of: Mapping[GangKey, str],
 ) -> tuple[tuple[Running, ...], dict[str, int]]:
     """Every bound, unfinished pod as a possible victim, and the allowance of every PDB that guards one.
 
@@ -723,20 +725,21 @@ def _running(
     Volcano's or scheduler-plugins'), else to no gang. A PDB that defines one of our gangs (rule 3) is that
     gang's minimum, not a budget to keep."""
     classes = grouper.snap.priority_classes
-    keyed: list[tuple[dict, dict[str, int], GangKey | None]] = []
+    keyed: list[tuple[dict, dict[str, int], GangKey | None, str]] = []
     by_key: dict[GangKey, list[dict]] = {key: [p for _o, p in pods] for key, pods in members.items()}
     for p, requests in bound:
         key = grouper.running_key(p, (p.get("spec") or {}).get("schedulerName") == scheduler_name)
+        queue = queue_of.get(key, "") if key is not None else ""  # our gangs' only: theirs are never reclaimed
         if key is not None and key.rule == "pod":
             key = None
         if key is not None and key not in members:
             by_key.setdefault(key, []).append(p)
-        keyed.append((p, requests, key))
+        keyed.append((p, requests, key, queue))
     gang_pdbs = {(k.namespace, k.name) for k in by_key if k.rule == "pdb"}
     minimum: dict[GangKey, int] = {}
     budgets: dict[str, int] = {}
     running = []
-    for p, requests, key in keyed:
+    for p, requests, key, queue in keyed:
         meta, spec = p["metadata"], p.get("spec") or {}
         ns = meta["namespace"]
         pdbs = []
@@ -766,6 +769,7 @@ def _running(
                 started=objects.started(p),
                 protected=protected or spec.get("priorityClassName") in SYSTEM_CLASSES or priority >= SYSTEM_PRIORITY,
                 leaving=bool(meta.get("deletionTimestamp")),
+                queue=queue,
             )
         )
     return tuple(running), budgets

@@ -16,6 +16,7 @@ from gangsolve.solver.model import PODS, Node, Pod, Queue, Requirement, Selector
 
 FINISHED = ("Succeeded", "Failed")  # pods in these phases hold no capacity
 MAX_WEIGHT = 65535  # Volcano's Queue CRD: weight from 1 to 65535
+CLOSED_STATES = ("Closed", "Closing")  # a Queue's status.state in which Volcano admits no new jobs
 _INTEGER = re.compile(r"^[+-]?[0-9]{1,18}$")  # what Gt and Lt compare (an int64, as Go parses it)
 
 
@@ -248,4 +249,5 @@ def queue(obj: dict, allocated: Mapping[str, int]) -> Queue:
         guarantee=resources(obj, "spec.guarantee.resource", (spec.get("guarantee") or {}).get("resource")),
         reclaimable=spec.get("reclaimable") is not False,
         allocated=dict(allocated),
+        closed=(obj.get("status") or {}).get("state") in CLOSED_STATES,
     )

@@ -244,9 +244,14 @@ class QueueSpec(_Struct):
     reclaimable: bool | None = None
 
 
+class QueueStatus(_Struct):
+    state: str | None = None  # Open, Closed, Closing, Unknown (Volcano's controller sets it)
+
+
 class Queue(_Struct):  # scheduling.volcano.sh/v1beta1
     metadata: Metadata
     spec: QueueSpec | None = None
+    status: QueueStatus | None = None
 
 
 # Dynamic Resource Allocation, resource.k8s.io/v1 (as the pinned API server's OpenAPI types it)

@@ -10,7 +10,7 @@ import sys
 
 import orjson
 import pytest
-from live_helpers import REPO, bound, create, pod, pod_group, pods, poll
+from live_helpers import REPO, bound, create, events, pod, pod_group, pods, poll, running
 
 from gangsolve.bench.devcluster import ApiError
 
@@ -105,3 +105,48 @@ def test_a_queue_caps_its_gangs_and_shows_what_they_hold(
     finally:
         with contextlib.suppress(ApiError):
             control_plane.request("DELETE", f"{QUEUES}/{queue}")
+
+
+def _queue(name: str, **spec) -> dict:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def _gang(cp, namespace, scheduler, name, queue, tag):
+    """A gang of two 1-GPU pods (owner rule, both needed) in `queue`."""
+    owner = create(cp, namespace, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": owner["metadata"]["uid"]}
+    notes = {"gangsolve.io/min-available": "2", "gangsolve.io/queue": queue}
+    for i in range(2):
+        p = pod(f"{name}-{i}", scheduler=scheduler, gpus=1, labels={"gang": name}, annotations=notes, owner=ref)
+        create(cp, namespace, {**p, "spec": {**p["spec"], "nodeSelector": tag}})
+
+
+def test_a_queue_below_its_fair_share_reclaims_a_whole_gang_from_one_past_its_own(
+    control_plane, gangsolve_factory, make_nodes, namespace, pod_group_crds
+):
+    """Queue b's two gangs took the node's 4 GPUs while queue a asked for nothing. Queue a's gang of 2 arrives:
+    fair shares are 2 and 2, so one of b's gangs goes, both its pods, and a's gang binds in its room; b keeps
+    its fair share (the other gang), and nothing is reclaimed back."""
+    lender, borrower = f"b-{namespace}", f"a-{namespace}"
+    for name in (lender, borrower):
+        create(control_plane, namespace, _queue(name, weight=1))
+    try:
+        g = gangsolve_factory()
+        tag = {"gangsolve.dev/test": namespace}
+        (node,) = make_nodes(1, gpus=4, labels=tag)
+        for name in ("b1", "b2"):
+            _gang(control_plane, namespace, g.scheduler_name, name, lender, tag)
+        poll(lambda: len(running(pods(control_plane, namespace))) == 4, timeout=60, what="queue b's gangs running")
+        _gang(control_plane, namespace, g.scheduler_name, "a1", borrower, tag)
+        poll(lambda: len(running(pods(control_plane, namespace, "gang=a1"))) == 2, timeout=60, what="a1 running")
+        left = [p["metadata"]["labels"]["gang"] for p in pods(control_plane, namespace, "gang!=a1")]
+        assert len(left) == 2  # one of b's gangs went, whole; the other stays, whole
+        assert len(set(left)) == 1
+        preempted = events(control_plane, namespace, "Preempted")
+        assert len(preempted) == 2
+        assert {e["note"] for e in preempted} == {f"Preempted by gang {namespace}/a1 on node {node}"}
+        assert g.metric("gangsolve_preemption_victims_total") == 2
+    finally:
+        for name in (lender, borrower):
+            with contextlib.suppress(ApiError):
+                control_plane.request("DELETE", f"{QUEUES}/{name}")

@@ -68,6 +68,26 @@ def test_a_queue_is_read_with_its_weight_caps_guarantee_and_what_its_bound_pods_
     assert default.allocated[GPU] == 1
 
 
+def test_running_pods_carry_their_gangs_queue_and_a_closed_queue_says_so():
+    """Reclaim takes from queues by what their running gangs hold: our bound pods name their gang's queue, other
+    schedulers' pods none (they are never reclaimed). Volcano's status.state Closed or Closing closes a queue."""
+    c = cluster(
+        k8s_node("n", gpus=8),
+        k8s_queue("a", state="Closed"),
+        k8s_queue("b", state="Closing"),
+        k8s_queue("c", state="Open"),
+        k8s_pod("run", gpus=2, node_name="n", phase="Running", annotations={"gangsolve.io/queue": "a"}),
+        k8s_pod("theirs", gpus=1, node_name="n", phase="Running", scheduler="default-scheduler"),
+        k8s_pod("plain", gpus=1, node_name="n", phase="Running"),
+    )
+    assert {r.name: r.queue for r in c.running} == {
+        "default/run": "a",
+        "default/theirs": "",
+        "default/plain": "default",
+    }
+    assert {q.name: q.closed for q in c.queues} == {"a": True, "b": True, "c": False, "default": False}
+
+
 def test_the_plan_lists_queues_and_keeps_each_under_its_capability():
     text = snapshot(
         k8s_node("n", gpus=8),

@@ -163,7 +163,9 @@ def fingerprint(kind: str, obj: dict) -> object:
         )
     if kind in DRA_KINDS:
         return spec
-    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup, Queue: not their status
+    if kind == "Queue":  # its state (Open, Closed) is in its status; what it holds is ours to write
+        return (meta.get("labels"), meta.get("annotations"), spec, status.get("state"))
+    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
 
 
 def _priority(pod: dict | None) -> int | None:

@@ -1,0 +1,242 @@
+"""Reclaim: a queue below its fair share evicts whole gangs of its own priority from reclaimable queues past
+theirs. On hand-made clusters and on random ones (hypothesis), over repeated cycles: no eviction is futile,
+victims come only from reclaimable queues past their fair share and go whole, the queue taken from stays at or
+above its fair share and the reclaiming queue within its own, and no two queues reclaim from each other. The
+oracles share no code with the solver: fair shares are weighted max-min fairness by progressive filling
+(test_queues.max_min_fair), whether the preemptors fit is the validator's answer without their victims."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from gangsolve.solver import GPU, Cluster, Gang, Queue, SolveConfig, solve, validate
+from gangsolve.solver.model import Placement, Running
+from tests.builders import node, pod
+from tests.solver.test_preemption import running, with_running, without
+from tests.solver.test_queues import max_min_fair
+
+CONFIG = SolveConfig(time_limit=1.0, steps=20)
+
+
+def allocated(pods: list[Running]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in pods:
+        for k, q in r.requests.items():
+            out[r.queue][k] += q
+    return out
+
+
+def cluster_of(nodes, pods: list[Running], gangs, queues: list[Queue], nominated=None) -> Cluster:
+    held = allocated(pods)
+    return Cluster(
+        with_running(nodes, pods),
+        tuple(gangs),
+        tuple(pods),
+        nominated=nominated or {},
+        queues=tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
+    )
+
+
+def team_b_holds_everything(reclaimable=True, priority=0, a_holds=0, a_wants=8):
+    """Two 8-GPU nodes; team-b holds every GPU free of team-a as gangs of two 2-GPU pods, team-a (equal weight)
+    holds `a_holds` GPUs and asks for a gang of two pods of `a_wants / 2` GPUs."""
+    nodes = [node(f"n{i}", cpu=64, gpus=8) for i in range(2)]
+    pods = [running(f"a/r{i}", "n0", gpus=2, gang=f"a/r{i}", queue="team-a") for i in range(a_holds // 2)]
+    slots = [n for n in ("n0", "n1") for _ in range(4)][a_holds // 2 :]
+    for j in range(len(slots) // 2):
+        for k in range(2):
+            pods.append(
+                running(
+                    f"b/g{j}-{k}", slots[2 * j + k], gpus=2, gang=f"b/g{j}", min_member=2, started=j, queue="team-b"
+                )
+            )
+    pods = [replace(r, priority=priority) if r.queue == "team-b" else r for r in pods]
+    want = Gang("a/x", tuple(pod(f"a/x-{i}", gpus=a_wants // 2, order=i) for i in range(2)), 2, queue="team-a")
+    queues = [Queue("team-a"), Queue("team-b", reclaimable=reclaimable)]
+    return cluster_of(nodes, pods, [want], queues)
+
+
+def test_a_queue_below_its_fair_share_reclaims_whole_gangs_down_to_the_others_fair_share():
+    cluster = team_b_holds_everything()
+    placement = solve(cluster, CONFIG)
+    victims = {e.pod for e in placement.evictions}
+    # Fair shares 8 and 8: team-b gives back two whole gangs (8 GPUs) and keeps exactly its fair share.
+    assert len(victims) == 4
+    gangs = {r.gang for r in cluster.running if r.name in victims}
+    assert len(gangs) == 2
+    assert all(r.name in victims for r in cluster.running if r.gang in gangs), "whole gangs only"
+    assert set(placement.nominations) == {"a/x-0", "a/x-1"}
+    assert not validate(Cluster(without(cluster, victims), cluster.gangs), placement.nominations)
+    assert all("reclaimed from queue team-b" in e.reason for e in placement.evictions)
+    assert placement.gangs[0].reason.startswith("reclaiming 4 pods of 2 gangs")
+
+
+def test_no_reclaim_from_a_queue_that_is_not_reclaimable_or_of_another_priority():
+    assert not solve(team_b_holds_everything(reclaimable=False), CONFIG).evictions
+    assert not solve(team_b_holds_everything(priority=1), CONFIG).evictions
+    # A lower priority is priority preemption's, as before: team-b's gangs go however fair shares stand.
+    assert solve(team_b_holds_everything(priority=-1), CONFIG).evictions
+    assert not solve(team_b_holds_everything(), replace(CONFIG, preemption=False)).evictions
+
+
+def test_no_reclaim_past_the_reclaiming_queues_own_fair_share():
+    # team-a holds 4 of its 8: a gang of 4 more fits its share, a gang of 8 more would pass it.
+    assert len(solve(team_b_holds_everything(a_holds=4, a_wants=4), CONFIG).evictions) == 2
+    assert not solve(team_b_holds_everything(a_holds=4, a_wants=8), CONFIG).evictions
+
+
+def test_a_closed_queue_admits_no_new_gang():
+    nodes = [node("n0", gpus=8)]
+    gang = Gang("a/x", (pod("a/x-0", gpus=1),), 1, queue="team-a")
+    for closed in (False, True):
+        cluster = Cluster(tuple(nodes), (gang,), queues=(Queue("team-a", closed=closed), Queue("team-b")))
+        for use_cpsat in (True, False):
+            placement = solve(cluster, replace(CONFIG, use_cpsat=use_cpsat))
+            assert bool(placement.bindings) is not closed
+            if closed:
+                assert placement.gangs[0].reason == "queue team-a is closed: it admits no new gangs"
+
+
+# --- random clusters over repeated cycles -----------------------------------------------------------------------
+
+QUEUES = ("q0", "q1", "q2")
+NODE_GPUS = 8
+
+
+@dataclass
+class World:
+    """Gangs running and pending, cycle after cycle: evicted gangs queue again, nominated gangs bind once their
+    victims are gone (next cycle), as the live scheduler and the controllers do."""
+
+    nodes: list
+    queues: list[Queue]
+    running: list[Running]
+    pending: dict[str, Gang]
+    nominated: dict[str, str] = field(default_factory=dict)
+    clock: int = 100
+
+    def cluster(self) -> Cluster:
+        return cluster_of(self.nodes, self.running, self.pending.values(), self.queues, self.nominated)
+
+    def apply(self, cluster: Cluster, placement: Placement) -> None:
+        victims = {e.pod for e in placement.evictions}
+        for gang_name in {r.gang for r in self.running if r.name in victims}:
+            members = [r for r in self.running if r.gang == gang_name]
+            pods = tuple(pod(r.name, gpus=r.requests[GPU], order=self.clock) for r in members)
+            self.pending[gang_name] = Gang(gang_name, pods, len(pods), queue=members[0].queue)
+        self.running = [r for r in self.running if r.name not in victims]
+        for gang in list(self.pending.values()):
+            if all(p.name in placement.bindings for p in gang.pods):
+                self.clock += 1
+                for p in gang.pods:
+                    self.running.append(
+                        running(
+                            p.name,
+                            placement.bindings[p.name],
+                            gpus=p.requests[GPU],
+                            gang=gang.name,
+                            min_member=gang.min_member,
+                            started=self.clock,
+                            queue=gang.queue,
+                        )
+                    )
+                del self.pending[gang.name]
+        self.nominated = dict(placement.nominations)
+
+
+def fair_gpus(cluster: Cluster) -> dict[str, float]:
+    weights = {q.name: q.weight for q in cluster.queues}
+    demand = {q.name: q.allocated.get(GPU, 0) for q in cluster.queues}
+    for g in cluster.gangs:
+        demand[g.queue] += sum(p.requests.get(GPU, 0) for p in g.pods)
+    return max_min_fair(sum(n.allocatable[GPU] for n in cluster.nodes), weights, demand)
+
+
+@st.composite
+def worlds(draw) -> World:
+    nodes = [node(f"n{i}", cpu=256, gpus=NODE_GPUS) for i in range(draw(st.integers(1, 3)))]
+    queues = [Queue(q, weight=draw(st.integers(1, 3)), reclaimable=draw(st.booleans())) for q in QUEUES]
+    free = {n.name: NODE_GPUS for n in nodes}
+    pods: list[Running] = []
+    for j in range(draw(st.integers(0, 8))):
+        queue, size, gpus = draw(st.sampled_from(QUEUES)), draw(st.integers(1, 2)), draw(st.sampled_from((1, 2, 4)))
+        where = []
+        for _ in range(size):
+            fits = [n for n, f in free.items() if f >= gpus]
+            if not fits:
+                break
+            where.append(fits[0])
+            free[fits[0]] -= gpus
+        if len(where) < size:
+            for n in where:
+                free[n] += gpus
+            continue
+        for k, n in enumerate(where):
+            pods.append(running(f"r{j}-{k}", n, gpus=gpus, gang=f"r{j}", min_member=size, started=j, queue=queue))
+    pending = {}
+    for j in range(draw(st.integers(1, 4))):
+        queue, size, gpus = draw(st.sampled_from(QUEUES)), draw(st.integers(1, 2)), draw(st.sampled_from((1, 2, 4)))
+        pending[f"p{j}"] = Gang(
+            f"p{j}", tuple(pod(f"p{j}-{k}", gpus=gpus, order=j) for k in range(size)), size, queue=queue
+        )
+    return World(nodes, queues, pods, pending)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_reclaim_is_never_futile_takes_whole_gangs_of_queues_past_their_share_and_never_goes_back(world):
+    reclaims: set[tuple[str, str]] = set()  # (queue reclaiming, queue taken from), over every cycle
+    for _cycle in range(4):
+        cluster = world.cluster()
+        placement = solve(cluster, CONFIG)
+        assert validate(cluster, placement) == []
+        fair = fair_gpus(cluster)
+        queues = {q.name: q for q in cluster.queues}
+        pods = {r.name: r for r in cluster.running}
+        gang_of = {g.name: g for g in cluster.gangs}
+        victims = {e.pod for e in placement.evictions}
+        # Not futile: every preemptor fits on its nominated nodes once every victim is gone.
+        assert not validate(Cluster(without(cluster, victims), cluster.gangs), {**placement.nominations})
+        nominated_gangs = {g.name for g in cluster.gangs if any(p.name in placement.nominations for p in g.pods)}
+        assert {e.preemptor for e in placement.evictions} <= nominated_gangs
+        taken: dict[str, int] = defaultdict(int)
+        for e in placement.evictions:
+            victim, reclaimer = pods[e.pod], gang_of[e.preemptor]
+            assert victim.priority == reclaimer.priority  # every gang here has priority 0: reclaim only
+            assert victim.queue != reclaimer.queue
+            assert queues[victim.queue].reclaimable
+            assert queues[victim.queue].allocated[GPU] > fair[victim.queue], "taken from a queue past its share"
+            taken[victim.queue] += victim.requests[GPU]
+            reclaims.add((reclaimer.queue, victim.queue))
+        # Whole gangs only.
+        for gang in {pods[v].gang for v in victims}:
+            assert all(r.name in victims for r in cluster.running if r.gang == gang)
+        # The queue taken from stays at or above its fair share; each reclaiming queue stays within its own.
+        for queue, gpus in taken.items():
+            assert queues[queue].allocated[GPU] - gpus >= fair[queue] - 1e-6
+        placed = {*placement.bindings, *placement.nominations}
+        for queue in {gang_of[e.preemptor].queue for e in placement.evictions}:
+            new = sum(p.requests[GPU] for g in cluster.gangs if g.queue == queue for p in g.pods if p.name in placed)
+            assert queues[queue].allocated.get(GPU, 0) + new <= fair[queue] + 1e-6
+        world.apply(cluster, placement)
+    event(f"queue pairs reclaiming: {len(reclaims)}")
+    assert not any((b, a) in reclaims for a, b in reclaims), f"reclaim back and forth: {reclaims}"
+
+
+def test_a_nominated_gang_counts_against_its_queues_capability():
+    """A gang binding on its nominated node and another gang of its queue: the cap leaves room for one."""
+    nominated = Gang("a/nom", (pod("a/nom-0", gpus=4),), 1, queue="team-a")
+    other = Gang("a/other", (pod("a/other-0", gpus=4, order=1),), 1, queue="team-a")
+    cluster = Cluster(
+        (node("n0", gpus=8),),
+        (nominated, other),
+        nominated={"a/nom-0": "n0"},
+        queues=(Queue("team-a", capability={GPU: 4}),),
+    )
+    placement = solve(cluster, CONFIG)
+    assert placement.bindings == {"a/nom-0": "n0"}
+    assert validate(cluster, placement) == []
