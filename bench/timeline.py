@@ -32,7 +32,7 @@ from gangsolve.bench.baselines import easy_backfill
 from gangsolve.bench.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
 from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
-from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster
+from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Running
 from gangsolve.solver.planning import expected_end
@@ -273,6 +273,7 @@ def simulate(
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
+    node_gpus = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
     requests = {p.name: p.requests for job in jobs for p in job.gang.pods}
     priority = {p.name: p.priority for job in jobs for p in job.gang.pods}
     queue_of = {p.name: job.gang.queue for job in jobs for p in job.gang.pods}
@@ -312,7 +313,7 @@ def simulate(
                 j.gang,
                 pods=tuple(p for p in j.gang.pods if p.name not in j.bound),
                 bound_nodes=tuple(j.bound.values()),
-                starving=now - j.arrival > starvation,
+                starving=now - j.arrival > starvation_age(j.gpus, node_gpus, starvation),
                 runtime=estimator.choose(j.declared, j.workload),
             )
             for j in pending

@@ -12,7 +12,7 @@ so far as a complete hint and keeps it when CP-SAT finds nothing better in its t
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -186,26 +186,42 @@ class GangModel:
         for q, keys in by_row.items():
             self._within(keys, problem.cap_left[q])
 
-    def limit(self, gangs: Collection[int], room: np.ndarray) -> None:
+    def limit(
+        self, gangs: Collection[int], room: np.ndarray, given_back: Sequence[tuple[int, np.ndarray]] = ()
+    ) -> None:
         """Pods of `gangs` together fit, node by node, in `room` (nodes x resources): capacity beyond what is
-        free now, e.g. what a reservation leaves at its start for the gangs still running then."""
+        free now, e.g. what a reservation leaves at its start for the gangs still running then. `given_back`:
+        (gang, capacity) that `room` gains when that gang is placed (a reservation it no longer needs)."""
         chosen = set(gangs)
+        back = [(self.placed[g], held) for g, held in given_back if g in self.placed]
         per_node: dict[int, list[tuple[int, int, int]]] = {}
         for key in self.x:
             if key[0] in chosen:
                 per_node.setdefault(key[2], []).append(key)
         for n, keys in per_node.items():
-            self._within(keys, room[n])
+            self._within(keys, room[n], back, n)
 
-    def _within(self, keys: list[tuple[int, int, int]], room: np.ndarray) -> None:
+    def _within(
+        self,
+        keys: list[tuple[int, int, int]],
+        room: np.ndarray,
+        back: Sequence[tuple[cp_model.IntVar, np.ndarray]] = (),
+        node: int = 0,
+    ) -> None:
         """The pods of variables `keys` together take at most `room` of each resource (a constraint only for
-        resources they could exceed it in)."""
+        resources they could exceed it in); `back`: (placed variable, capacity per node) that adds to `room` at
+        `node` when that gang is placed."""
         demand = self.problem.demand[[self.problem.parts[g][p].cls for g, p, _n in keys]]
         most = np.array([self.ub[k] for k in keys]) @ demand
         for r in np.flatnonzero(most > room).tolist():
             used = np.flatnonzero(demand[:, r] > 0).tolist()
             variables = [self.x[keys[i]] for i in used]
-            self.model.add(_weighted(variables, demand[used, r].tolist()) <= max(int(room[r]), 0))
+            coefficients = demand[used, r].tolist()
+            for var, held in back:
+                if held[node, r] > 0:
+                    variables.append(var)
+                    coefficients.append(-int(held[node, r]))
+            self.model.add(_weighted(variables, coefficients) <= max(int(room[r]), 0))
 
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")

@@ -398,12 +398,18 @@ def _timed(stage: Stage, begun: float, detail: str = "") -> Stage:
 
 
 def _limit(model: GangModel, problem: Problem, plan: planning.Plan | None) -> None:
-    """The reservations' limits as constraints: per check, the gangs subject to it fit in its room."""
+    """The reservations' limits as constraints: per check, the gangs subject to it fit in its room, which a
+    gang holding a reservation gives back when it is placed now after all."""
     limits = _limits(problem, plan) if plan is not None else None
     if limits is None:
         return
+    given_back: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for g, held in limits.reserved.items():
+        for k, capacity in held:
+            given_back.setdefault(k, []).append((g, capacity))
     for k, check in enumerate(limits.plan.checks):
-        model.limit([g for g in range(len(problem.gangs)) if limits.subject(g, k)], check.room)
+        subject = [g for g in range(len(problem.gangs)) if limits.subject(g, k)]
+        model.limit(subject, check.room, given_back.get(k, []))
 
 
 # --- the answer -------------------------------------------------------------------------------------------------

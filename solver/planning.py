@@ -179,12 +179,15 @@ class Limits:
             [problem.cluster.now + (gang.runtime if gang.runtime is not None else FOREVER) for gang in problem.gangs]
         )
         self.priority = np.array([gang.priority for gang in problem.gangs], dtype=np.int64)
+        self.reserved = reserved_at_checks(problem, plan)
+        self.started: set[int] = set()  # gangs holding a reservation that this pass starts now after all
 
     def copy(self) -> Limits:
         """The same limits with rooms of their own (a search step tries a change on a copy)."""
         other = Limits.__new__(Limits)
         other.__dict__.update(self.__dict__)
         other.rooms = [room.copy() for room in self.rooms]
+        other.started = set(self.started)
         return other
 
     def running_at(self, g: int, k: int) -> bool:
@@ -192,26 +195,35 @@ class Limits:
 
     def subject(self, g: int, k: int) -> bool:
         """Whether gang g, started now, must keep within check k. A gang holding a reservation too: started
-        now after all, it must not push another's later (nor count on its own held capacity, which errs safe)."""
+        now after all, it must not push another's later; it may count on what its own reservation holds."""
         return self.running_at(g, k) and self.priority[g] <= self.plan.checks[k].ceiling
 
     def room_for(self, g: int, free: np.ndarray) -> np.ndarray:
         """Where gang g may go now: free capacity within every check it is subject to (a copy), or `free`
         itself when no check holds it back."""
+        own = dict(self.reserved.get(g, [])) if g not in self.started else {}
         room = free
         for k in range(len(self.rooms)):
             if self.subject(g, k):
-                room = np.minimum(room, self.rooms[k])
+                room = np.minimum(room, self.rooms[k] + own[k] if k in own else self.rooms[k])
         return room
 
     def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
         """Pods of gang g start with `counts` (sign 1), or are taken off again (-1): they hold room at every
-        check while they run, whether or not they are subject to it."""
+        check while they run, whether or not they are subject to it. A gang holding a reservation that starts
+        now gives the reservation back (and takes it again when taken off)."""
         for (p, n), k in counts.items():
             demand = sign * k * self.problem.demand[self.problem.parts[g][p].cls]
             for c, room in enumerate(self.rooms):
                 if self.running_at(g, c):
                     room[n] -= demand
+        if g in self.reserved and (sign > 0) != (g in self.started):
+            for k, held in self.reserved[g]:
+                self.rooms[k] += sign * held
+            if sign > 0:
+                self.started.add(g)
+            else:
+                self.started.discard(g)
 
     def blocked(self, g: int, free: np.ndarray) -> None:
         """Gang g does not fit now (greedy calls this): plain limits do nothing."""
@@ -247,6 +259,23 @@ class Planner(Limits):
         self.timeline.add(start + runtime, counts, g, +1)
         self.plan.checks = checks(self.timeline, self.plan, self.priority)
         self.rooms = [c.room.copy() for c in self.plan.checks]
+
+
+def reserved_at_checks(problem: Problem, plan: Plan) -> dict[int, list[tuple[int, np.ndarray]]]:
+    """Per gang holding a reservation: (check, what the reservation holds per node and resource) for every
+    check its reservation is active at, i.e. what it gives back if the gang starts now after all."""
+    out: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for r in plan.reservations:
+        if r.start is None:
+            continue
+        held = np.zeros_like(problem.free)
+        for (p, n), k in r.counts.items():
+            held[n] += k * problem.demand[problem.parts[r.gang][p].cls]
+        end = r.start + _runtime(problem, r.gang)
+        for k, check in enumerate(plan.checks):
+            if r.start <= check.time < end:
+                out.setdefault(r.gang, []).append((k, held))
+    return out
 
 
 def checks(timeline: Timeline, plan: Plan, priority: np.ndarray) -> list[Check]:

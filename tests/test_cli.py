@@ -430,7 +430,7 @@ def test_now_marks_long_pending_gangs_starving():
     fresh = orjson.loads(solve("-", "-o", "json", input=text).stdout)
     assert set(fresh["bindings"]) == {"default/new", "default/new2"}  # two gangs beat one
     aged = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:30:00Z", input=text).stdout)
-    assert set(aged["bindings"]) == {"default/old"}  # waited past the hour: it goes first
+    assert set(aged["bindings"]) == {"default/old"}  # waited past the starvation age: it goes first
     assert [lv["starving"] for lv in aged["levels"]] == [True, False]
 
 

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from gangsolve import dra, objects, schema
 from gangsolve.errors import InputError, describe, shown
 from gangsolve.snapshot import Snapshot
-from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, Gang, Node, Pod, Queue, Running
+from gangsolve.solver.model import DEFAULT_QUEUE, GPU, Cluster, Gang, Node, Pod, Queue, Running
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -45,9 +45,12 @@ UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
 PRIORITY_MISMATCH = "all pods in a single pod group should have the same priority as the pod group's priority"
 # A gang pending longer than this outranks the gangs of its priority that are not, and may hold a reservation:
 # maximizing the number of gangs placed would otherwise pass over big gangs for as long as small ones keep
-# arriving. An hour, measured against 15 and 30 minutes in the time-based benchmark (docs/benchmarks.md): shorter
-# ages trade the median wait for the tail.
-STARVATION_SECONDS = 3600.0
+# arriving. A gang wider than a node starves sooner, in proportion (`starvation_age`): it waits for several nodes
+# to free at once, and is the first that "most gangs now" passes over. Half an hour, measured in the time-based
+# benchmark (docs/benchmarks.md) against an hour and 20 minutes, and against ages shrinking with every GPU: an
+# hour leaves the gangs passed over waiting an hour; shorter ages, or shrinking within a node, cost the median.
+STARVATION_SECONDS = 1800.0
+STARVATION_FLOOR = 300.0  # no gang starves sooner than this, however wide
 # Seconds pods that may still get a gang definition wait for it (from their creation); 0 turns waiting off.
 DEFINITION_GRACE = 10.0
 # Controllers of distributed training jobs: Kubeflow's training-operator kinds and Trainer's TrainJob.
@@ -594,6 +597,14 @@ def _with_device_capacity(nodes: Sequence[Node], devices: dra.Dra) -> tuple[Node
     )
 
 
+def starvation_age(gpus: int, node_gpus: int, age: float = STARVATION_SECONDS) -> float:
+    """Seconds a gang asking for `gpus` GPUs in all waits before it starves: `age`, or for a gang wider than the
+    widest node (`node_gpus`) the share of `age` one node is of it, at least STARVATION_FLOOR."""
+    if gpus <= node_gpus or node_gpus <= 0:
+        return age
+    return max(STARVATION_FLOOR, age * node_gpus / gpus)
+
+
 def build_cluster(
     snap: Snapshot,
     scheduler_name: str = "gangsolve",
@@ -622,6 +633,7 @@ def build_cluster(
     grouper = _Grouper(snap, group_label, strict, grace, now)
     bound = _bound(snap, (n.name for n in nodes) if nodes is not None else (n["metadata"]["name"] for n in snap.nodes))
     nodes = _with_device_capacity(_nodes_with_usage(snap, bound) if nodes is None else nodes, devices)
+    node_gpus = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
 
     ours = [
         p for p in grouper.live if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == scheduler_name
@@ -657,7 +669,8 @@ def build_cluster(
             continue
         objs = [p for _o, p in pods]
         born = [c for c in (created(p) for _o, p in pods if not objects.is_bound(p)) if c is not None]
-        starving = bool(now and born and (now - min(born)).total_seconds() > starvation_seconds)
+        age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), node_gpus, starvation_seconds)
+        starving = bool(now and born and (now - min(born)).total_seconds() > age)
         gangs.append(
             Gang(
                 name=names.of(key),

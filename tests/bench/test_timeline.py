@@ -61,18 +61,30 @@ def starved_workload() -> list[dict]:
     return cluster_objects(gpu_nodes(2), jobs)
 
 
-def test_reservations_start_the_big_job_when_the_long_one_ends():
+def big_job_delays(starvation: float) -> dict[str, float]:
     big = {}
     for scheduler in ("greedy-gang", "easy-backfill", "gangsolve"):
-        result = simulate(starved_workload(), scheduler, time_limit=0.5, estimates="exact", starvation=15 * 60)
+        result = simulate(starved_workload(), scheduler, time_limit=0.5, estimates="exact", starvation=starvation)
         big[scheduler] = result["summary"]["queue_delay_by_size"]["2-8 GPUs"]["p50"]
         assert result["summary"]["started"] == 14
+    return big
+
+
+def test_reservations_start_the_big_job_when_the_long_one_ends():
+    big = big_job_delays(30 * 60)
     # EASY reserves for the queue's head at once: the big job (waiting since minute 1) starts when the long one
-    # ends at minute 40. gangsolve reserves once it starves (15 minutes): it starts when the small jobs started
-    # before then end, at minute 44. Greedy gang lets small jobs take every freed GPU for longer.
+    # ends at minute 40. The big job spans both 4-GPU nodes, so it starves after half the age (15 minutes):
+    # gangsolve reserves then, and it starts when the small jobs started before then end, at minute 44. Greedy
+    # gang lets small jobs take every freed GPU for longer.
     assert big["easy-backfill"] == 39 * PERIOD
     assert big["gangsolve"] == 43 * PERIOD
     assert big["greedy-gang"] > 43 * PERIOD
+
+
+def test_a_gang_passed_over_past_its_share_of_the_age_gets_the_reservation_first_come_first_served_would():
+    # At half the age (7.5 minutes for the big job) it starves before any small job has started on the GPUs
+    # the long one holds, and gangsolve starts it when the long one ends, as EASY backfill does.
+    assert big_job_delays(15 * 60)["gangsolve"] == 39 * PERIOD
 
 
 def test_easy_backfill_lets_only_jobs_that_end_in_time_onto_the_head_reservation():

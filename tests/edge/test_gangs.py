@@ -5,7 +5,7 @@ from datetime import UTC
 import pytest
 
 from gangsolve.errors import InputError, describe
-from gangsolve.gangs import build_cluster, gated
+from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_FLOOR, STARVATION_SECONDS, build_cluster, gated, starvation_age
 from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 
@@ -225,6 +225,32 @@ def test_gangs_pending_past_the_starvation_age_are_starving():
     assert not any(
         g.starving for g in gangs(k8s_pod("old", created="2026-01-01T00:00:00Z")).values()
     )  # no clock, no age
+
+
+def test_a_gang_wider_than_a_node_starves_after_its_share_of_the_age():
+    from datetime import datetime, timedelta
+
+    now = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)
+    # Waited just past half the age: the 16-GPU gang spans two 8-GPU nodes, so half the age is its share.
+    created = (now - timedelta(seconds=STARVATION_SECONDS / 2 + 60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = gangs(
+        k8s_node("n0", gpus=8),
+        k8s_node("n1", gpus=4),
+        *(k8s_pod(f"wide{i}", gpus=8, labels={POD_GROUP_LABEL: "wide"}, created=created) for i in (0, 1)),
+        k8s_pod_group("wide", 2),
+        k8s_pod("node", gpus=8, owner="node", created=created),
+        now=now,
+    )
+    assert result["default/wide"].starving
+    assert not result["default/node"].starving  # fits one node: it waits the whole age
+
+
+def test_starvation_age_shrinks_with_the_nodes_a_gang_spans_down_to_the_floor():
+    assert starvation_age(1, 8, 1200.0) == starvation_age(8, 8, 1200.0) == 1200.0
+    assert starvation_age(16, 8, 1200.0) == 600.0
+    assert starvation_age(24, 8, 1200.0) == 400.0
+    assert starvation_age(1000, 8, 1200.0) == STARVATION_FLOOR
+    assert starvation_age(4, 0, 1200.0) == 1200.0  # no node has GPUs: nothing to scale by
 
 
 def test_bad_creation_timestamp_names_the_field():

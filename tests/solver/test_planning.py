@@ -321,3 +321,24 @@ def test_preemption_never_starts_a_gang_a_reservation_holds_back():
     assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("starving", ("n1",), 60.0)]
     assert "small-0" not in placement.bindings
     assert reservation_violations(cluster, placement) == []
+
+
+def test_a_reserved_gang_started_now_after_all_gives_its_reservation_back():
+    # n0 frees 3 GPUs at 600 s and the starving 4-GPU gang holds all of n0 from then; n1 stays busy. A gang
+    # running an hour may not take n0's free GPU now: it would still run when the reservation starts.
+    big = starving(gang("big", 1, gpus=4))
+    long = timed(gang("long", 1, gpus=1), HOUR)
+    problem = Problem(cluster_with([big, long], [busy("n0", 3, 600.0), busy("n1", 4, 2 * HOUR)]))
+    _counts, plan = planning.plan(problem, 1)
+    assert [(problem.gangs[r.gang].name, r.start) for r in plan.reservations] == [("big", 600.0)]
+    g_big, g_long = (next(g for g, x in enumerate(problem.gangs) if x.name == name) for name in ("big", "long"))
+    n0, n1, gpu = problem.node_index["n0"], problem.node_index["n1"], problem.res_index[GPU]
+    limits = planning.Limits(problem, plan)
+    assert limits.room_for(g_long, problem.free)[n0, gpu] == 0
+    assert limits.room_for(g_big, problem.free)[n0, gpu] == 1  # its own reservation does not hold it back
+    # Were a pass to start the big gang now after all (on n1, say), n0 is no longer held for it; taken off
+    # again, the reservation holds again.
+    limits.take(g_big, {(0, n1): 1})
+    assert limits.room_for(g_long, problem.free)[n0, gpu] == 1
+    limits.take(g_big, {(0, n1): 1}, -1)
+    assert limits.room_for(g_long, problem.free)[n0, gpu] == 0
