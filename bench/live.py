@@ -696,6 +696,15 @@ class BindWatch(threading.Thread):
             self._see(pod)
         self.rv = listing["metadata"]["resourceVersion"]
 
+    def catch_up(self) -> bool:
+        """List the pods once: whether that shows a binding or a start the watch had not delivered yet."""
+        with self.lock:
+            seen = len(self.bound) + len(self.running)
+        with contextlib.suppress(Exception):  # the API server is busy: the watch stays the only source
+            self._relist()
+        with self.lock:
+            return len(self.bound) + len(self.running) > seen
+
     def run(self) -> None:
         while not self.stop.is_set():
             url = (
@@ -965,6 +974,8 @@ def run_live(
                 # A scheduler gets FIRST_BIND_WAIT to bind anything at all: starting up (caches synced, a
                 # first cycle) is not being idle, and on a loaded machine it takes longer than `quiet`.
                 waited = quiet if watch.bound else max(quiet, FIRST_BIND_WAIT)
+                if idle >= waited and not settled and watch.catch_up():
+                    continue  # the watch had fallen behind (seen at 5,000 nodes): the scheduler was not idle
                 if settled or idle >= waited or now - timing.t0 >= timeout:
                     break
             watch.stop.set()
