@@ -106,9 +106,10 @@ def create_classes(cp: ControlPlane, objs: list[dict]) -> None:
             cp.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", o)
 
 
-def create_groups(cp: ControlPlane, groups: list[dict], scheduler: str) -> None:
-    """The running and pending gangs' PodGroups (scheduler-plugins' CRD first, where `prepare` did not make it)."""
-    if scheduler != "gangsolve" and any(o["apiVersion"].startswith("scheduling.x-k8s.io/") for o in groups):
+def create_groups(cp: ControlPlane, groups: list[dict]) -> None:
+    """The running and pending gangs' PodGroups, scheduler-plugins' CRD first (`prepare` makes it only for objects
+    that include such PodGroups, and these come after it)."""
+    if any(o["apiVersion"].startswith("scheduling.x-k8s.io/") for o in groups):
         cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
         path = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
         cp.wait_for(lambda: served(cp, path), timeout=60, what="the PodGroup API")
@@ -142,7 +143,7 @@ def run_live(
         try:
             create_classes(cp, objs)
             prepare(cp, [o for o in rest if o["kind"] != "PodGroup"], scheduler, log)
-            create_groups(cp, [o for o in rest if o["kind"] == "PodGroup"], scheduler)
+            create_groups(cp, [o for o in rest if o["kind"] == "PodGroup"])
             if scheduler == "gangsolve":
                 for obj in GANGSOLVE_EXTRA_RBAC:
                     cp.request("POST", collection(obj), obj)
