@@ -186,6 +186,18 @@ def _unindex(index: dict[str, dict[str, dict]], name: str, key: str) -> None:
             del index[name]
 
 
+def _unlink(index: dict[Any, set[str]], name: Any, key: str) -> bool:
+    """Take `key` out of the set filed under `name`, dropping `name` once the set is empty (then True)."""
+    members = index.get(name)
+    if members is None:
+        return False
+    members.discard(key)
+    if members:
+        return False
+    del index[name]
+    return True
+
+
 def _add(into: dict[str, Requests], node: str, requests: Requests, sign: int) -> None:
     used = into.setdefault(node, {})
     for r, q in requests.items():
@@ -363,10 +375,7 @@ class ClusterStore:
             _unindex(self._by_namespace, old["metadata"].get("namespace", ""), key)
             _unindex(self._unbound, _scheduler_name(old), key)
             for hint in gang_hints(old, self.group_label):
-                members = self._by_hint.get(hint, set())
-                members.discard(key)
-                if not members:
-                    self._by_hint.pop(hint, None)
+                _unlink(self._by_hint, hint, key)
         if new is not None:
             self._by_scheduler.setdefault(_scheduler_name(new), {})[key] = new
             self._by_namespace.setdefault(new["metadata"].get("namespace", ""), {})[key] = new
@@ -376,13 +385,8 @@ class ClusterStore:
                 self._by_hint.setdefault(hint, set()).add(key)
         old_group, new_group = pod_group_of(old), pod_group_of(new)
         if old_group != new_group:
-            if old_group:
-                names = self._members.get(old_group, set())
-                names.discard(key)
-                if not names:
-                    self._members.pop(old_group, None)
-                    if old_group not in self._objects["PodGroup"]:
-                        self._group_marks.pop(old_group, None)
+            if old_group and _unlink(self._members, old_group, key) and old_group not in self._objects["PodGroup"]:
+                self._group_marks.pop(old_group, None)
             if new_group:
                 self._members.setdefault(new_group, set()).add(key)
         if old_group or new_group:
@@ -395,10 +399,7 @@ class ClusterStore:
         old_node, new_node = _node_name(old), _node_name(new)
         if old_node != new_node:
             if old_node:
-                members = self._on_node.get(old_node, set())
-                members.discard(key)
-                if not members:
-                    self._on_node.pop(old_node, None)
+                _unlink(self._on_node, old_node, key)
             if new_node:
                 self._on_node.setdefault(new_node, set()).add(key)
         if old_node:
@@ -537,10 +538,7 @@ class ClusterStore:
 
     def _end_assumption(self, key: str, *, freed: bool) -> None:
         a = self._assumed.pop(key)
-        on = self._assumed_on.get(a.node, set())
-        on.discard(key)
-        if not on:
-            self._assumed_on.pop(a.node, None)
+        _unlink(self._assumed_on, a.node, key)
         _add(self._used, a.node, a.requests, -1)
         self._count_priority(a.priority, -1)
         self._dirty.add(a.node)
