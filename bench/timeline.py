@@ -78,6 +78,9 @@ class Job:
     start: float | None = None
     end: float | None = None
     estimate: float | None = None  # the scheduler's runtime estimate when it started
+    # When its pods were last created: its arrival, or its eviction (the controller creates them again, and a
+    # gang's wait for the starvation age counts from its pods' creation, as in the live scheduler).
+    created: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -313,7 +316,7 @@ def simulate(
                 j.gang,
                 pods=tuple(p for p in j.gang.pods if p.name not in j.bound),
                 bound_nodes=tuple(j.bound.values()),
-                starving=now - j.arrival > starvation_age(j.gpus, node_gpus, starvation),
+                starving=now - max(j.arrival, j.created) > starvation_age(j.gpus, node_gpus, starvation),
                 runtime=estimator.choose(j.declared, j.workload),
             )
             for j in pending
@@ -358,7 +361,7 @@ def simulate(
             lost.append((job.gpus, job.start or 0.0, now))
             for pod, node in job.bound.items():
                 hold(pod, node, -1)
-            job.bound, job.start, job.end, job.estimate = {}, None, None, None
+            job.bound, job.start, job.end, job.estimate, job.created = {}, None, None, None, now
             pending.append(job)
         nominated = dict(facts.get("nominations", {}))
         plan = {r["gang"]: r for r in facts.get("reservations", []) if r["start"] is not None}

@@ -30,9 +30,17 @@
    more than their fair share (what was borrowed while the preemptor's queue had no demand), last. Whole gangs
    only, and each queue taken from stays at or above its fair share in the resource its share is measured in
    (the one it holds the largest fraction of: GPUs on GPU clusters), so the queue that lost them has nothing to
-   reclaim back (no ping-pong). Its victims, of the preemptor's own priority, are chosen with the least work
-   lost (GPU-minutes run) right after the fewest gangs and PDB violations. Reserved nodes are used by no
-   preemptor that is not above every reservation's gang, and a gang holding a reservation waits for it.
+   reclaim back (no ping-pong). Shares move in whole gangs, though: a queue 9 GPUs short whose gangs are 16
+   wide could never reclaim under that rule, nor could a queue 11 past give back a gang of 16, and both stay
+   that far from their shares while the gangs run. So a *starving* preemptor may cross the line, as long as
+   every queue the reclaim touches ends nearer its fair share than it began: its gang takes less than twice what
+   its queue is short of, and each queue taken from loses less than twice what it holds past its share (16 GPUs
+   from 9 short and 11 past leaves 7 past and 5 short). Each reclaim brings the queues it touches strictly
+   nearer their shares, so while fair shares hold, reclaims cannot go round in circles. Its victims, of the
+   preemptor's own priority, are chosen with the least work lost (GPU-minutes run) right after the fewest gangs
+   and PDB violations. Reserved nodes are used by no preemptor that is not above every reservation's gang, and a gang
+   holding a reservation waits for it (unless the reservation has no start: running pods without an estimated
+   end hold what it needs).
    The preemptor's minimum (`need` pods) is nominated to nodes where it fits once its victims are gone, and
    the independent validator checks that before anything is evicted: no futile preemption. A gang that fits
    with no victim at all (the placement's search missed it) binds at once.
@@ -40,6 +48,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -279,7 +288,8 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
-        holders = {r.gang for r in placement.reservations}  # their plan is the reservation
+        # Their plan is the reservation; one that waits for an estimate of running pods' ends is no plan.
+        holders = {r.gang for r in placement.reservations if r.start is not None}
         self.preemptors = sorted(
             (
                 g
@@ -376,16 +386,32 @@ class Preemption:
                 v[i] = q
         return v
 
-    def excess(self, queue: str) -> int:
-        """What the queue holds past its fair share in the resource its share is measured in: the most reclaim
-        may take from it."""
+    def excess(self, queue: str, nearer: bool = False) -> int:
+        """The most reclaim may take from the queue, in the resource its share is measured in: what it holds past
+        its fair share; with `nearer` (a starving preemptor), less than twice that, so that it ends nearer its
+        fair share than it was."""
         k = self.dominant[queue]
-        return int(np.floor(self.held[queue][k] - self.fair[queue][k] + _SLACK))
+        past = float(self.held[queue][k] - self.fair[queue][k])
+        if nearer:
+            return max(0, math.ceil(2 * past - _SLACK) - 1)
+        return max(0, int(np.floor(past + _SLACK)))
+
+    def _within(self, g: int) -> bool:
+        """Whether gang g was within its queue's fair share for the placement, and still is with what this stage
+        has given its queue since (a reclaim may have taken it past, and left room its victims freed)."""
+        gang = self.problem.gangs[g]
+        if not self.within[gang.name]:
+            return False
+        if gang.queue not in self.fair:
+            return True
+        need = self.problem.floor[g].astype(np.float64)
+        asked = need > 0
+        return not ((self.held[gang.queue] + need)[asked] > self.fair[gang.queue][asked] + _SLACK).any()
 
     def reclaim(self, g: int) -> np.ndarray:
         """The running pods preemptor g may reclaim (a mask over the pool): pods of its own priority in other
         reclaimable queues past their fair share, of gangs that may go whole; none when its queue would pass its
-        own fair share with it."""
+        own fair share with it (a starving gang: would not end nearer it)."""
         gang = self.problem.gangs[g]
         mine = gang.queue
         none = np.zeros(len(self.pool), dtype=bool)
@@ -393,9 +419,12 @@ class Preemption:
             return none
         need = self.problem.floor[g].astype(np.float64)
         asked = need > 0
-        if ((self.held[mine] + need)[asked] > self.fair[mine][asked] + _SLACK).any():
+        short = (self.fair[mine] - self.held[mine])[asked]  # what its queue holds below its fair share
+        # Within its fair share; a starving gang: nearer it (past it by less than the queue is short of it now).
+        nearer = need[asked] < 2 * short - _SLACK
+        if not (nearer if gang.starving else need[asked] <= short + _SLACK).all():
             return none
-        over = {q for q in self.reclaimable if q != mine and self.excess(q) > 0}
+        over = {q for q in self.reclaimable if q != mine and self.excess(q, gang.starving) > 0}
         mask: np.ndarray = self.alive & self.evictable & (self.priority == gang.priority)
         mask &= np.array([q in over for q in self.queue], dtype=bool)
         for members in self.units:  # whole gangs only: a gang with a member that may not go stays
@@ -526,7 +555,7 @@ class Preemption:
         candidates = self.alive & self.evictable & (self.priority < gang.priority)
         reclaim = self.reclaim(g)
         levels = sorted({int(x) for x in self.priority[candidates]})
-        if not levels and not reclaim.any() and self.within[gang.name]:
+        if not levels and not reclaim.any() and self._within(g):
             # No victim at all: whether it fits as things are. Not for a gang that would borrow: the placement
             # kept it off capacity that gangs within their queue's fair share wait for.
             levels = [gang.priority]
@@ -641,7 +670,8 @@ class _Model:
         near = [i for i in np.flatnonzero(allowed).tolist() if int(stage.node[i]) in local]
         for u in sorted({int(stage.unit_of[i]) for i in near}):
             self._unit(u, allowed, local)
-        # Reclaim leaves every queue it takes from at or above its fair share (no reclaim back and forth).
+        # Reclaim leaves every queue it takes from at or above its fair share (no reclaim back and forth); for a
+        # starving preemptor, nearer its fair share than it was.
         if reclaim is not None:
             taken: dict[str, list[int]] = defaultdict(list)
             for i in self.x:
@@ -650,7 +680,7 @@ class _Model:
             for queue, members in sorted(taken.items()):
                 k = stage.dominant[queue]
                 amounts = [int(stage.vec[i, k]) for i in members]
-                m.add(_weighted([self.x[i] for i in members], amounts) <= stage.excess(queue))
+                m.add(_weighted([self.x[i] for i in members], amounts) <= stage.excess(queue, gang.starving))
 
         # Capacity: what the preemptor puts on a node fits its free room plus what its victims there free.
         on: dict[int, list[int]] = defaultdict(list)

@@ -89,6 +89,47 @@ def test_no_reclaim_past_the_reclaiming_queues_own_fair_share():
     assert not solve(team_b_holds_everything(a_holds=4, a_wants=8), CONFIG).evictions
 
 
+def whole_nodes(a_holds: int, b_holds: int, a_wants: int, starving: bool, b_wants: int = 0) -> Cluster:
+    """Three 8-GPU nodes shared by team-a and team-b (equal weights): each holds whole nodes as gangs of one
+    8-GPU pod; team-a (or team-b, with `b_wants`) asks for a gang of 8-GPU pods."""
+    nodes = [node(f"n{i}", cpu=64, gpus=8) for i in range(3)]
+    owners = ["team-a"] * (a_holds // 8) + ["team-b"] * (b_holds // 8)
+    pods = [running(f"{q}/r{i}", f"n{i}", gpus=8, gang=f"{q}/r{i}", started=i, queue=q) for i, q in enumerate(owners)]
+    queue, wants = ("team-b", b_wants) if b_wants else ("team-a", a_wants)
+    pending = Gang(
+        f"{queue}/x",
+        tuple(pod(f"{queue}/x-{i}", gpus=8, order=i) for i in range(wants // 8)),
+        wants // 8,
+        queue=queue,
+        starving=starving,
+    )
+    return cluster_of(nodes, pods, [pending], [Queue("team-a"), Queue("team-b")])
+
+
+def test_a_starving_gang_wider_than_its_queues_shortfall_reclaims_when_both_queues_end_nearer_their_shares():
+    # Fair shares 12 and 12 GPUs. team-a, holding nothing, asks for 16: within its share it cannot fit, so a
+    # gang that is not starving reclaims nothing.
+    assert not solve(whole_nodes(0, 24, 16, starving=False), CONFIG).evictions
+    # Starving, it takes two of team-b's gangs: team-a ends 4 past its share (from 12 short), team-b 4 short
+    # (from 12 past).
+    cluster = whole_nodes(0, 24, 16, starving=True)
+    placement = solve(cluster, CONFIG)
+    assert len(placement.evictions) == 2
+    assert all("reclaimed from queue team-b" in e.reason for e in placement.evictions)
+    assert set(placement.nominations) == {"team-a/x-0", "team-a/x-1"}
+    assert not validate(Cluster(without(cluster, {e.pod for e in placement.evictions}), cluster.gangs), {})
+    # Not nearer, no reclaim: 24 would leave team-a as far past its share (12) as it is short of it now.
+    assert not solve(whole_nodes(0, 24, 24, starving=True), CONFIG).evictions
+
+
+def test_no_reclaim_back_once_both_queues_are_nearer_their_shares():
+    # The state the reclaim above leaves: team-a 16, team-b 8. Taking team-a's gang of 16 for team-b's 8 would
+    # leave team-b 4 past (as far as it is short now) and team-a 12 short (from 4 past): no reclaim, starving or
+    # not.
+    for starving in (False, True):
+        assert not solve(whole_nodes(16, 8, 0, starving=starving, b_wants=8), CONFIG).evictions
+
+
 def test_a_closed_queue_admits_no_new_gang():
     nodes = [node("n0", gpus=8)]
     gang = Gang("a/x", (pod("a/x-0", gpus=1),), 1, queue="team-a")
@@ -127,7 +168,7 @@ class World:
         for gang_name in {r.gang for r in self.running if r.name in victims}:
             members = [r for r in self.running if r.gang == gang_name]
             pods = tuple(pod(r.name, gpus=r.requests[GPU], order=self.clock) for r in members)
-            self.pending[gang_name] = Gang(gang_name, pods, len(pods), queue=members[0].queue)
+            self.pending[gang_name] = Gang(gang_name, pods, len(pods), queue=members[0].queue)  # created again
         self.running = [r for r in self.running if r.name not in victims]
         for gang in list(self.pending.values()):
             if all(p.name in placement.bindings for p in gang.pods):
@@ -157,13 +198,17 @@ def fair_gpus(cluster: Cluster) -> dict[str, float]:
 
 
 @st.composite
-def worlds(draw) -> World:
+def worlds(draw, starving: bool = False) -> World:
+    """Random worlds; with `starving`, each pending gang may be starving (reclaim may then cross fair shares),
+    every queue is reclaimable, and pods are wider and more, so that whole gangs often cannot fit what a queue is
+    short of."""
+    widths = (2, 4, 8) if starving else (1, 2, 4)
     nodes = [node(f"n{i}", cpu=256, gpus=NODE_GPUS) for i in range(draw(st.integers(1, 3)))]
-    queues = [Queue(q, weight=draw(st.integers(1, 3)), reclaimable=draw(st.booleans())) for q in QUEUES]
+    queues = [Queue(q, weight=draw(st.integers(1, 3)), reclaimable=starving or draw(st.booleans())) for q in QUEUES]
     free = {n.name: NODE_GPUS for n in nodes}
     pods: list[Running] = []
-    for j in range(draw(st.integers(0, 8))):
-        queue, size, gpus = draw(st.sampled_from(QUEUES)), draw(st.integers(1, 2)), draw(st.sampled_from((1, 2, 4)))
+    for j in range(draw(st.integers(4, 12) if starving else st.integers(0, 8))):
+        queue, size, gpus = draw(st.sampled_from(QUEUES)), draw(st.integers(1, 2)), draw(st.sampled_from(widths))
         where = []
         for _ in range(size):
             fits = [n for n, f in free.items() if f >= gpus]
@@ -179,10 +224,10 @@ def worlds(draw) -> World:
             pods.append(running(f"r{j}-{k}", n, gpus=gpus, gang=f"r{j}", min_member=size, started=j, queue=queue))
     pending = {}
     for j in range(draw(st.integers(1, 4))):
-        queue, size, gpus = draw(st.sampled_from(QUEUES)), draw(st.integers(1, 2)), draw(st.sampled_from((1, 2, 4)))
-        pending[f"p{j}"] = Gang(
-            f"p{j}", tuple(pod(f"p{j}-{k}", gpus=gpus, order=j) for k in range(size)), size, queue=queue
-        )
+        queue, size, gpus = draw(st.sampled_from(QUEUES)), draw(st.integers(1, 2)), draw(st.sampled_from(widths))
+        pods_ = tuple(pod(f"p{j}-{k}", gpus=gpus, order=j) for k in range(size))
+        hungry = starving and draw(st.booleans())
+        pending[f"p{j}"] = Gang(f"p{j}", pods_, size, queue=queue, starving=hungry)
     return World(nodes, queues, pods, pending)
 
 
@@ -225,6 +270,44 @@ def test_reclaim_is_never_futile_takes_whole_gangs_of_queues_past_their_share_an
         world.apply(cluster, placement)
     event(f"queue pairs reclaiming: {len(reclaims)}")
     assert not any((b, a) in reclaims for a, b in reclaims), f"reclaim back and forth: {reclaims}"
+
+
+def gpus_of(cluster: Cluster, queue: str, pods) -> int:
+    return sum(p.requests[GPU] for g in cluster.gangs if g.queue == queue for p in g.pods if p.name in pods)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds(starving=True))
+def test_reclaim_for_starving_gangs_leaves_every_queue_it_touches_nearer_its_fair_share(world):
+    crossed = False
+    for _cycle in range(4):
+        cluster = world.cluster()
+        placement = solve(cluster, CONFIG)
+        assert validate(cluster, placement) == []
+        victims = {e.pod for e in placement.evictions}
+        assert not validate(Cluster(without(cluster, victims), cluster.gangs), {**placement.nominations})
+        fair = fair_gpus(cluster)
+        pods = {r.name: r for r in cluster.running}
+        gang_of = {g.name: g for g in cluster.gangs}
+        taken: dict[str, int] = defaultdict(int)
+        for e in placement.evictions:
+            victim, reclaimer = pods[e.pod], gang_of[e.preemptor]
+            assert victim.queue != reclaimer.queue
+            assert victim.priority == reclaimer.priority
+            taken[victim.queue] += victim.requests[GPU]
+        for gang in {pods[v].gang for v in victims}:
+            assert all(r.name in victims for r in cluster.running if r.gang == gang), "whole gangs only"
+        # Every queue a reclaim touched (taken from, or reclaiming) ends nearer its fair share than it began
+        # (with what this cycle bound for it).
+        reclaiming = {gang_of[e.preemptor].queue for e in placement.evictions}
+        for q in set(taken) | reclaiming:
+            before = sum(r.requests[GPU] for r in cluster.running if r.queue == q)
+            before += gpus_of(cluster, q, placement.bindings)
+            after = before - taken[q] + gpus_of(cluster, q, placement.nominations)
+            assert abs(after - fair[q]) < abs(before - fair[q]) - 1e-6, (q, before, after, fair[q])
+            crossed |= (before - fair[q]) * (after - fair[q]) < 0
+        world.apply(cluster, placement)
+    event(f"a reclaim crossed a fair share: {crossed}")
 
 
 def test_a_nominated_gang_counts_against_its_queues_capability():
