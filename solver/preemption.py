@@ -358,7 +358,7 @@ class Preemption:
 
         # Reclaim: each queue's fair share and what it holds once this cycle's placement is in and its leaving pods
         # are gone, per resource; and the resource its share is measured in, in which a queue that loses gangs to
-        # reclaim stays at or above its fair share.
+        # reclaim stays at or above its fair share (for a starving preemptor: ends nearer it).
         declared = queues.queues_of(cluster)
         fair = queues.deserved(cluster)
         total = self._amounts(queues.schedulable_total(cluster))

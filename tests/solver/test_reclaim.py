@@ -1,7 +1,8 @@
 """Reclaim: a queue below its fair share evicts whole gangs of its own priority from reclaimable queues past
 theirs. On hand-made clusters and on random ones (hypothesis), over repeated cycles: no eviction is futile,
 victims come only from reclaimable queues past their fair share and go whole, the queue taken from stays at or
-above its fair share and the reclaiming queue within its own, and no two queues reclaim from each other. The
+above its fair share and the reclaiming queue within its own, and no two queues reclaim from each other; with
+starving gangs, which may cross fair shares, every queue a reclaim touches ends nearer its fair share. The
 oracles share no code with the solver: fair shares are weighted max-min fairness by progressive filling
 (test_queues.max_min_fair), whether the preemptors fit is the validator's answer without their victims."""
 
