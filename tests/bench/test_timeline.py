@@ -114,3 +114,32 @@ def test_estimate_modes_declare_the_true_a_noisy_or_no_runtime():
     assert min(ratios) < 1 / 3
     assert all(j.declared is None for j in absent)
     assert len({j.workload for j in exact}) > 5  # the history learns per job template
+
+
+def test_an_evicted_job_starves_from_its_pods_new_creation_not_from_its_arrival():
+    """Its controller creates the pods again, and the live scheduler counts a gang's wait for the starvation age
+    from its pods' creation: a job evicted at minute 40, pending since minute 0, starves 30 minutes later, not
+    at once."""
+    # Two 4-GPU nodes: job a and a long job run from the start, and a job of 2 x 4 GPUs keeps the queue (and
+    # the cycles) going while they do.
+    objs = cluster_objects(
+        gpu_nodes(2), job("a", 1, 1, 0, 100 * PERIOD), job("long", 1, 1, 0, 100 * PERIOD), job("big", 2, 4, 0, PERIOD)
+    )
+    waiting: dict[float, bool] = {}  # job a's starving flag each minute it waits after its eviction
+
+    def schedule(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict[str, str], dict]:
+        if cluster.now == 0:
+            small = [g for g in cluster.gangs if not g.name.endswith("/big")]
+            return {p.name: f"n{i}" for i, g in enumerate(small) for p in g.pods}, {}
+        if cluster.now == 40 * PERIOD:
+            return {}, {"evictions": [r.name for r in cluster.running if r.gang.endswith("/a")]}
+        for g in cluster.gangs:
+            if g.name.endswith("/a"):
+                waiting[cluster.now] = g.starving
+        return {}, {}
+
+    simulate(objs, schedule, time_limit=0.5, estimates="exact")
+    assert waiting, "job a waited after its eviction"
+    assert not any(starving for minute, starving in waiting.items() if minute <= 70 * PERIOD)
+    assert all(starving for minute, starving in waiting.items() if minute > 70 * PERIOD)
+    assert max(waiting) > 70 * PERIOD
