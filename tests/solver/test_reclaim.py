@@ -131,6 +131,33 @@ def test_no_reclaim_back_once_both_queues_are_nearer_their_shares():
         assert not solve(whole_nodes(16, 8, 0, starving=starving, b_wants=8), CONFIG).evictions
 
 
+def test_room_a_reclaim_frees_goes_only_to_gangs_still_within_their_queues_share():
+    """Three 8-GPU nodes; fair shares q0 7, q1 7, q2 10 GPUs. q0's starving gang of 8 reclaims q1's gang of 2 x 8
+    (q0 from 5 short to 3 past, q1 from 13 past to 3 short), which frees a node more than it needs. q2's gang of
+    8 (within q2's share) may have it; q0's gang of 2 may not: q0 is past its share once its starving gang is in,
+    though it was within before the reclaim."""
+    nodes = [node(f"n{i}", cpu=256, gpus=8) for i in range(3)]
+    pods = [
+        running("r0-0", "n0", gpus=2, gang="r0", queue="q0"),
+        running("r1-0", "n0", gpus=2, gang="r1", queue="q1"),
+        running("r2-0", "n1", gpus=8, gang="r2", min_member=2, queue="q1"),
+        running("r2-1", "n2", gpus=8, gang="r2", min_member=2, queue="q1"),
+        running("r3-0", "n0", gpus=2, gang="r3", queue="q1"),
+        running("r4-0", "n0", gpus=2, gang="r4", queue="q2"),
+    ]
+    gangs = [
+        Gang("p0", (pod("p0-0", gpus=8, order=0),), 1, queue="q0", starving=True),
+        Gang("p1", (pod("p1-0", gpus=2, order=1),), 1, queue="q0"),
+        Gang("p2", (pod("p2-0", gpus=8, order=2),), 1, queue="q2"),
+    ]
+    cluster = cluster_of(nodes, pods, gangs, [Queue("q0", 1), Queue("q1", 1), Queue("q2", 2)])
+    assert fair_gpus(cluster) == {"q0": 7.0, "q1": 7.0, "q2": 10.0}
+    placement = solve(cluster, CONFIG)
+    assert {e.pod for e in placement.evictions} == {"r2-0", "r2-1"}
+    assert set(placement.nominations) == {"p0-0", "p2-0"}
+    assert "p1-0" not in placement.bindings
+
+
 def test_a_closed_queue_admits_no_new_gang():
     nodes = [node("n0", gpus=8)]
     gang = Gang("a/x", (pod("a/x-0", gpus=1),), 1, queue="team-a")
