@@ -13,12 +13,11 @@ from gangsolve.live.leader import Unfenced
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor, plan
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 from tests.live.fake_kube import FakeKube
-
-POD, NODE, PDB = RESOURCES[0], RESOURCES[1], RESOURCES[2]
+from tests.live.resources import NODE, PDB, POD
 
 
 class Fence:

@@ -16,7 +16,7 @@ from gangsolve.live.leader import Unfenced
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from tests.builders import (
     DRIVER,
     k8s_claim,
@@ -29,10 +29,8 @@ from tests.builders import (
     with_claims,
 )
 from tests.live.fake_kube import FakeKube
+from tests.live.resources import CLAIM, CLASS, NODE, PDB, POD, SLICE
 
-KINDS = {r.kind: r for r in RESOURCES}
-POD, NODE, PDB = KINDS["Pod"], KINDS["Node"], KINDS["PodDisruptionBudget"]
-SLICE, CLASS, CLAIM = KINDS["ResourceSlice"], KINDS["DeviceClass"], KINDS["ResourceClaim"]
 FINALIZER = "resource.kubernetes.io/delete-protection"
 
 

@@ -15,13 +15,11 @@ from gangsolve.live.leader import Unfenced
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, plan
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group, k8s_queue
 from tests.live.fake_kube import FakeKube
-
-POD, NODE = RESOURCES[0], RESOURCES[1]
-XPG = next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io"))
+from tests.live.resources import KPG, NODE, POD, QUEUE, XPG
 
 
 class NoLease:
@@ -256,9 +254,6 @@ async def test_every_victim_gets_its_preempted_event_however_many_at_once():
     assert {e["reason"] for e in kube.events} == {"Preempted"}
 
 
-KPG = next(r for r in RESOURCES if r.api_version == "scheduling.k8s.io/v1beta1")
-
-
 def upstream_group(name: str, min_count: int, uid: str, status: dict | None = None) -> dict:
     pg = {
         "apiVersion": "scheduling.k8s.io/v1beta1",
@@ -306,9 +301,6 @@ async def test_an_upstream_pod_group_once_scheduled_stays_so_and_others_pods_gro
     s.apply(Resync(POD, [upstream_member("w0", "u0"), upstream_member("w1", "u1")]))
     await feedback(s, kube).apply(cycle(s))
     assert [p for p, _b in kube.patches if "/podgroups/" in p] == []  # True is terminal: nothing to write
-
-
-QUEUE = next(r for r in RESOURCES if r.kind == "Queue")
 
 
 @pytest.mark.asyncio

@@ -16,11 +16,10 @@ from gangsolve.live.leader import Unfenced
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor, Victim
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod
 from tests.live.fake_kube import FakeKube
-
-POD, NODE, PRIORITY_CLASS = RESOURCES[0], RESOURCES[1], RESOURCES[3]
+from tests.live.resources import NODE, POD
 
 
 def with_uid(pod: dict, uid: str) -> dict:

@@ -17,13 +17,12 @@ from gangsolve.live.leader import Unfenced
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync, succeeded_pods
+from gangsolve.live.watchers import Event, Resync, succeeded_pods
 from gangsolve.reservations import WAITING_FOR_ESTIMATE
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.fake_kube import FakeKube
+from tests.live.resources import NODE, POD, XPG
 
-POD, NODE = RESOURCES[0], RESOURCES[1]
-XPG = next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io"))
 SUCCEEDED = succeeded_pods("gangsolve")
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -16,11 +16,9 @@ from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
-
-POD, NODE = RESOURCES[0], RESOURCES[1]
-XPG = next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io"))
+from tests.live.resources import NODE, POD, XPG
 
 
 def member(name: str, group: str, gpus: int = 1, node: str | None = None) -> dict:

@@ -3,12 +3,9 @@ back-off after a failed bind."""
 
 from gangsolve.gangs import build_cluster
 from gangsolve.live.store import BACKOFF_MAX, ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
-
-POD, NODE = RESOURCES[0], RESOURCES[1]
-XPG = next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io"))
-VPG = next(r for r in RESOURCES if r.api_version.startswith("scheduling.volcano.sh"))
+from tests.live.resources import NODE, POD, VPG, XPG
 
 
 def with_uid(obj, uid="u1"):

@@ -10,11 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_queue
+from tests.live.resources import NODE, PDB, POD, QUEUE, VPG, XPG
 
-POD, NODE, PDB = RESOURCES[0], RESOURCES[1], RESOURCES[2]
-QUEUE = next(r for r in RESOURCES if r.kind == "Queue")
 NODES = ("n0", "n1", "n2")
 
 
@@ -221,8 +220,8 @@ def test_a_narrowed_view_groups_every_gang_as_the_whole_cluster_does(specs):
     groups += [k8s_pod_group(n, 2, ns=ns, volcano=True) for n in ("a", "b") for ns in ("default", "team")]
     for g in groups:
         g["metadata"]["uid"] = f"{g['apiVersion']}/{g['metadata']['namespace']}/{g['metadata']['name']}"
-    s.apply(Resync(next(r for r in RESOURCES if r.api_version.startswith("scheduling.x-k8s.io")), groups[:4]))
-    s.apply(Resync(next(r for r in RESOURCES if r.api_version.startswith("scheduling.volcano.sh")), groups[4:]))
+    s.apply(Resync(XPG, groups[:4]))
+    s.apply(Resync(VPG, groups[4:]))
     s.apply(Resync(PDB, [k8s_pdb("web", 2, {"app": "web"}, ns="team")]))
     for i, (membership, ns, node, scheduler) in enumerate(specs):
         kw: dict = {"labels": {}, "annotations": {}}

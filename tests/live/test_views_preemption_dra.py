@@ -18,7 +18,7 @@ from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync
+from gangsolve.live.watchers import Event, Resync
 from tests.builders import (
     k8s_claim,
     k8s_device_class,
@@ -29,10 +29,7 @@ from tests.builders import (
     k8s_slice,
     with_claims,
 )
-
-KINDS = {r.kind: r for r in RESOURCES}
-POD, NODE, PDB = KINDS["Pod"], KINDS["Node"], KINDS["PodDisruptionBudget"]
-SLICE, CLASS, CLAIM = KINDS["ResourceSlice"], KINDS["DeviceClass"], KINDS["ResourceClaim"]
+from tests.live.resources import CLAIM, CLASS, NODE, PDB, POD, SLICE
 
 
 def pod(name: str, uid: str, **kw) -> dict:

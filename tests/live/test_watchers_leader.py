@@ -10,11 +10,9 @@ import pytest
 
 from gangsolve.live.kube import ApiError
 from gangsolve.live.leader import LeaderElector, LeadershipLost
-from gangsolve.live.watchers import RESOURCES, Event, Resync, Watcher
+from gangsolve.live.watchers import Event, Resync, Watcher
 from tests.live.fake_kube import FakeKube
-
-POD = RESOURCES[0]
-XPG = next(r for r in RESOURCES if r.optional)
+from tests.live.resources import POD, XPG  # XPG: an optional CRD
 
 
 def page(items: list[dict], rv: str, cont: str = "") -> dict:
