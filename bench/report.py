@@ -297,6 +297,16 @@ def print_timeline(timeline: list[dict], console: Console) -> None:
         console.print(_by_scenario("Tenants: GPU shares against weighted fair shares", tenants.TENANT_COLUMNS, rows))
 
 
+# The columns every live mode ends with (`_live_row`'s `common`).
+_LIVE_COMMON = (
+    "gangs complete",
+    "partial (GPUs)",
+    "GPU useful",
+    "CPU s",
+    "API req/pod",
+    "peak RSS MiB",
+    "violations",
+)
 LIVE_COLUMNS = {
     "stream": (
         "scenario",
@@ -307,29 +317,9 @@ LIVE_COLUMNS = {
         "gang p50",
         "gang p99",
         "keeps up",
-        "gangs complete",
-        "partial (GPUs)",
-        "GPU useful",
-        "CPU s",
-        "API req/pod",
-        "peak RSS MiB",
-        "violations",
+        *_LIVE_COMMON,
     ),
-    "burst": (
-        "scenario",
-        "scheduler",
-        "pods bound",
-        "pods/s",
-        "first bind",
-        "last bind",
-        "gangs complete",
-        "partial (GPUs)",
-        "GPU useful",
-        "CPU s",
-        "API req/pod",
-        "peak RSS MiB",
-        "violations",
-    ),
+    "burst": ("scenario", "scheduler", "pods bound", "pods/s", "first bind", "last bind", *_LIVE_COMMON),
 }
 LIVE_TITLES = {
     "stream": "Live, stream: pods arrive while the scheduler runs (times from the first pod created; gang latency: "
@@ -342,7 +332,7 @@ def _live_row(sc: dict, r: dict, mode: str) -> tuple[str, ...]:
     columns = LIVE_COLUMNS[mode]
     if "error" in r:
         return (sc["name"], r["scheduler"], "error: " + r["error"].splitlines()[0][:80], *[""] * (len(columns) - 3))
-    common = (
+    common = (  # _LIVE_COMMON
         f"{r['gangs_complete']}/{r['gangs']}",
         f"{r['partial_gangs']} ({r['stranded_gpus']})",
         _pct(r["gpu_useful"]),
