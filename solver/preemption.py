@@ -396,6 +396,14 @@ class Preemption:
             return max(0, math.ceil(2 * past - _SLACK) - 1)
         return max(0, int(np.floor(past + _SLACK)))
 
+    def _shortfall(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """Gang g's minimum, and what its queue holds below its fair share (now, with this stage's changes), in
+        each resource the minimum asks for."""
+        queue = self.problem.gangs[g].queue
+        need = self.problem.floor[g].astype(np.float64)
+        asked = need > 0
+        return need[asked], (self.fair[queue] - self.held[queue])[asked]
+
     def _within(self, g: int) -> bool:
         """Whether gang g was within its queue's fair share for the placement, and still is with what this stage
         has given its queue since (a reclaim may have taken it past, and left room its victims freed)."""
@@ -404,9 +412,8 @@ class Preemption:
             return False
         if gang.queue not in self.fair:
             return True
-        need = self.problem.floor[g].astype(np.float64)
-        asked = need > 0
-        return not ((self.held[gang.queue] + need)[asked] > self.fair[gang.queue][asked] + _SLACK).any()
+        need, short = self._shortfall(g)
+        return bool((need <= short + _SLACK).all())
 
     def reclaim(self, g: int) -> np.ndarray:
         """The running pods preemptor g may reclaim (a mask over the pool): pods of its own priority in other
@@ -417,12 +424,9 @@ class Preemption:
         none = np.zeros(len(self.pool), dtype=bool)
         if mine not in self.fair:
             return none
-        need = self.problem.floor[g].astype(np.float64)
-        asked = need > 0
-        short = (self.fair[mine] - self.held[mine])[asked]  # what its queue holds below its fair share
+        need, short = self._shortfall(g)
         # Within its fair share; a starving gang: nearer it (past it by less than the queue is short of it now).
-        nearer = need[asked] < 2 * short - _SLACK
-        if not (nearer if gang.starving else need[asked] <= short + _SLACK).all():
+        if not (need < 2 * short - _SLACK if gang.starving else need <= short + _SLACK).all():
             return none
         over = {q for q in self.reclaimable if q != mine and self.excess(q, gang.starving) > 0}
         mask: np.ndarray = self.alive & self.evictable & (self.priority == gang.priority)
