@@ -2,6 +2,7 @@
 
 - `control_plane`: one ControlPlane for the whole session (etcd, kube-apiserver, kube-controller-manager,
   kube-scheduler, kwok). Missing binaries make every e2e test fail (never skip) with the fix: `make binaries`.
+  A module may take one of its own instead (tests/e2e/clusters.py says when).
 - `namespace`: a fresh namespace per test (pods can be created in it at once), deleted afterwards.
 - `make_nodes`: creates kwok nodes with unique names, waits until they are Ready, deletes them afterwards.
 - `kube_client`: a kubernetes_asyncio ApiClient on the control plane (async tests).
@@ -19,98 +20,32 @@ import re
 import secrets
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import clusters
 import pytest
 import pytest_asyncio
-import yaml
+from clusters import SchedulerAccount, install_pod_group_crds, install_scheduler_account
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
-from live_helpers import (
-    POD_GROUP_APIS,
-    Gangsolve,
-    assert_cluster_sound,
-    pod_group_crd,
-    poll,
-    queue_crd,
-    service_account_kubeconfig,
-    unique,
-)
+from live_helpers import Gangsolve, assert_cluster_sound, unique
 
 from gangsolve.bench.devcluster import ApiError, Binaries, ControlPlane, NodeSpec
-from tests.helm import Helm, render
-
-
-def _say(msg: str) -> None:
-    print(f"[control-plane] {msg}", flush=True)
-
-
-# The scheduler's identity in the e2e suite: the chart's ServiceAccount (release `gs`, its full name
-# `gs-gangsolve`) in a namespace of its own. The API server writes an audit record of every request by a
-# ServiceAccount of that namespace, and of nothing else.
-SCHEDULER_NAMESPACE = "gangsolve-e2e"
-RELEASE = "gs"
-FULLNAME = "gs-gangsolve"
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{SCHEDULER_NAMESPACE}"]},
-        {"level": "None"},
-    ],
-}
-
-
-# Kubernetes' own PodGroup (scheduling.k8s.io/v1beta1, KEP-4671) and its topology constraint (KEP-5732) are
-# off by default in the pinned v1.37: served here, as a cluster that uses them serves them.
-WORKLOAD_GATES = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+from tests.helm import Helm
 
 
 @pytest.fixture(scope="session")
 def control_plane(binaries: Binaries) -> Iterator[ControlPlane]:
-    with ControlPlane(
-        binaries=binaries,
-        log=_say,
-        audit_policy=AUDIT_POLICY,
-        extra_apiserver_args=[WORKLOAD_GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
-        extra_scheduler_args=[WORKLOAD_GATES],
-        extra_controller_manager_args=[WORKLOAD_GATES],
-    ) as cp:
+    with clusters.control_plane(binaries) as cp:
         yield cp
-
-
-@dataclass(frozen=True)
-class SchedulerAccount:
-    namespace: str
-    name: str  # the ServiceAccount's, also the Lease's: the chart names both after the release
-    user: str  # as the API server authenticates it
-    kubeconfig: Path
-    rbac: list[dict]  # the chart's rendered ClusterRole, Role and their bindings
 
 
 @pytest.fixture(scope="session")
 def scheduler_account(
     control_plane: ControlPlane, helm: Helm, tmp_path_factory: pytest.TempPathFactory
 ) -> SchedulerAccount:
-    """The chart's ServiceAccount and RBAC, as helm renders them, applied to the control plane."""
-    control_plane.create_namespace(SCHEDULER_NAMESPACE)
-    docs = render(
-        helm,
-        "--show-only=templates/serviceaccount.yaml",
-        "--show-only=templates/rbac.yaml",
-        namespace=SCHEDULER_NAMESPACE,
-        release=RELEASE,
-    )
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-    path = tmp_path_factory.mktemp("account") / "kubeconfig"
-    kubeconfig = service_account_kubeconfig(control_plane, SCHEDULER_NAMESPACE, FULLNAME, path)
-    rbac = [d for d in docs if d["kind"] != "ServiceAccount"]
-    return SchedulerAccount(
-        SCHEDULER_NAMESPACE, FULLNAME, f"system:serviceaccount:{SCHEDULER_NAMESPACE}:{FULLNAME}", kubeconfig, rbac
-    )
+    return install_scheduler_account(control_plane, helm, tmp_path_factory.mktemp("account"))
 
 
 def _dns_label(text: str, limit: int) -> str:
@@ -199,29 +134,4 @@ def gangsolve_factory(control_plane: ControlPlane, scheduler_account: SchedulerA
 
 @pytest.fixture(scope="session")
 def pod_group_crds(control_plane: ControlPlane) -> None:
-    """The two PodGroup CRDs (scheduler-plugins' and Volcano's) and Volcano's Queue, schema-less, with the status
-    subresource."""
-    crds = [
-        *(
-            pod_group_crd(group, v, "pg" if group.endswith("x-k8s.io") else "vpg")
-            for group, v in POD_GROUP_APIS.items()
-        ),
-        queue_crd(),
-    ]
-    for crd in crds:
-        try:
-            control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-
-    def served(path: str) -> bool:
-        try:
-            return control_plane.get(path) is not None
-        except ApiError:  # 429 while the new storage initializes
-            return False
-
-    for crd in crds:
-        spec = crd["spec"]
-        path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
-        poll(lambda p=path: served(p), timeout=60, what=f"the {spec['group']} {spec['names']['kind']} API")
+    install_pod_group_crds(control_plane)

@@ -3,7 +3,8 @@
 Two replicas elect a leader (one that exits is started again, as its Deployment would); rounds of gangs are
 created, deleted and created again under the same names; nodes are cordoned, tainted, deleted and replaced;
 a poison pod (cpu 1e16) and a gated pod wait among them; the API server restarts while gangs bind, and the
-leader is killed with SIGKILL mid-binding. After every step, once the cluster has settled: a scheduler is up
+leader is killed with SIGKILL mid-binding. It runs on a control plane of its own, without kube-scheduler
+(tests/e2e/clusters.py says why). After every step, once the cluster has settled: a scheduler is up
 and leading, no node is overcommitted (terminating pods counted: assert_cluster_sound), no gang is left
 below its minimum, the poison and gated pods are unbound, and what the scheduler holds in memory is only
 what exists.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 
+import clusters
 import pytest
 import yaml
 from live_helpers import (
@@ -29,6 +31,25 @@ from live_helpers import (
 from gangsolve.live.store import BACKOFF_MAX
 
 pytestmark = pytest.mark.e2e
+
+
+# This module's control plane, and what the suite installs on it: these override the session's fixtures, and
+# every other fixture the soak takes (namespace, nodes, gangsolve processes) follows them.
+@pytest.fixture(scope="module")
+def control_plane(binaries):
+    with clusters.control_plane(binaries, peer=False) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def scheduler_account(control_plane, helm, tmp_path_factory):
+    return clusters.install_scheduler_account(control_plane, helm, tmp_path_factory.mktemp("account"))
+
+
+@pytest.fixture(scope="module")
+def pod_group_crds(control_plane):
+    clusters.install_pod_group_crds(control_plane)
+
 
 GANGS = (("a", 4), ("b", 3), ("c", 2))  # name, size (1 GPU each): 9 GPUs, on nodes of 4
 ROUNDS = 8

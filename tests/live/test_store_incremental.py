@@ -116,7 +116,9 @@ def test_a_bound_pod_that_cannot_be_read_is_left_out_and_named():
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["add", "bind", "run", "assume", "confirm", "elsewhere", "forget", "delete", "replace"]),
+        st.sampled_from(
+            ["add", "bind", "run", "assume", "confirm", "elsewhere", "forget", "delete", "replace", "rebound"]
+        ),
         st.integers(0, 5),  # which pod
         st.sampled_from(NODES),
         st.integers(1, 9),  # cpu in hundreds of millicores, for new pods
@@ -173,8 +175,15 @@ def test_used_capacity_and_freed_follow_the_definition(steps):
             p = pods.pop(name)
             assumed.pop(name, None)
             s.apply(Event(POD, "DELETED", pod(name, p["cpu"], node=p["node"], uid=p["uid"])))
-        elif op == "replace":  # deleted and created again under its name, pending
-            pods[name] = {"cpu": cpu * 100, "node": None, "uid": f"{name}-{i}", "phase": "Pending"}
+        elif op in ("replace", "rebound"):
+            # Deleted and created again under its name, seen as one update, as a relist after a watch gap
+            # reports it: pending, or already bound (perhaps elsewhere) by another scheduler.
+            pods[name] = {
+                "cpu": cpu * 100,
+                "node": node if op == "rebound" else None,
+                "uid": f"{name}-{i}",
+                "phase": "Pending",
+            }
             assumed.pop(name, None)
             emit(name)
         after = model()
