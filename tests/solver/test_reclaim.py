@@ -259,6 +259,33 @@ def worlds(draw, starving: bool = False) -> World:
     return World(nodes, queues, pods, pending)
 
 
+def gpus_of(cluster: Cluster, queue: str, pods) -> int:
+    """The GPUs the queue's pending pods among `pods` ask for."""
+    return sum(p.requests[GPU] for g in cluster.gangs if g.queue == queue for p in g.pods if p.name in pods)
+
+
+def check_reclaim(cluster: Cluster, placement: Placement) -> dict[str, int]:
+    """What holds of every reclaim here (every gang has priority 0): a valid placement; no futile eviction (every
+    preemptor fits on its nominated nodes once every victim is gone); victims of the preemptor's priority, from
+    another queue, whole gangs only. Returns the GPUs taken from each queue."""
+    assert validate(cluster, placement) == []
+    victims = {e.pod for e in placement.evictions}
+    assert not validate(Cluster(without(cluster, victims), cluster.gangs), {**placement.nominations})
+    nominated_gangs = {g.name for g in cluster.gangs if any(p.name in placement.nominations for p in g.pods)}
+    assert {e.preemptor for e in placement.evictions} <= nominated_gangs
+    pods = {r.name: r for r in cluster.running}
+    gang_of = {g.name: g for g in cluster.gangs}
+    taken: dict[str, int] = defaultdict(int)
+    for e in placement.evictions:
+        victim, reclaimer = pods[e.pod], gang_of[e.preemptor]
+        assert victim.priority == reclaimer.priority
+        assert victim.queue != reclaimer.queue
+        taken[victim.queue] += victim.requests[GPU]
+    for gang in {pods[v].gang for v in victims}:
+        assert all(r.name in victims for r in cluster.running if r.gang == gang), "whole gangs only"
+    return taken
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_reclaim_is_never_futile_takes_whole_gangs_of_queues_past_their_share_and_never_goes_back(world):
@@ -266,42 +293,25 @@ def test_reclaim_is_never_futile_takes_whole_gangs_of_queues_past_their_share_an
     for _cycle in range(4):
         cluster = world.cluster()
         placement = solve(cluster, CONFIG)
-        assert validate(cluster, placement) == []
+        taken = check_reclaim(cluster, placement)
         fair = fair_gpus(cluster)
         queues = {q.name: q for q in cluster.queues}
         pods = {r.name: r for r in cluster.running}
         gang_of = {g.name: g for g in cluster.gangs}
-        victims = {e.pod for e in placement.evictions}
-        # Not futile: every preemptor fits on its nominated nodes once every victim is gone.
-        assert not validate(Cluster(without(cluster, victims), cluster.gangs), {**placement.nominations})
-        nominated_gangs = {g.name for g in cluster.gangs if any(p.name in placement.nominations for p in g.pods)}
-        assert {e.preemptor for e in placement.evictions} <= nominated_gangs
-        taken: dict[str, int] = defaultdict(int)
         for e in placement.evictions:
             victim, reclaimer = pods[e.pod], gang_of[e.preemptor]
-            assert victim.priority == reclaimer.priority  # every gang here has priority 0: reclaim only
-            assert victim.queue != reclaimer.queue
             assert queues[victim.queue].reclaimable
             assert queues[victim.queue].allocated[GPU] > fair[victim.queue], "taken from a queue past its share"
-            taken[victim.queue] += victim.requests[GPU]
             reclaims.add((reclaimer.queue, victim.queue))
-        # Whole gangs only.
-        for gang in {pods[v].gang for v in victims}:
-            assert all(r.name in victims for r in cluster.running if r.gang == gang)
         # The queue taken from stays at or above its fair share; each reclaiming queue stays within its own.
         for queue, gpus in taken.items():
             assert queues[queue].allocated[GPU] - gpus >= fair[queue] - 1e-6
         placed = {*placement.bindings, *placement.nominations}
         for queue in {gang_of[e.preemptor].queue for e in placement.evictions}:
-            new = sum(p.requests[GPU] for g in cluster.gangs if g.queue == queue for p in g.pods if p.name in placed)
-            assert queues[queue].allocated.get(GPU, 0) + new <= fair[queue] + 1e-6
+            assert queues[queue].allocated.get(GPU, 0) + gpus_of(cluster, queue, placed) <= fair[queue] + 1e-6
         world.apply(cluster, placement)
     event(f"queue pairs reclaiming: {len(reclaims)}")
     assert not any((b, a) in reclaims for a, b in reclaims), f"reclaim back and forth: {reclaims}"
-
-
-def gpus_of(cluster: Cluster, queue: str, pods) -> int:
-    return sum(p.requests[GPU] for g in cluster.gangs if g.queue == queue for p in g.pods if p.name in pods)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -311,20 +321,9 @@ def test_reclaim_for_starving_gangs_leaves_every_queue_it_touches_nearer_its_fai
     for _cycle in range(4):
         cluster = world.cluster()
         placement = solve(cluster, CONFIG)
-        assert validate(cluster, placement) == []
-        victims = {e.pod for e in placement.evictions}
-        assert not validate(Cluster(without(cluster, victims), cluster.gangs), {**placement.nominations})
+        taken = check_reclaim(cluster, placement)
         fair = fair_gpus(cluster)
-        pods = {r.name: r for r in cluster.running}
         gang_of = {g.name: g for g in cluster.gangs}
-        taken: dict[str, int] = defaultdict(int)
-        for e in placement.evictions:
-            victim, reclaimer = pods[e.pod], gang_of[e.preemptor]
-            assert victim.queue != reclaimer.queue
-            assert victim.priority == reclaimer.priority
-            taken[victim.queue] += victim.requests[GPU]
-        for gang in {pods[v].gang for v in victims}:
-            assert all(r.name in victims for r in cluster.running if r.gang == gang), "whole gangs only"
         # Every queue a reclaim touched (taken from, or reclaiming) ends nearer its fair share than it began
         # (with what this cycle bound for it).
         reclaiming = {gang_of[e.preemptor].queue for e in placement.evictions}
