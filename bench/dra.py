@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from gangsolve import dra, objects
 from gangsolve.bench import objects as k8s
 from gangsolve.bench.scenarios import as_dra, synthetic
-from gangsolve.gangs import build_cluster
-from gangsolve.snapshot import parse
+from gangsolve.edge import dra, objects
+from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.snapshot import parse
 from gangsolve.solver import SolveConfig, solve, validate
 from gangsolve.solver.devices import allocate
 from gangsolve.solver.model import GPU, Placement

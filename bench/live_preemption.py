@@ -48,7 +48,7 @@ from gangsolve.bench.live import (
     run_async,
     served,
 )
-from gangsolve.gangs import POD_GROUP_LABEL
+from gangsolve.edge.gangs import POD_GROUP_LABEL
 
 LIVE_PREEMPTION_SCENARIOS = {
     f"live/preempt-{name.removeprefix('preempt/')}": pre.SCENARIOS[name]

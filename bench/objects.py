@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from gangsolve.gangs import COLOCATE_ANNOTATION, POD_GROUP_LABEL, PREFERRED_ANNOTATION, build_cluster
-from gangsolve.snapshot import Snapshot, parse
+from gangsolve.edge.gangs import COLOCATE_ANNOTATION, POD_GROUP_LABEL, PREFERRED_ANNOTATION, build_cluster
+from gangsolve.edge.snapshot import Snapshot, parse
 from gangsolve.solver.model import GPU, Cluster
 
 SCHEDULER = "gangsolve"

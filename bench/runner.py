@@ -87,8 +87,8 @@ def _rss_mib() -> float:
 
 def run_one(snapshot: str, scheduler: str, time_limit: float, repeat: int = 1) -> dict:
     """Load `snapshot`, schedule it `repeat` times (cycle times), measure the last placement."""
-    from gangsolve.gangs import build_cluster
-    from gangsolve.snapshot import read
+    from gangsolve.edge.gangs import build_cluster
+    from gangsolve.edge.snapshot import read
 
     started = time.perf_counter()
     cluster = build_cluster(read(snapshot), SCHEDULER)
@@ -122,7 +122,7 @@ class Runner:
         # and still with a fresh heap (its peak RSS counts the imports once, as a scheduler process would).
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(
-            ["gangsolve.bench.runner", "gangsolve.gangs", "gangsolve.snapshot", "gangsolve.solver.pipeline"]
+            ["gangsolve.bench.runner", "gangsolve.edge.gangs", "gangsolve.edge.snapshot", "gangsolve.solver.pipeline"]
         )
         self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
 

@@ -7,7 +7,7 @@ to the next arrival). Per-pod schedulers bind pods one by one, so a job's early 
 cycles before the job starts (or for ever, if two half-placed jobs wait on each other); gang schedulers start a
 job whole or not at all.
 
-Schedulers see runtime estimates the way the live scheduler does (`gangsolve.estimates`): in mode `exact` every
+Schedulers see runtime estimates the way the live scheduler does (`gangsolve.edge.estimates`): in mode `exact` every
 PodGroup declares its true runtime (annotation gangsolve.io/expected-runtime), in `noisy` a declared runtime
 the true one is a log-normal multiple of (actual = estimate x lognormal(0, 1)), in `absent` none, so estimates
 come from the history of finished jobs of the same workload, else the default. Running jobs' expected ends
@@ -31,8 +31,8 @@ from gangsolve.bench import objects as k8s
 from gangsolve.bench.baselines import easy_backfill
 from gangsolve.bench.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
-from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
-from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
+from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
+from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Running
 from gangsolve.solver.planning import expected_end

@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 
 from gangsolve import __version__
-from gangsolve.errors import InputError
+from gangsolve.edge.errors import InputError
 
 DEFAULT_TIME_LIMIT = 2.0
 
@@ -130,10 +130,11 @@ def solve(
     default_runtime: str | None,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
-    from gangsolve import dra, render
-    from gangsolve.estimates import Estimator, parse_duration, with_estimates
-    from gangsolve.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
-    from gangsolve.snapshot import read
+    from gangsolve import render
+    from gangsolve.edge import dra
+    from gangsolve.edge.estimates import Estimator, parse_duration, with_estimates
+    from gangsolve.edge.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
+    from gangsolve.edge.snapshot import read
     from gangsolve.solver import SolveConfig
     from gangsolve.solver.devices import allocate
 

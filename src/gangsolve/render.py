@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gangsolve import reservations
-from gangsolve.errors import printable
+from gangsolve.edge import reservations
+from gangsolve.edge.errors import printable
 from gangsolve.solver.devices import Allocations
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import Placement, QueueResult, Resources

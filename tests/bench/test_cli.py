@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from gangsolve.bench.runner import PEERS_ONLY, SCHEDULERS
 from gangsolve.cli import cli
-from gangsolve.gangs import build_cluster
-from gangsolve.snapshot import read
+from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.snapshot import read
 
 
 def test_bench_runs_a_tiny_scenario_end_to_end(tmp_path):

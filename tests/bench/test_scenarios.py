@@ -10,8 +10,8 @@ from gangsolve.bench import objects as k8s
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS, shape_counts
 from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
 from gangsolve.cli import cli
-from gangsolve.gangs import build_cluster
-from gangsolve.snapshot import read
+from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.snapshot import read
 from gangsolve.solver import validate
 from gangsolve.solver.model import GPU, PODS
 

@@ -8,7 +8,7 @@ from bench_clusters import cluster_objects, gang, gpu_nodes
 from gangsolve.bench import objects as k8s
 from gangsolve.bench.tenants import OFFERED, TENANTS, fair_split, fairness, proportion, queue_object, tenants_timeline
 from gangsolve.bench.timeline import PERIOD, simulate
-from gangsolve.snapshot import QUEUE_GROUP
+from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.solver.model import GPU
 
 

@@ -9,11 +9,11 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gangsolve import dra
-from gangsolve.cel import CelError, compile_selector, device_input
 from gangsolve.cli import cli
-from gangsolve.gangs import build_cluster, waiting
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge import dra
+from gangsolve.edge.cel import CelError, compile_selector, device_input
+from gangsolve.edge.gangs import build_cluster, waiting
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import SolveConfig, solve, validate
 from gangsolve.solver.devices import allocate
 from gangsolve.solver.validate import validate_devices

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gangsolve.errors import InputError
-from gangsolve.estimates import (
+from gangsolve.edge.errors import InputError
+from gangsolve.edge.estimates import (
     EXPECTED_RUNTIME_ANNOTATION,
     Estimator,
     RuntimeHistory,
@@ -17,9 +17,9 @@ from gangsolve.estimates import (
     with_estimates,
     workload_key,
 )
-from gangsolve.gangs import build_cluster
-from gangsolve.reservations import WAITING_FOR_ESTIMATE, figures, message, pending_message
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.reservations import WAITING_FOR_ESTIMATE, figures, message, pending_message
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.model import Placement, Reservation
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 

@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangsolve.cli import cli
-from gangsolve.errors import InputError
-from gangsolve.gangs import build_cluster
-from gangsolve.quantity import MAX_UNITS, parse_quantity, to_units
-from gangsolve.snapshot import parse
+from gangsolve.edge.errors import InputError
+from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.quantity import MAX_UNITS, parse_quantity, to_units
+from gangsolve.edge.snapshot import parse
 from tests.builders import (
     k8s_claim,
     k8s_claim_template,

@@ -4,9 +4,16 @@ from datetime import UTC
 
 import pytest
 
-from gangsolve.errors import InputError, describe
-from gangsolve.gangs import POD_GROUP_LABEL, STARVATION_FLOOR, STARVATION_SECONDS, build_cluster, gated, starvation_age
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge.errors import InputError, describe
+from gangsolve.edge.gangs import (
+    POD_GROUP_LABEL,
+    STARVATION_FLOOR,
+    STARVATION_SECONDS,
+    build_cluster,
+    gated,
+    starvation_age,
+)
+from gangsolve.edge.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 
 

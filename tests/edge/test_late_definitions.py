@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from gangsolve.cli import cli
-from gangsolve.gangs import Grace, build_cluster, waiting
-from gangsolve.snapshot import Snapshot, parse
+from gangsolve.edge.gangs import Grace, build_cluster, waiting
+from gangsolve.edge.snapshot import Snapshot, parse
 from gangsolve.solver import solve
 from tests.builders import k8s_list, k8s_node, k8s_pdb, k8s_pod
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from gangsolve import objects, schema
-from gangsolve.errors import InputError
-from gangsolve.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
+from gangsolve.edge import objects, schema
+from gangsolve.edge.errors import InputError
+from gangsolve.edge.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
 from tests.builders import k8s_node, k8s_pod
 
 GI = 2**30

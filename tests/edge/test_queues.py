@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from gangsolve.cli import cli
-from gangsolve.gangs import build_cluster
-from gangsolve.snapshot import parse
+from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.snapshot import parse
 from gangsolve.solver import GPU, Queue
 from tests.builders import k8s_list, k8s_node, k8s_pod, k8s_pod_group, k8s_queue
 

@@ -2,8 +2,8 @@
 rules as pending gangs), the PDBs that guard it (not those that define a gang) and what they allow, its start,
 whether it is protected or leaving; pending pods' nominations and whether they may preempt."""
 
-from gangsolve.gangs import build_cluster
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 
 PG = "scheduling.x-k8s.io/pod-group"

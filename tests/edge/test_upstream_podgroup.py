@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gangsolve.errors import InputError
-from gangsolve.gangs import PREFERRED_ANNOTATION, build_cluster, waiting
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge.errors import InputError
+from gangsolve.edge.gangs import PREFERRED_ANNOTATION, build_cluster, waiting
+from gangsolve.edge.snapshot import Snapshot
 from tests.builders import k8s_pod, k8s_pod_group
 
 HIGH = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000}

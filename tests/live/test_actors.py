@@ -7,6 +7,7 @@ import math
 import anyio
 import pytest
 
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live.binder import BinderActor, Bound
 from gangsolve.live.channels import Latest
 from gangsolve.live.leader import Unfenced
@@ -14,7 +15,6 @@ from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor, plan
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import NODE, PDB, POD
@@ -314,7 +314,7 @@ def test_a_poison_pod_is_left_out_and_the_rest_still_scheduled():
 async def test_pods_waiting_for_their_definition_are_planned_when_the_grace_ends_without_any_event():
     from datetime import UTC, datetime
 
-    from gangsolve.gangs import Grace
+    from gangsolve.edge.gangs import Grace
 
     s = ClusterStore()
     s.apply(Resync(NODE, [k8s_node("n1", gpus=4)]))

@@ -8,6 +8,7 @@ import math
 import anyio
 import pytest
 
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live.binder import Bound
 from gangsolve.live.channels import Latest
 from gangsolve.live.feedback import Feedback
@@ -16,7 +17,6 @@ from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, plan
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group, k8s_queue
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import KPG, NODE, POD, QUEUE, XPG

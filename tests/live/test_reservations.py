@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator
+from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator
+from gangsolve.edge.reservations import WAITING_FOR_ESTIMATE
 from gangsolve.live.channels import Latest
 from gangsolve.live.feedback import Feedback
 from gangsolve.live.leader import Unfenced
@@ -18,7 +19,6 @@ from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync, succeeded_pods
-from gangsolve.reservations import WAITING_FOR_ESTIMATE
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import NODE, POD, XPG

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import gangsolve.live.solver_actor as module
-from gangsolve.gangs import Grace
+from gangsolve.edge.gangs import Grace
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor

@@ -1,7 +1,7 @@
 """The cluster store: relevant changes only, relists, assumed placements (assume -> confirmed | forget) and the
 back-off after a failed bind."""
 
-from gangsolve.gangs import build_cluster
+from gangsolve.edge.gangs import build_cluster
 from gangsolve.live.store import BACKOFF_MAX, ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group

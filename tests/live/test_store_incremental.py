@@ -220,7 +220,7 @@ pods_strategy = st.lists(
 def test_a_narrowed_view_groups_every_gang_as_the_whole_cluster_does(specs):
     """The oracle is the whole snapshot: gangs.build_cluster on every pod must find the same gangs (members,
     minimum, members already bound) as on the pods the narrowed view reads."""
-    from gangsolve.gangs import build_cluster
+    from gangsolve.edge.gangs import build_cluster
     from tests.builders import k8s_pod_group
 
     s = ClusterStore(group_label="team-job")

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from gangsolve.estimates import EXPECTED_RUNTIME_ANNOTATION
+from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor

@@ -46,8 +46,8 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve import dra, objects
-from gangsolve.errors import InputError
+from gangsolve.edge import dra, objects
+from gangsolve.edge.errors import InputError
 from gangsolve.live import logs
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from gangsolve.gangs import DEFINITION_GRACE, STARVATION_SECONDS
+from gangsolve.edge.gangs import DEFINITION_GRACE, STARVATION_SECONDS
 from gangsolve.solver import SolveConfig
 
 

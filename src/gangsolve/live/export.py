@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import orjson
 
+from gangsolve.edge.snapshot import TAKEN_AT_ANNOTATION
 from gangsolve.live.kube import Kube
 from gangsolve.live.watchers import RESOURCES, Watcher
-from gangsolve.snapshot import TAKEN_AT_ANNOTATION
 
 
 async def export(kubeconfig: str | None) -> bytes:

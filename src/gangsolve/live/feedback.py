@@ -34,14 +34,16 @@ import anyio
 from aiolimiter import AsyncLimiter
 from anyio.abc import ObjectReceiveStream
 
-from gangsolve import reservations
-from gangsolve.gangs import (
+from gangsolve.edge import reservations
+from gangsolve.edge.gangs import (
     POD_GROUP_LABEL,
     PRIORITY_MISMATCH,
     UPSTREAM_GROUP,
     VOLCANO_ANNOTATION,
     upstream_group_name,
 )
+from gangsolve.edge.objects import is_pending_for
+from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.live import logs
 from gangsolve.live.binder import COMPONENT, Bound, Evicted
 from gangsolve.live.channels import Latest
@@ -50,8 +52,6 @@ from gangsolve.live.leader import Fence
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import CycleResult
 from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key
-from gangsolve.objects import is_pending_for
-from gangsolve.snapshot import QUEUE_GROUP
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import PODS
 

@@ -24,8 +24,8 @@ import signal
 
 import anyio
 
-from gangsolve.estimates import Estimator
-from gangsolve.gangs import Grace
+from gangsolve.edge.estimates import Estimator
+from gangsolve.edge.gangs import Grace
 from gangsolve.live import logs
 from gangsolve.live.binder import BinderActor, Bound, Evicted
 from gangsolve.live.channels import Latest

@@ -39,17 +39,17 @@ from datetime import UTC, datetime
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from gangsolve import dra, objects, reservations
-from gangsolve.errors import InputError
-from gangsolve.estimates import Estimator, with_estimates
-from gangsolve.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, created, waiting
+from gangsolve.edge import dra, objects, reservations
+from gangsolve.edge.errors import InputError
+from gangsolve.edge.estimates import Estimator, with_estimates
+from gangsolve.edge.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, created, waiting
+from gangsolve.edge.objects import is_waiting_for
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, View, pod_key
 from gangsolve.live.watchers import Event, Resync
-from gangsolve.objects import is_waiting_for
-from gangsolve.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, GangResult, Node, Placement, Pod, SolveConfig, solve
 from gangsolve.solver.devices import allocate
 from gangsolve.solver.validate import validate_devices

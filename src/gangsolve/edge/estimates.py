@@ -22,10 +22,10 @@ from datetime import datetime
 
 import numpy as np
 
-from gangsolve import objects
-from gangsolve.errors import InputError, describe
-from gangsolve.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge import objects
+from gangsolve.edge.errors import InputError, describe
+from gangsolve.edge.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.model import Cluster
 from gangsolve.solver.planning import expected_end
 

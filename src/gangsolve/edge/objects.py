@@ -1,6 +1,6 @@
 """Kubernetes Node and Pod objects (as dicts) to the solver's types: the one place the API's shapes meet ours.
 
-The objects have passed gangsolve.schema.check: every field read here has its API type (or is absent/null).
+The objects have passed gangsolve.edge.schema.check: every field read here has its API type (or is absent/null).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import functools
 import re
 from collections.abc import Mapping
 
-from gangsolve import schema
-from gangsolve.errors import InputError, describe, shown
-from gangsolve.quantity import MAX_UNITS, to_units
+from gangsolve.edge import schema
+from gangsolve.edge.errors import InputError, describe, shown
+from gangsolve.edge.quantity import MAX_UNITS, to_units
 from gangsolve.solver.model import PODS, Node, Pod, Queue, Requirement, SelectorTerm, Taint, Toleration
 
 FINISHED = ("Succeeded", "Failed")  # pods in these phases hold no capacity

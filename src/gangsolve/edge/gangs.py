@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from gangsolve import dra, objects, schema
-from gangsolve.errors import InputError, describe, shown
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge import dra, objects, schema
+from gangsolve.edge.errors import InputError, describe, shown
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.model import DEFAULT_QUEUE, GPU, Cluster, Gang, Node, Pod, Queue, Running
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -488,7 +488,7 @@ def created(pod: dict) -> datetime | None:
 
 
 def check(snap: Snapshot, nodes: bool = True) -> None:
-    """Every object's fields as gangsolve reads them (gangsolve.schema), and the values of every PodGroup and
+    """Every object's fields as gangsolve reads them (gangsolve.edge.schema), and the values of every PodGroup and
     PDB whether or not a pod names it; the first bad object raises InputError. `nodes=False` leaves the nodes
     to a caller that checked them already (the live store, as they arrive)."""
     for kind, objs in (

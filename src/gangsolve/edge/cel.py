@@ -31,7 +31,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from gangsolve.quantity import parse_quantity
+from gangsolve.edge.quantity import parse_quantity
 
 _T = cel.Type
 _SEMVER = re.compile(

@@ -15,7 +15,7 @@ import math
 import re
 from decimal import Decimal, DecimalException, Overflow
 
-from gangsolve.errors import shown
+from gangsolve.edge.errors import shown
 
 MAX_UNITS = 2**46
 SUPPORTED_OBJECTS = 100_000  # MAX_UNITS * SUPPORTED_OBJECTS < 2**63

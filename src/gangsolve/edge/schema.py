@@ -14,11 +14,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gangsolve.errors import InputError, describe
+from gangsolve.edge.errors import InputError, describe
 
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]  # RFC 3339, with a zone; YAML may hand a datetime
-Quantity = str | int | float  # its grammar and range are checked by gangsolve.quantity
+Quantity = str | int | float  # its grammar and range are checked by gangsolve.edge.quantity
 Labels = dict[str, str]
 Resources = dict[str, Quantity]
 

@@ -3,7 +3,7 @@ prints.
 
 Accepts a `kind: List` (or any `*List`) with `items`, a single object, or a multi-document YAML/JSON stream.
 Kinds other than the ones gangsolve understands are ignored. Objects are filed here by kind and name; the
-fields gangsolve reads are checked when the cluster is built (gangsolve.schema), as the live scheduler's
+fields gangsolve reads are checked when the cluster is built (gangsolve.edge.schema), as the live scheduler's
 objects never pass through this module.
 """
 
@@ -19,8 +19,8 @@ import msgspec
 import orjson
 import yaml
 
-from gangsolve import schema
-from gangsolve.errors import InputError, describe, shown
+from gangsolve.edge import schema
+from gangsolve.edge.errors import InputError, describe, shown
 
 POD_GROUP_KINDS = {
     "scheduling.k8s.io": "PodGroup",  # Kubernetes' own (KEP-4671): v1beta1, v1alpha2

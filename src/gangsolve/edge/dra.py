@@ -40,10 +40,10 @@ from itertools import combinations
 
 import orjson
 
-from gangsolve import objects
-from gangsolve.cel import CelError, compile_selector, device_input
-from gangsolve.errors import InputError, describe
-from gangsolve.snapshot import Snapshot
+from gangsolve.edge import objects
+from gangsolve.edge.cel import CelError, compile_selector, device_input
+from gangsolve.edge.errors import InputError, describe
+from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.constraints.affinity import affinity_holds
 from gangsolve.solver.devices import ALL, Claim, Device, DeviceId, DeviceState, MatchAttribute, Request
 from gangsolve.solver.model import SelectorTerm, Taint, Toleration
