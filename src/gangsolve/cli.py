@@ -117,6 +117,12 @@ class Seconds(click.ParamType):
     help="With --now: the runtime (a Go duration, e.g. 1h) of gangs and running pods that declare none "
     "(annotation gangsolve.io/expected-runtime, activeDeadlineSeconds) [default: none, they run for ever].",
 )
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Leave out objects that cannot be read, as the live scheduler does, and list them under `skipped` "
+    "(default: the first one is an error). For exports of clusters where a tenant's object is bad.",
+)
 def solve(
     snapshot: str,
     scheduler_name: str,
@@ -128,15 +134,14 @@ def solve(
     training_kinds: tuple[str, ...],
     preemption: bool,
     default_runtime: str | None,
+    skip_invalid: bool,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
-    from gangsolve import render
-    from gangsolve.edge import dra
-    from gangsolve.edge.estimates import Estimator, parse_duration, with_estimates
-    from gangsolve.edge.gangs import DEFINITION_GRACE, Grace, build_cluster, gated, waiting
+    from gangsolve import cycle, render
+    from gangsolve.edge.estimates import Estimator, parse_duration
+    from gangsolve.edge.gangs import DEFINITION_GRACE, Grace
     from gangsolve.edge.snapshot import read
     from gangsolve.solver import SolveConfig
-    from gangsolve.solver.devices import allocate
 
     grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
     default: float | None = None
@@ -147,27 +152,21 @@ def solve(
             fail(f"--default-runtime: expected a duration such as 90m or 1h30m, got {default_runtime!r}")
         if not default or default <= 0:
             fail(f"--default-runtime: must be positive, got {default_runtime!r}")
+    if now is not None and now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)  # the Z form parses naive
+    rules = cycle.Rules(scheduler_name, group_label, grace)
+    config = SolveConfig(time_limit=time_limit, preemption=preemption)
     try:
-        if now is not None and now.tzinfo is None:
-            now = now.replace(tzinfo=UTC)  # the Z form parses naive
         snap = read(snapshot)
-        now = now or snap.taken_at
-        cluster = build_cluster(snap, scheduler_name, group_label, now=now, grace=grace)
-        held = waiting(snap, scheduler_name, group_label, now, grace)
-        if now is not None:
-            cluster = with_estimates(snap, cluster, now, Estimator(default=default), scheduler_name)
+        decisions = cycle.run(
+            snap, rules, config, now=now or snap.taken_at, estimator=Estimator(default=default), strict=not skip_invalid
+        )
     except InputError as exc:
         fail(str(exc))
-    from gangsolve.solver import solve as solve_cycle  # OR-Tools: loaded once the input is known to be good
-
-    placement = solve_cycle(cluster, SolveConfig(time_limit=time_limit, preemption=preemption))
-    placement, allocations = allocate(cluster, placement, dra.model(snap, scheduler_name).state)
-    gates = gated(snap, scheduler_name)
-    reasons = {pod: why.reason for pod, why in held.items()}
     if output == "json":
-        sys.stdout.buffer.write(render.to_json(placement, gates, reasons, allocations))
+        sys.stdout.buffer.write(render.to_json(decisions))
     else:
-        render.print_table(placement, Console(), gates, reasons, allocations)
+        render.print_table(decisions, Console())
 
 
 @cli.command()

@@ -6,18 +6,18 @@ escaped, so a pod named `x[/]` or carrying a terminal escape prints as itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gangsolve.cycle import Decisions
 from gangsolve.edge import reservations
-from gangsolve.edge.errors import printable
-from gangsolve.solver.devices import Allocations
+from gangsolve.edge.errors import InputError, printable
 from gangsolve.solver.explain import quantity
-from gangsolve.solver.model import Placement, QueueResult, Resources
+from gangsolve.solver.model import QueueResult, Resources
 
 
 def quantities(amounts: Resources) -> dict[str, str]:
@@ -36,16 +36,13 @@ def queue_dict(q: QueueResult) -> dict:
     }
 
 
-def as_dict(
-    placement: Placement,
-    gated: Mapping[str, Sequence[str]] | None = None,
-    waiting: Mapping[str, str] | None = None,
-    allocations: Allocations | None = None,
-) -> dict:
-    """`gated`: pods held back by scheduling gates (pod -> gate names), never placed. `waiting`: pods that join
-    no gang yet (pod -> why: their PodGroup does not exist, their gang definition or their ResourceClaim may
-    still come, or a claim uses what gangsolve does not model). `allocations`: the devices of the claims of the
-    pods placed (Dynamic Resource Allocation)."""
+def as_dict(decisions: Decisions) -> dict:
+    """The cycle's decisions, and besides them: `gated`, pods held back by scheduling gates (pod -> gate names),
+    never placed; `waiting`, pods that join no gang yet (pod -> why: their PodGroup does not exist, their gang
+    definition or their ResourceClaim may still come, or a claim uses what gangsolve does not model);
+    `allocations`, the devices of the claims of the pods placed (Dynamic Resource Allocation); `skipped`,
+    objects left out as unreadable (`--skip-invalid`) and gangs the solver failed on."""
+    placement = decisions.placement
     return {
         "bindings": dict(placement.bindings),
         "gangs": [
@@ -67,27 +64,28 @@ def as_dict(
         "stages": list(placement.stages),
         "levels": list(placement.levels),
         "queues": [queue_dict(q) for q in placement.queues],
-        "gated": {pod: list(gates) for pod, gates in (gated or {}).items()},
-        "waiting": dict(waiting or {}),
+        "gated": {pod: list(gates) for pod, gates in decisions.gated.items()},
+        "waiting": {pod: why.reason for pod, why in decisions.waiting.items()},
         "allocations": {
             claim: [{"request": r, "driver": d[0], "pool": d[1], "device": d[2]} for r, d in devices]
-            for claim, devices in (allocations or {}).items()
+            for claim, devices in decisions.allocations.items()
         },
         "nominations": dict(placement.nominations),
         "evictions": [
             {"pod": e.pod, "node": e.node, "for": e.preemptor, "reason": e.reason} for e in placement.evictions
         ],
         "reservations": [reservations.as_json(r) for r in placement.reservations],
+        "skipped": [{"object": e.obj, "reason": _reason(e)} for e in decisions.skipped],
     }
 
 
-def to_json(
-    placement: Placement,
-    gated: Mapping[str, Sequence[str]] | None = None,
-    waiting: Mapping[str, str] | None = None,
-    allocations: Allocations | None = None,
-) -> bytes:
-    return orjson.dumps(as_dict(placement, gated, waiting, allocations), option=orjson.OPT_INDENT_2) + b"\n"
+def _reason(error: InputError) -> str:
+    """Why an object was left out, without its name (it has a column of its own)."""
+    return f"{error.field}: {error.message}" if error.field else error.message
+
+
+def to_json(decisions: Decisions) -> bytes:
+    return orjson.dumps(as_dict(decisions), option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def _text(value: str, style: str = "") -> Text:
@@ -98,13 +96,9 @@ def _listed(amounts: Resources) -> str:
     return ", ".join(f"{r}={q}" for r, q in quantities(amounts).items() if r != "pods")
 
 
-def print_table(
-    placement: Placement,
-    console: Console,
-    gated: Mapping[str, Sequence[str]] | None = None,
-    waiting: Mapping[str, str] | None = None,
-    allocations: Allocations | None = None,
-) -> None:
+def print_table(decisions: Decisions, console: Console) -> None:
+    placement, gated, allocations = decisions.placement, decisions.gated, decisions.allocations
+    waiting = {pod: why.reason for pod, why in decisions.waiting.items()}
     table = Table(title="Gangs", title_justify="left", show_lines=False)
     for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION"):
         table.add_column(column, overflow="fold")
@@ -156,6 +150,9 @@ def print_table(
         _print(console, title, ("POD", "GATES"), ((p, ", ".join(g)) for p, g in gated.items()), fold={"GATES"})
     if waiting:
         _print(console, "Waiting (in no gang yet)", ("POD", "WHY"), waiting.items(), fold={"WHY"})
+    if decisions.skipped:
+        rows = ((e.obj, _reason(e)) for e in decisions.skipped)
+        _print(console, "Skipped (unreadable, left out)", ("OBJECT", "REASON"), rows, fold={"REASON"})
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
@@ -163,6 +160,7 @@ def print_table(
         + (f", {len(placement.evictions)} to evict" if placement.evictions else "")
         + (f", {len(gated)} pods gated" if gated else "")
         + (f", {len(waiting)} waiting for their gang" if waiting else "")
+        + (f", {len(decisions.skipped)} objects skipped" if decisions.skipped else "")
         + f" · status {placement.status} · objective {placement.objective}, bound {placement.best_bound} · "
         f"{placement.solve_seconds:.2f}s"
     )

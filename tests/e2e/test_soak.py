@@ -28,7 +28,7 @@ from live_helpers import (
     poll,
 )
 
-from gangsolve.live.store import BACKOFF_MAX
+from gangsolve.live.queue import BACKOFF_MAX
 
 pytestmark = pytest.mark.e2e
 

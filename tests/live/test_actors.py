@@ -8,14 +8,16 @@ import anyio
 import pytest
 
 from gangsolve.edge.snapshot import Snapshot
-from gangsolve.live.binder import BinderActor, Bound
+from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
 from gangsolve.live.leader import Unfenced
+from gangsolve.live.messages import Bound, CycleResult, GangPlan
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor, plan
+from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_pod_group
+from tests.live.actors import run_cycle, solver_actor
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import NODE, PDB, POD
 
@@ -58,7 +60,7 @@ def streams():
 async def test_binder_binds_the_whole_gang_and_keeps_assumptions_until_the_watch_confirms():
     s, kube = store_with_gang(), FakeKube()
     send, receive = streams()
-    b = BinderActor(kube, s, Metrics(), Unfenced())
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced())
     assert await b.bind_gang(assumed_plan(s, 3), send)
     assert sorted(kube.bindings) == [("w0", "n1"), ("w1", "n1"), ("w2", "n1")]
     assert sorted(receive.receive_nowait().pod for _ in range(3)) == ["default/w0", "default/w1", "default/w2"]
@@ -70,12 +72,12 @@ async def test_a_failed_bind_forgets_that_pod_with_back_off_and_plans_again():
     s, kube = store_with_gang(), FakeKube()
     kube.fail = {"/w1/": 409}
     metrics = Metrics()
-    b = BinderActor(kube, s, metrics, Unfenced())
+    b = BinderActor(kube, s, SchedulingQueue(), metrics, Unfenced())
     g = s.generation
     assert not await b.bind_gang(assumed_plan(s, 3), streams()[0])
     assert not s.is_assumed("default/w1")
     assert s.generation > g
-    assert set(s.backing_off()) == {"default/w1"}
+    assert set(b.queue.backing_off()) == {"default/w1"}
     assert metrics.bind_errors.labels("conflict")._value.get() == 1
 
 
@@ -149,12 +151,12 @@ async def test_the_last_check_refuses_a_gang_whose_world_changed(change, reason)
     s, kube = store_with_gang(), FakeKube()
     plan_ = assumed_plan(s, 3)
     change(s)
-    b = BinderActor(kube, s, Metrics(), Unfenced())
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced())
     assert reason in (b.last_check(plan_) or "")
     assert not await b.bind_gang(plan_, streams()[0])
     assert kube.bindings == []
     assert not any(s.is_assumed(f"default/w{i}") for i in range(3))
-    assert s.backing_off() == {}  # planned again at once: nothing was refused by the API server
+    assert b.queue.backing_off() == {}  # planned again at once: nothing was refused by the API server
 
 
 @pytest.mark.parametrize(("pods", "fits"), [(3, False), (2, True)])
@@ -164,7 +166,7 @@ def test_other_plans_assumed_on_the_node_count_in_the_last_check(pods, fits):
     x["metadata"]["uid"] = "ux"
     s.apply(Event(POD, "ADDED", x))
     s.assume("default/x", [("default/x", "ux", "n1")])  # an earlier cycle's plan, not bound yet
-    b = BinderActor(FakeKube(), s, Metrics(), Unfenced())
+    b = BinderActor(FakeKube(), s, SchedulingQueue(), Metrics(), Unfenced())
     why = b.last_check(assumed_plan(s, pods))
     assert why is None if fits else "nvidia.com/gpu overcommitted" in why
 
@@ -172,7 +174,7 @@ def test_other_plans_assumed_on_the_node_count_in_the_last_check(pods, fits):
 @pytest.mark.asyncio
 async def test_nothing_is_bound_without_leadership():
     s, kube = store_with_gang(), FakeKube()
-    b = BinderActor(kube, s, Metrics(), Fence(0))
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Fence(0))
     assert not await b.bind_gang(assumed_plan(s, 3), streams()[0])
     assert kube.bindings == []
     assert kube.calls == []
@@ -182,7 +184,7 @@ async def test_nothing_is_bound_without_leadership():
 async def test_every_bind_is_bounded_by_the_leases_remaining_validity():
     s, kube = store_with_gang(), FakeKube()
     kube.delay = 0.3  # slower than the lease has left: the calls are cut off, not left in flight
-    b = BinderActor(kube, s, Metrics(), Fence(0.1))
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Fence(0.1))
     with anyio.fail_after(2):
         assert not await b.bind_gang(assumed_plan(s, 3), streams()[0])
     assert kube.bindings == []
@@ -192,16 +194,10 @@ async def test_every_bind_is_bounded_by_the_leases_remaining_validity():
 # ---------------------------------------------------------------------------------------------- solver actor
 
 
-def solver_actor(s: ClusterStore) -> SolverActor:
-    return SolverActor(
-        s, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=1, debounce=0, resync_period=1
-    )
-
-
 @pytest.mark.asyncio
 async def test_a_cycle_assumes_placed_gangs_and_the_next_cycle_does_not_place_them_again():
     s = store_with_gang(n_pods=3, gpus=4)
-    actor = solver_actor(s)
+    actor = solver_actor(s, resync_period=1)
     send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
     results: Latest[CycleResult] = Latest()
     await actor.cycle(send, results)
@@ -217,13 +213,13 @@ async def test_a_cycle_assumes_placed_gangs_and_the_next_cycle_does_not_place_th
 @pytest.mark.asyncio
 async def test_the_plan_carries_the_uid_that_was_solved_not_the_current_one():
     s = store_with_gang(n_pods=1, gpus=4)
-    actor = solver_actor(s)
+    actor = solver_actor(s, resync_period=1)
     send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
 
     real = actor.store.view
 
-    def view_then_recreate(*args):
-        view = real(*args)
+    def view_then_recreate(*args, **kwargs):
+        view = real(*args, **kwargs)
         # the pod is deleted and created again under its name while the solver runs
         s.apply(
             Event(
@@ -238,7 +234,7 @@ async def test_the_plan_carries_the_uid_that_was_solved_not_the_current_one():
     await actor.cycle(send, Latest())
     (pod,) = receive.receive_nowait().pods
     assert pod[1] == "u0"
-    b = BinderActor(FakeKube(), s, Metrics(), Unfenced())
+    b = BinderActor(FakeKube(), s, SchedulingQueue(), Metrics(), Unfenced())
     assert b.last_check(GangPlan("default/j", (pod,), 0)) == "pod default/w0 was replaced"
 
 
@@ -247,7 +243,7 @@ async def test_a_gang_that_does_not_fit_is_reported_not_planned():
     s = store_with_gang(n_pods=5, gpus=4)
     send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
     results: Latest[CycleResult] = Latest()
-    await solver_actor(s).cycle(send, results)
+    await solver_actor(s, resync_period=1).cycle(send, results)
     assert receive.statistics().current_buffer_used == 0
     (gang,) = (await results.take()).placement.gangs
     assert not gang.placed
@@ -256,14 +252,14 @@ async def test_a_gang_that_does_not_fit_is_reported_not_planned():
 
 @pytest.mark.asyncio
 async def test_a_cycle_that_fails_costs_that_cycle_not_the_scheduler(monkeypatch):
-    import gangsolve.live.solver_actor as module
+    import gangsolve.cycle as module
 
     def broken(*_args, **_kwargs):
         raise OverflowError("Python int too large to convert to C long")
 
     monkeypatch.setattr(module, "solve", broken)
     s = store_with_gang()
-    actor = solver_actor(s)
+    actor = solver_actor(s, resync_period=1)
     send, _receive = anyio.create_memory_object_stream[GangPlan](math.inf)
     assert await actor.cycle(send, Latest()) is None
     assert actor.metrics.schedule_attempts.labels("error")._value.get() == 1
@@ -275,7 +271,7 @@ async def test_run_stops_when_cancelled_and_closes_the_plan_stream():
     s = store_with_gang()
     send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(solver_actor(s).run, send, Latest())
+        tg.start_soon(solver_actor(s, resync_period=1).run, send, Latest())
         with anyio.fail_after(10):
             first = await receive.receive()
         tg.cancel_scope.cancel()
@@ -291,7 +287,7 @@ def test_an_unreadable_object_is_left_out_and_the_rest_still_scheduled():
         pods=[k8s_pod("ok", gpus=1), k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
         pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
     )
-    decided = plan(snap, "gangsolve", None, 1)
+    decided = run_cycle(snap)
     placement, skipped = decided.placement, decided.skipped
     assert [str(e) for e in skipped] == ["PodGroup default/bad: spec.minMember: expected a whole number, got 'many'"]
     assert placement.bindings == {"default/ok": "n1"}  # b waits for a readable PodGroup
@@ -304,7 +300,7 @@ def test_a_poison_pod_is_left_out_and_the_rest_still_scheduled():
         nodes=[k8s_node("n1", gpus=4)],
         pods=[k8s_pod("ok", gpus=1), k8s_pod("poison", cpu="1e16"), k8s_pod("also-ok", gpus=1)],
     )
-    decided = plan(snap, "gangsolve", None, 1)
+    decided = run_cycle(snap)
     placement, skipped = decided.placement, decided.skipped
     assert placement.bindings == {"default/ok": "n1", "default/also-ok": "n1"}
     assert [e.obj for e in skipped] == ["Pod default/poison"]
@@ -331,7 +327,7 @@ async def test_pods_waiting_for_their_definition_are_planned_when_the_grace_ends
         pods.append(p)
     s.apply(Resync(POD, pods))
     metrics = Metrics()
-    actor = SolverActor(
+    actor = solver_actor(
         s,
         metrics,
         scheduler_name="gangsolve",

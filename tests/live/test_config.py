@@ -88,11 +88,11 @@ async def test_planning_in_time_settings_reach_the_solver_actor(tmp_path):
     data = {"reservations": 0, "default-runtime": 5400, "workload-label": "app", "starvation-age": 600}
     scheduler = Scheduler(build(write(tmp_path, data)), Kube())
     solver = scheduler.solver
-    assert (solver.reservations, solver.starvation) == (0, 600.0)
+    assert (solver.config.reservations, solver.rules.starvation) == (0, 600.0)
     assert (solver.estimator.default, solver.estimator.label) == (5400.0, "app")
     assert scheduler.succeeded.resource.field_selector == "status.phase=Succeeded,spec.schedulerName=gangsolve"
     defaults = Scheduler(build(), Kube()).solver
-    assert (defaults.reservations, defaults.estimator.default) == (1, None)
+    assert (defaults.config.reservations, defaults.estimator.default) == (1, None)
 
 
 def test_missing_file(tmp_path):

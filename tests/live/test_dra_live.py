@@ -10,11 +10,12 @@ import math
 import anyio
 import pytest
 
-from gangsolve.live.binder import BinderActor, Bound
+from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
 from gangsolve.live.leader import Unfenced
+from gangsolve.live.messages import Bound, CycleResult, GangPlan
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
+from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import (
@@ -28,6 +29,7 @@ from tests.builders import (
     k8s_slice,
     with_claims,
 )
+from tests.live.actors import solver_actor
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import CLAIM, CLASS, NODE, PDB, POD, SLICE
 
@@ -61,7 +63,7 @@ def store_and_kube(n_pods: int = 2, gpus: int = 4) -> tuple[ClusterStore, FakeKu
 
 
 async def one_cycle(s: ClusterStore) -> GangPlan:
-    actor = SolverActor(
+    actor = solver_actor(
         s, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=1, debounce=0, resync_period=1
     )
     send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
@@ -94,7 +96,7 @@ async def test_a_cycle_plans_the_claims_and_the_next_cycle_sees_their_devices_ta
 async def test_claims_are_written_before_the_binds():
     s, kube = store_and_kube()
     plan = await one_cycle(s)
-    assert await BinderActor(kube, s, Metrics(), Unfenced()).bind_gang(
+    assert await BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced()).bind_gang(
         plan, anyio.create_memory_object_stream[Bound](math.inf)[0]
     )
     writes = [(m, p) for m, p, _ in kube.calls if m in ("PUT", "POST")]
@@ -117,7 +119,7 @@ async def test_a_failed_bind_undoes_the_claims_allocation_and_reservation():
     s, kube = store_and_kube()
     kube.fail = {"/w1/binding": 409}
     plan = await one_cycle(s)
-    b = BinderActor(kube, s, Metrics(), Unfenced())
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced())
     assert not await b.bind_gang(plan, anyio.create_memory_object_stream[Bound](math.inf)[0])
     undone = kube.objects[claim_path("c1")]
     assert not undone["status"].get("reservedFor")
@@ -134,14 +136,14 @@ async def test_a_claim_changed_since_the_cycle_stops_the_gang_before_any_bind():
     s, kube = store_and_kube()
     plan = await one_cycle(s)
     kube.objects[claim_path("c1")]["metadata"]["resourceVersion"] = "7"  # someone wrote it meanwhile
-    b = BinderActor(kube, s, Metrics(), Unfenced())
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced())
     assert not await b.bind_gang(plan, anyio.create_memory_object_stream[Bound](math.inf)[0])
     assert kube.bindings == []
     for name in ("c0", "c1"):  # whatever was written before the refusal is undone
         status = kube.objects[claim_path(name)].get("status") or {}
         assert not status.get("reservedFor")
         assert "allocation" not in status
-    assert set(s.backing_off()) == {"default/w0", "default/w1"}
+    assert set(b.queue.backing_off()) == {"default/w0", "default/w1"}
 
 
 @pytest.mark.asyncio
@@ -151,7 +153,7 @@ async def test_the_last_check_refuses_a_device_another_claim_took():
     (device,) = devices(plan)
     theirs = k8s_claim("theirs", allocated=[("n1", device)], node="n1")
     s.apply(Event(CLAIM, "ADDED", theirs))
-    b = BinderActor(kube, s, Metrics(), Unfenced())
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced())
     assert b.last_check(plan) == f"device {DRIVER}/n1/{device} is allocated to ResourceClaim default/theirs"
     assert not await b.bind_gang(plan, anyio.create_memory_object_stream[Bound](math.inf)[0])
     assert kube.bindings == []
@@ -167,5 +169,5 @@ def test_a_claim_allocation_stays_assumed_until_the_watch_shows_it():
     s.apply(Event(CLAIM, "MODIFIED", observed))
     assert s.counts()["assumed_claims"] == 0
     s.assume("g", [("default/w0", "u0", "n1")], [("default/w0", "default/c1", allocation)])
-    s.forget("default/w0", "u0", failed=False)
+    s.forget("default/w0", "u0")
     assert s.counts()["assumed_claims"] == 0

@@ -9,15 +9,16 @@ import anyio
 import pytest
 
 from gangsolve.edge.snapshot import Snapshot
-from gangsolve.live.binder import Bound
 from gangsolve.live.channels import Latest
 from gangsolve.live.feedback import Feedback
 from gangsolve.live.leader import Unfenced
+from gangsolve.live.messages import Bound, CycleResult
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, plan
+from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group, k8s_queue
+from tests.live.actors import run_cycle
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import KPG, NODE, POD, QUEUE, XPG
 
@@ -36,11 +37,11 @@ def feedback(store: ClusterStore, kube: FakeKube, fence=None) -> Feedback:
     return Feedback(kube, store, Metrics(), fence or Unfenced(), identity="t", scheduler_name="gangsolve")
 
 
-def cycle(store: ClusterStore) -> CycleResult:
+def cycle(store: ClusterStore, queue: SchedulingQueue | None = None) -> CycleResult:
     snap = store.snapshot()
-    d = plan(snap, "gangsolve", None, 1)
+    d = run_cycle(snap)
     skipped = tuple((e.obj, str(e)) for e in d.skipped)
-    return CycleResult(snap, d.cluster, d.placement, skipped, store.backing_off(), d.waiting)
+    return CycleResult(snap, d.cluster, d.placement, skipped, (queue or SchedulingQueue()).backing_off(), d.waiting)
 
 
 def oversized_gang(store: ClusterStore, uid_prefix: str = "u") -> None:
@@ -136,8 +137,10 @@ async def test_pods_backing_off_say_so():
     s.apply(Resync(NODE, [k8s_node("n1", gpus=4)]))
     s.apply(Resync(POD, [with_uid(k8s_pod("p", gpus=1), "up")]))
     s.assume("default/p", [("default/p", "up", "n1")])
-    s.forget("default/p", "up", failed=True)
-    reasons = feedback(s, FakeKube()).reasons(cycle(s))
+    s.forget("default/p", "up")
+    q = SchedulingQueue()
+    q.back_off("default/p", "up")
+    reasons = feedback(s, FakeKube()).reasons(cycle(s, q))
     assert reasons == {"default/p": "binding failed; trying again in 1s"}
 
 
@@ -149,7 +152,7 @@ def test_pods_naming_a_missing_pod_group_say_what_they_wait_for():
             k8s_pod("c", scheduler="someone-else", labels={"scheduling.x-k8s.io/pod-group": "pg"}),
         ]
     )
-    d = plan(snap, "gangsolve", None, 1)
+    d = run_cycle(snap)
     reasons = feedback(ClusterStore(), FakeKube()).reasons(CycleResult(snap, d.cluster, d.placement, waiting=d.waiting))
     assert reasons == {
         "default/a": "waiting for PodGroup default/pg (scheduling.x-k8s.io) to exist",
@@ -164,7 +167,7 @@ def test_pods_of_an_unreadable_pod_group_say_why():
         pods=[k8s_pod("b", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "bad"})],
         pod_groups={("scheduling.x-k8s.io", "default", "bad"): bad},
     )
-    d = plan(snap, "gangsolve", None, 1)
+    d = run_cycle(snap)
     result = CycleResult(snap, d.cluster, d.placement, tuple((e.obj, str(e)) for e in d.skipped), waiting=d.waiting)
     assert feedback(ClusterStore(), FakeKube()).reasons(result) == {
         "default/b": (
@@ -176,8 +179,8 @@ def test_pods_of_an_unreadable_pod_group_say_why():
 
 @pytest.mark.asyncio
 async def test_scheduled_events_for_bound_pods():
-    from gangsolve.live.binder import Bound
     from gangsolve.live.channels import Latest
+    from gangsolve.live.messages import Bound
 
     s, kube = ClusterStore(), FakeKube()
     s.apply(Resync(POD, [with_uid(k8s_pod("p"), "up")]))
@@ -223,8 +226,7 @@ async def test_pod_group_status_follows_its_members_between_cycles():
 
 @pytest.mark.asyncio
 async def test_each_victim_gets_a_preempted_event_naming_the_gang_and_node():
-    from gangsolve.live.binder import Evicted
-    from gangsolve.live.solver_actor import Victim
+    from gangsolve.live.messages import Evicted, Victim
 
     s, kube = ClusterStore(), FakeKube()
     send, receive = anyio.create_memory_object_stream[Evicted](math.inf)
@@ -240,8 +242,7 @@ async def test_each_victim_gets_a_preempted_event_naming_the_gang_and_node():
 
 @pytest.mark.asyncio
 async def test_every_victim_gets_its_preempted_event_however_many_at_once():
-    from gangsolve.live.binder import Evicted
-    from gangsolve.live.solver_actor import Victim
+    from gangsolve.live.messages import Evicted, Victim
 
     s, kube = ClusterStore(), FakeKube()
     fb = Feedback(kube, s, Metrics(), Unfenced(), identity="t", scheduler_name="gangsolve", events_per_second=1.0)

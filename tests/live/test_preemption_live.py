@@ -10,14 +10,16 @@ import math
 import anyio
 import pytest
 
-from gangsolve.live.binder import BinderActor, Bound, Evicted
+from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
 from gangsolve.live.leader import Unfenced
+from gangsolve.live.messages import Bound, CycleResult, Evicted, GangPlan, Preemption, Victim
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor, Victim
+from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod
+from tests.live.actors import solver_actor
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import NODE, POD
 
@@ -73,7 +75,7 @@ def test_the_store_shows_a_victim_leaving_until_the_watch_shows_it_terminating()
 @pytest.mark.asyncio
 async def test_a_cycle_that_preempts_records_and_sends_the_preemption():
     s = busy_store()
-    actor = SolverActor(
+    actor = solver_actor(
         s, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=2, debounce=0, resync_period=30
     )
     send, receive = anyio.create_memory_object_stream[GangPlan | Preemption](math.inf)
@@ -91,7 +93,7 @@ async def test_a_cycle_that_preempts_records_and_sends_the_preemption():
         receive.receive_nowait()
     # With preemption off, nothing is evicted.
     off = busy_store()
-    actor = SolverActor(
+    actor = solver_actor(
         off,
         Metrics(),
         scheduler_name="gangsolve",
@@ -111,7 +113,7 @@ async def test_a_nominated_pod_no_longer_nominated_and_not_placed_is_cleared():
     s = busy_store()
     stale = {**s.pod("default/high"), "status": {"phase": "Pending", "nominatedNodeName": "gone-node"}}
     s.apply(Event(POD, "MODIFIED", stale))
-    actor = SolverActor(
+    actor = solver_actor(
         s, Metrics(), scheduler_name="gangsolve", group_label=None, time_limit=2, debounce=0, resync_period=30
     )
     send, receive = anyio.create_memory_object_stream[GangPlan | Preemption](math.inf)
@@ -130,7 +132,7 @@ def preemption() -> Preemption:
 async def test_the_binder_nominates_then_marks_and_deletes_each_victim_with_its_uid():
     s, kube, metrics = busy_store(), FakeKube(), Metrics()
     send, receive = anyio.create_memory_object_stream[Bound | Evicted](math.inf)
-    await BinderActor(kube, s, metrics, Unfenced()).preempt(preemption(), send)
+    await BinderActor(kube, s, SchedulingQueue(), metrics, Unfenced()).preempt(preemption(), send)
     writes = [(m, p) for m, p, _d in kube.calls]
     assert writes[0] == ("PATCH", "/api/v1/namespaces/default/pods/high/status")
     assert kube.patches[0][1] == {"metadata": {"uid": "h"}, "status": {"nominatedNodeName": "n1"}}
@@ -154,7 +156,7 @@ async def test_a_victim_already_gone_is_fine_and_one_that_cannot_be_deleted_is_f
     s.evict([("default/low-2", "v2"), ("default/low-3", "v3")])
     kube.fail = {"/low-2": 404, "/low-3": 500}
     send, _receive = anyio.create_memory_object_stream[Bound | Evicted](math.inf)
-    await BinderActor(kube, s, metrics, Unfenced()).preempt(preemption(), send)
+    await BinderActor(kube, s, SchedulingQueue(), metrics, Unfenced()).preempt(preemption(), send)
     assert metrics.evictions.labels("gone")._value.get() == 1
     assert metrics.evictions.labels("failed")._value.get() == 1
     assert sum(1 for m, p, _d in kube.calls if m == "PATCH" and "low-3" in p) == 3  # tried three times
@@ -171,7 +173,7 @@ async def test_without_the_lease_nothing_is_written_and_everything_is_forgotten(
     s.nominate([("default/high", "h", "n1")])
     s.evict([("default/low-2", "v2"), ("default/low-3", "v3")])
     send, _receive = anyio.create_memory_object_stream[Bound | Evicted](math.inf)
-    await BinderActor(kube, s, Metrics(), Expired()).preempt(preemption(), send)
+    await BinderActor(kube, s, SchedulingQueue(), Metrics(), Expired()).preempt(preemption(), send)
     assert kube.calls == []
     assert s.counts()["nominated"] == 0
     assert s.counts()["evicting"] == 0

@@ -15,11 +15,13 @@ from gangsolve.edge.reservations import WAITING_FOR_ESTIMATE
 from gangsolve.live.channels import Latest
 from gangsolve.live.feedback import Feedback
 from gangsolve.live.leader import Unfenced
+from gangsolve.live.messages import CycleResult, GangPlan
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
+from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync, succeeded_pods
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
+from tests.live.actors import solver_actor
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import NODE, POD, XPG
 
@@ -59,7 +61,7 @@ def store_with(pods: list[dict], gpus: int = 4) -> ClusterStore:
 
 
 def actor(s: ClusterStore, metrics: Metrics | None = None, **kw) -> SolverActor:
-    return SolverActor(
+    return solver_actor(
         s,
         metrics or Metrics(),
         scheduler_name="gangsolve",

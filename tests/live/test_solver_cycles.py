@@ -10,14 +10,16 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
-import gangsolve.live.solver_actor as module
+import gangsolve.cycle as module
 from gangsolve.edge.gangs import Grace
 from gangsolve.live.channels import Latest
+from gangsolve.live.messages import CycleResult, GangPlan
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, SolverActor
+from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
+from tests.live.actors import solver_actor
 from tests.live.resources import NODE, POD, XPG
 
 
@@ -28,7 +30,7 @@ def member(name: str, group: str, gpus: int = 1, node: str | None = None) -> dic
 
 
 def actor(store: ClusterStore, debounce: float = 0.0, resync: float = 3600.0) -> SolverActor:
-    return SolverActor(
+    return solver_actor(
         store,
         Metrics(),
         scheduler_name="gangsolve",
@@ -173,7 +175,7 @@ async def test_pods_waiting_for_their_gang_definition_are_reported_and_placed_wh
     s = ClusterStore()
     s.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
     s.apply(Resync(POD, []))
-    a = SolverActor(
+    a = solver_actor(
         s,
         Metrics(),
         scheduler_name="gangsolve",

@@ -1,8 +1,7 @@
-"""The cluster store: relevant changes only, relists, assumed placements (assume -> confirmed | forget) and the
-back-off after a failed bind."""
+"""The cluster store: relevant changes only, relists, assumed placements (assume -> confirmed | forget)."""
 
 from gangsolve.edge.gangs import build_cluster
-from gangsolve.live.store import BACKOFF_MAX, ClusterStore
+from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.resources import NODE, POD, VPG, XPG
@@ -11,14 +10,6 @@ from tests.live.resources import NODE, POD, VPG, XPG
 def with_uid(obj, uid="u1"):
     obj["metadata"]["uid"] = uid
     return obj
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_only_relevant_changes_start_a_cycle():
@@ -78,10 +69,10 @@ def test_forget_frees_the_capacity_and_starts_a_cycle_once():
     s.apply(Resync(POD, [with_uid(k8s_pod("p"))]))
     s.assume("g", [("default/p", "u1", "n1")])
     g = s.generation
-    s.forget("default/p", "u1", failed=False)
+    s.forget("default/p", "u1")
     assert not s.is_assumed("default/p")
     assert s.generation == g + 1
-    s.forget("default/p", "u1", failed=False)  # twice is harmless
+    s.forget("default/p", "u1")  # twice is harmless
     assert s.generation == g + 1
 
 
@@ -89,9 +80,8 @@ def test_forget_of_another_uid_leaves_the_assumption():
     s = ClusterStore()
     s.apply(Resync(POD, [with_uid(k8s_pod("p"), "new")]))
     s.assume("g", [("default/p", "new", "n1")])
-    s.forget("default/p", "old", failed=True)  # a late answer about the pod that was replaced
+    s.forget("default/p", "old")  # a late answer about the pod that was replaced
     assert s.is_assumed("default/p")
-    assert s.backing_off() == {}
 
 
 def test_deleted_or_replaced_pod_drops_its_assumption():
@@ -107,33 +97,6 @@ def test_deleted_or_replaced_pod_drops_its_assumption():
     assert s.pod("default/p") is None
 
 
-def test_a_failed_bind_backs_the_pod_off_doubling_to_ten_seconds():
-    clock = Clock()
-    s = ClusterStore(clock=clock)
-    s.apply(Resync(POD, [with_uid(k8s_pod("p"), "u")]))
-    waits = []
-    for _ in range(6):
-        s.assume("g", [("default/p", "u", "n1")])
-        s.forget("default/p", "u", failed=True)
-        waits.append(s.next_backoff_expiry())
-        assert [x["metadata"]["name"] for x in s.snapshot().pods] == []  # held out of planning
-        clock.now += waits[-1]
-        assert [x["metadata"]["name"] for x in s.snapshot().pods] == ["p"]
-    assert waits == [1, 2, 4, 8, BACKOFF_MAX, BACKOFF_MAX]
-
-
-def test_a_recreated_pod_starts_without_back_off():
-    clock = Clock()
-    s = ClusterStore(clock=clock)
-    s.apply(Resync(POD, [with_uid(k8s_pod("p"), "old")]))
-    s.assume("g", [("default/p", "old", "n1")])
-    s.forget("default/p", "old", failed=True)
-    assert "default/p" in s.backing_off()
-    s.apply(Event(POD, "MODIFIED", with_uid(k8s_pod("p"), "new")))
-    assert s.backing_off() == {}
-    assert [x["metadata"]["name"] for x in s.snapshot().pods] == ["p"]
-
-
 def test_memory_is_only_what_exists():
     """Churn: pods created, assumed, failed and deleted under the same names leave nothing behind."""
     s = ClusterStore()
@@ -145,7 +108,7 @@ def test_memory_is_only_what_exists():
         for p in pods[::2]:
             key = f"default/{p['metadata']['name']}"
             s.assume("g", [(key, p["metadata"]["uid"], "n1")])
-            s.forget(key, p["metadata"]["uid"], failed=True)
+            s.forget(key, p["metadata"]["uid"])
             s.nominate([(key, p["metadata"]["uid"], "n1")])
         s.evict((f"default/{p['metadata']['name']}", p["metadata"]["uid"]) for p in pods[1::2])
         for p in pods:
@@ -163,7 +126,6 @@ def test_memory_is_only_what_exists():
         "ResourceClaimTemplate": 0,
         "assumed": 0,
         "assumed_claims": 0,
-        "backoff": 0,
         "nominated": 0,
         "evicting": 0,
     }

@@ -70,7 +70,7 @@ def test_capacity_freed_by_a_pod_gone_a_forget_or_a_node_change():
     freed = s.freed
     s.assume("default/p", [("default/p", "uid-p", "n0")])
     assert s.freed == freed
-    s.forget("default/p", "uid-p", failed=False)
+    s.forget("default/p", "uid-p")
     assert (s.freed > freed, used_cpu(s, "n0")) == (True, 0)
     freed = s.freed
     s.apply(Event(NODE, "MODIFIED", k8s_node("n2", cpu="64")))
@@ -169,7 +169,7 @@ def test_used_capacity_and_freed_follow_the_definition(steps):
             pods[name]["node"] = target if op == "confirm" else node
             emit(name)
         elif op == "forget" and name in assumed:
-            s.forget(f"default/{name}", pods[name]["uid"], failed=False)
+            s.forget(f"default/{name}", pods[name]["uid"])
             del assumed[name]
         elif op == "delete":
             p = pods.pop(name)

@@ -15,8 +15,9 @@ import pytest
 
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
 from gangsolve.live.channels import Latest
+from gangsolve.live.messages import CycleResult, GangPlan, Preemption
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor
+from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import Event, Resync
 from tests.builders import (
@@ -29,6 +30,7 @@ from tests.builders import (
     k8s_slice,
     with_claims,
 )
+from tests.live.actors import solver_actor
 from tests.live.resources import CLAIM, CLASS, NODE, PDB, POD, SLICE
 
 
@@ -53,7 +55,7 @@ def full_node_store(pending_priority: int) -> ClusterStore:
 
 
 def solver(store: ClusterStore, preemption: bool = True) -> SolverActor:
-    return SolverActor(
+    return solver_actor(
         store,
         Metrics(),
         scheduler_name="gangsolve",

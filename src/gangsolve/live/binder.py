@@ -15,8 +15,8 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
    observed or assumed.
 3. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
    has run out, and none may still be in flight after it.
-4. A failed bind forgets that pod with back-off (1 s doubling to 10 s), undoes its claims' reservation (and
-   the allocation it made) and starts a new cycle.
+4. A failed bind forgets that pod, and the scheduling queue backs it off (1 s doubling to 10 s); its claims'
+   reservation (and the allocation it made) is undone, and a new cycle starts.
 
 A `Preemption` is carried out the way kube-scheduler does it, within the same fence:
 
@@ -30,7 +30,7 @@ A `Preemption` is carried out the way kube-scheduler does it, within the same fe
 
 Each bound pod and each evicted victim is announced on the `events` stream (feedback writes Scheduled and
 Preempted events). The binder owns no state of its own beyond its concurrency limit; assumptions, nominations
-and evictions in flight belong to the store.
+and evictions in flight belong to the store, back-off to the scheduling queue.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import aiohttp
@@ -51,30 +51,27 @@ from gangsolve.edge.errors import InputError
 from gangsolve.live import logs
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
+from gangsolve.live.messages import COMPONENT, Bound, ClaimWrite, Evicted, GangPlan, Preemption, Victim
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import ClaimWrite, GangPlan, Preemption, Victim
+from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, validate
 
-COMPONENT = "gangsolve"  # how events and conditions name the scheduler
-
-
-@dataclass(frozen=True)
-class Bound:
-    pod: str  # namespace/name
-    uid: str
-    node: str
-
-
-@dataclass(frozen=True)
-class Evicted:
-    victim: Victim
-
 
 class BinderActor:
-    def __init__(self, kube: Kube, store: ClusterStore, metrics: Metrics, fence: Fence, *, concurrency: int = 16):
+    def __init__(
+        self,
+        kube: Kube,
+        store: ClusterStore,
+        queue: SchedulingQueue,
+        metrics: Metrics,
+        fence: Fence,
+        *,
+        concurrency: int = 16,
+    ):
         self.kube = kube
         self.store = store
+        self.queue = queue
         self.metrics = metrics
         self.fence = fence
         self.limiter = anyio.CapacityLimiter(concurrency)
@@ -99,7 +96,7 @@ class BinderActor:
             logs.info("gang not bound, planning again", gang=plan.gang, reason=why)
             self.metrics.gangs_replanned.inc()
             for key, uid, _node in plan.pods:
-                self.store.forget(key, uid, failed=False)
+                self.store.forget(key, uid)
             return False
         uids = {key: uid for key, uid, _node in plan.pods}
         written: list[tuple[ClaimWrite, dict]] = []
@@ -111,7 +108,7 @@ class BinderActor:
             self.metrics.bind_errors.labels("claim").inc()
             await self._unreserve(written, uids)
             for key, uid, _node in plan.pods:
-                self.store.forget(key, uid, failed=True)
+                self._forget(key, uid, backoff=True)
             return False
         failures: list[str] = []
         async with anyio.create_task_group() as tg:
@@ -290,7 +287,12 @@ class BinderActor:
         failures.append(key)
         self.metrics.bind_errors.labels(reason).inc()
         logs.warning("bind failed", pod=key, node=node, reason=reason, error=message[:300])
-        self.store.forget(key, uid, failed=backoff)
+        self._forget(key, uid, backoff=backoff)
+
+    def _forget(self, key: str, uid: str, *, backoff: bool) -> None:
+        """Not bound: the store forgets the assumption; after a failed bind the queue backs the pod off."""
+        if self.store.forget(key, uid) and backoff:
+            self.queue.back_off(key, uid)
 
     # ------------------------------------------------------------------ preemption
 

@@ -45,12 +45,11 @@ from gangsolve.edge.gangs import (
 from gangsolve.edge.objects import is_pending_for
 from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.live import logs
-from gangsolve.live.binder import COMPONENT, Bound, Evicted
 from gangsolve.live.channels import Latest
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.leader import Fence
+from gangsolve.live.messages import COMPONENT, Bound, CycleResult, Evicted
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult
 from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import PODS

@@ -24,20 +24,24 @@ import signal
 
 import anyio
 
+from gangsolve.cycle import Rules
 from gangsolve.edge.estimates import Estimator
 from gangsolve.edge.gangs import Grace
 from gangsolve.live import logs
-from gangsolve.live.binder import BinderActor, Bound, Evicted
+from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
 from gangsolve.live.config import Config
 from gangsolve.live.feedback import Feedback
 from gangsolve.live.http import HealthServer
 from gangsolve.live.kube import Kube
 from gangsolve.live.leader import LeaderElector, Unfenced
+from gangsolve.live.messages import Bound, CycleResult, Evicted, GangPlan, Preemption
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import CycleResult, GangPlan, Preemption, SolverActor
+from gangsolve.live.queue import SchedulingQueue
+from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import RESOURCES, Event, Resync, Watcher, succeeded_pods
+from gangsolve.solver import SolveConfig
 
 _HISTORY_WAIT = 10.0  # seconds the first cycle waits for the list of succeeded pods
 
@@ -65,21 +69,22 @@ class Scheduler:
                 on_change=lambda leading: self.metrics.is_leader.set(int(leading)),
             )
         fence = self.elector or Unfenced()
+        self.queue = SchedulingQueue(cfg.resync_period)
         self.solver = SolverActor(
             self.store,
+            self.queue,
             self.metrics,
-            scheduler_name=cfg.scheduler_name,
-            group_label=cfg.group_label,
-            time_limit=cfg.time_limit,
+            Rules(
+                cfg.scheduler_name,
+                cfg.group_label,
+                Grace(cfg.definition_grace).with_kinds(cfg.training_kinds),
+                cfg.starvation_age,
+            ),
+            SolveConfig(time_limit=cfg.time_limit, preemption=cfg.preemption, reservations=cfg.reservations),
             debounce=cfg.debounce,
-            resync_period=cfg.resync_period,
-            grace=Grace(cfg.definition_grace).with_kinds(cfg.training_kinds),
-            preemption=cfg.preemption,
             estimator=Estimator(default=cfg.default_runtime, label=cfg.workload_label),
-            reservations=cfg.reservations,
-            starvation=cfg.starvation_age,
         )
-        self.binder = BinderActor(kube, self.store, self.metrics, fence, concurrency=cfg.bind_concurrency)
+        self.binder = BinderActor(kube, self.store, self.queue, self.metrics, fence, concurrency=cfg.bind_concurrency)
         self.feedback = Feedback(
             kube.limited(cfg.kube_api_qps, cfg.kube_api_burst),  # events and statuses never delay binds
             self.store,

@@ -12,9 +12,6 @@ It holds these things, and says who may change each:
   claim of a placed pod show as allocated in every later snapshot until the watch shows the claim allocated
   (or gone), so no cycle hands a device out twice. Written with the pod's assumption (`assume`), dropped with
   it when the binder forgets the pod or the pod is replaced or deleted;
-- **back-off** after a failed bind: the binder's `forget(..., failed=True)` keeps that pod out of planning for
-  1 s, doubling up to 10 s (kube-scheduler's pod back-off), so a pod the API server keeps refusing cannot make
-  the scheduler hammer it;
 - **preemptions in flight**, the same way as assumptions: a nomination the solver actor decided (a pending
   pod's `status.nominatedNodeName`, or its clearing) and a victim it chose show in every later snapshot, the
   pod nominated and the victim leaving, until the watch shows the API server has them (or the pod is gone or
@@ -39,8 +36,7 @@ bound or assumed, so a cycle knows without reading them whether preemption could
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,8 +56,6 @@ ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 Requests = dict[str, int]
 
 EVICTING = "1970-01-01T00:00:00Z"  # a victim's deletionTimestamp until the watch shows the real one
-BACKOFF_INITIAL = 1.0  # seconds, as kube-scheduler's podInitialBackoffSeconds
-BACKOFF_MAX = 10.0  # as its podMaxBackoffSeconds
 
 
 def object_key(obj: dict) -> ObjectKey:
@@ -231,13 +225,6 @@ class Nomination:
     uid: str
 
 
-@dataclass
-class Backoff:
-    uid: str
-    attempts: int
-    until: float  # monotonic
-
-
 @dataclass(frozen=True)
 class View:
     """One cycle's immutable view of the store."""
@@ -251,7 +238,7 @@ class View:
 
 
 class ClusterStore:
-    def __init__(self, clock=time.monotonic, group_label: str | None = None) -> None:
+    def __init__(self, group_label: str | None = None) -> None:
         self.group_label = group_label  # the scheduler's --group-label (a gang rule)
         self._objects: dict[str, dict[ObjectKey, dict]] = {k: {} for k in KINDS}
         self._prints: dict[str, dict[ObjectKey, object]] = {k: {} for k in KINDS}
@@ -278,10 +265,8 @@ class ClusterStore:
         # a victim, without reading every bound pod
         self._bound_priorities: dict[int | None, int] = {}
         self._claims: dict[tuple[str, str], ClaimAssumption] = {}  # (ns, claim) -> the devices chosen for it
-        self._backoff: dict[str, Backoff] = {}  # pod key -> kept out of planning until
         self._nominated: dict[str, Nomination] = {}  # pod key -> nomination written, not observed yet
         self._evicting: dict[str, str] = {}  # pod key -> uid of a victim being evicted, not observed leaving yet
-        self._clock = clock
         self.generation = 0
         self.freed = 0
         self._changed = anyio.Event()
@@ -438,9 +423,6 @@ class ClusterStore:
 
     def _observe_pod(self, key: str, obj: dict, requests: Requests | None) -> bool:
         uid = obj["metadata"].get("uid")
-        backoff = self._backoff.get(key)
-        if backoff is not None and backoff.uid != uid:
-            del self._backoff[key]  # a new pod under the old name starts afresh
         self._observe_preemption(key, uid, obj)
         a = self._assumed.get(key)
         if a is None:
@@ -452,7 +434,6 @@ class ClusterStore:
             if node != a.node:
                 logs.warning("pod bound elsewhere than assumed", pod=key, assumed=a.node, node=node)
             self._end_assumption(key, freed=node != a.node)  # confirmed: the watch shows it bound
-            self._backoff.pop(key, None)
             return node == a.node
         elif requests is not None and requests != a.requests:  # still pending, asking for something else
             self._end_assumption(key, freed=True)
@@ -481,7 +462,6 @@ class ClusterStore:
 
     def _pod_gone(self, key: str) -> None:
         self._drop(key, "pod deleted")
-        self._backoff.pop(key, None)
         self._nominated.pop(key, None)
         self._evicting.pop(key, None)
 
@@ -575,20 +555,17 @@ class ClusterStore:
         self._count_priority(priority, +1)
         self._dirty.add(node)
 
-    def forget(self, key: str, uid: str, *, failed: bool) -> None:
-        """The binder did not bind this pod: its capacity is free again and its gang is planned anew; after a
-        failed bind (`failed`), not before its back-off has passed."""
+    def forget(self, key: str, uid: str) -> bool:
+        """The binder did not bind this pod: its capacity is free again and its gang is planned anew (after a
+        failed bind, not before its back-off in the scheduling queue has passed). False when this pod was not
+        assumed (the watch ended the assumption first)."""
         a = self._assumed.get(key)
         if a is None or a.uid != uid:
-            return
+            return False
         self._end_assumption(key, freed=True)
         self._drop_claims(key)
-        if failed:
-            previous = self._backoff.get(key)
-            attempts = previous.attempts + 1 if previous is not None and previous.uid == uid else 1
-            delay = min(BACKOFF_MAX, BACKOFF_INITIAL * 2 ** (attempts - 1))
-            self._backoff[key] = Backoff(uid, attempts, self._clock() + delay)
         self._bump()
+        return True
 
     # ------------------------------------------------------------------ preemption (solver actor / binder)
 
@@ -647,17 +624,6 @@ class ClusterStore:
     def _mark_group(self, key: ObjectKey) -> None:
         self._group_marks.pop(key, None)  # re-inserted last: the dict stays in the order of the changes
         self._group_marks[key] = self.members_seen
-
-    def next_backoff_expiry(self) -> float:
-        """Seconds until the first pod in back-off may be planned again (inf when none is)."""
-        now = self._clock()
-        waiting = [b.until - now for b in self._backoff.values() if b.until > now]
-        return max(0.0, min(waiting)) if waiting else math.inf
-
-    def backing_off(self) -> dict[str, float]:
-        """Pods held back after a failed bind: key -> seconds left."""
-        now = self._clock()
-        return {k: b.until - now for k, b in self._backoff.items() if b.until > now}
 
     def pod(self, key: str) -> dict | None:
         ns, _, name = key.partition("/")
@@ -732,12 +698,11 @@ class ClusterStore:
         return {k[2]: v for k, v in self._objects["Queue"].items() if k[0] == QUEUE_GROUP}
 
     def counts(self) -> dict[str, int]:
-        """Objects per kind, assumptions and back-offs: what the scheduler holds in memory."""
+        """Objects per kind and assumptions: what the store holds in memory."""
         out = {kind: len(table) for kind, table in self._objects.items()}
         out.update(
             assumed=len(self._assumed),
             assumed_claims=len(self._claims),
-            backoff=len(self._backoff),
             nominated=len(self._nominated),
             evicting=len(self._evicting),
         )
@@ -746,10 +711,11 @@ class ClusterStore:
     def snapshot(self) -> Snapshot:
         return self.view().snapshot
 
-    def view(self, scheduler_name: str | None = None) -> View:
+    def view(self, scheduler_name: str | None = None, leave_out: Collection[str] = ()) -> View:
         """An immutable view for one cycle: assumed pods appear bound to their node (and their claims'
-        devices allocated), nominations and evictions in flight appear done, pods in back-off are left out
-        (their gangs wait for them), and so are objects that cannot be read (listed in `unreadable`).
+        devices allocated), nominations and evictions in flight appear done, the pods `leave_out` names (in
+        back-off: their gangs wait for them) are left out, and so are objects that cannot be read (listed in
+        `unreadable`).
 
         With `scheduler_name`, only the pods a cycle for that scheduler reads: its pending pods, the pods that
         may share a gang with them (`gang_hints`), and the pods of their namespaces where a PDB may group them.
@@ -758,7 +724,6 @@ class ClusterStore:
         are not all the possible victims of a preemption; a cycle that may preempt takes a whole one. While a Queue
         exists every view is whole: a queue's usage, which its cap and fair share are measured against, is what
         every bound gang of the queue holds."""
-        held = self.backing_off()
         bad_pods = {k for k in self._bad_pods if _node_name(self.pod(k))}  # requests matter once bound
         if self._objects["Queue"]:
             scheduler_name = None  # a queue's usage is what every bound gang of it holds: read them all
@@ -774,7 +739,7 @@ class ClusterStore:
             guarded = {k[1] for k in self._objects["PodDisruptionBudget"]}
             for ns in guarded & {p["metadata"].get("namespace", "") for p in pending.values()}:
                 by_key.update(self._by_namespace.get(ns, {}))
-        for key in held.keys() | bad_pods:
+        for key in {*leave_out, *bad_pods}:
             by_key.pop(key, None)
         for key in (self._assumed.keys() | self._nominated.keys() | self._evicting.keys()) & by_key.keys():
             by_key[key] = self._as_assumed(by_key[key])

@@ -1,0 +1,216 @@
+"""One scheduling cycle: a snapshot in, decisions out.
+
+`gangsolve solve` and the live solver actor run the same two steps, so a live cycle replays offline exactly:
+
+1. `group`: the snapshot's gangs (the edge's rules), their expected runtimes, and the pending pods that join no
+   gang yet. Offline a bad object stops the cycle with one line naming it (`strict`), unless `--skip-invalid`;
+   live, and with `--skip-invalid`, it is left out and listed, and everything else is scheduled.
+2. `decide`: the solver's placement, a gang the solver fails on left out (found by bisection) rather than the
+   whole cycle, then the devices of the placed pods' claims, checked by the device oracle.
+
+The live actor adds only what is live: which gangs to solve again (its queue), the partial views, timing and
+the messages to the binder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from gangsolve.edge import dra, objects
+from gangsolve.edge.errors import InputError
+from gangsolve.edge.estimates import Estimator, with_estimates
+from gangsolve.edge.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, gated, waiting
+from gangsolve.edge.snapshot import Snapshot
+from gangsolve.solver import Cluster, Gang, Node, Placement, Pod, SolveConfig
+from gangsolve.solver.devices import Allocations, allocate
+from gangsolve.solver.validate import validate_devices
+
+logger = logging.getLogger("gangsolve")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How a cycle reads a snapshot: whose pods it schedules and how they become gangs."""
+
+    scheduler_name: str = "gangsolve"
+    group_label: str | None = None
+    grace: Grace = field(default_factory=Grace)
+    starvation: float = STARVATION_SECONDS  # seconds pending before a gang starves (see `gangs.starvation_age`)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A snapshot's gangs: what `group` made of it."""
+
+    cluster: Cluster  # every node and every pending gang
+    waiting: dict[str, Waiting]  # pending pods that join no gang yet
+    skipped: tuple[InputError, ...]  # objects left out as unreadable
+    snapshot: Snapshot  # the snapshot without them
+    gated: dict[str, list[str]]  # pods held by scheduling gates -> the gates
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What one cycle decided."""
+
+    cluster: Cluster  # the gangs solved (less any the solver failed on)
+    placement: Placement
+    allocations: Allocations  # claim -> the devices chosen for it, for the placed pods' claims
+    skipped: tuple[InputError, ...] = ()  # objects (and gangs the solver failed on) left out
+    waiting: dict[str, Waiting] = field(default_factory=dict)  # pending pods that join no gang yet
+    gated: dict[str, list[str]] = field(default_factory=dict)  # pods held by scheduling gates -> the gates
+
+
+def solve(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | None = None) -> Placement:
+    """The solver's pipeline, imported on first use: OR-Tools takes a second to load, and a snapshot that
+    cannot be read must be rejected without it."""
+    from gangsolve.solver.pipeline import solve as solve_pipeline
+
+    return solve_pipeline(cluster, config, previous)
+
+
+def _size(snapshot: Snapshot) -> int:
+    return (
+        len(snapshot.nodes)
+        + len(snapshot.pods)
+        + len(snapshot.pdbs)
+        + len(snapshot.pod_groups)
+        + len(snapshot.priority_classes)
+        + len(snapshot.queues)
+        + len(snapshot.resource_slices)
+        + len(snapshot.device_classes)
+        + len(snapshot.resource_claims)
+        + len(snapshot.claim_templates)
+    )
+
+
+def group(
+    snapshot: Snapshot,
+    rules: Rules,
+    *,
+    now: datetime | None,
+    estimator: Estimator | None = None,
+    strict: bool = False,
+    nodes: tuple[Node, ...] | None = None,
+    convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] = objects.pod,
+) -> Grouped:
+    """The cluster of a snapshot, with every gang (and, with `estimator` and `now`, the expected runtimes of
+    gangs and running pods), and the pending pods that join no gang yet. `now` is the cycle's clock: gangs
+    pending past the starvation age starve, and pods whose gang definition may still come wait by the grace;
+    without it neither happens.
+
+    `strict` (offline, hand-written files): the first object the edge cannot read raises its InputError, and a
+    pod naming a PodGroup that does not exist is an error. Otherwise that object is left out and returned with
+    its error (a PodGroup with `minMember: many`, a pod asking for more cpu than the model can count, a runtime
+    annotation that is no duration): one bad object must not stop everyone else. `nodes` and `convert_pod`: the
+    live store's converted nodes and its memo of converted pods (see `build_cluster`)."""
+    skipped: list[InputError] = []
+    while True:
+        try:
+            cluster = build_cluster(
+                snapshot,
+                rules.scheduler_name,
+                rules.group_label,
+                strict=strict,
+                now=now,
+                grace=rules.grace,
+                nodes=nodes,
+                convert_pod=convert_pod,
+                starvation_seconds=rules.starvation,
+            )
+            if estimator is not None and now is not None:
+                cluster = with_estimates(snapshot, cluster, now, estimator, rules.scheduler_name)
+            held = waiting(snapshot, rules.scheduler_name, rules.group_label, now, rules.grace)
+            return Grouped(cluster, held, tuple(skipped), snapshot, gated(snapshot, rules.scheduler_name))
+        except InputError as exc:
+            smaller = snapshot.without(exc.obj)
+            if strict or _size(smaller) == _size(snapshot):
+                raise  # offline by request, or the error names nothing that can be left out
+            skipped.append(exc)
+            snapshot = smaller
+
+
+def decide(
+    cluster: Cluster,
+    snapshot: Snapshot,
+    scheduler_name: str,
+    config: SolveConfig,
+    previous: Mapping[str, str] | None = None,
+) -> Decisions:
+    """Solve the cluster's gangs, then choose the devices of the placed pods' claims. A gang the solver cannot
+    handle is left out (and returned as skipped), not the cycle. `previous` (the last cycle's bindings)
+    warm-starts the solver where its gangs are still pending and still fit."""
+    skipped: list[InputError] = []
+    try:
+        placement = solve(cluster, config, previous)
+    except Exception as exc:  # a gang the solver cannot handle must not stop the others: find it, leave it out
+        solve(replace(cluster, gangs=()), SolveConfig(use_cpsat=False))  # the nodes alone must be solvable
+        culprits = _failing_gangs(cluster, list(cluster.gangs))
+        if not culprits:
+            raise
+        logger.error(
+            "gangs left out: the solver fails on them",
+            exc_info=exc,
+            extra={"fields": {"gangs": ",".join(g.name for g in culprits)}},
+        )
+        skipped = [
+            InputError(f"Pod {p.name}", "", f"its gang cannot be solved: {type(exc).__name__}: {exc}")
+            for g in culprits
+            for p in g.pods
+        ]
+        cluster = replace(cluster, gangs=tuple(g for g in cluster.gangs if g not in culprits))
+        placement = solve(cluster, config, previous)
+    placement, allocations = _allocate(snapshot, scheduler_name, cluster, placement)
+    return Decisions(cluster, placement, allocations, tuple(skipped))
+
+
+def with_grouping(decided: Decisions, grouped: Grouped) -> Decisions:
+    """The decisions with what grouping found besides the gangs: objects it left out, pods waiting for a gang,
+    pods held by scheduling gates."""
+    return replace(decided, skipped=grouped.skipped + decided.skipped, waiting=grouped.waiting, gated=grouped.gated)
+
+
+def run(
+    snapshot: Snapshot,
+    rules: Rules,
+    config: SolveConfig,
+    *,
+    now: datetime | None,
+    estimator: Estimator | None = None,
+    strict: bool = False,
+    previous: Mapping[str, str] | None = None,
+) -> Decisions:
+    """A whole cycle on a snapshot, every gang solved: what `gangsolve solve` runs, and the live cycle that
+    solves every gang on a whole view."""
+    grouped = group(snapshot, rules, now=now, estimator=estimator, strict=strict)
+    return with_grouping(decide(grouped.cluster, grouped.snapshot, rules.scheduler_name, config, previous), grouped)
+
+
+def _allocate(
+    snapshot: Snapshot, scheduler_name: str, cluster: Cluster, placement: Placement
+) -> tuple[Placement, Allocations]:
+    """Devices for the claims of the placed pods (gangs whose claims cannot be met are taken off), checked by
+    the device oracle."""
+    model = dra.model(snapshot, scheduler_name)
+    if not model.claims_of:
+        return placement, {}
+    placement, allocations = allocate(cluster, placement, model.state)
+    violations = validate_devices(model.state, placement, allocations)
+    if violations:
+        raise RuntimeError(f"device assignment unsound: {violations[0]}")
+    return placement, allocations
+
+
+def _failing_gangs(cluster: Cluster, gangs: list[Gang]) -> list[Gang]:
+    """The gangs whose (greedy) solve raises, by bisection: a handful of cheap solves, only after a failure."""
+    try:
+        solve(replace(cluster, gangs=tuple(gangs)), SolveConfig(use_cpsat=False))
+        return []
+    except Exception:
+        if len(gangs) == 1:
+            return gangs
+    half = len(gangs) // 2
+    return _failing_gangs(cluster, gangs[:half]) + _failing_gangs(cluster, gangs[half:])

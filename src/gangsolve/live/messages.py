@@ -1,0 +1,85 @@
+"""What the actors send each other, in one module every actor imports, so no actor imports another.
+
+solver actor -> binder: `GangPlan` (a placed gang, with the claims to write first) and `Preemption`
+(nominations, then victims); solver actor -> feedback: `CycleResult` (the latest only); binder -> feedback:
+`Bound` and `Evicted`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gangsolve.edge.gangs import Waiting
+from gangsolve.edge.snapshot import Snapshot
+from gangsolve.solver import Cluster, Placement
+
+COMPONENT = "gangsolve"  # how events and conditions name the scheduler
+
+
+@dataclass(frozen=True)
+class ClaimWrite:
+    """A ResourceClaim of a placed pod, as the binder must write it before the bind: allocated with these
+    devices (`allocation`, None when it is allocated already) and reserved for the pod. `uid` and
+    `resource_version` are the claim the cycle saw: the writes are preconditioned on them."""
+
+    pod: str
+    claim: str  # namespace/name
+    uid: str
+    resource_version: str
+    allocation: dict | None
+
+
+@dataclass(frozen=True)
+class GangPlan:
+    """A placed gang for the binder: each pod (key, the uid that was solved, node), and the claims to write."""
+
+    gang: str
+    pods: tuple[tuple[str, str, str], ...]
+    planned_at: float  # monotonic
+    claims: tuple[ClaimWrite, ...] = ()
+
+
+@dataclass(frozen=True)
+class Victim:
+    pod: str  # namespace/name
+    uid: str
+    node: str
+    preemptor: str  # the gang it makes room for
+    reason: str
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """A cycle's preemption for the binder: nominations to write first (pod key, uid, node; None clears one),
+    then the victims to evict."""
+
+    nominations: tuple[tuple[str, str, str | None], ...]
+    victims: tuple[Victim, ...]
+    planned_at: float  # monotonic
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    snapshot: Snapshot
+    cluster: Cluster  # every pending gang: those solved this cycle and those carried over
+    placement: Placement  # this cycle's bindings; a result per gang of `cluster` (carried ones: their last)
+    skipped: tuple[tuple[str, str], ...] = ()  # objects left out as unreadable: (`Kind ns/name`, error)
+    backing_off: dict[str, float] = field(default_factory=dict)  # pod key -> seconds of back-off left
+    waiting: dict[str, Waiting] = field(default_factory=dict)  # pods joining no gang yet, and why
+    carried: int = 0  # gangs not solved again: nothing changed for them since they last did not fit
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The binder bound this pod."""
+
+    pod: str  # namespace/name
+    uid: str
+    node: str
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """The binder evicted this victim."""
+
+    victim: Victim

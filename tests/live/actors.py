@@ -1,0 +1,48 @@
+"""Actors as the live tests build them: settings by name, as `gangsolve run` takes them from its config."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gangsolve import cycle
+from gangsolve.cycle import Decisions, Rules
+from gangsolve.edge.estimates import Estimator
+from gangsolve.edge.gangs import STARVATION_SECONDS, Grace
+from gangsolve.edge.snapshot import Snapshot
+from gangsolve.live.metrics import Metrics
+from gangsolve.live.queue import SchedulingQueue
+from gangsolve.live.solver_actor import SolverActor
+from gangsolve.live.store import ClusterStore
+from gangsolve.solver import SolveConfig
+
+
+def solver_actor(
+    store: ClusterStore,
+    metrics: Metrics | None = None,
+    *,
+    queue: SchedulingQueue | None = None,
+    scheduler_name: str = "gangsolve",
+    group_label: str | None = None,
+    time_limit: float = 1.0,
+    debounce: float = 0.0,
+    resync_period: float = 3600.0,
+    grace: Grace | None = None,
+    preemption: bool = True,
+    estimator: Estimator | None = None,
+    reservations: int = SolveConfig.reservations,
+    starvation: float = STARVATION_SECONDS,
+) -> SolverActor:
+    return SolverActor(
+        store,
+        queue or SchedulingQueue(resync_period),
+        metrics or Metrics(),
+        Rules(scheduler_name, group_label, grace or Grace(), starvation),
+        SolveConfig(time_limit=time_limit, preemption=preemption, reservations=reservations),
+        debounce=debounce,
+        estimator=estimator,
+    )
+
+
+def run_cycle(snapshot: Snapshot, time_limit: float = 1.0) -> Decisions:
+    """A whole cycle on a snapshot, as the live scheduler's is (bad objects left out, the live clock)."""
+    return cycle.run(snapshot, Rules(), SolveConfig(time_limit=time_limit, reservations=0), now=datetime.now(UTC))
