@@ -526,3 +526,21 @@ def test_bad_input_is_rejected_before_the_solver_is_loaded(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["2", "False"]
     assert out.stderr.strip() == "error: Node a: status.allocatable.cpu: quantity 'zz' does not parse"
+
+
+def test_skip_invalid_leaves_a_bad_object_out_as_the_live_scheduler_does():
+    """An export with one tenant's bad pod: strict by default (exit 2 naming it), solvable with --skip-invalid."""
+    text = orjson.dumps(k8s_list(k8s_node("n", gpus=4), k8s_pod("ok", gpus=1), k8s_pod("poison", cpu="1e16"))).decode()
+    strict = solve("-", "-o", "json", input=text)
+    assert strict.exit_code == 2
+    assert "Pod default/poison" in strict.stderr
+    skipping = solve("-", "-o", "json", "--skip-invalid", input=text)
+    assert skipping.exit_code == 0
+    out = orjson.loads(skipping.stdout)
+    assert out["bindings"] == {"default/ok": "n"}
+    assert [s["object"] for s in out["skipped"]] == ["Pod default/poison"]
+    assert "cpu" in out["skipped"][0]["reason"]
+    table = solve("-", "--skip-invalid", input=text)
+    assert "Skipped" in table.stdout
+    assert "default/poison" in table.stdout
+    assert "1 objects skipped" in table.stdout
