@@ -20,9 +20,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from gangsolve.solver import score
-from gangsolve.solver.greedy import Counts
 from gangsolve.solver.model import Level
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Counts, Problem
 
 MAX, MIN = "max", "min"
 MIN_STAGE_SECONDS = 0.02

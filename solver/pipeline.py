@@ -12,7 +12,7 @@ A cycle, in order (each step starts from the best placement so far and never mak
    placement reached.
 
 Every step keeps the reservations the baseline pass makes for starving gangs (planning.py): each greedy pass,
-the warm start and each search step place gangs within `planning.Limits`, and both CP-SAT models carry the same
+the warm start and each search step place gangs within `Limits` (limits.py), and both CP-SAT models carry the same
 limits as constraints. The bounds relax those limits away, so they stay upper bounds (looser ones).
 
 Steps 1 to 4 decide gangs and resources and read the clock only to stop: a longer time limit runs the same
@@ -30,19 +30,14 @@ import numpy as np
 from gangsolve.solver import planning, preemption, queues, score
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.candidates import candidates
+from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs
 from gangsolve.solver.explain import explain
-from gangsolve.solver.greedy import (
-    Counts,
-    GangCounts,
-    greedy,
-    most_allocated_off_gpus,
-    queue_order,
-    smallest_first_order,
-)
+from gangsolve.solver.greedy import greedy, most_allocated_off_gpus, queue_order, smallest_first_order
+from gangsolve.solver.limits import Limits, Plan, Planned
 from gangsolve.solver.lns import Search
 from gangsolve.solver.model import Cluster, GangResult, Level, Placement, Reservation, SolveConfig
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Counts, GangCounts, Problem
 
 # Per priority level: (gangs placed, upper bound on them, gangs that could be placed at all).
 LevelCounts: TypeAlias = dict[Level, tuple[int, int, int]]
@@ -99,14 +94,14 @@ def _place(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | 
     return _placement(problem, counts, stages, levels, total, status, time.perf_counter() - started, plan)
 
 
-def _limits(problem: Problem, plan: planning.Plan) -> planning.Limits | None:
+def _limits(problem: Problem, plan: Plan) -> Limits | None:
     """Fresh limits for one pass over the cycle (None when no reservation limits anything)."""
-    return planning.Limits(problem, plan) if plan.checks else None
+    return Limits(problem, plan) if plan.checks else None
 
 
 def _optimise(
     problem: Problem,
-    plan: planning.Plan,
+    plan: Plan,
     baseline: Counts,
     took: float,
     config: SolveConfig,
@@ -205,7 +200,7 @@ _VARIANTS = (("smallest", most_allocated_off_gpus), ("queue", most_allocated_off
 
 def _best_hint(
     problem: Problem,
-    plan: planning.Plan,
+    plan: Plan,
     baseline: Counts,
     took: float,
     previous: Mapping[str, str],
@@ -236,7 +231,7 @@ def _best_hint(
     return max(hints, key=key)
 
 
-def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.Limits | None = None) -> Counts:
+def warm_start(problem: Problem, previous: Mapping[str, str], limits: Limits | None = None) -> Counts:
     """The gangs of `previous` (pod -> node) that it placed whole and that still fit there: pods still pending,
     nodes still eligible, capacity still free (within `limits`), the gang's minimum reached, one domain for
     co-located gangs, its queue's cap. Gangs are taken in queue order; one that no longer fits is dropped whole."""
@@ -250,7 +245,7 @@ def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.L
             key = (p, problem.node_index[node])
             per_gang.setdefault(g, {})[key] = per_gang.get(g, {}).get(key, 0) + 1
     free = problem.free.copy()
-    budget = queues.Budget(problem)
+    caps = QueueCaps(problem)
     counts: Counts = {}
     for g in queue_order(problem):
         gang_counts = per_gang.get(g)
@@ -264,7 +259,7 @@ def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.L
         room = free if limits is None else limits.room_for(g, free)
         if not eligible or (use[nodes] > room[nodes]).any() or not _one_domain(problem, g, nodes):
             continue
-        if not budget.take(g, gang_counts):
+        if not caps.take(g, gang_counts):
             continue
         free -= use
         if limits is not None:
@@ -292,7 +287,7 @@ def _exact(
     order: list[Level],
     deadline: float,
     workers: int,
-    plan: planning.Plan | None = None,
+    plan: Plan | None = None,
     work: float = _EXACT_WORK,
 ) -> tuple[Counts, bool, Stage | None]:
     """CP-SAT on every fitting node when the model is small: the gangs per level, as one objective with
@@ -338,7 +333,7 @@ _MAX_WEIGHT = 2**40  # keep the weighted objective far from int64 and friendly t
 
 def _locality(
     problem: Problem,
-    plan: planning.Plan,
+    plan: Plan,
     counts: Counts,
     order: list[Level],
     scale: int,
@@ -397,7 +392,7 @@ def _timed(stage: Stage, begun: float, detail: str = "") -> Stage:
     return Stage(stage.name, stage.status, stage.objective, stage.bound, time.perf_counter() - begun, text)
 
 
-def _limit(model: GangModel, problem: Problem, plan: planning.Plan | None) -> None:
+def _limit(model: GangModel, problem: Problem, plan: Plan | None) -> None:
     """The reservations' limits as constraints: per check, the gangs subject to it fit in its room, which a
     gang holding a reservation gives back when it is placed now after all."""
     limits = _limits(problem, plan) if plan is not None else None
@@ -423,14 +418,14 @@ def _placement(
     total: int | None,
     status: str,
     seconds: float,
-    plan: planning.Plan | None = None,
+    plan: Plan | None = None,
 ) -> Placement:
     bindings = {
         pod: node for g, gang_counts in counts.items() for pod, node in problem.bindings(g, gang_counts).items()
     }
     results = []
     explained: dict[tuple[int, ...], str] = {}
-    plan = plan or planning.Plan()
+    plan = plan or Plan()
     limits = _limits(problem, plan)
     for g, gang in enumerate(problem.gangs):
         placed_pods = sum(counts.get(g, {}).values())
@@ -479,7 +474,7 @@ def _placement(
     )
 
 
-def _reservation(problem: Problem, planned: planning.Planned) -> Reservation:
+def _reservation(problem: Problem, planned: Planned) -> Reservation:
     nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
     gpus = sum(k * int(problem.gpu_demand[problem.parts[planned.gang][p].cls]) for (p, _n), k in planned.counts.items())
     bindings = problem.bindings(planned.gang, planned.counts)
