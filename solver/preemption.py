@@ -58,42 +58,29 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from gangsolve.solver import queues
+from gangsolve.solver.budget import MIN_VICTIM_SECONDS, PLACE_SHARE, PREEMPTION_END, VICTIM_WORK_PER_SECOND, Budget
 from gangsolve.solver.cpsat import Stage, cpsat_solver
 from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, GangResult, Node, Placement, Running, SolveConfig
 from gangsolve.solver.problem import Problem, exclusion
 from gangsolve.solver.validate import validate
 
-Place = Callable[[Cluster, SolveConfig], Placement]
+Place = Callable[[Cluster, Budget], Placement]
 
-# When a cycle may preempt, the placement gets this share of the time limit and preemption runs until the end
-# share: victims are chosen after the placement, from what it left.
-_PLACE_SHARE = 0.7
-_END_SHARE = 0.95
-_WORK_PER_SECOND = 2.0  # CP-SAT's deterministic time granted per wall second left (it stops much earlier)
-_MIN_SECONDS = 0.01
-_BUDGET_SAFETY = 600.0  # seconds: on a deterministic budget, the wall clock cuts in only past this
 _SLACK = 1e-6  # fair shares are water-filled floats: held amounts within this are at them
 
 
-def cycle(cluster: Cluster, config: SolveConfig, place: Place) -> Placement:
-    """One scheduling cycle with nominations and preemption around `place`."""
-    started = time.perf_counter()
+def cycle(cluster: Cluster, config: SolveConfig, budget: Budget, place: Place) -> Placement:
+    """One scheduling cycle with nominations and preemption around `place`, within `budget`."""
     preempting = config.preemption and _may_preempt(cluster)
     if not cluster.nominated and not preempting:
-        return place(cluster, config)
+        return place(cluster, budget)
     held = holds(cluster)
-    share = _PLACE_SHARE if preempting else 1.0
-    inner = place(_with_holds(cluster, held), replace(config, time_limit=config.time_limit * share))
+    inner = place(_with_holds(cluster, held), budget.part(PLACE_SHARE if preempting else 1.0))
     placement = _merged(cluster, held, inner)
     if not preempting:
-        return replace(placement, solve_seconds=time.perf_counter() - started)
-    deadline = started + config.time_limit * _END_SHARE
-    work = None
-    if config.steps is not None:  # a deterministic budget (SolveConfig.steps): CP-SAT's work, not the clock
-        deadline = time.perf_counter() + _BUDGET_SAFETY
-        work = config.time_limit * (_END_SHARE - _PLACE_SHARE) * _WORK_PER_SECOND
-    placement = Preemption(cluster, placement, config.workers, work).run(deadline)
-    return replace(placement, solve_seconds=time.perf_counter() - started)
+        return replace(placement, solve_seconds=budget.elapsed())
+    placement = Preemption(cluster, placement, budget, config.workers).run(budget.until(PREEMPTION_END))
+    return replace(placement, solve_seconds=budget.elapsed())
 
 
 def _may_preempt(cluster: Cluster) -> bool:
@@ -281,10 +268,12 @@ class Choice:
 class Preemption:
     """The preemption stage of one cycle: state shared by its preemptors, chosen one after another."""
 
-    def __init__(self, cluster: Cluster, placement: Placement, workers: int = 1, work: float | None = None) -> None:
+    def __init__(self, cluster: Cluster, placement: Placement, budget: Budget, workers: int = 1) -> None:
         self.placement = placement
+        self.budget = budget
         self.workers = workers
-        self.work = work  # CP-SAT's deterministic time for the whole stage; None: from the wall clock left
+        # CP-SAT's deterministic time for the whole stage; None: each call gets what the time left grants.
+        self.work = budget.fixed_work(PREEMPTION_END - PLACE_SHARE, VICTIM_WORK_PER_SECOND)
         results = {r.name: r for r in placement.gangs}
         waiting = _gangs_with(cluster, placement.nominations)
         placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
@@ -455,16 +444,14 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         placed, chosen, proven, tried = 0, 0, True, 0
         for g, gang in enumerate(self.preemptors):
-            left = len(self.preemptors) - g
-            now = time.perf_counter()
-            if now >= deadline:
+            if self.budget.passed(deadline):
                 break
             tried += 1
             queue = int(self.problem.queue_of[g])
             if (self.problem.floor[g] > self.cap_left[queue]).any():
                 continue  # its queue's capability leaves too little for its minimum
             share = None if self.work is None else self.work / len(self.preemptors)
-            choice = self.choose(g, now + (deadline - now) / left, share)
+            choice = self.choose(g, self.budget.slice(deadline, len(self.preemptors) - g), share)
             if choice is None:
                 continue
             use = self._use(g, choice).sum(axis=0)
@@ -569,7 +556,7 @@ class Preemption:
         if reclaim.any():  # last, as its own priority is the highest victim priority
             tries.append((candidates | reclaim, reclaim))
         for allowed, reclaiming in tries:
-            if time.perf_counter() >= deadline:
+            if self.budget.passed(deadline):
                 return None
             nodes = self._room(g, allowed)
             if nodes is None:
@@ -789,12 +776,13 @@ class _Model:
         proven = True
         best: dict[int, int] | None = None  # the last solution found: variable index -> value
         for k, objective in enumerate(self.objectives()):
-            seconds = deadline - time.perf_counter()
-            if seconds < _MIN_SECONDS:
+            seconds = s.budget.left(deadline)
+            if seconds < MIN_VICTIM_SECONDS:
                 proven = False
                 break
             m.minimize(objective)
-            solver = cpsat_solver(seconds * _WORK_PER_SECOND if work is None else work, deadline, s.workers)
+            grant = s.budget.work(seconds, VICTIM_WORK_PER_SECOND) if work is None else work
+            solver = cpsat_solver(grant, deadline, s.workers)
             status = solver.solve(m)
             if status == cp_model.INFEASIBLE and not k:
                 return None
