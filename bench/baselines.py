@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gangsolve.solver.greedy import GangCounts, place_colocated, place_gang
+from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Eviction
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import GangCounts, Problem
 
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"

@@ -66,7 +66,7 @@ from gangsolve.bench import scenarios as sc
 from gangsolve.bench.devcluster import ControlPlane, NodeSpec
 from gangsolve.bench.devcluster.controlplane import GPU_RESOURCE, _tls_context, free_port, schedulable
 from gangsolve.live.kube import ApiError, Kube
-from gangsolve.solver import Cluster
+from gangsolve.solver import Cluster, SolveConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -95,7 +95,7 @@ class LiveScenario:
     nodes: int
     build: Callable[[], list[dict]]
     description: str
-    time_limit: float = 2.0  # gangsolve run's --time-limit (its default)
+    time_limit: float = SolveConfig.time_limit  # gangsolve run's --time-limit (its default)
     mode: str = "stream"  # stream | burst (module docstring)
     rate: float | None = None  # stream: pods created a second; None: as fast as the API server takes them
     client_qps: float | None = None  # every scheduler's client-side QPS and burst; None: each one's default

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gangsolve.solver.greedy import Counts, GangCounts, node_scores
+from gangsolve.solver.greedy import node_scores
 from gangsolve.solver.model import SolveConfig
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Counts, GangCounts, Problem
 
 
 class CandidatePicker:

@@ -20,12 +20,11 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from gangsolve.solver import score
-from gangsolve.solver.greedy import Counts
+from gangsolve.solver.budget import MIN_STAGE_SECONDS
 from gangsolve.solver.model import Level
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Counts, Problem
 
 MAX, MIN = "max", "min"
-MIN_STAGE_SECONDS = 0.02
 
 
 def cpsat_solver(work: float, deadline: float, workers: int) -> cp_model.CpSolver:

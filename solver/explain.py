@@ -3,16 +3,12 @@ constraint excluded which nodes, or which other gangs took the room this cycle."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from gangsolve.solver.greedy import Counts, place_colocated, place_gang
+from gangsolve.solver.greedy import place_colocated, place_gang
+from gangsolve.solver.limits import Limits
 from gangsolve.solver.model import PODS, Pod
-from gangsolve.solver.problem import GangPart, Problem
-
-if TYPE_CHECKING:
-    from gangsolve.solver.planning import Limits
+from gangsolve.solver.problem import Counts, GangPart, Problem
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 

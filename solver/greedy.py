@@ -7,20 +7,14 @@ baseline of the benchmarks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import Protocol
 
 import numpy as np
 
+from gangsolve.solver.caps import QueueCaps
+from gangsolve.solver.limits import Limits
 from gangsolve.solver.model import Level
-from gangsolve.solver.problem import Problem, Rows
-from gangsolve.solver.queues import Budget
-
-if TYPE_CHECKING:
-    from gangsolve.solver.planning import Limits
-
-# gang_counts[(part, node)] = pods of that gang part on that node; counts[gang] = that gang's
-GangCounts: TypeAlias = dict[tuple[int, int], int]
-Counts: TypeAlias = dict[int, GangCounts]
+from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
 
 
 class Scorer(Protocol):
@@ -268,20 +262,20 @@ def greedy(
             free[n] -= k * problem.demand[problem.parts[g][p].cls]
         if limits is not None:
             limits.take(g, gang_counts)
-    budget = Budget(problem, placed=result)
+    caps = QueueCaps(problem, placed=result)
     order = queue_order(problem) if order is None else order
     for g in order:
         gang = problem.gangs[g]
-        if not gang.pods or g in result or not budget.may_start(g):
+        if not gang.pods or g in result or not caps.may_start(g):
             continue
         most = max(gang.need, 1) if minimum_first else None
-        counts = place_within(problem, g, free, limits, scorer, most=most, budget=budget)
+        counts = place_within(problem, g, free, limits, scorer, most=most, caps=caps)
         if counts is not None:
             result[g] = counts
         elif limits is not None:
             limits.blocked(g, free)
     if minimum_first:
-        add_extras(problem, result, free, order, scorer, budget, limits)
+        add_extras(problem, result, free, order, scorer, caps, limits)
     return result
 
 
@@ -294,10 +288,10 @@ def place_within(
     most: int | None = None,
     counts: GangCounts | None = None,
     allowed: np.ndarray | None = None,
-    budget: Budget | None = None,
+    caps: QueueCaps | None = None,
 ) -> GangCounts | None:
     """Gang g placed on `free` (updated in place) as place_gang or place_colocated place it, within what
-    `limits` leaves it (the reservations) and what `budget` leaves its queue (pods past the minimum its cap
+    `limits` leaves it (the reservations) and what `caps` leaves its queue (pods past the minimum its cap
     does not allow are taken off again); `counts`: pods of the gang already placed, to add extras to (on
     `allowed` nodes)."""
     room = free if limits is None else limits.room_for(g, free)
@@ -310,8 +304,8 @@ def place_within(
     if room is not free:  # placed on a copy: take it from `free` too
         for (p, n), k in _added(found, counts).items():
             free[n] -= k * problem.demand[problem.parts[g][p].cls]
-    if budget is not None:
-        found = budget.admit(g, found, free, keep=counts)  # what it takes off goes back to `free`
+    if caps is not None:
+        found = caps.admit(g, found, free, keep=counts)  # what it takes off goes back to `free`
     if found is not None and limits is not None:
         limits.take(g, _added(found, counts))
     return found
@@ -329,11 +323,11 @@ def add_extras(
     free: np.ndarray,
     order: list[int],
     scorer: Scorer,
-    budget: Budget,
+    caps: QueueCaps,
     limits: Limits | None = None,
 ) -> None:
     """Pods past their gang's minimum, gang by gang in `order`, where they fit (co-located gangs in their
-    domain), their queue's cap (`budget`, which holds `counts`) allows, and within `limits`."""
+    domain), their queue's cap (`caps`, which holds `counts`) allows, and within `limits`."""
     for g in order:
         if g not in counts or sum(counts[g].values()) == len(problem.gangs[g].pods):
             continue
@@ -342,6 +336,6 @@ def add_extras(
         if key:
             domain = problem.domains(key)
             allowed = domain == domain[next(iter(counts[g]))[1]]
-        extended = place_within(problem, g, free, limits, scorer, counts=counts[g], allowed=allowed, budget=budget)
+        extended = place_within(problem, g, free, limits, scorer, counts=counts[g], allowed=allowed, caps=caps)
         if extended is not None:
             counts[g] = extended

@@ -16,14 +16,13 @@ the placement worse, more time never gives a worse answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gangsolve.solver import score
+from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.cpsat import possible_gangs
 from gangsolve.solver.greedy import (
-    Counts,
     Scorer,
     add_extras,
     desc,
@@ -31,12 +30,9 @@ from gangsolve.solver.greedy import (
     node_scores,
     place_within,
 )
+from gangsolve.solver.limits import Limits
 from gangsolve.solver.model import Level
-from gangsolve.solver.problem import Problem
-from gangsolve.solver.queues import Budget
-
-if TYPE_CHECKING:
-    from gangsolve.solver.planning import Limits
+from gangsolve.solver.problem import Counts, Problem
 
 SCORERS: tuple[Scorer, ...] = (node_scores, most_allocated_off_gpus)
 
@@ -75,7 +71,7 @@ class Search:
         self.possible = possible_gangs(problem)
         self.empty = score.empty_gpu_nodes(problem)
         self.used = np.zeros_like(problem.free)
-        self.budget = Budget(problem)  # what each queue may still take under its cap, given `counts`
+        self.caps = QueueCaps(problem)  # what each queue may still take under its cap, given `counts`
         for g, gang_counts in self.counts.items():
             self._use(g, gang_counts, 1)
         self.nodes = nodes  # nodes freed around the target, and roomy nodes offered to the gangs taken off
@@ -90,7 +86,7 @@ class Search:
     def _use(self, g: int, gang_counts: dict[tuple[int, int], int], sign: int) -> None:
         for (p, n), k in gang_counts.items():
             self.used[n] += sign * k * self.problem.demand[self.problem.parts[g][p].cls]
-        self.budget.charge(g, gang_counts, sign)
+        self.caps.charge(g, gang_counts, sign)
 
     def reach(self, g: int) -> np.ndarray:
         """Nodes that could hold some pod of gang g if nothing else were placed."""
@@ -202,12 +198,12 @@ class Search:
         gangs = self.neighbourhood(target)
         before = {g: self.counts[g] for g in gangs if g in self.counts}
         free = problem.free - self.used
-        budget = Budget(problem, left=self.budget.left)
+        caps = QueueCaps(problem, left=self.caps.left)
         limits = None if self.limits is None else self.limits.copy()
         for g, gang_counts in before.items():
             for (p, n), k in gang_counts.items():
                 free[n] += k * problem.demand[problem.parts[g][p].cls]
-            budget.charge(g, gang_counts, -1)
+            caps.charge(g, gang_counts, -1)
             if limits is not None:
                 limits.take(g, gang_counts, -1)
         # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
@@ -222,12 +218,12 @@ class Search:
         scorer = SCORERS[int(self.rng.integers(len(SCORERS)))]
         after: Counts = {}
         for g in order:
-            if not budget.may_start(g):
+            if not caps.may_start(g):
                 continue
-            placed = place_within(problem, g, free, limits, scorer, most=max(problem.gangs[g].need, 1), budget=budget)
+            placed = place_within(problem, g, free, limits, scorer, most=max(problem.gangs[g].need, 1), caps=caps)
             if placed is not None:
                 after[g] = placed
-        add_extras(problem, after, free, order, scorer, budget, limits)
+        add_extras(problem, after, free, order, scorer, caps, limits)
         new, old = self.rank(after), self.rank(before)
         # Starving gangs are served first come first served (every hint places them first, oldest first), as the
         # CP-SAT model keeps them: a step that takes one off is not kept, however many others it places.

@@ -12,7 +12,7 @@ A cycle, in order (each step starts from the best placement so far and never mak
    placement reached.
 
 Every step keeps the reservations the baseline pass makes for starving gangs (planning.py): each greedy pass,
-the warm start and each search step place gangs within `planning.Limits`, and both CP-SAT models carry the same
+the warm start and each search step place gangs within `Limits` (limits.py), and both CP-SAT models carry the same
 limits as constraints. The bounds relax those limits away, so they stay upper bounds (looser ones).
 
 Steps 1 to 4 decide gangs and resources and read the clock only to stop: a longer time limit runs the same
@@ -29,58 +29,46 @@ import numpy as np
 
 from gangsolve.solver import planning, preemption, queues, score
 from gangsolve.solver.bound import Relaxation, level_bounds
-from gangsolve.solver.candidates import candidates
-from gangsolve.solver.cpsat import MAX, MIN, MIN_STAGE_SECONDS, GangModel, Stage, possible_gangs
-from gangsolve.solver.explain import explain
-from gangsolve.solver.greedy import (
-    Counts,
-    GangCounts,
-    greedy,
-    most_allocated_off_gpus,
-    queue_order,
-    smallest_first_order,
+from gangsolve.solver.budget import (
+    BUILD_SECONDS,
+    EXACT_WORK,
+    HINT_SHARE,
+    LOCALITY_MOST,
+    LOCALITY_SHARE,
+    MIN_STAGE_SECONDS,
+    MIP_FROM,
+    MIP_SHARE,
+    RESERVE,
+    TOPOLOGY_SHARE,
+    Budget,
 )
+from gangsolve.solver.candidates import candidates
+from gangsolve.solver.caps import QueueCaps
+from gangsolve.solver.cpsat import MAX, MIN, GangModel, Stage, possible_gangs
+from gangsolve.solver.explain import explain
+from gangsolve.solver.greedy import greedy, most_allocated_off_gpus, queue_order, smallest_first_order
+from gangsolve.solver.limits import Limits, Plan, Planned
 from gangsolve.solver.lns import Search
 from gangsolve.solver.model import Cluster, GangResult, Level, Placement, Reservation, SolveConfig
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Counts, GangCounts, Problem
 
 # Per priority level: (gangs placed, upper bound on them, gangs that could be placed at all).
 LevelCounts: TypeAlias = dict[Level, tuple[int, int, int]]
 
-# Leave this share of the time limit for reading the solution and explaining pending gangs (about 0.4 s
-# at 5,000 nodes and 1,000 gangs).
-_RESERVE = 0.15
-_HINT_SHARE = 0.4  # of the time limit, for the greedy variants (each estimated by the last one's time)
-_LOCALITY_SHARE = 0.05  # of the time limit, kept from the search for the locality stage at the end ...
-_LOCALITY_MOST = 0.1  # ... which may take up to this share when the search ended early
-# With preferred topology levels, the locality tier is what the user asked for and only CP-SAT reduces it:
-# the search leaves it this share of the time limit.
-_TOPOLOGY_SHARE = 0.3
 _STALL = 50  # steps without improvement that end a search whose levels are all at their bounds
-_MIP_SHARE = 0.05  # of the time limit, for the final bounds as a MIP ...
-_MIP_FROM = 10.0  # ... when the limit is at least this many seconds (an LP otherwise)
-# CP-SAT does 0.3 to 1 unit of deterministic time a wall second here; stages that need not be reproducible
-# step for step (locality) are granted this many units per second of their share.
-_WORK_PER_SECOND = 0.5
-# A whole model with at most this many variables is solved exactly first, for up to this much work (100 nodes
-# and 20 gangs: 2,500 variables, proven optimal in 0.1 units).
+# A whole model with at most this many variables is solved exactly first (for up to budget.EXACT_WORK).
 _EXACT_VARIABLES = 20_000
-_EXACT_WORK = 2.0
-_BUILD_SECONDS = 100e-6  # per model variable, for building the model and its locality objective
-_BUDGET_SAFETY = 600.0  # seconds: with `SolveConfig.steps`, the wall clock cuts in only past this
 
 
 def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping[str, str] | None = None) -> Placement:
     """Place `cluster`'s pending gangs, then preempt for those left out (preemption.py). `previous` (pod ->
     node, typically the last cycle's plan) is a warm start: where those pods are still pending and their nodes
     still hold them, it competes as a hint."""
-    return preemption.cycle(cluster, config or SolveConfig(), lambda c, cfg: _place(c, cfg, previous))
+    config = config or SolveConfig()
+    return preemption.cycle(cluster, config, Budget.of(config), lambda c, b: _place(c, config, b, previous))
 
 
-def _place(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | None) -> Placement:
-    started = time.perf_counter()
-    # With a budget of steps the clock ends nothing: the deadline is only a safety net.
-    deadline = started + (config.time_limit * (1 - _RESERVE) if config.steps is None else _BUDGET_SAFETY)
+def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapping[str, str] | None) -> Placement:
     problem = Problem(cluster)
     begun = time.perf_counter()
     # Queue order, as Volcano allocates, holding reservations for starving gangs that cannot start: the
@@ -92,49 +80,44 @@ def _place(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | 
     levels: LevelCounts = {}
     total = None
     if config.use_cpsat and problem.gangs:
-        counts, stages, levels, total = _optimise(
-            problem, plan, counts, took, config, previous or {}, started, deadline
-        )
+        counts, stages, levels, total = _optimise(problem, plan, counts, took, config, budget, previous or {})
         status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
-    return _placement(problem, counts, stages, levels, total, status, time.perf_counter() - started, plan)
+    return _placement(problem, counts, stages, levels, total, status, budget.elapsed(), plan)
 
 
-def _limits(problem: Problem, plan: planning.Plan) -> planning.Limits | None:
+def _limits(problem: Problem, plan: Plan) -> Limits | None:
     """Fresh limits for one pass over the cycle (None when no reservation limits anything)."""
-    return planning.Limits(problem, plan) if plan.checks else None
+    return Limits(problem, plan) if plan.checks else None
 
 
 def _optimise(
     problem: Problem,
-    plan: planning.Plan,
+    plan: Plan,
     baseline: Counts,
     took: float,
     config: SolveConfig,
+    budget: Budget,
     previous: Mapping[str, str],
-    started: float,
-    deadline: float,
 ) -> tuple[Counts, list[Stage], LevelCounts, int]:
-    limit = config.time_limit
     scale = score.gpu_scale(problem)
     order = problem.gang_priority_levels()
     possible = possible_gangs(problem)
     most = {level: sum(1 for g in possible if problem.gangs[g].level == level) for level in order}
-    search_end = deadline - _locality_share(problem) * limit
+    deadline = budget.until(1 - RESERVE)
+    search_end = budget.until(1 - RESERVE - _locality_share(problem))
     stages: list[Stage] = []
 
     begun = time.perf_counter()
-    hints_end = started + _HINT_SHARE * limit if config.steps is None else search_end
-    counts = _best_hint(problem, plan, baseline, took, previous, scale, hints_end, search_end)
+    counts = _best_hint(problem, plan, baseline, took, previous, scale, budget, search_end)
     stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
     begun = time.perf_counter()
     relaxation = Relaxation(problem)
-    bounds, total = level_bounds(relaxation, _found(problem, counts, order), most, search_end - begun)
+    bounds, total = level_bounds(relaxation, _found(problem, counts, order), most, budget.left(search_end))
     stages.append(Stage("bound", "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
 
-    if any(_found(problem, counts, order)[level] < bounds[level] for level in order):
-        # On a budget, the work the time limit would grant (the clock ends the stage earlier otherwise).
-        work = _EXACT_WORK if config.steps is None else min(_EXACT_WORK, _WORK_PER_SECOND * limit)
+    if any(_found(problem, counts, order)[level] < bounds[level] for level in order) and not budget.passed(search_end):
+        work = budget.up_to(EXACT_WORK)
         counts, proven, stage = _exact(problem, counts, order, search_end, config.workers, plan, work)
         if stage is not None:
             stages.append(stage)
@@ -145,7 +128,7 @@ def _optimise(
     begun = time.perf_counter()
     search = Search(problem, counts, limits=_limits(problem, plan))
     stalled, ended = 0, "TIME_LIMIT"
-    while time.perf_counter() < search_end and (config.steps is None or search.steps < config.steps):
+    while not budget.passed(search_end) and budget.may_step(search.steps):
         found = _found(problem, search.counts, order)
         open_levels = {level for level in order if found[level] < bounds[level]}
         # Once every level is at its bound, steps may still place more resources, until they stop doing so;
@@ -158,10 +141,10 @@ def _optimise(
         now = _found(problem, search.counts, order)
         if {level for level in order if now[level] < bounds[level]} != open_levels:
             # A level reached its bound: the levels below are now bounded with it held at its count.
-            closed = level_bounds(relaxation, now, most, search_end - time.perf_counter())
+            closed = level_bounds(relaxation, now, most, budget.left(search_end))
             bounds, total = _tighter((bounds, total), closed)
     counts = search.counts
-    if ended == "TIME_LIMIT" and config.steps is not None and search.steps >= config.steps:
+    if ended == "TIME_LIMIT" and not budget.may_step(search.steps):
         ended = "STEP_LIMIT"
     if search.steps:
         detail = f"{search.steps} steps, {search.improvements} improving"
@@ -169,13 +152,13 @@ def _optimise(
         stages.append(Stage("search", ended, _gangs(problem, counts), total, seconds, detail))
 
     begun = time.perf_counter()
-    mip = limit >= _MIP_FROM
-    seconds = min(_MIP_SHARE * limit, deadline - begun) if mip else deadline - begun
+    mip = budget.limit >= MIP_FROM
+    seconds = budget.seconds(MIP_SHARE, deadline) if mip else budget.left(deadline)
     final = level_bounds(relaxation, _found(problem, counts, order), most, seconds, mip=mip)
     bounds, total = _tighter((bounds, total), final)
     stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
 
-    counts, locality = _locality(problem, plan, counts, order, scale, config, deadline)
+    counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
     stages.extend(locality)
     found = _found(problem, counts, order)
     return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
@@ -205,16 +188,16 @@ _VARIANTS = (("smallest", most_allocated_off_gpus), ("queue", most_allocated_off
 
 def _best_hint(
     problem: Problem,
-    plan: planning.Plan,
+    plan: Plan,
     baseline: Counts,
     took: float,
     previous: Mapping[str, str],
     scale: int,
-    deadline: float,
-    cycle_end: float,
+    budget: Budget,
+    search_end: float,
 ) -> Counts:
     """The best of the baseline (which took `took` seconds), the greedy variants (the first one while it fits
-    before `cycle_end`, the others while they fit before `deadline`) and the warm start, each within the
+    before `search_end`, the others while they fit in the hints' share) and the warm start, each within the
     reservations' limits."""
 
     def key(counts: Counts) -> tuple[tuple[int, ...], tuple[int, ...], int]:
@@ -227,8 +210,9 @@ def _best_hint(
     if warm:  # first, so that it wins ties: a plan that still holds is not changed for nothing
         limits = _limits(problem, plan)
         hints.insert(0, greedy(problem, orders["smallest"], most_allocated_off_gpus, True, warm, limits))
+    hints_end = budget.until(HINT_SHARE)
     for i, (name, scorer) in enumerate(_VARIANTS):
-        if time.perf_counter() + took > (deadline if i else cycle_end):
+        if budget.left(hints_end if i else search_end) < took:
             break  # another pass (estimated by the last one's time) would eat into the search's time
         begun = time.perf_counter()
         hints.append(greedy(problem, orders[name], scorer, minimum_first=True, limits=_limits(problem, plan)))
@@ -236,7 +220,7 @@ def _best_hint(
     return max(hints, key=key)
 
 
-def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.Limits | None = None) -> Counts:
+def warm_start(problem: Problem, previous: Mapping[str, str], limits: Limits | None = None) -> Counts:
     """The gangs of `previous` (pod -> node) that it placed whole and that still fit there: pods still pending,
     nodes still eligible, capacity still free (within `limits`), the gang's minimum reached, one domain for
     co-located gangs, its queue's cap. Gangs are taken in queue order; one that no longer fits is dropped whole."""
@@ -250,7 +234,7 @@ def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.L
             key = (p, problem.node_index[node])
             per_gang.setdefault(g, {})[key] = per_gang.get(g, {}).get(key, 0) + 1
     free = problem.free.copy()
-    budget = queues.Budget(problem)
+    caps = QueueCaps(problem)
     counts: Counts = {}
     for g in queue_order(problem):
         gang_counts = per_gang.get(g)
@@ -264,7 +248,7 @@ def warm_start(problem: Problem, previous: Mapping[str, str], limits: planning.L
         room = free if limits is None else limits.room_for(g, free)
         if not eligible or (use[nodes] > room[nodes]).any() or not _one_domain(problem, g, nodes):
             continue
-        if not budget.take(g, gang_counts):
+        if not caps.take(g, gang_counts):
             continue
         free -= use
         if limits is not None:
@@ -292,8 +276,8 @@ def _exact(
     order: list[Level],
     deadline: float,
     workers: int,
-    plan: planning.Plan | None = None,
-    work: float = _EXACT_WORK,
+    plan: Plan | None = None,
+    work: float = EXACT_WORK,
 ) -> tuple[Counts, bool, Stage | None]:
     """CP-SAT on every fitting node when the model is small: the gangs per level, as one objective with
     mixed-radix weights (one more gang at a level outweighs any change below it). Returns the placement,
@@ -304,7 +288,7 @@ def _exact(
         for g in range(len(problem.gangs))
         for p, part in enumerate(problem.parts[g])
     }
-    if sum(len(nodes) for nodes in cands.values()) > _EXACT_VARIABLES or time.perf_counter() >= deadline:
+    if sum(len(nodes) for nodes in cands.values()) > _EXACT_VARIABLES:
         return counts, False, None
     begun = time.perf_counter()
     try:
@@ -338,20 +322,19 @@ _MAX_WEIGHT = 2**40  # keep the weighted objective far from int64 and friendly t
 
 def _locality(
     problem: Problem,
-    plan: planning.Plan,
+    plan: Plan,
     counts: Counts,
     order: list[Level],
     scale: int,
     config: SolveConfig,
+    budget: Budget,
     deadline: float,
 ) -> tuple[Counts, list[Stage]]:
     """The locality tier, on candidate nodes, with every level's count, the resources placed and the
     reservations' limits held: the domains gangs span at each preferred topology level, widest first (one
     `topology` stage each), then nodes spanned per gang and empty GPU nodes broken into (`locality`)."""
     begun = time.perf_counter()
-    seconds = max(_LOCALITY_MOST, _locality_share(problem)) * config.time_limit
-    if config.steps is None:  # on a budget of steps, the full share whatever the earlier stages took
-        seconds = min(deadline - begun, seconds)
+    seconds = budget.seconds(max(LOCALITY_MOST, _locality_share(problem)), deadline)
     current = score.locality(problem, counts)
     levels = score.topology_levels(problem)
     # Picking candidates and building the model take about 100 us a variable: don't start what cannot finish.
@@ -360,7 +343,7 @@ def _locality(
         for parts in problem.parts
         for part in parts
     )
-    if seconds < MIN_STAGE_SECONDS + _BUILD_SECONDS * variables:
+    if seconds < MIN_STAGE_SECONDS + BUILD_SECONDS * variables:
         return counts, [Stage("locality", "NO_TIME", current, len(counts), time.perf_counter() - begun)]
     cands, _pruned = candidates(problem, counts, config)
     stages: list[Stage] = []
@@ -371,7 +354,7 @@ def _locality(
             model.model.add(model.gangs_expr({level: 1}) >= score.placed_at(problem, counts, level))
         resources, _room = model.resource_expr(scale)
         model.model.add(resources >= score.resources(problem, counts, scale))
-        work = seconds * _WORK_PER_SECOND / (1 + levels)  # an equal share for each stage
+        work = budget.work(seconds) / (1 + levels)  # an equal share for each stage
         spans = score.topology(problem, counts)
         for tier in range(levels):
             expr, bound = model.topology_expr(tier)
@@ -388,7 +371,7 @@ def _locality(
 
 
 def _locality_share(problem: Problem) -> float:
-    return _TOPOLOGY_SHARE if score.topology_levels(problem) else _LOCALITY_SHARE
+    return TOPOLOGY_SHARE if score.topology_levels(problem) else LOCALITY_SHARE
 
 
 def _timed(stage: Stage, begun: float, detail: str = "") -> Stage:
@@ -397,7 +380,7 @@ def _timed(stage: Stage, begun: float, detail: str = "") -> Stage:
     return Stage(stage.name, stage.status, stage.objective, stage.bound, time.perf_counter() - begun, text)
 
 
-def _limit(model: GangModel, problem: Problem, plan: planning.Plan | None) -> None:
+def _limit(model: GangModel, problem: Problem, plan: Plan | None) -> None:
     """The reservations' limits as constraints: per check, the gangs subject to it fit in its room, which a
     gang holding a reservation gives back when it is placed now after all."""
     limits = _limits(problem, plan) if plan is not None else None
@@ -423,14 +406,14 @@ def _placement(
     total: int | None,
     status: str,
     seconds: float,
-    plan: planning.Plan | None = None,
+    plan: Plan | None = None,
 ) -> Placement:
     bindings = {
         pod: node for g, gang_counts in counts.items() for pod, node in problem.bindings(g, gang_counts).items()
     }
     results = []
     explained: dict[tuple[int, ...], str] = {}
-    plan = plan or planning.Plan()
+    plan = plan or Plan()
     limits = _limits(problem, plan)
     for g, gang in enumerate(problem.gangs):
         placed_pods = sum(counts.get(g, {}).values())
@@ -479,7 +462,7 @@ def _placement(
     )
 
 
-def _reservation(problem: Problem, planned: planning.Planned) -> Reservation:
+def _reservation(problem: Problem, planned: Planned) -> Reservation:
     nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
     gpus = sum(k * int(problem.gpu_demand[problem.parts[planned.gang][p].cls]) for (p, _n), k in planned.counts.items())
     bindings = problem.bindings(planned.gang, planned.counts)

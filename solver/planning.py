@@ -18,16 +18,13 @@ are rebuilt from the cluster after a restart, and hold from cycle to cycle while
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from gangsolve.solver.greedy import Counts, GangCounts, Scorer, greedy, node_scores, place_colocated, place_gang
+from gangsolve.solver.greedy import Scorer, greedy, node_scores, place_colocated, place_gang
+from gangsolve.solver.limits import FOREVER, Check, Limits, Plan, Planned, runtime_of
 from gangsolve.solver.model import Resources
-from gangsolve.solver.problem import Problem, Rows
+from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
 
-FOREVER = math.inf
 # A pod that outran its estimate is expected to run on for half the time it has run so far, at least this
 # long: an estimate is extended, never trusted to end anything.
 MIN_EXTENSION = 60.0
@@ -43,31 +40,6 @@ def expected_end(start: float, estimate: float | None, now: float) -> float | No
         return None
     end = start + estimate
     return end if end > now else now + max(MIN_EXTENSION, 0.5 * (now - start))
-
-
-@dataclass(frozen=True)
-class Planned:
-    gang: int
-    start: float | None  # None: it would fit once running pods without an estimate end
-    counts: GangCounts  # the nodes it takes at `start` (empty when start is None)
-
-
-@dataclass(frozen=True)
-class Check:
-    """Gangs started now that still run at `time` must fit, per node and resource, in `room`."""
-
-    time: float
-    room: np.ndarray  # nodes x resources: free at `time` once the reservations active then are held
-    ceiling: int  # gangs of a higher priority are not held back
-
-
-@dataclass
-class Plan:
-    reservations: list[Planned] = field(default_factory=list)
-    checks: list[Check] = field(default_factory=list)
-
-    def held(self) -> set[int]:
-        return {r.gang for r in self.reservations}
 
 
 class Timeline:
@@ -167,68 +139,6 @@ def _may_fit(problem: Problem, g: int, free: np.ndarray) -> bool:
     return room >= max(problem.gangs[g].need, 1)
 
 
-class Limits:
-    """The reservations' capacity limits during one pass: what each check still has room for, given the gangs
-    the pass has placed so far."""
-
-    def __init__(self, problem: Problem, plan: Plan) -> None:
-        self.problem = problem
-        self.plan = plan
-        self.rooms = [c.room.copy() for c in plan.checks]
-        self.ends = np.array(
-            [problem.cluster.now + (gang.runtime if gang.runtime is not None else FOREVER) for gang in problem.gangs]
-        )
-        self.priority = np.array([gang.priority for gang in problem.gangs], dtype=np.int64)
-        self.reserved = reserved_at_checks(problem, plan)
-        self.started: set[int] = set()  # gangs holding a reservation that this pass starts now after all
-
-    def copy(self) -> Limits:
-        """The same limits with rooms of their own (a search step tries a change on a copy)."""
-        other = Limits.__new__(Limits)
-        other.__dict__.update(self.__dict__)
-        other.rooms = [room.copy() for room in self.rooms]
-        other.started = set(self.started)
-        return other
-
-    def running_at(self, g: int, k: int) -> bool:
-        return bool(self.ends[g] > self.plan.checks[k].time)
-
-    def subject(self, g: int, k: int) -> bool:
-        """Whether gang g, started now, must keep within check k. A gang holding a reservation too: started
-        now after all, it must not push another's later; it may count on what its own reservation holds."""
-        return self.running_at(g, k) and self.priority[g] <= self.plan.checks[k].ceiling
-
-    def room_for(self, g: int, free: np.ndarray) -> np.ndarray:
-        """Where gang g may go now: free capacity within every check it is subject to (a copy), or `free`
-        itself when no check holds it back."""
-        own = dict(self.reserved.get(g, [])) if g not in self.started else {}
-        room = free
-        for k in range(len(self.rooms)):
-            if self.subject(g, k):
-                room = np.minimum(room, self.rooms[k] + own[k] if k in own else self.rooms[k])
-        return room
-
-    def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
-        """Pods of gang g start with `counts` (sign 1), or are taken off again (-1): they hold room at every
-        check while they run, whether or not they are subject to it. A gang holding a reservation that starts
-        now gives the reservation back (and takes it again when taken off)."""
-        for (p, n), k in counts.items():
-            demand = sign * k * self.problem.demand[self.problem.parts[g][p].cls]
-            for c, room in enumerate(self.rooms):
-                if self.running_at(g, c):
-                    room[n] -= demand
-        if g in self.reserved and (sign > 0) != (g in self.started):
-            for k, held in self.reserved[g]:
-                self.rooms[k] += sign * held
-            if sign > 0:
-                self.started.add(g)
-            else:
-                self.started.discard(g)
-
-    def blocked(self, g: int, free: np.ndarray) -> None:
-        """Gang g does not fit now (greedy calls this): plain limits do nothing."""
-
-
 class Planner(Limits):
     """The queue-order pass that makes the plan: every gang that fits starts (within the reservations made so
     far); each starving gang that does not gets a reservation, up to `most`."""
@@ -261,23 +171,6 @@ class Planner(Limits):
         self.rooms = [c.room.copy() for c in self.plan.checks]
 
 
-def reserved_at_checks(problem: Problem, plan: Plan) -> dict[int, list[tuple[int, np.ndarray]]]:
-    """Per gang holding a reservation: (check, what the reservation holds per node and resource) for every
-    check its reservation is active at, i.e. what it gives back if the gang starts now after all."""
-    out: dict[int, list[tuple[int, np.ndarray]]] = {}
-    for r in plan.reservations:
-        if r.start is None:
-            continue
-        held = np.zeros_like(problem.free)
-        for (p, n), k in r.counts.items():
-            held[n] += k * problem.demand[problem.parts[r.gang][p].cls]
-        end = r.start + _runtime(problem, r.gang)
-        for k, check in enumerate(plan.checks):
-            if r.start <= check.time < end:
-                out.setdefault(r.gang, []).append((k, held))
-    return out
-
-
 def checks(timeline: Timeline, plan: Plan, priority: np.ndarray) -> list[Check]:
     """One check per distinct reservation start: what is free then, given the timeline's events."""
     out = []
@@ -285,16 +178,11 @@ def checks(timeline: Timeline, plan: Plan, priority: np.ndarray) -> list[Check]:
         active = [
             r
             for r in plan.reservations
-            if r.start is not None and r.start <= start < r.start + _runtime(timeline.problem, r.gang)
+            if r.start is not None and r.start <= start < r.start + runtime_of(timeline.problem, r.gang)
         ]
         ceiling = max(int(priority[r.gang]) for r in active)
         out.append(Check(start, np.maximum(timeline.at(start), 0), ceiling))
     return out
-
-
-def _runtime(problem: Problem, g: int) -> float:
-    runtime = problem.gangs[g].runtime
-    return runtime if runtime is not None else FOREVER
 
 
 def plan(problem: Problem, most: int) -> tuple[Counts, Plan]:
@@ -310,6 +198,6 @@ def plan(problem: Problem, most: int) -> tuple[Counts, Plan]:
         for r in result.reservations:
             if r.start is not None:
                 base.add(r.start, r.counts, r.gang, -1)
-                base.add(r.start + _runtime(problem, r.gang), r.counts, r.gang, +1)
+                base.add(r.start + runtime_of(problem, r.gang), r.counts, r.gang, +1)
         result.checks = checks(base, result, planner.priority)
     return counts, result

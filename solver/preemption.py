@@ -1,12 +1,9 @@
 """Preemption: a pending gang that cannot be placed evicts lower-priority pods; whole gangs in, whole gangs out.
 
-`cycle(cluster, config, place)` runs around the placement (`place`, pipeline.py):
+`cycle(cluster, config, budget, place)` runs around the placement (`place`, pipeline.py):
 
-1. **Nominations.** A gang an earlier cycle preempted for (its pods' `status.nominatedNodeName`) binds on its
-   nominated nodes as soon as it fits there. Until then that capacity is held for it: the placement sees it as
-   used, so no other gang takes what the victims free. The gang may still be placed elsewhere, which ends the
-   nomination. A nomination that would not fit even once every leaving pod on its nodes is gone (the node
-   changed, another scheduler took the room) has gone stale: it is dropped and the gang may preempt again.
+1. **Nominations** (nominations.py). A gang an earlier cycle preempted for binds on its nominated nodes as soon
+   as it fits there; until then the placement sees that capacity as used.
 2. **Placement**, on the cluster with those holds.
 3. **Preemption.** Each gang the placement left pending that may preempt (no pod with preemptionPolicy Never)
    and holds no nomination, highest priority first, chooses victims exactly (CP-SAT) among running pods of
@@ -51,49 +48,37 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from gangsolve.solver import queues
+from gangsolve.solver.budget import MIN_VICTIM_SECONDS, PLACE_SHARE, PREEMPTION_END, VICTIM_WORK_PER_SECOND, Budget
 from gangsolve.solver.cpsat import Stage, cpsat_solver
-from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, GangResult, Node, Placement, Running, SolveConfig
-from gangsolve.solver.problem import Problem, exclusion
+from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, Placement, Running, SolveConfig
+from gangsolve.solver.nominations import gangs_with, holds, merged, node_list, with_holds
+from gangsolve.solver.problem import Problem
 from gangsolve.solver.validate import validate
 
-Place = Callable[[Cluster, SolveConfig], Placement]
+Place = Callable[[Cluster, Budget], Placement]
 
-# When a cycle may preempt, the placement gets this share of the time limit and preemption runs until the end
-# share: victims are chosen after the placement, from what it left.
-_PLACE_SHARE = 0.7
-_END_SHARE = 0.95
-_WORK_PER_SECOND = 2.0  # CP-SAT's deterministic time granted per wall second left (it stops much earlier)
-_MIN_SECONDS = 0.01
-_BUDGET_SAFETY = 600.0  # seconds: on a deterministic budget, the wall clock cuts in only past this
 _SLACK = 1e-6  # fair shares are water-filled floats: held amounts within this are at them
 
 
-def cycle(cluster: Cluster, config: SolveConfig, place: Place) -> Placement:
-    """One scheduling cycle with nominations and preemption around `place`."""
-    started = time.perf_counter()
+def cycle(cluster: Cluster, config: SolveConfig, budget: Budget, place: Place) -> Placement:
+    """One scheduling cycle with nominations and preemption around `place`, within `budget`."""
     preempting = config.preemption and _may_preempt(cluster)
     if not cluster.nominated and not preempting:
-        return place(cluster, config)
+        return place(cluster, budget)
     held = holds(cluster)
-    share = _PLACE_SHARE if preempting else 1.0
-    inner = place(_with_holds(cluster, held), replace(config, time_limit=config.time_limit * share))
-    placement = _merged(cluster, held, inner)
+    inner = place(with_holds(cluster, held), budget.part(PLACE_SHARE if preempting else 1.0))
+    placement = merged(cluster, held, inner)
     if not preempting:
-        return replace(placement, solve_seconds=time.perf_counter() - started)
-    deadline = started + config.time_limit * _END_SHARE
-    work = None
-    if config.steps is not None:  # a deterministic budget (SolveConfig.steps): CP-SAT's work, not the clock
-        deadline = time.perf_counter() + _BUDGET_SAFETY
-        work = config.time_limit * (_END_SHARE - _PLACE_SHARE) * _WORK_PER_SECOND
-    placement = Preemption(cluster, placement, config.workers, work).run(deadline)
-    return replace(placement, solve_seconds=time.perf_counter() - started)
+        return replace(placement, solve_seconds=budget.elapsed())
+    placement = Preemption(cluster, placement, budget, config.workers).run(budget.until(PREEMPTION_END))
+    return replace(placement, solve_seconds=budget.elapsed())
 
 
 def _may_preempt(cluster: Cluster) -> bool:
@@ -112,155 +97,8 @@ def _may_preempt(cluster: Cluster) -> bool:
     return any(not r.protected and not r.leaving and (r.priority < top or reclaimed(r)) for r in cluster.running)
 
 
-# --- 1. nominations -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Holds:
-    """What the nominations of a cycle became: pods to bind now, pods whose capacity stays held, stale gangs."""
-
-    bind: dict[str, str] = field(default_factory=dict)  # pod -> node
-    wait: dict[str, str] = field(default_factory=dict)  # pod -> node
-    stale: tuple[str, ...] = ()  # gangs whose nomination was dropped
-
-
-def _gangs_with(cluster: Cluster, pods: Mapping[str, str]) -> set[str]:
-    """The gangs with a pod among `pods`."""
-    return {g.name for g in cluster.gangs if any(p.name in pods for p in g.pods)}
-
-
-def _add(into: dict[str, int], requests: Mapping[str, int], sign: int = 1) -> None:
-    for r, q in requests.items():
-        into[r] = into.get(r, 0) + sign * q
-
-
-def holds(cluster: Cluster) -> Holds:
-    """Sort the nominated gangs, highest priority first: fits on its nominated nodes now (bind), fits there
-    once the leaving pods are gone (wait, capacity held), or neither (stale)."""
-    nodes = {n.name: n for n in cluster.nodes}
-    free: dict[str, dict[str, int]] = {}
-    leaving: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in cluster.running:
-        if r.leaving:
-            _add(leaving[r.node], r.requests)
-    out = Holds()
-    stale: list[str] = []
-    for gang in sorted(cluster.gangs, key=lambda g: (-g.priority, -int(g.starving), g.order, g.name)):
-        chosen = [(p, cluster.nominated[p.name]) for p in gang.pods if p.name in cluster.nominated]
-        if not chosen:
-            continue
-        adding: dict[str, dict[str, int]] = defaultdict(dict)
-        for pod, node in chosen:
-            if node in nodes:
-                _add(adding[node], {**pod.requests, "pods": 1})
-        usable = (
-            len(chosen) >= max(gang.need, 1)
-            and all(node in nodes and exclusion(pod, nodes[node]) is None for pod, node in chosen)
-            and _one_domain(gang, [n for _p, n in chosen], nodes)
-        )
-        for node in adding:
-            free.setdefault(node, {r: nodes[node].free(r) for r in nodes[node].allocatable})
-        now = usable and all(_fits(adding[n], free[n], {}) for n in adding)
-        later = usable and all(_fits(adding[n], free[n], leaving[n]) for n in adding)
-        if not later:
-            stale.append(gang.name)
-            continue
-        for node, need in adding.items():
-            _add(free[node], need, -1)
-        (out.bind if now else out.wait).update({p.name: n for p, n in chosen})
-    return replace(out, stale=tuple(stale))
-
-
-def _fits(need: Mapping[str, int], free: Mapping[str, int], more: Mapping[str, int]) -> bool:
-    return all(q <= free.get(r, 0) + more.get(r, 0) for r, q in need.items() if q > 0)
-
-
-def _one_domain(gang: Gang, chosen: list[str], nodes: Mapping[str, Node]) -> bool:
-    if not gang.colocate:
-        return True
-    values = {nodes[n].labels.get(gang.colocate) if n in nodes else None for n in [*chosen, *gang.bound_nodes]}
-    return len(values) == 1 and None not in values
-
-
-def _with_holds(cluster: Cluster, held: Holds) -> Cluster:
-    """The cluster the placement sees: held and bound-now pods use their nodes and count in their queue's
-    allocation (against its capability); bound-now gangs are done."""
-    pods = {p.name: p for g in cluster.gangs for p in g.pods}
-    queue_of = {p.name: g.queue for g in cluster.gangs for p in g.pods}
-    extra: dict[str, dict[str, int]] = defaultdict(dict)
-    taken: dict[str, dict[str, int]] = defaultdict(dict)
-    for name, node in [*held.bind.items(), *held.wait.items()]:
-        _add(extra[node], {**pods[name].requests, "pods": 1})
-        _add(taken[queue_of[name]], {**pods[name].requests, "pods": 1})
-    queues = tuple(
-        replace(q, allocated={**q.allocated, **{r: q.allocated.get(r, 0) + v for r, v in taken[q.name].items()}})
-        if q.name in taken
-        else q
-        for q in cluster.queues
-    )
-    nodes = tuple(
-        replace(n, used={**n.used, **{r: n.used.get(r, 0) + q for r, q in extra[n.name].items()}})
-        if n.name in extra
-        else n
-        for n in cluster.nodes
-    )
-    done = _gangs_with(cluster, held.bind)
-    gangs = tuple(g for g in cluster.gangs if g.name not in done)
-    return replace(cluster, nodes=nodes, gangs=gangs, nominated={}, queues=queues)
-
-
-def _merged(cluster: Cluster, held: Holds, inner: Placement) -> Placement:
-    """The placement of the cluster with holds, as a placement of the whole cluster: bound-now gangs placed,
-    waiting gangs not placed elsewhere keep their nominations."""
-    done = _gangs_with(cluster, held.bind)
-    waiting = _gangs_with(cluster, held.wait)
-    results = iter(inner.gangs)
-    gangs, nominations, levels = [], {}, [dict(level) for level in inner.levels]
-    for gang in cluster.gangs:
-        if gang.name in done:
-            placed = sum(1 for p in gang.pods if p.name in held.bind)
-            gangs.append(
-                GangResult(
-                    gang.name, True, gang.min_member, len(gang.pods) + len(gang.bound_nodes), placed, gang.priority
-                )
-            )
-            _count_level(levels, gang)
-            continue
-        result = next(results)
-        if gang.name in waiting and not result.placed_pods:
-            mine = {p.name: held.wait[p.name] for p in gang.pods if p.name in held.wait}
-            nominations.update(mine)
-            why = f"nominated to {_nodes(mine.values())}: binds once the pods preempted for it are gone"
-            result = replace(result, reason=why)
-        gangs.append(result)
-    return replace(
-        inner,
-        bindings={**inner.bindings, **held.bind},
-        gangs=tuple(gangs),
-        objective=inner.objective + len(done),
-        best_bound=inner.best_bound + len(done),
-        levels=tuple(levels),
-        nominations=nominations,
-    )
-
-
-def _count_level(levels: list[dict[str, int]], gang: Gang) -> None:
-    """A gang placed outside the placement's model: one more placed, bounded and modelled at its level."""
-    for level in levels:
-        if level["priority"] == gang.priority and bool(level["starving"]) == gang.starving:
-            level.update(placed=level["placed"] + 1, bound=level["bound"] + 1, gangs=level["gangs"] + 1)
-            return
-    levels.append({"priority": gang.priority, "starving": gang.starving, "placed": 1, "bound": 1, "gangs": 1})
-    levels.sort(key=lambda level: (-level["priority"], -int(level["starving"])))
-
-
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
-
-
-def _nodes(names: Iterable[str]) -> str:
-    unique = sorted(set(names))
-    return ", ".join(unique[:3]) + (f" and {len(unique) - 3} more" if len(unique) > 3 else "")
 
 
 # --- 3. choosing victims --------------------------------------------------------------------------------------
@@ -281,13 +119,15 @@ class Choice:
 class Preemption:
     """The preemption stage of one cycle: state shared by its preemptors, chosen one after another."""
 
-    def __init__(self, cluster: Cluster, placement: Placement, workers: int = 1, work: float | None = None) -> None:
+    def __init__(self, cluster: Cluster, placement: Placement, budget: Budget, workers: int = 1) -> None:
         self.placement = placement
+        self.budget = budget
         self.workers = workers
-        self.work = work  # CP-SAT's deterministic time for the whole stage; None: from the wall clock left
+        # CP-SAT's deterministic time for the whole stage; None: each call gets what the time left grants.
+        self.work = budget.fixed_work(PREEMPTION_END - PLACE_SHARE, VICTIM_WORK_PER_SECOND)
         results = {r.name: r for r in placement.gangs}
-        waiting = _gangs_with(cluster, placement.nominations)
-        placed_now = _gangs_with(cluster, placement.bindings)  # their running members are no victims either
+        waiting = gangs_with(cluster, placement.nominations)
+        placed_now = gangs_with(cluster, placement.bindings)  # their running members are no victims either
         # Their plan is the reservation; one that waits for an estimate of running pods' ends is no plan.
         holders = {r.gang for r in placement.reservations if r.start is not None}
         self.preemptors = sorted(
@@ -455,16 +295,14 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         placed, chosen, proven, tried = 0, 0, True, 0
         for g, gang in enumerate(self.preemptors):
-            left = len(self.preemptors) - g
-            now = time.perf_counter()
-            if now >= deadline:
+            if self.budget.passed(deadline):
                 break
             tried += 1
             queue = int(self.problem.queue_of[g])
             if (self.problem.floor[g] > self.cap_left[queue]).any():
                 continue  # its queue's capability leaves too little for its minimum
             share = None if self.work is None else self.work / len(self.preemptors)
-            choice = self.choose(g, now + (deadline - now) / left, share)
+            choice = self.choose(g, self.budget.slice(deadline, len(self.preemptors) - g), share)
             if choice is None:
                 continue
             use = self._use(g, choice).sum(axis=0)
@@ -487,7 +325,7 @@ class Preemption:
             why = (
                 f"{what} {_count(len(choice.victims), 'pod')} of {_count(gangs, 'gang')} of priority "
                 f"{choice.level} or lower; "
-                f"nominated to {_nodes(choice.nominations.values())}, binds once they are gone"
+                f"nominated to {node_list(choice.nominations.values())}, binds once they are gone"
             )
             results[gang.name] = replace(results[gang.name], reason=why)
         status = "OPTIMAL" if proven else "FEASIBLE"
@@ -569,7 +407,7 @@ class Preemption:
         if reclaim.any():  # last, as its own priority is the highest victim priority
             tries.append((candidates | reclaim, reclaim))
         for allowed, reclaiming in tries:
-            if time.perf_counter() >= deadline:
+            if self.budget.passed(deadline):
                 return None
             nodes = self._room(g, allowed)
             if nodes is None:
@@ -789,12 +627,13 @@ class _Model:
         proven = True
         best: dict[int, int] | None = None  # the last solution found: variable index -> value
         for k, objective in enumerate(self.objectives()):
-            seconds = deadline - time.perf_counter()
-            if seconds < _MIN_SECONDS:
+            seconds = s.budget.left(deadline)
+            if seconds < MIN_VICTIM_SECONDS:
                 proven = False
                 break
             m.minimize(objective)
-            solver = cpsat_solver(seconds * _WORK_PER_SECOND if work is None else work, deadline, s.workers)
+            grant = s.budget.work(seconds, VICTIM_WORK_PER_SECOND) if work is None else work
+            solver = cpsat_solver(grant, deadline, s.workers)
             status = solver.solve(m)
             if status == cp_model.INFEASIBLE and not k:
                 return None

@@ -21,6 +21,11 @@ from gangsolve.solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
 # Node rows an array operation reads: all of them, or some.
 Rows: TypeAlias = slice | Sequence[int] | np.ndarray
 
+# A placement in the problem's indices: gang_counts[(part, node)] = pods of that gang part on that node;
+# counts[gang] = that gang's gang_counts.
+GangCounts: TypeAlias = dict[tuple[int, int], int]
+Counts: TypeAlias = dict[int, GangCounts]
+
 
 def exclusion(pod: Pod, node: Node) -> str | None:
     """Why `node` can never take `pod` whatever its free capacity, or None when it can."""

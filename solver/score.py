@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gangsolve.solver.greedy import Counts
 from gangsolve.solver.model import Level
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Counts, Problem
 
 
 def counted(problem: Problem, g: int) -> bool:

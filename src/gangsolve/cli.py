@@ -13,8 +13,7 @@ from rich.console import Console
 
 from gangsolve import __version__
 from gangsolve.edge.errors import InputError
-
-DEFAULT_TIME_LIMIT = 2.0
+from gangsolve.solver import SolveConfig
 
 # Commands that live in other packages, imported only when used: `gangsolve --version` and `solve` must not
 # pay for the benchmark's plotting or the control plane's helpers.
@@ -77,7 +76,7 @@ class Seconds(click.ParamType):
 @click.option(
     "--time-limit",
     type=Seconds(0.05),
-    default=DEFAULT_TIME_LIMIT,
+    default=SolveConfig.time_limit,
     show_default=True,
     help="Seconds for the whole cycle; the best plan found by then is returned.",
 )
@@ -141,7 +140,6 @@ def solve(
     from gangsolve.edge.estimates import Estimator, parse_duration
     from gangsolve.edge.gangs import DEFINITION_GRACE, Grace
     from gangsolve.edge.snapshot import read
-    from gangsolve.solver import SolveConfig
 
     grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
     default: float | None = None
@@ -183,7 +181,7 @@ def solve(
     show_default=True,
     help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.",
 )
-@click.option("--time-limit", type=float, default=2.0, show_default=True, help="Seconds per solve.")
+@click.option("--time-limit", type=float, default=SolveConfig.time_limit, show_default=True, help="Seconds per solve.")
 @click.option(
     "--preemption/--no-preemption",
     default=True,

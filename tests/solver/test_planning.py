@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangsolve.solver import Cluster, Running, SolveConfig, planning, solve, validate
+from gangsolve.solver.limits import Limits
 from gangsolve.solver.lns import Search
 from gangsolve.solver.model import GPU, Gang
 from gangsolve.solver.pipeline import _placement
@@ -278,7 +279,7 @@ def test_no_placement_the_pipeline_returns_delays_a_reservation(cluster, most, d
 def test_every_search_step_keeps_the_limits(cluster, seed):
     problem = Problem(cluster)
     counts, plan = planning.plan(problem, 2)
-    search = Search(problem, counts, seed=seed, nodes=3, extra=2, limits=planning.Limits(problem, plan))
+    search = Search(problem, counts, seed=seed, nodes=3, extra=2, limits=Limits(problem, plan))
     every_level = set(problem.gang_priority_levels())
     for _ in range(20):
         if search.step(every_level) is None:
@@ -333,7 +334,7 @@ def test_a_reserved_gang_started_now_after_all_gives_its_reservation_back():
     assert [(problem.gangs[r.gang].name, r.start) for r in plan.reservations] == [("big", 600.0)]
     g_big, g_long = (next(g for g, x in enumerate(problem.gangs) if x.name == name) for name in ("big", "long"))
     n0, n1, gpu = problem.node_index["n0"], problem.node_index["n1"], problem.res_index[GPU]
-    limits = planning.Limits(problem, plan)
+    limits = Limits(problem, plan)
     assert limits.room_for(g_long, problem.free)[n0, gpu] == 0
     assert limits.room_for(g_big, problem.free)[n0, gpu] == 1  # its own reservation does not hold it back
     # Were a pass to start the big gang now after all (on n1, say), n0 is no longer held for it; taken off

@@ -28,7 +28,7 @@ class Config:
     kubeconfig: str | None = None
     scheduler_name: str = "gangsolve"
     group_label: str | None = None
-    time_limit: float = 2.0  # seconds per solve
+    time_limit: float = SolveConfig.time_limit  # seconds per solve
     debounce: float = 0.2  # at most this long to wait for the rest of a gang before a cycle
     resync_period: float = 30.0  # every waiting gang solved again at least this often, changes or not
     # Pods that may still get a gang definition (a PDB or PodGroup created after them) wait this long for it.
