@@ -151,8 +151,8 @@ def print_table(decisions: Decisions, console: Console) -> None:
     if waiting:
         _print(console, "Waiting (in no gang yet)", ("POD", "WHY"), waiting.items(), fold={"WHY"})
     if decisions.skipped:
-        rows = ((e.obj, _reason(e)) for e in decisions.skipped)
-        _print(console, "Skipped (unreadable, left out)", ("OBJECT", "REASON"), rows, fold={"REASON"})
+        left_out = ((e.obj, _reason(e)) for e in decisions.skipped)
+        _print(console, "Skipped (unreadable, left out)", ("OBJECT", "REASON"), left_out, fold={"REASON"})
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
