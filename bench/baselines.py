@@ -10,7 +10,8 @@ placed: those pods hold resources (GPUs) that do nothing until the rest of their
 Simplifications, all in the baseline's favour: every feasible node is scored (no percentageOfNodesToScore),
 and a gang's co-location rule is honoured as the required inter-pod affinity (topologyKey) a user would write.
 
-`easy_backfill` is the batch schedulers' baseline for the time-based mode: Slurm's EASY backfill on gangs.
+`easy_backfill` is the batch schedulers' baseline for the time-based mode: Slurm's EASY backfill on gangs;
+`proportion`, Volcano's allocation across weighted queues.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gangsolve.solver import greedy
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Eviction
 from gangsolve.solver.problem import GangCounts, Problem
@@ -567,3 +569,86 @@ def _best_fit(ids: np.ndarray, room: np.ndarray, within: np.ndarray, want: int, 
     spare = [d for d in np.flatnonzero(per_domain >= rest).tolist() if d not in chosen[:-1]]
     chosen[-1] = min(spare, key=lambda d: (per_domain[d], d))
     return np.isin(ids, chosen) & within
+
+
+# --- Volcano's proportion plugin, as a peer ---------------------------------------------------------------------
+
+
+def proportion(cluster: Cluster) -> dict[str, str]:
+    """Volcano's allocate action with its default plugins (proportion, gang, priority, binpack-like best fit):
+    each queue *deserves* a share of every resource by weight (capped at what it requests and its capability,
+    what one queue does not request going to the others, round after round); queues are served in order of
+    their share (allocated / deserved, lowest first), one job at a time, highest priority then oldest; a job is
+    allocated whole (greedy, best fit) only if its queue stays within what it deserves."""
+    problem = Problem(cluster)
+    queues = {q.name: q for q in cluster.queues}
+    names = sorted({g.queue for g in cluster.gangs} | set(queues))
+    res = problem.resources
+    total = np.maximum(problem.allocatable[[i for i, n in enumerate(cluster.nodes) if n.ready]].sum(axis=0), 0)
+    allocated = {n: _vector(res, queues[n].allocated if n in queues else {}) for n in names}
+    request = {n: allocated[n].astype(float) for n in names}
+    for g, gang in enumerate(problem.gangs):
+        for part in problem.parts[g]:
+            request[gang.queue] = request[gang.queue] + problem.demand[part.cls] * len(part.pods)
+    weight = {n: float(queues[n].weight if n in queues else 1) for n in names}
+    cap = {n: _vector(res, queues[n].capability, np.inf) if n in queues else np.full(len(res), np.inf) for n in names}
+    deserved = _deserved(total.astype(float), names, weight, {n: np.minimum(request[n], cap[n]) for n in names})
+
+    jobs = {
+        n: sorted(
+            (g for g, gang in enumerate(problem.gangs) if gang.queue == n and gang.pods),
+            key=lambda g: (-problem.gangs[g].priority, problem.gangs[g].order),
+        )
+        for n in names
+    }
+    free = problem.free.copy()
+    bindings: dict[str, str] = {}
+    while any(jobs.values()):
+        n = min((n for n in names if jobs[n]), key=lambda n: (_share(allocated[n], deserved[n]), n))
+        g = jobs[n].pop(0)
+        need = problem.floor[g]
+        asked = need > 0
+        if ((allocated[n] + need)[asked] > deserved[n][asked] + 1e-9).any():
+            continue  # would take the queue past what it deserves: Volcano's proportion does not allocate it
+        counts = place_gang(problem, g, free, scorer=greedy.node_scores)
+        if counts is None:
+            continue
+        for (p, node), k in counts.items():
+            pods = iter(problem.parts[g][p].pods)
+            allocated[n] = allocated[n] + k * problem.demand[problem.parts[g][p].cls]
+            for _ in range(k):
+                bindings[next(p for p in pods if p.name not in bindings).name] = problem.nodes[node].name
+    return bindings
+
+
+def _vector(resources: list[str], amounts, missing: float = 0.0) -> np.ndarray:
+    return np.array([amounts.get(r, missing) for r in resources], dtype=float)
+
+
+def _share(allocated: np.ndarray, deserved: np.ndarray) -> float:
+    has = deserved > 0
+    return float((allocated[has] / deserved[has]).max()) if has.any() else 0.0
+
+
+def _deserved(
+    total: np.ndarray, names: list[str], weight: dict[str, float], request: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """proportion's loop: hand the remaining capacity out by weight to the queues not yet at their request,
+    capping each at its request, until nothing remains or every queue is met."""
+    deserved = {n: np.zeros_like(total) for n in names}
+    met: set[str] = {n for n in names if not (request[n] > 0).any()}
+    remaining = total.copy()
+    while len(met) < len(names) and (remaining > 1e-9).any():
+        active = [n for n in names if n not in met]
+        weights = sum(weight[n] for n in active)
+        handed = np.zeros_like(total)
+        for n in active:
+            grown = np.minimum(deserved[n] + remaining * weight[n] / weights, request[n])
+            handed += grown - deserved[n]
+            deserved[n] = grown
+            if (grown >= request[n] - 1e-9).all():
+                met.add(n)
+        remaining = remaining - handed
+        if not (handed > 1e-9).any():
+            break
+    return deserved

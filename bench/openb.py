@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gangsolve.bench import objects as k8s
+from gangsolve.bench import manifests
 from gangsolve.bench.baselines import LEAST_ALLOCATED, per_pod
 
 DATA = Path(__file__).parent / "data"
@@ -66,15 +66,19 @@ def trace_pods() -> tuple[TracePod, ...]:
 
 def node_objects(rows=None) -> list[dict]:
     return [
-        k8s.node(r["sn"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["gpu"]), {k8s.GPU_MODEL_LABEL: r["model"]})
+        manifests.node(
+            r["sn"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["gpu"]), {manifests.GPU_MODEL_LABEL: r["model"]}
+        )
         for r in (rows if rows is not None else trace_nodes())
     ]
 
 
 def pod_object(name: str, tp: TracePod, created: float, **kwargs) -> dict:
-    obj = k8s.pod(name, tp.cpu_milli, tp.memory_mib, tp.gpus, created=created, **kwargs)
+    obj = manifests.pod(name, tp.cpu_milli, tp.memory_mib, tp.gpus, created=created, **kwargs)
     if tp.gpu_spec:  # `V100M16|V100M32`: any of these models
-        term = {"matchExpressions": [{"key": k8s.GPU_MODEL_LABEL, "operator": "In", "values": tp.gpu_spec.split("|")}]}
+        term = {
+            "matchExpressions": [{"key": manifests.GPU_MODEL_LABEL, "operator": "In", "values": tp.gpu_spec.split("|")}]
+        }
         affinity = obj["spec"].setdefault("affinity", {})
         affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
     return obj
@@ -94,10 +98,10 @@ def sample(rng: np.random.Generator, gpus: int) -> list[TracePod]:
 def running(nodes: list[dict], pods: list[TracePod]) -> list[dict]:
     """`pods` bound where per-pod LeastAllocated scheduling puts them (the ones that fit), as running pods."""
     pending = [pod_object(f"run-{i:05d}", tp, created=i) for i, tp in enumerate(pods)]
-    bindings = per_pod(k8s.to_cluster(nodes + pending), LEAST_ALLOCATED, seed=0)
+    bindings = per_pod(manifests.to_cluster(nodes + pending), LEAST_ALLOCATED, seed=0)
     placed = []
     for obj in pending:
-        node = bindings.get(f"{k8s.NAMESPACE}/{obj['metadata']['name']}")
+        node = bindings.get(f"{manifests.NAMESPACE}/{obj['metadata']['name']}")
         if node:
             obj["spec"].update(nodeName=node, schedulerName="default-scheduler")
             obj["status"]["phase"] = "Running"
@@ -125,7 +129,7 @@ def job_objects(
     if len(job) == 1 and not annotations:
         return [pod_object(name, job[0], created)]  # a plain pod: its own gang of one
     pods = [pod_object(f"{name}-{i}", tp, created, group=name) for i, tp in enumerate(job)]
-    return [k8s.pod_group(name, len(job), annotations=annotations), *pods]
+    return [manifests.pod_group(name, len(job), annotations=annotations), *pods]
 
 
 def snapshot(gangs: bool, seed: int = 2023) -> list[dict]:

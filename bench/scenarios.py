@@ -13,18 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench import openb
+from gangsolve.bench import manifests, openb
 from gangsolve.solver.model import GPU
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
 # The placement scenarios compare schedulers that do not preempt, on the same free capacity: their classes say
 # preemptionPolicy Never (as the live mode's do), so gangsolve preempts nothing there either. The preemption
-# scenarios (bench/preemption.py) have classes that may.
+# scenarios (bench/static/preemption_rounds.py) have classes that may.
 PRIORITY_CLASSES = [
-    k8s.priority_class(HIGH, 1000, "Never"),
-    k8s.priority_class(NORMAL, 100, "Never"),
-    k8s.priority_class(LOW, 0, "Never"),
+    manifests.priority_class(HIGH, 1000, "Never"),
+    manifests.priority_class(NORMAL, 100, "Never"),
+    manifests.priority_class(LOW, 0, "Never"),
 ]
 H100_TAINT = {"key": "dedicated", "value": "h100", "effect": "NoSchedule"}
 RACK_SIZE = 8  # nodes per rack (the co-location domain)
@@ -81,12 +80,12 @@ def synthetic_nodes(n: int) -> tuple[list[dict], list[Shape]]:
     for shape, count in zip(SHAPES, shape_counts(n), strict=True):
         for _ in range(count):
             rack = i // RACK_SIZE
-            labels = {k8s.RACK_LABEL: f"rack-{rack:04d}", k8s.ZONE_LABEL: f"zone-{rack % 3}"}
+            labels = {manifests.RACK_LABEL: f"rack-{rack:04d}", manifests.ZONE_LABEL: f"zone-{rack % 3}"}
             if shape.model:
-                labels[k8s.GPU_MODEL_LABEL] = shape.model
+                labels[manifests.GPU_MODEL_LABEL] = shape.model
             taints = [H100_TAINT] if shape.tainted else None
             nodes.append(
-                k8s.node(f"node-{i:05d}", shape.cores * 1000, shape.memory_gib * 1024, shape.gpus, labels, taints)
+                manifests.node(f"node-{i:05d}", shape.cores * 1000, shape.memory_gib * 1024, shape.gpus, labels, taints)
             )
             shapes.append(shape)
             i += 1
@@ -106,13 +105,17 @@ def background(rng: np.random.Generator, nodes: list[dict], shapes: list[Shape],
             c, m = g * 4000, g * 32 * 1024
             if c > cores or m > mem:
                 break
-            pods.append(k8s.pod(f"bg-{name}-g{len(pods)}", c, m, g, node_name=name, scheduler_name="default-scheduler"))
+            pods.append(
+                manifests.pod(f"bg-{name}-g{len(pods)}", c, m, g, node_name=name, scheduler_name="default-scheduler")
+            )
             cores, mem, gpus = cores - c, mem - m, gpus + g
         for _ in range(rng.poisson(small_pods)):
             c, m = int(rng.choice([100, 250, 500, 1000])), int(rng.choice([128, 256, 512, 1024]))
             if c > cores or m > mem:
                 break
-            pods.append(k8s.pod(f"bg-{name}-s{len(pods)}", c, m, node_name=name, scheduler_name="default-scheduler"))
+            pods.append(
+                manifests.pod(f"bg-{name}-s{len(pods)}", c, m, node_name=name, scheduler_name="default-scheduler")
+            )
             cores, mem = cores - c, mem - m
     return pods
 
@@ -129,10 +132,10 @@ def gang_objects(
     annotations: dict[str, str] | None = None,
 ) -> list[dict]:
     """A PodGroup and its pods; `pods` are (role, cpu milli, memory MiB, GPUs)."""
-    out = [k8s.pod_group(name, min_member, colocate, annotations)]
+    out = [manifests.pod_group(name, min_member, colocate, annotations)]
     for i, (role, cpu, mem, gpus) in enumerate(pods):
         out.append(
-            k8s.pod(
+            manifests.pod(
                 f"{name}-{role}-{i}",
                 cpu,
                 mem,
@@ -162,18 +165,18 @@ def synthetic_gangs(rng: np.random.Generator, count: int, gpu_cap: int, start: f
         if kind == "h100":
             gpus = int(rng.choice([4, 8]))
             size = int(rng.integers(1, 9))
-            selector = {k8s.GPU_MODEL_LABEL: str(SHAPES[1].model)}
+            selector = {manifests.GPU_MODEL_LABEL: str(SHAPES[1].model)}
             tolerations = [dict(H100_TAINT, operator="Equal")]
         elif kind == "colocated":
             gpus = int(rng.choice([1, 2, 4]))
             size = int(rng.integers(2, 17))
-            colocate = k8s.RACK_LABEL
+            colocate = manifests.RACK_LABEL
         else:
             gpus = int(rng.choice([1, 2, 4, 8], p=[0.35, 0.25, 0.25, 0.15]))
             size = int(rng.integers(1, 17)) if kind == "gang" else int(rng.integers(4, 17))
         if kind in ("gang", "tfjob") and rng.random() < 0.3:
-            selector = {k8s.GPU_MODEL_LABEL: str(rng.choice(OPEN_MODELS))}
-        if selector and selector[k8s.GPU_MODEL_LABEL] in ("V100-SXM2-32GB", "T4"):
+            selector = {manifests.GPU_MODEL_LABEL: str(rng.choice(OPEN_MODELS))}
+        if selector and selector[manifests.GPU_MODEL_LABEL] in ("V100-SXM2-32GB", "T4"):
             gpus = min(gpus, 4)  # those nodes have 4 GPUs
         size = max(1, min(size, gpu_cap // gpus))
         cores = int(rng.choice([4, 6, 8]))
@@ -220,7 +223,7 @@ def as_dra(objs: list[dict]) -> list[dict]:
         obj = copy.deepcopy(obj)
         if obj["kind"] == "Node" and GPU in obj["status"]["allocatable"]:
             count = int(obj["status"]["allocatable"].pop(GPU))
-            out.append(k8s.resource_slice(obj["metadata"]["name"], DRA_DRIVER, count, obj["metadata"]["labels"]))
+            out.append(manifests.resource_slice(obj["metadata"]["name"], DRA_DRIVER, count, obj["metadata"]["labels"]))
         elif obj["kind"] == "Pod":
             requests = obj["spec"]["containers"][0]["resources"]["requests"]
             if GPU in requests:
@@ -230,7 +233,7 @@ def as_dra(objs: list[dict]) -> list[dict]:
                 if node:
                     devices = [f"gpu-{i}" for i in range(taken.get(node, 0), taken.get(node, 0) + count)]
                     taken[node] = taken.get(node, 0) + count
-                claim = k8s.resource_claim(f"{obj['metadata']['name']}-gpus", DRA_DRIVER, count, node, devices)
+                claim = manifests.resource_claim(f"{obj['metadata']['name']}-gpus", DRA_DRIVER, count, node, devices)
                 out.append(claim)
                 obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim["metadata"]["name"]}]
         out.append(obj)
@@ -243,7 +246,7 @@ def as_dra(objs: list[dict]) -> list[dict]:
 def kube_perf(n_nodes: int, n_gangs: int, pods_per_gang: int) -> list[dict]:
     """scheduler_perf's gang workloads: its default node (4 cpu, 32Gi, 110 pods) and gang pod (100m cpu,
     100Mi memory), minCount = pods per group, one priority."""
-    objs = [k8s.node(f"node-{i:05d}", 4000, 32 * 1024) for i in range(n_nodes)]
+    objs = [manifests.node(f"node-{i:05d}", 4000, 32 * 1024) for i in range(n_nodes)]
     for g in range(n_gangs):
         name = f"gang-group-{g:04d}"
         objs += gang_objects(name, g, [("pod", 100, 100, 0)] * pods_per_gang, pods_per_gang, NORMAL)
@@ -276,18 +279,18 @@ def topology(n_nodes: int, n_gangs: int, seed: int, shape: Topology = Topology()
         rack = i // shape.nodes_per_rack
         block = rack // shape.racks_per_block
         labels = {
-            k8s.RACK_LABEL: f"rack-{rack:03d}",
-            k8s.BLOCK_LABEL: f"block-{block:02d}",
-            k8s.ZONE_LABEL: f"zone-{block // shape.blocks_per_zone}",
-            k8s.GPU_MODEL_LABEL: "H100-80GB-HBM3",
+            manifests.RACK_LABEL: f"rack-{rack:03d}",
+            manifests.BLOCK_LABEL: f"block-{block:02d}",
+            manifests.ZONE_LABEL: f"zone-{block // shape.blocks_per_zone}",
+            manifests.GPU_MODEL_LABEL: "H100-80GB-HBM3",
         }
-        nodes.append(k8s.node(f"node-{i:05d}", 192_000, 2048 * 1024, 8, labels))
+        nodes.append(manifests.node(f"node-{i:05d}", 192_000, 2048 * 1024, 8, labels))
     held: list[dict] = []
     for node in nodes:
         name, gpus = node["metadata"]["name"], 0
         while rng.random() < 0.45 and gpus < 8:
             g = int(min(rng.choice([1, 2, 4, 8], p=[0.3, 0.3, 0.3, 0.1]), 8 - gpus))
-            held.append(k8s.pod(f"bg-{name}-{len(held)}", g * 8000, g * 64 * 1024, g, node_name=name))
+            held.append(manifests.pod(f"bg-{name}-{len(held)}", g * 8000, g * 64 * 1024, g, node_name=name))
             gpus += g
     objs = [*PRIORITY_CLASSES, *nodes, *held]
     for j in range(n_gangs):
@@ -296,8 +299,16 @@ def topology(n_nodes: int, n_gangs: int, seed: int, shape: Topology = Topology()
         total = int(rng.choice(list(shape.gang_gpus), p=list(shape.gang_gpus_p)))
         size = max(1, total // per_pod)
         priority = str(rng.choice([HIGH, NORMAL, LOW], p=[0.15, 0.6, 0.25]))
-        objs += k8s.upstream_gang(
-            name, j, size, per_pod * 8000, per_pod * 64 * 1024, per_pod, priority, k8s.BLOCK_LABEL, (k8s.RACK_LABEL,)
+        objs += manifests.upstream_gang(
+            name,
+            j,
+            size,
+            per_pod * 8000,
+            per_pod * 64 * 1024,
+            per_pod,
+            priority,
+            manifests.BLOCK_LABEL,
+            (manifests.RACK_LABEL,),
         )
     return objs
 

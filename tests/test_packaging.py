@@ -63,3 +63,43 @@ def test_the_solver_distribution_depends_on_nothing_kubernetes() -> None:
     config = tomllib.loads((ROOT / "solver" / "pyproject.toml").read_text())
     names = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in config["project"]["dependencies"]}
     assert names == {"ortools", "numpy"}
+
+
+# The harness's folders, each with the harness packages it never imports: a mode reaches down to what the modes
+# share (bench/*.py) and to the static mode's runner and preemption rounds, never sideways into another mode; the
+# shared modules reach no mode (`gangsolve bench` itself, bench_cli.py, runs them all); the report reads results,
+# not how they were made; the control plane stands alone.
+HARNESS = "gangsolve.bench"
+NEVER_IMPORTS = {
+    "bench": tuple(f"{HARNESS}.{p}" for p in ("static", "timeline", "live", "report", "devcluster")),
+    "bench/static": tuple(f"{HARNESS}.{p}" for p in ("timeline", "live", "report", "devcluster")),
+    "bench/timeline": tuple(f"{HARNESS}.{p}" for p in ("live", "report", "devcluster")),
+    "bench/live": tuple(f"{HARNESS}.{p}" for p in ("timeline", "report")),
+    "bench/report": tuple(f"{HARNESS}.{p}" for p in ("static", "live", "devcluster")),
+    "bench/devcluster": tuple(f"{HARNESS}.{p.stem}" for p in (ROOT / "bench").iterdir() if p.name != "devcluster"),
+}
+
+
+def _harness_imports() -> dict[str, set[str]]:
+    """Per harness file but the command's, what it imports, `from gangsolve.bench import x` as gangsolve.bench.x."""
+    out: dict[str, set[str]] = {}
+    for path in (ROOT / "bench").rglob("*.py"):
+        if path.name == "bench_cli.py" or "results" in path.parts:
+            continue
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        out[str(path.relative_to(ROOT))] = names
+    return out
+
+
+def test_the_harness_modes_import_only_down() -> None:
+    imports = _harness_imports()
+    assert {str(Path(f).parent) for f in imports} == set(NEVER_IMPORTS)  # every folder has its rule
+    offenders = {
+        f: sorted(n for n in names if n.startswith(NEVER_IMPORTS[str(Path(f).parent)])) for f, names in imports.items()
+    }
+    assert {f: n for f, n in offenders.items() if n} == {}

@@ -2,14 +2,8 @@
 kwok) for gangsolve's tests and demos. See docs/dev-cluster.md."""
 
 from gangsolve.bench.devcluster.binaries import Binaries, BinariesMissing
-from gangsolve.bench.devcluster.controlplane import (
-    GPU_RESOURCE,
-    ApiError,
-    ControlPlane,
-    ControlPlaneError,
-    NodeSpec,
-    Taint,
-)
+from gangsolve.bench.devcluster.controlplane import ApiError, ControlPlane, ControlPlaneError
+from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE, NodeSpec, Taint
 
 __all__ = [
     "GPU_RESOURCE",

@@ -31,7 +31,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import yaml
 
 from gangsolve.bench.devcluster import kwok as kwok_config
 from gangsolve.bench.devcluster.binaries import Binaries
+from gangsolve.bench.devcluster.fake_nodes import NodeSpec, schedulable
 from gangsolve.bench.devcluster.pki import CertificateAuthority, CertPair, write_service_account_keys
 
 LOOPBACK = "127.0.0.1"
@@ -50,7 +50,6 @@ POD_CIDR = "10.128.0.0/12"
 # apiserver on `kubectl logs`) is refused on this machine instead of reaching out to some network.
 NODE_IP = LOOPBACK
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-GPU_RESOURCE = "nvidia.com/gpu"
 LOG_TAIL_LINES = 40
 
 
@@ -70,75 +69,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
-
-
-@dataclass
-class Taint:
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
-
-    @classmethod
-    def parse(cls, text: str) -> Taint:
-        """`key=value:Effect`, `key:Effect` or `key` (NoSchedule), as kubectl writes taints."""
-        rest, _, effect = text.partition(":")
-        key, _, value = rest.partition("=")
-        return cls(key=key, value=value, effect=effect or "NoSchedule")
-
-    def as_dict(self) -> dict[str, str]:
-        d = {"key": self.key, "effect": self.effect}
-        if self.value:
-            d["value"] = self.value
-        return d
-
-
-@dataclass
-class NodeSpec:
-    """A fake node: capacity (= allocatable), labels and taints. kwok makes it Ready."""
-
-    name: str
-    cpu: str = "32"
-    memory: str = "256Gi"
-    pods: int = 110
-    gpus: int = 0
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: Sequence[Taint | str | Mapping[str, str]] = ()
-    extra_resources: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-    def capacity(self) -> dict[str, str]:
-        cap = {"cpu": str(self.cpu), "memory": str(self.memory), "pods": str(self.pods)}
-        if self.gpus:
-            cap[GPU_RESOURCE] = str(self.gpus)
-        cap.update({k: str(v) for k, v in self.extra_resources.items()})
-        return cap
-
-    def manifest(self) -> dict[str, Any]:
-        key, value = kwok_config.MANAGED_ANNOTATION
-        taints = []
-        for t in self.taints:
-            if isinstance(t, str):
-                t = Taint.parse(t)
-            taints.append(t.as_dict() if isinstance(t, Taint) else dict(t))
-        labels = {
-            "kubernetes.io/hostname": self.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "type": "kwok",
-            **self.labels,
-        }
-        capacity = self.capacity()
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": self.name,
-                "labels": labels,
-                "annotations": {key: value, "node.alpha.kubernetes.io/ttl": "0", **self.annotations},
-            },
-            "spec": {"taints": taints} if taints else {},
-            "status": {"capacity": capacity, "allocatable": dict(capacity)},
-        }
 
 
 class Component:
@@ -221,7 +151,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _tls_context(ca: Path | None, client: CertPair | None) -> ssl.SSLContext:
+def tls_context(ca: Path | None, client: CertPair | None) -> ssl.SSLContext:
     if ca is None:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -395,9 +325,6 @@ class ControlPlane:
             raise ControlPlaneError("this control plane runs without kube-scheduler")
         self._start_and_wait("kube-scheduler", self._component_ready("kube-scheduler"))
 
-    def stop_scheduler(self, *, grace: float = 3.0) -> None:
-        self.components["kube-scheduler"].stop(grace=grace)
-
     def restart_apiserver(self, *, grace: float = 3.0) -> None:
         """stop_apiserver(grace=grace), then start_apiserver(): same port, same data (etcd keeps running)."""
         self.stop_apiserver(grace=grace)
@@ -459,7 +386,7 @@ class ControlPlane:
         self.scheduler_kubeconfig = self._write_kubeconfig(
             pki_dir / "kube-scheduler.kubeconfig", "kube-scheduler", sched_cert
         )
-        self._ctx = _tls_context(ca.pair.cert, self.admin_cert)
+        self._ctx = tls_context(ca.pair.cert, self.admin_cert)
 
         audit_args: list[str] = []
         if self.audit_policy is not None:
@@ -644,7 +571,7 @@ class ControlPlane:
 
     def _component_ready(self, name: str) -> Callable[[], bool]:
         port = self.kcm_port if name == "kube-controller-manager" else self.scheduler_port
-        insecure = _tls_context(None, None)  # serving cert self-signed by the component itself
+        insecure = tls_context(None, None)  # serving cert self-signed by the component itself
         return lambda: _probe(f"https://{LOOPBACK}:{port}/healthz", insecure)
 
     def _start_kwok(self) -> None:
@@ -793,10 +720,6 @@ class ControlPlane:
         schedulable = {n["metadata"]["name"] for n in listing["items"] if schedulable(n)}
         return schedulable.issuperset(names)
 
-    def add_node(self, name: str, **kwargs: Any) -> str:
-        wait = kwargs.pop("wait", True)
-        return self.add_nodes([NodeSpec(name, **kwargs)], wait=wait)[0]
-
     def delete_node(self, name: str) -> None:
         try:
             self.request("DELETE", f"/api/v1/nodes/{name}")
@@ -808,13 +731,3 @@ class ControlPlane:
         """Ready=True, and the node lifecycle controller has lifted its not-ready/unreachable taints."""
         node = self.get(f"/api/v1/nodes/{name}")
         return node is not None and schedulable(node)
-
-
-def schedulable(node: Mapping[str, Any]) -> bool:
-    """Ready=True, and no not-ready/unreachable taint left."""
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])
-    )
-    lifecycle_taints = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
-    tainted = any(t.get("key") in lifecycle_taints for t in node.get("spec", {}).get("taints", []) or [])
-    return ready and not tainted

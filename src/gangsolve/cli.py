@@ -18,8 +18,8 @@ from gangsolve.solver import SolveConfig
 # Commands that live in other packages, imported only when used: `gangsolve --version` and `solve` must not
 # pay for the benchmark's plotting or the control plane's helpers.
 LAZY_COMMANDS = {
-    "bench": "gangsolve.bench.cli:bench_command",
-    "dev-cluster": "gangsolve.bench.devcluster.cli:dev_cluster",
+    "bench": "gangsolve.bench.bench_cli:bench_command",
+    "dev-cluster": "gangsolve.bench.devcluster.dev_cluster_cli:dev_cluster",
 }
 
 

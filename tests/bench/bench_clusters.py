@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gangsolve.bench import objects as k8s
+from gangsolve.bench import manifests
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, gang_objects
 
 
 def gpu_nodes(count: int, gpus: int = 4, **labels: str) -> list[dict]:
-    return [k8s.node(f"n{i}", 32_000, 256 * 1024, gpus, dict(labels)) for i in range(count)]
+    return [manifests.node(f"n{i}", 32_000, 256 * 1024, gpus, dict(labels)) for i in range(count)]
 
 
 def gang(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from click.testing import CliRunner
 
-from gangsolve.bench.runner import PEERS_ONLY, SCHEDULERS
+from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS
 from gangsolve.cli import cli
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.snapshot import read

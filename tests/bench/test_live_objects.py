@@ -5,14 +5,14 @@ and the scale scenarios' names and modes."""
 
 from __future__ import annotations
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench import scenarios as sc
-from gangsolve.bench.live import LIVE_GRIDS, LIVE_SCENARIOS, arrivals
+from gangsolve.bench import manifests, scenarios
+from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
+from gangsolve.bench.live.populate import arrivals
 
 
 def synthetic() -> tuple[list[dict], object]:
-    objs = sc.synthetic(100, 40, seed=100)
-    return objs, k8s.to_cluster(objs)
+    objs = scenarios.synthetic(100, 40, seed=100)
+    return objs, manifests.to_cluster(objs)
 
 
 def test_native_pod_groups_carry_the_pods_priority_and_the_gangs_topology():

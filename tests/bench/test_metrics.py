@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench.metrics import gap, percentile, priority_key, quality
+from gangsolve.bench import manifests
+from gangsolve.bench.placement_metrics import gap, percentile, priority_key, quality
 
 
 def test_partial_gang_strands_its_gpus():
-    cluster = k8s.to_cluster(cluster_objects(gpu_nodes(2), gang("a", 4, 2), gang("b", 2, 1)))
+    cluster = manifests.to_cluster(cluster_objects(gpu_nodes(2), gang("a", 4, 2), gang("b", 2, 1)))
     bindings = {
         "bench/a-worker-0": "n0",
         "bench/a-worker-1": "n1",  # a: 2 of 4 pods, 4 GPUs stranded
@@ -31,15 +31,15 @@ def test_partial_gang_strands_its_gpus():
 
 
 def test_elastic_gang_counts_as_placed_at_its_minimum():
-    cluster = k8s.to_cluster(cluster_objects(gpu_nodes(2), gang("e", 4, 1, min_member=2)))
+    cluster = manifests.to_cluster(cluster_objects(gpu_nodes(2), gang("e", 4, 1, min_member=2)))
     q = quality(cluster, {"bench/e-worker-0": "n0", "bench/e-worker-1": "n1"})
     assert (q["gangs_placed"], q["partial_gangs"], q["nodes_per_gang"]) == (1, 0, 2.0)
 
 
 def test_running_pods_count_towards_allocation_and_violations_are_reported():
     nodes = gpu_nodes(1)
-    running = k8s.pod("running", 1000, 1024, 3, node_name="n0", scheduler_name="default-scheduler")
-    cluster = k8s.to_cluster(cluster_objects(nodes, [running], gang("g", 1, 2)))
+    running = manifests.pod("running", 1000, 1024, 3, node_name="n0", scheduler_name="default-scheduler")
+    cluster = manifests.to_cluster(cluster_objects(nodes, [running], gang("g", 1, 2)))
     q = quality(cluster, {"bench/g-worker-0": "n0"})
     assert q["gpus_running"] == 3
     assert q["gpu_allocation"] == pytest.approx(5 / 4)
@@ -47,7 +47,7 @@ def test_running_pods_count_towards_allocation_and_violations_are_reported():
 
 
 def test_placed_by_priority_and_its_order():
-    cluster = k8s.to_cluster(
+    cluster = manifests.to_cluster(
         cluster_objects(
             gpu_nodes(1),
             gang("h", 1, 1, priority="high"),

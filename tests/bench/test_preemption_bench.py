@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench import preemption as pre
+from gangsolve.bench import manifests
 from gangsolve.bench.baselines import per_pod_preemption, workload_preemption
-from gangsolve.bench.cli import bench_command
+from gangsolve.bench.bench_cli import bench_command
+from gangsolve.bench.static import preemption_rounds
 from gangsolve.solver import SolveConfig, solve, validate
 from gangsolve.solver.model import Running
 from tests.solver.test_preemption import chosen_key, exhaustive
@@ -22,7 +22,7 @@ from tests.solver.test_preemption import chosen_key, exhaustive
 
 @pytest.mark.parametrize("name", ["preempt/tfjob", "preempt/gpu-4nodes"])
 def test_gangsolve_evicts_the_exhaustive_minimum_on_the_small_scenarios(name):
-    cluster = k8s.to_cluster(pre.SCENARIOS[name].build())
+    cluster = manifests.to_cluster(preemption_rounds.SCENARIOS[name].build())
     (gang,) = cluster.gangs
     best = exhaustive(cluster, gang)
     placement = solve(cluster, SolveConfig(time_limit=5))
@@ -35,7 +35,7 @@ def test_gangsolve_evicts_the_exhaustive_minimum_on_the_small_scenarios(name):
 @pytest.mark.parametrize("model", [per_pod_preemption, workload_preemption])
 @pytest.mark.parametrize("name", ["preempt/tfjob", "preempt/gpu-4nodes", "preempt/gpu-100nodes"])
 def test_the_peers_models_bind_soundly_and_evict_only_lower_priority_pods(model, name):
-    cluster = k8s.to_cluster(pre.SCENARIOS[name].build())
+    cluster = manifests.to_cluster(preemption_rounds.SCENARIOS[name].build())
     first = model(cluster, 0)
     assert first.evictions
     # Sound on capacity, taints and selectors; kube-scheduler per pod may bind part of a gang.
@@ -43,7 +43,7 @@ def test_the_peers_models_bind_soundly_and_evict_only_lower_priority_pods(model,
     priority = {r.name: r.priority for r in cluster.running}
     gangs = {g.name: g for g in cluster.gangs}
     assert all(priority[e.pod] < gangs[e.preemptor].priority for e in first.evictions)
-    result = pre.simulate(cluster, _scheduler(model), 2.0)
+    result = preemption_rounds.simulate(cluster, _scheduler(model), 2.0)
     assert result["preemptors_placed"] == result["preemptors"]
 
 
@@ -52,10 +52,10 @@ def _scheduler(model) -> str:
 
 
 def test_per_pod_preemption_breaks_a_gang_workload_aware_preemption_evicts_it_whole():
-    cluster = k8s.to_cluster(pre.SCENARIOS["preempt/gpu-4nodes"].build())
-    per_pod = pre.simulate(cluster, "kube-scheduler", 2.0)
-    wap = pre.simulate(cluster, "kube-scheduler-wap", 2.0)
-    mine = pre.simulate(cluster, "gangsolve", 2.0)
+    cluster = manifests.to_cluster(preemption_rounds.SCENARIOS["preempt/gpu-4nodes"].build())
+    per_pod = preemption_rounds.simulate(cluster, "kube-scheduler", 2.0)
+    wap = preemption_rounds.simulate(cluster, "kube-scheduler-wap", 2.0)
+    mine = preemption_rounds.simulate(cluster, "gangsolve", 2.0)
     assert per_pod["victim_gangs_broken"] >= 1
     assert wap["victim_gangs_broken"] == 0
     assert mine["victim_gangs_broken"] == 0
@@ -67,13 +67,13 @@ def test_measure_counts_broken_gangs_pdb_violations_and_futile_evictions():
         return Running("n", {"nvidia.com/gpu": gpus, "pods": 1}, name=name, gang=gang, min_member=2, pdbs=pdbs)
 
     victims = [pod("a0", "a"), pod("a1", "a"), pod("a2", "a"), pod("b0", "b"), pod("b1", "b"), pod("s", pdbs=("p",))]
-    cluster = k8s.to_cluster(pre.SCENARIOS["preempt/gpu-4nodes"].build())
+    cluster = manifests.to_cluster(preemption_rounds.SCENARIOS["preempt/gpu-4nodes"].build())
     start = replace(cluster, running=tuple(victims), nominated={}, budgets={"p": 0})
-    sim = pre.Sim(start)
+    sim = preemption_rounds.Sim(start)
     # Gang a loses two of three (one left, below its minimum of 2): broken. Gang b goes whole: not broken.
     sim.evicted = [(victims[0], "g1"), (victims[1], "g1"), (victims[3], "g2"), (victims[4], "g2"), (victims[5], "g2")]
     sim.placed_round = {"g1": 1}
-    m = pre.measure(start, sim, [0.1])
+    m = preemption_rounds.measure(start, sim, [0.1])
     assert (m["pods_evicted"], m["gpus_evicted"], m["victim_gangs"]) == (5, 5, 3)
     assert m["victim_gangs_broken"] == 1
     assert m["pdb_violations"] == 1

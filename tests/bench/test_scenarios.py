@@ -6,9 +6,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from gangsolve.bench import objects as k8s
+from gangsolve.bench import manifests
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS, shape_counts
-from gangsolve.bench.timeline import TIMELINE_GRIDS, TIMELINES
+from gangsolve.bench.timeline.simulation import TIMELINE_GRIDS, TIMELINES
 from gangsolve.cli import cli
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.snapshot import read
@@ -29,15 +29,15 @@ def test_grids_name_registered_scenarios():
 
 @pytest.mark.parametrize("name", SMALL)
 def test_generation_is_deterministic(name):
-    assert k8s.dumps(SCENARIOS[name].build()) == k8s.dumps(SCENARIOS[name].build())
+    assert manifests.dumps(SCENARIOS[name].build()) == manifests.dumps(SCENARIOS[name].build())
 
 
 @pytest.mark.parametrize("name", SMALL)
 def test_snapshot_round_trips_through_the_solve_edge(name, tmp_path):
     objs = SCENARIOS[name].build()
     path = tmp_path / "snapshot.json"
-    path.write_bytes(k8s.dumps(objs))
-    cluster = build_cluster(read(str(path)), k8s.SCHEDULER)
+    path.write_bytes(manifests.dumps(objs))
+    cluster = build_cluster(read(str(path)), manifests.SCHEDULER)
 
     assert len(cluster.nodes) == SCENARIOS[name].nodes
     assert all(n.allocatable.get(PODS, 0) > 0 and n.ready for n in cluster.nodes)
@@ -55,10 +55,10 @@ def test_snapshot_round_trips_through_the_solve_edge(name, tmp_path):
 
 def test_synthetic_cluster_has_the_issue_ingredients():
     objs = SCENARIOS["synthetic/100nodes"].build()
-    cluster = k8s.to_cluster(objs)
+    cluster = manifests.to_cluster(objs)
     gpus = {n.allocatable.get(GPU, 0) for n in cluster.nodes}
     assert gpus == {0, 4, 8}
-    assert len({n.labels.get(k8s.GPU_MODEL_LABEL) for n in cluster.nodes if n.allocatable.get(GPU)}) >= 3
+    assert len({n.labels.get(manifests.GPU_MODEL_LABEL) for n in cluster.nodes if n.allocatable.get(GPU)}) >= 3
     assert any(n.taints for n in cluster.nodes)
     assert any(n.used.get(GPU) for n in cluster.nodes)  # background load
     pods = [p for g in cluster.gangs for p in g.pods]
@@ -81,7 +81,7 @@ def test_shape_counts_cover_every_shape_even_at_ten_nodes():
 
 
 def test_kube_perf_shapes():
-    cluster = k8s.to_cluster(SCENARIOS["kube-perf/100nodes-20x3"].build())
+    cluster = manifests.to_cluster(SCENARIOS["kube-perf/100nodes-20x3"].build())
     assert len(cluster.gangs) == 20
     assert {len(g.pods) for g in cluster.gangs} == {3}
     assert {g.min_member for g in cluster.gangs} == {3}
@@ -90,9 +90,9 @@ def test_kube_perf_shapes():
 def test_gangsolve_solve_reads_a_written_snapshot(tmp_path):
     objs = SCENARIOS["synthetic/10nodes"].build()
     path = tmp_path / "s.json"
-    path.write_bytes(k8s.dumps(objs))
+    path.write_bytes(manifests.dumps(objs))
     result = CliRunner().invoke(cli, ["solve", str(path), "-o", "json", "--time-limit", "1"])
     assert result.exit_code == 0, result.output
     plan = orjson.loads(result.stdout)
     assert plan["bindings"]
-    assert validate(k8s.to_cluster(objs), plan["bindings"]) == []
+    assert validate(manifests.to_cluster(objs), plan["bindings"]) == []

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench.tenants import OFFERED, TENANTS, fair_split, fairness, proportion, queue_object, tenants_timeline
-from gangsolve.bench.timeline import PERIOD, simulate
+from gangsolve.bench import manifests
+from gangsolve.bench.baselines import proportion
+from gangsolve.bench.timeline.simulation import PERIOD, simulate
+from gangsolve.bench.timeline.tenants import OFFERED, TENANTS, fair_split, fairness, queue_object, tenants_timeline
 from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.solver.model import GPU
 
@@ -32,7 +33,7 @@ def test_the_workload_has_three_weighted_queues_each_offering_more_than_its_shar
 
 
 def _queued(name: str, queue: str, pods: int, gpus: int, arrival: float, duration: float) -> list[dict]:
-    notes = {k8s.ARRIVAL_ANNOTATION: str(int(arrival)), k8s.DURATION_ANNOTATION: str(int(duration))}
+    notes = {manifests.ARRIVAL_ANNOTATION: str(int(arrival)), manifests.DURATION_ANNOTATION: str(int(duration))}
     return gang(name, pods, gpus, created=arrival, annotations={**notes, "gangsolve.io/queue": queue})
 
 
@@ -69,10 +70,10 @@ def test_fairness_measures_gpu_hours_against_fair_shares():
 def test_proportion_gives_each_queue_what_it_deserves_and_no_more():
     objs = [queue_object("a", 1), queue_object("b", 3)]
     objs += cluster_objects(gpu_nodes(2), *(_queued(f"{q}{i}", q, 1, 1, 0, 60) for q in "ab" for i in range(8)))
-    snap = k8s.to_snapshot(objs)
+    snap = manifests.to_snapshot(objs)
     assert set(snap.queues) == {"a", "b"}
     assert all(o["apiVersion"].startswith(QUEUE_GROUP) for o in snap.queues.values())
-    cluster = k8s.to_cluster(objs)
+    cluster = manifests.to_cluster(objs)
     bindings = proportion(cluster)
     per_queue = {q: sum(1 for g in cluster.gangs if g.queue == q for p in g.pods if p.name in bindings) for q in "ab"}
     assert per_queue == {"a": 2, "b": 6}

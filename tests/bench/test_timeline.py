@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
-from gangsolve.bench import objects as k8s
+from gangsolve.bench import manifests
 from gangsolve.bench.baselines import easy_backfill
-from gangsolve.bench.timeline import PERIOD, TIMELINES, jobs_of, simulate
+from gangsolve.bench.timeline.simulation import PERIOD, TIMELINES, jobs_of, simulate
 from gangsolve.solver import Cluster, Running
 from gangsolve.solver.model import GPU
 from tests.builders import gang as solver_gang
@@ -16,7 +16,7 @@ from tests.builders import node
 
 
 def job(name: str, pods: int, gpus: int, arrival: float, duration: float) -> list[dict]:
-    notes = {k8s.ARRIVAL_ANNOTATION: str(int(arrival)), k8s.DURATION_ANNOTATION: str(int(duration))}
+    notes = {manifests.ARRIVAL_ANNOTATION: str(int(arrival)), manifests.DURATION_ANNOTATION: str(int(duration))}
     return gang(name, pods, gpus, created=arrival, annotations=notes)
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from live_helpers import POD_GROUP_APIS, pod_group_crd, poll, queue_crd, service_account_kubeconfig
+from live_helpers import service_account_kubeconfig
 
-from gangsolve.bench.devcluster import ApiError, Binaries, ControlPlane
+from gangsolve.bench.devcluster import Binaries, ControlPlane, crds
 from tests.helm import Helm, render
 
 
@@ -91,29 +91,5 @@ def install_scheduler_account(cp: ControlPlane, helm: Helm, workdir: Path) -> Sc
 
 
 def install_pod_group_crds(cp: ControlPlane) -> None:
-    """The two PodGroup CRDs (scheduler-plugins' and Volcano's) and Volcano's Queue, schema-less, with the status
-    subresource; returns once all are served."""
-    crds = [
-        *(
-            pod_group_crd(group, v, "pg" if group.endswith("x-k8s.io") else "vpg")
-            for group, v in POD_GROUP_APIS.items()
-        ),
-        queue_crd(),
-    ]
-    for crd in crds:
-        try:
-            cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-
-    def served(path: str) -> bool:
-        try:
-            return cp.get(path) is not None
-        except ApiError:  # 429 while the new storage initializes
-            return False
-
-    for crd in crds:
-        spec = crd["spec"]
-        path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
-        poll(lambda p=path: served(p), timeout=60, what=f"the {spec['group']} {spec['names']['kind']} API")
+    """The two PodGroup CRDs (scheduler-plugins' and Volcano's) and Volcano's Queue; returns once all are served."""
+    crds.install(cp, *(crds.pod_group_crd(group) for group in crds.POD_GROUP_APIS), crds.queue_crd())

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
 import subprocess
@@ -29,9 +30,10 @@ import pytest_asyncio
 from clusters import SchedulerAccount, install_pod_group_crds, install_scheduler_account
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
-from live_helpers import Gangsolve, assert_cluster_sound, unique
+from live_helpers import assert_cluster_sound, unique
 
 from gangsolve.bench.devcluster import ApiError, Binaries, ControlPlane, NodeSpec
+from gangsolve.bench.devcluster.gangsolve_process import GangsolveProcess
 from tests.helm import Helm
 
 
@@ -94,24 +96,26 @@ def kubectl(control_plane: ControlPlane) -> Callable[..., subprocess.CompletedPr
 
 @pytest.fixture
 def gangsolve_factory(control_plane: ControlPlane, scheduler_account: SchedulerAccount, tmp_path: Path):
-    """start(*extra_args, scheduler_name=None, wait_ready=True) -> a running Gangsolve, authenticated as the
+    """start(*extra_args, scheduler_name=None, wait_ready=True) -> a running GangsolveProcess, authenticated as the
     chart's ServiceAccount, its Lease (with --leader-elect) the one the chart allows. All are stopped after
     the test, their logs printed (shown when the test fails), and the cluster checked for soundness."""
-    started: list[Gangsolve] = []
+    started: list[GangsolveProcess] = []
     name = unique()
     lease = ["--lease-namespace", scheduler_account.namespace, "--lease-name", scheduler_account.name]
 
     def start(
         *extra: str, scheduler_name: str | None = None, wait_ready: bool = True, env: Mapping[str, str] | None = None
-    ) -> Gangsolve:
-        g = Gangsolve(
-            control_plane,
-            scheduler_name or name,
-            tmp_path,
+    ) -> GangsolveProcess:
+        scheduler = scheduler_name or name
+        g = GangsolveProcess(
+            scheduler_account.kubeconfig,
+            scheduler,
+            tmp_path / f"gangsolve-{scheduler}-{secrets.token_hex(3)}.log",
+            "--time-limit",
+            "1",
             *extra,
             *lease,
-            env=env,
-            kubeconfig=scheduler_account.kubeconfig,
+            env={**os.environ, **(env or {})},
         )
         started.append(g)
         return g.start(wait_ready=wait_ready)

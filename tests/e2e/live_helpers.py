@@ -1,17 +1,13 @@
-"""Helpers for the live scheduler's end-to-end tests: gangsolve as a subprocess, pod manifests, polling and
-the invariants checked after every test (no node overcommitted, no gang partly bound)."""
+"""Helpers for the live scheduler's end-to-end tests: pod manifests, polling and the invariants checked after
+every test (no node overcommitted, no gang partly bound). gangsolve as a subprocess and the CRDs are the live
+bench's too (gangsolve.bench.devcluster)."""
 
 from __future__ import annotations
 
 import math
-import os
 import re
 import secrets
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -21,7 +17,7 @@ from typing import Any
 import yaml
 
 from gangsolve.bench.devcluster import ApiError, ControlPlane
-from gangsolve.bench.devcluster.controlplane import free_port
+from gangsolve.bench.devcluster.crds import POD_GROUP_APIS
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
@@ -37,98 +33,6 @@ def poll(condition: Callable[[], Any], *, timeout: float = 60.0, interval: float
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
-
-
-class Gangsolve:
-    """`python -m gangsolve run` against the control plane, its log in a file, metrics on a free port."""
-
-    def __init__(
-        self,
-        cp: ControlPlane,
-        scheduler_name: str,
-        log_dir: Path,
-        *extra: str,
-        env: Mapping[str, str] | None = None,
-        kubeconfig: Path | None = None,
-    ) -> None:
-        self.cp = cp
-        self.env = dict(env or {})
-        self.scheduler_name = scheduler_name
-        self.port = free_port()
-        self.log_path = log_dir / f"gangsolve-{scheduler_name}-{self.port}.log"
-        self.args = [
-            sys.executable,
-            "-m",
-            "gangsolve",
-            "run",
-            "--kubeconfig",
-            str(kubeconfig or cp.kubeconfig),
-            "--scheduler-name",
-            scheduler_name,
-            "--metrics-addr",
-            f"127.0.0.1:{self.port}",
-            "--time-limit",
-            "1",
-            *extra,
-        ]
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, wait_ready: bool = True) -> Gangsolve:
-        env = {**os.environ, **self.env}
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        if wait_ready:
-            poll(
-                lambda: (self.alive() and self.get("/readyz")[0] == 200) or self._dead(),
-                timeout=60,
-                what=f"gangsolve {self.scheduler_name} to be ready",
-            )
-        return self
-
-    def _dead(self) -> bool:
-        if not self.alive():
-            raise AssertionError(f"gangsolve exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
-        return False
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError:
-            return 0, ""
-
-    def metric(self, name: str, labels: str = "") -> float | None:
-        _status, text = self.get("/metrics")
-        for line in text.splitlines():
-            if line.startswith(name + (("{" + labels + "}") if labels else " ")):
-                return float(line.rsplit(" ", 1)[1])
-        return None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def terminate(self, timeout: float = 40) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-    def kill(self) -> None:
-        if self.alive():
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 def pod(
@@ -398,48 +302,6 @@ def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> No
         n_bound = sum(1 for p in members if p["spec"].get("nodeName"))
         need = _minimum(gang, members, pdbs, groups, live)
         assert n_bound == 0 or n_bound >= need, f"gang {gang} partly bound: {n_bound} of {need}"
-
-
-def pod_group_crd(group: str, version: str, short: str) -> dict:
-    """A PodGroup CRD (scheduler-plugins' or Volcano's), schema-less, with the status subresource."""
-    return _crd(group, version, "PodGroup", short, "Namespaced")
-
-
-def queue_crd() -> dict:
-    """Volcano's Queue CRD (cluster-scoped), schema-less, with the status subresource."""
-    return _crd("scheduling.volcano.sh", "v1beta1", "Queue", "q", "Cluster")
-
-
-def _crd(group: str, version: str, kind: str, short: str, scope: str) -> dict:
-    plural = kind.lower() + "s"
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "scope": scope,
-            "names": {
-                "kind": kind,
-                "listKind": f"{kind}List",
-                "plural": plural,
-                "singular": kind.lower(),
-                "shortNames": [short],
-            },
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-            ],
-        },
-    }
-
-
-POD_GROUP_APIS = {"scheduling.x-k8s.io": "v1alpha1", "scheduling.volcano.sh": "v1beta1"}
 
 
 def pod_group(group: str, name: str, min_member: int) -> dict:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from gangsolve.bench import report
-from gangsolve.bench.live import LIVE_SCENARIOS, LIVE_SCHEDULERS, run_scenarios
+from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, LIVE_SCHEDULERS
+from gangsolve.bench.live.runs import run_scenarios
+from gangsolve.bench.report import tables, targets
 from tests.e2e.live_helpers import bench_runs
 
 pytestmark = pytest.mark.e2e
@@ -89,11 +90,11 @@ def test_every_run_measures_latency_cpu_memory_and_api_requests(live_results):
 
 def test_report_and_target_read_the_live_runs(live_results):
     results = {"scenarios": [], "timeline": [], "live": live_results}
-    rows = report.live_rows(live_results, "stream")
+    rows = tables.live_rows(live_results, "stream")
     assert [r[1] for r in rows] == list(LIVE_SCHEDULERS)
-    assert "live/tfjob" in report.markdown(results)
-    assert report.definition_waits(live_results) == ["live/tfjob: definition grace: no pod waited"]
-    (target,) = report.check_targets(results)
+    assert "live/tfjob" in tables.markdown(results)
+    assert tables.definition_waits(live_results) == ["live/tfjob: definition grace: no pod waited"]
+    (target,) = targets.check_targets(results)
     assert target["scenario"] == "live/tfjob"
     assert "not the slowest" in target["target"]
     assert LIVE_SCENARIOS["live/tfjob"].nodes == live_results[0]["objects"]["nodes"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from gangsolve.bench.live_preemption import run_scenarios
-from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS
+from gangsolve.bench.live.live_preemption import run_scenarios
+from gangsolve.bench.static.preemption_rounds import PREEMPTION_SCHEDULERS
 from tests.e2e.live_helpers import bench_runs
 
 pytestmark = pytest.mark.e2e

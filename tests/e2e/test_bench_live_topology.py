@@ -8,14 +8,17 @@ import dataclasses
 
 import pytest
 
-from gangsolve.bench import live_topology as lt
-from gangsolve.bench import objects as k8s
-from gangsolve.bench import report
-from gangsolve.bench.live import LIVE_SCENARIOS, LIVE_SCHEDULERS, run_live
+from gangsolve.bench import manifests
+from gangsolve.bench.live import live_topology
+from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, LIVE_SCHEDULERS
+from gangsolve.bench.live.runs import run_live
+from gangsolve.bench.report import tables
 
 pytestmark = pytest.mark.e2e
 
-TINY = dataclasses.replace(LIVE_SCENARIOS["live/topology-seed1"], nodes=48, build=lambda: lt.objects(48, seed=48))
+TINY = dataclasses.replace(
+    LIVE_SCENARIOS["live/topology-seed1"], nodes=48, build=lambda: live_topology.objects(48, seed=48)
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,9 @@ def test_gang_schedulers_leave_no_partial_gang(runs, scheduler):
     assert runs[scheduler]["oracle"]["partial_gangs"] == 0
     # The API server kept the topology constraint (with its gate off it drops the field): the peer was asked
     # for one block, not merely lucky.
-    assert runs[scheduler]["pod_group_served"]["schedulingConstraints"] == {"topology": [{"key": k8s.BLOCK_LABEL}]}
+    assert runs[scheduler]["pod_group_served"]["schedulingConstraints"] == {
+        "topology": [{"key": manifests.BLOCK_LABEL}]
+    }
 
 
 def test_per_pod_users_create_no_pod_group(runs):
@@ -57,6 +62,6 @@ def test_per_pod_users_create_no_pod_group(runs):
 
 def test_report_shows_the_oracle_table(runs):
     live = [{"name": "live/topology", "runs": [runs[s] for s in LIVE_SCHEDULERS]}]
-    rows = report.live_topology_rows(live)
+    rows = tables.live_topology_rows(live)
     assert [r[1] for r in rows] == list(LIVE_SCHEDULERS)
     assert all(r[6] == "0" for r in rows)  # required-level violations

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from gangsolve.bench import objects as k8s
+from gangsolve.bench import manifests
 from gangsolve.bench.scenarios import as_dra, synthetic
 from gangsolve.edge import dra, objects
 from gangsolve.edge.gangs import build_cluster
@@ -46,9 +46,9 @@ class Variant:
 def cycle(text: bytes, time_limit: float) -> tuple[float, Placement, list[str], list[str]]:
     snap = parse(text.decode())
     start = time.perf_counter()
-    cluster = build_cluster(snap, k8s.SCHEDULER)
+    cluster = build_cluster(snap, manifests.SCHEDULER)
     placement = solve(cluster, SolveConfig(time_limit=time_limit))
-    state = dra.model(snap, k8s.SCHEDULER).state
+    state = dra.model(snap, manifests.SCHEDULER).state
     placement, allocations = allocate(cluster, placement, state)
     seconds = time.perf_counter() - start
     return seconds, placement, validate(cluster, placement), validate_devices(state, placement, allocations)
@@ -70,7 +70,7 @@ def compare(nodes: int, seeds: int, repeat: int, time_limit: float) -> dict[str,
     for seed in range(seeds):
         objs = synthetic(nodes, SIZES[nodes], seed=nodes + seed)
         requests = {objects.pod_key(o): objects.pod_requests(o) for o in objs if o["kind"] == "Pod"}
-        texts = {"extended": k8s.dumps(objs), "dra": orjson.dumps(k8s.as_list(as_dra(objs)))}
+        texts = {"extended": manifests.dumps(objs), "dra": orjson.dumps(manifests.as_list(as_dra(objs)))}
         for _ in range(repeat):
             for name, text in texts.items():
                 seconds, placement, violations, device_violations = cycle(text, time_limit)

@@ -1,4 +1,4 @@
-"""Live preemption: the preemption scenarios on the real control plane, once per scheduler, with bench/live.py's
+"""Live preemption: the preemption scenarios on the real control plane, once per scheduler, with the live mode's
 machinery (fresh control plane, kwok nodes, the bind watch, `gangsolve run`).
 
 Schedulers, each configured as its users would:
@@ -18,7 +18,7 @@ every pending pod is bound and Running, or nothing was bound, started or evicted
 the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is immediate); each is attributed
 to the gang it made room for from its `Preempted` event (kube-scheduler names the preemptor pod's or PodGroup's
 uid, gangsolve the gang; waited for up to `quiet` seconds more), and everything is measured by
-bench/preemption.py's `measure` on the scenario's own cluster, exactly as in the static mode.
+bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exactly as in the static mode.
 """
 
 from __future__ import annotations
@@ -29,29 +29,25 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench import preemption as pre
-from gangsolve.bench.devcluster import ControlPlane
-from gangsolve.bench.live import (
-    GANGSOLVE_EXTRA_RBAC,
+from gangsolve.bench import manifests
+from gangsolve.bench.devcluster import ControlPlane, crds
+from gangsolve.bench.devcluster.gangsolve_process import GangsolveProcess
+from gangsolve.bench.live.measurements import BindWatch
+from gangsolve.bench.live.populate import (
     NATIVE_GANG_API,
     PENDING_LABEL,
-    BindWatch,
-    GangsolveRun,
-    collection,
     create_all,
-    each_scheduler,
     list_pods,
     pending_pods,
-    pod_group_crd,
     prepare,
     run_async,
-    served,
 )
+from gangsolve.bench.live.runs import each_scheduler, gangsolve_process, log_name
+from gangsolve.bench.static import preemption_rounds
 from gangsolve.edge.gangs import POD_GROUP_LABEL
 
 LIVE_PREEMPTION_SCENARIOS = {
-    f"live/preempt-{name.removeprefix('preempt/')}": pre.SCENARIOS[name]
+    f"live/preempt-{name.removeprefix('preempt/')}": preemption_rounds.SCENARIOS[name]
     for name in (
         "preempt/tfjob",
         "preempt/perf-100nodes-1x100-vs-1000pods",
@@ -100,7 +96,7 @@ def native(objs: list[dict]) -> list[dict]:
 
 
 def create_classes(cp: ControlPlane, objs: list[dict]) -> None:
-    """The scenario's PriorityClasses exactly as they are (bench/live.py's `create` makes them Never)."""
+    """The scenario's PriorityClasses exactly as they are (populate.py's `body_of` makes them Never)."""
     for o in objs:
         if o["kind"] == "PriorityClass":
             cp.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", o)
@@ -110,15 +106,13 @@ def create_groups(cp: ControlPlane, groups: list[dict]) -> None:
     """The running and pending gangs' PodGroups, scheduler-plugins' CRD first (`prepare` makes it only for objects
     that include such PodGroups, and these come after it)."""
     if any(o["apiVersion"].startswith("scheduling.x-k8s.io/") for o in groups):
-        cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pod_group_crd())
-        path = "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"
-        cp.wait_for(lambda: served(cp, path), timeout=60, what="the PodGroup API")
+        crds.install(cp, crds.pod_group_crd())
     if groups:
         run_async(cp.kubeconfig, lambda kube: create_all(kube, groups))
 
 
 def run_live(
-    scenario: pre.PreemptionScenario,
+    scenario: preemption_rounds.PreemptionScenario,
     scheduler: str,
     *,
     log_dir: Path,
@@ -128,9 +122,9 @@ def run_live(
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict:
     objs = scenario.build()
-    cluster = k8s.to_cluster(objs)
+    cluster = manifests.to_cluster(objs)
     name_of = {r.name.split("/", 1)[1]: r for r in cluster.running}
-    scheduler_name = k8s.SCHEDULER if scheduler == "gangsolve" else "default-scheduler"
+    scheduler_name = manifests.SCHEDULER if scheduler == "gangsolve" else "default-scheduler"
     shaped = native(objs) if scheduler == "kube-scheduler-wap" else objs
     pending = pending_pods(shaped, scheduler_name)
     rest = [
@@ -138,19 +132,15 @@ def run_live(
     ]
     log_dir.mkdir(parents=True, exist_ok=True)
     flags = WAP_FLAGS if scheduler == "kube-scheduler-wap" else {}
-    gs: GangsolveRun | None = None
+    gs: GangsolveProcess | None = None
     with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
         try:
             create_classes(cp, objs)
             prepare(cp, [o for o in rest if o["kind"] != "PodGroup"], scheduler, log)
             create_groups(cp, [o for o in rest if o["kind"] == "PodGroup"])
             if scheduler == "gangsolve":
-                for obj in GANGSOLVE_EXTRA_RBAC:
-                    cp.request("POST", collection(obj), obj)
-                gs = GangsolveRun(
-                    cp, time_limit or scenario.time_limit, log_dir / f"{_file(scenario.name)}-gangsolve.log", {}
-                )
-                gs.start()
+                limit = time_limit or scenario.time_limit
+                gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", {}).start()
             watch = BindWatch(cp, list_pods(cp, "?limit=1")["metadata"]["resourceVersion"])
             watch.start()
             t0 = time.monotonic()
@@ -160,8 +150,8 @@ def run_live(
             while True:
                 time.sleep(0.5)
                 cp.check_alive()
-                if gs is not None and gs.proc is not None and gs.proc.poll() is not None:
-                    raise RuntimeError(f"gangsolve run exited with {gs.proc.returncode}:\n{gs.log_tail()}")
+                if gs is not None:
+                    gs.check_alive()
                 now = time.monotonic()
                 count = _pod_count(cp)
                 if count != pods:  # evictions are progress too: a scheduler may take a while to make them
@@ -177,8 +167,10 @@ def run_live(
             uids = {p["metadata"]["uid"]: p for p in final}
             group_uids = {}
             if scheduler == "kube-scheduler-wap":
-                for pg in cp.request("GET", f"/apis/{NATIVE_GANG_API}/namespaces/{k8s.NAMESPACE}/podgroups")["items"]:
-                    group_uids[pg["metadata"]["uid"]] = f"{k8s.NAMESPACE}/{pg['metadata']['name']}"
+                for pg in cp.request("GET", f"/apis/{NATIVE_GANG_API}/namespaces/{manifests.NAMESPACE}/podgroups")[
+                    "items"
+                ]:
+                    group_uids[pg["metadata"]["uid"]] = f"{manifests.NAMESPACE}/{pg['metadata']['name']}"
             events = _preempted_events(cp, set(name_of) - left, quiet)
         finally:
             if gs is not None:
@@ -188,7 +180,7 @@ def run_live(
     def gang_of(ref: str) -> str:
         """The gang a Preempted event names: a gang (gangsolve), a pod's or a PodGroup's uid (kube-scheduler)."""
         if ref in uids:
-            return pod_gang.get(f"{k8s.NAMESPACE}/{uids[ref]['metadata']['name']}", ref)
+            return pod_gang.get(f"{manifests.NAMESPACE}/{uids[ref]['metadata']['name']}", ref)
         return group_uids.get(ref, ref)
 
     blamed: dict[str, str] = {}
@@ -196,14 +188,14 @@ def run_live(
         words = (e.get("note") or "").split()
         if e.get("reason") == "Preempted" and len(words) >= 4:
             blamed[e["regarding"]["name"]] = gang_of(words[3])
-    sim = pre.Sim(cluster)
+    sim = preemption_rounds.Sim(cluster)
     for name, r in name_of.items():
         if name not in left:
             sim.evicted.append((r, blamed.get(name, "")))
     bound_at: dict[str, float] = {}
     for p in final:
         if p["spec"].get("nodeName"):
-            full = f"{k8s.NAMESPACE}/{p['metadata']['name']}"
+            full = f"{manifests.NAMESPACE}/{p['metadata']['name']}"
             bound_at[full] = watch.bound.get(p["metadata"]["name"], (float("nan"), ""))[0] - t0
     seconds = 0.0
     for g in cluster.gangs:
@@ -211,7 +203,7 @@ def run_live(
         if len(got) >= g.need:
             sim.placed_round[g.name] = 1
             seconds = max(seconds, sorted(got)[g.need - 1])
-    result = {"scheduler": scheduler, **pre.measure(cluster, sim, [])}
+    result = {"scheduler": scheduler, **preemption_rounds.measure(cluster, sim, [])}
     result.update(
         rounds=None,
         rounds_to_placement=None,
@@ -230,7 +222,7 @@ def _preempted_events(cp: ControlPlane, victims: set[str], wait: float) -> list[
     scheduler writes them after the evictions, and a thousand of them take a while."""
     deadline = time.monotonic() + wait
     while True:
-        events = cp.request("GET", f"/apis/events.k8s.io/v1/namespaces/{k8s.NAMESPACE}/events")["items"]
+        events = cp.request("GET", f"/apis/events.k8s.io/v1/namespaces/{manifests.NAMESPACE}/events")["items"]
         named = {e["regarding"]["name"] for e in events if e.get("reason") == "Preempted"}
         if victims <= named or time.monotonic() >= deadline:
             return events
@@ -242,10 +234,6 @@ def _pod_count(cp: ControlPlane) -> int:
     with a label selector, so this is all of them; pending pods are only created, so a change is an eviction)."""
     page = list_pods(cp, "?limit=1")
     return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
-
-
-def _file(name: str) -> str:
-    return name.replace("/", "__")
 
 
 def run_scenarios(

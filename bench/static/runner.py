@@ -3,9 +3,9 @@
 A run reads the snapshot file exactly as `gangsolve solve` does (read -> build_cluster), then times the
 scheduler alone. Every scheduler sees the same file.
 
-The live mode (kwok + a real kube-scheduler or `gangsolve run`) is `bench/live.py`: it needs its own
+The live mode (kwok + a real kube-scheduler or `gangsolve run`) is bench/live/: it needs its own
 timing (bindings over wall-clock time), so it is not an entry here, but it measures its final bindings with
-the same `metrics.quality`.
+the same `placement_metrics.quality`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from gangsolve.bench import metrics
-from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, tas_best_fit
-from gangsolve.bench.objects import SCHEDULER
-from gangsolve.bench.tenants import proportion
+from gangsolve.bench import placement_metrics
+from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, proportion, tas_best_fit
+from gangsolve.bench.manifests import SCHEDULER
 from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, SolveConfig
 
 # (cluster, snapshot path, time limit) -> (bindings, solver facts)
@@ -103,13 +102,13 @@ def run_one(snapshot: str, scheduler: str, time_limit: float, repeat: int = 1) -
         "scheduler": scheduler,
         "time_limit": time_limit if scheduler == "gangsolve" else None,
         "cycle_seconds": cycles,
-        "cycle_p50": metrics.percentile(cycles, 50),
-        "cycle_p99": metrics.percentile(cycles, 99),
+        "cycle_p50": placement_metrics.percentile(cycles, 50),
+        "cycle_p99": placement_metrics.percentile(cycles, 99),
         "load_seconds": load_seconds,
         "rss_loaded_mib": rss_loaded,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
         "nodes": len(cluster.nodes),
-        **metrics.quality(cluster, bindings),
+        **placement_metrics.quality(cluster, bindings),
         **facts,
     }
 
@@ -122,7 +121,12 @@ class Runner:
         # and still with a fresh heap (its peak RSS counts the imports once, as a scheduler process would).
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(
-            ["gangsolve.bench.runner", "gangsolve.edge.gangs", "gangsolve.edge.snapshot", "gangsolve.solver.pipeline"]
+            [
+                "gangsolve.bench.static.runner",
+                "gangsolve.edge.gangs",
+                "gangsolve.edge.snapshot",
+                "gangsolve.solver.pipeline",
+            ]
         )
         self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
 
@@ -148,4 +152,4 @@ def add_gaps(runs: list[dict]) -> None:
     for r in runs:
         if "error" not in r:
             r["bound"] = bound
-            r["gap"] = metrics.gap(r["gangs_placed"], bound)
+            r["gap"] = placement_metrics.gap(r["gangs_placed"], bound)

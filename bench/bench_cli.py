@@ -15,10 +15,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gangsolve.bench import metrics
-from gangsolve.bench import objects as k8s
-from gangsolve.bench.runner import PEERS_ONLY, SCHEDULERS, Runner, add_gaps
+from gangsolve.bench import manifests, placement_metrics
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
+from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS, Runner, add_gaps
 
 TIMELINE_TIME_LIMIT = 0.5  # per cycle: the time-based mode runs hundreds of cycles
 
@@ -65,7 +64,7 @@ def run_static(
             progress.update(task, description=f"{name}: generating")
             objs = scenario.build()
             path = snapshots / _file_name(name)
-            path.write_bytes(k8s.dumps(objs))
+            path.write_bytes(manifests.dumps(objs))
             limit = time_limit or scenario.time_limit
             runs = []
             for scheduler in dict.fromkeys([*schedulers, *scenario.peers]):
@@ -79,7 +78,7 @@ def run_static(
                     progress.update(task, description=f"{name}: gangsolve at {t:g} s")
                     run = runner.run(path, "gangsolve", t, 1)
                     if "error" not in run:
-                        run["gap"] = metrics.gap(run["gangs_placed"], run["best_bound"])
+                        run["gap"] = placement_metrics.gap(run["gangs_placed"], run["best_bound"])
                     quality.append(run)
                     progress.advance(task)
             kinds = [o["kind"] for o in objs]
@@ -114,7 +113,7 @@ def run_timelines(
 ) -> list[dict]:
     """Every timeline for every seed and estimate mode; schedulers that ignore estimates run once per seed and
     their result stands for every mode."""
-    from gangsolve.bench.timeline import TIMELINES, USES_ESTIMATES, simulate
+    from gangsolve.bench.timeline.simulation import TIMELINES, USES_ESTIMATES, simulate
 
     results = []
     with _progress(console) as progress:
@@ -122,7 +121,7 @@ def run_timelines(
             timeline = TIMELINES[name]
             for seed in seeds:
                 objs = timeline.build(seed)
-                (snapshots / _file_name(f"{name}-seed{seed}")).write_bytes(k8s.dumps(objs))
+                (snapshots / _file_name(f"{name}-seed{seed}")).write_bytes(manifests.dumps(objs))
                 once: dict[str, dict] = {}
                 for mode in modes:
                     runs = []
@@ -158,7 +157,7 @@ def run_timelines(
 def run_live(
     names: list[str], schedulers: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
 ) -> list[dict]:
-    from gangsolve.bench.live import run_scenarios
+    from gangsolve.bench.live.runs import run_scenarios
 
     if not names:
         return []
@@ -176,7 +175,7 @@ def run_live(
 
 
 def run_preemption(names: list[str], time_limit: float | None, console: Console) -> list[dict]:
-    from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS, run_scenarios
+    from gangsolve.bench.static.preemption_rounds import PREEMPTION_SCHEDULERS, run_scenarios
 
     if not names:
         return []
@@ -196,8 +195,8 @@ def run_preemption(names: list[str], time_limit: float | None, console: Console)
 def run_live_preemption(
     names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
 ) -> list[dict]:
-    from gangsolve.bench.live_preemption import run_scenarios
-    from gangsolve.bench.preemption import PREEMPTION_SCHEDULERS
+    from gangsolve.bench.live.live_preemption import run_scenarios
+    from gangsolve.bench.static.preemption_rounds import PREEMPTION_SCHEDULERS
 
     if not names:
         return []
@@ -352,12 +351,12 @@ def bench_command(
     list_only,
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
-    from gangsolve.bench import report  # matplotlib: loaded only when benchmarking
-    from gangsolve.bench.live import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS
-    from gangsolve.bench.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
-    from gangsolve.bench.preemption import GRID as PREEMPTION_GRID
-    from gangsolve.bench.preemption import SCENARIOS as PREEMPTION_SCENARIOS
-    from gangsolve.bench.timeline import ESTIMATES, SEEDS, TIMELINE_GRIDS, TIMELINE_SCHEDULERS, TIMELINES
+    from gangsolve.bench.live.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
+    from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS
+    from gangsolve.bench.report import plots, tables, targets  # matplotlib: loaded only when benchmarking
+    from gangsolve.bench.static.preemption_rounds import GRID as PREEMPTION_GRID
+    from gangsolve.bench.static.preemption_rounds import SCENARIOS as PREEMPTION_SCENARIOS
+    from gangsolve.bench.timeline.simulation import ESTIMATES, SEEDS, TIMELINE_GRIDS, TIMELINE_SCHEDULERS, TIMELINES
 
     console = Console()
     if not console.is_terminal:
@@ -430,21 +429,21 @@ def bench_command(
                 live_preempt_names, time_limit, live_quiet, out / "live-logs", console
             ),
         }
-    results["targets"] = report.check_targets(results)
-    report.print_table(results, console)
-    report.write_json(results, out / "results.json")
-    (out / "results.md").write_text(report.markdown(results))
-    paths = report.plot(results, out)
+    results["targets"] = targets.check_targets(results)
+    tables.print_table(results, console)
+    tables.write_json(results, out / "results.json")
+    (out / "results.md").write_text(tables.markdown(results))
+    paths = plots.plot(results, out)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(p) for p in paths))
 
 
 def _compare_dra(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
     from rich.table import Table
 
-    from gangsolve.bench import dra
+    from gangsolve.bench.static import dra_comparison
 
-    results = {n: dra.compare(n, seeds, repeat, time_limit) for n in dra.SIZES}
-    rows = dra.table(results)
+    results = {n: dra_comparison.compare(n, seeds, repeat, time_limit) for n in dra_comparison.SIZES}
+    rows = dra_comparison.table(results)
     out = Table(title=f"GPUs as DRA devices vs extended resources ({seeds} seeds x {repeat} cycles, {time_limit:g} s)")
     for column in rows[0]:
         out.add_column(column)

@@ -28,8 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench import scenarios as sc
+from gangsolve.bench import manifests, scenarios
 from gangsolve.bench.baselines import Round, per_pod_preemption, workload_preemption
 from gangsolve.solver.model import GPU, Cluster, Gang, Running, SolveConfig
 
@@ -49,12 +48,12 @@ class PreemptionScenario:
 
 
 def _classes(*values: tuple[str, int]) -> list[dict]:
-    return [k8s.priority_class(name, value) for name, value in values]
+    return [manifests.priority_class(name, value) for name, value in values]
 
 
 def _running(name: str, cpu: int, mem: int, gpus: int, node: str, started: float, **kw) -> dict:
-    pod = k8s.pod(name, cpu, mem, gpus, node_name=node, **kw)
-    pod["status"]["startTime"] = k8s.timestamp(started)
+    pod = manifests.pod(name, cpu, mem, gpus, node_name=node, **kw)
+    pod["status"]["startTime"] = manifests.timestamp(started)
     return pod
 
 
@@ -62,12 +61,12 @@ def perf_vs_pods(nodes: int = 100, low: int = 1000, gangs: int = 1, size: int = 
     """scheduler_perf's GangPreemptionBasic: low-priority pods of 40m spread evenly (10 a node), preemptor gangs
     of pods of 3970m: each needs a node emptied of every low-priority pod."""
     objs = _classes(("perf-low", 0), ("perf-high", 8888888))
-    objs += [k8s.node(f"node-{i:05d}", 4000, 32 * 1024) for i in range(nodes)]
+    objs += [manifests.node(f"node-{i:05d}", 4000, 32 * 1024) for i in range(nodes)]
     objs += [
         _running(f"low-{i:05d}", 40, 100, 0, f"node-{i % nodes:05d}", i, priority_class="perf-low") for i in range(low)
     ]
     for g in range(gangs):
-        objs += sc.gang_objects(f"gang-{g:03d}", 10_000 + g, [("pod", 3970, 100, 0)] * size, size, "perf-high")
+        objs += scenarios.gang_objects(f"gang-{g:03d}", 10_000 + g, [("pod", 3970, 100, 0)] * size, size, "perf-high")
     return objs
 
 
@@ -75,17 +74,17 @@ def perf_vs_gangs(nodes: int = 100, low: int = 5, high: int = 1, size: int = 100
     """scheduler_perf's GangPreemptionPodGroups: `low` gangs of `size` pods of 600m spread one pod a node
     (hostPorts do it there), `high` preemptor gangs of `size` pods of 3500m."""
     objs = _classes(("perf-low", 1000), ("perf-high", 9999999))
-    objs += [k8s.node(f"node-{i:05d}", 4000, 32 * 1024) for i in range(nodes)]
+    objs += [manifests.node(f"node-{i:05d}", 4000, 32 * 1024) for i in range(nodes)]
     for g in range(low):
         name = f"low-{g:03d}"
-        objs.append(k8s.pod_group(name, size))
+        objs.append(manifests.pod_group(name, size))
         spread = [f"node-{(g * size + i) % nodes:05d}" for i in range(size)]
         objs += [
             _running(f"{name}-{i}", 600, 100, 0, node, g * size + i, group=name, priority_class="perf-low")
             for i, node in enumerate(spread)
         ]
     for g in range(high):
-        objs += sc.gang_objects(f"gang-{g:03d}", 10_000 + g, [("pod", 3500, 100, 0)] * size, size, "perf-high")
+        objs += scenarios.gang_objects(f"gang-{g:03d}", 10_000 + g, [("pod", 3500, 100, 0)] * size, size, "perf-high")
     return objs
 
 
@@ -93,8 +92,8 @@ def gpu_cluster(n_nodes: int, pending: int, seed: int) -> list[dict]:
     """The synthetic GPU shapes, ~90% of the untainted GPUs held by running low- and normal-priority gangs (and
     PDB-guarded serving pods), and `pending` high-priority gangs that fit only by preempting."""
     rng = np.random.default_rng(seed)
-    nodes, shapes = sc.synthetic_nodes(n_nodes)
-    objs = [*_classes((sc.HIGH, 1000), (sc.NORMAL, 100), (sc.LOW, 0)), *nodes]
+    nodes, shapes = scenarios.synthetic_nodes(n_nodes)
+    objs = [*_classes((scenarios.HIGH, 1000), (scenarios.NORMAL, 100), (scenarios.LOW, 0)), *nodes]
     free = {
         n["metadata"]["name"]: [s.gpus, s.cores * 1000, s.memory_gib * 1024]
         for n, s in zip(nodes, shapes, strict=True)
@@ -124,7 +123,7 @@ def gpu_cluster(n_nodes: int, pending: int, seed: int) -> list[dict]:
                 free[name][2] += mem
             continue
         used += gpus * size
-        priority = sc.NORMAL if rng.random() < 0.4 else sc.LOW
+        priority = scenarios.NORMAL if rng.random() < 0.4 else scenarios.LOW
         started += float(rng.integers(1, 600))
         if serving:
             app = f"serve-{g:04d}"
@@ -135,7 +134,7 @@ def gpu_cluster(n_nodes: int, pending: int, seed: int) -> list[dict]:
             ]
             continue
         name = f"train-{g:04d}"
-        objs.append(k8s.pod_group(name, size if rng.random() < 0.8 else max(1, size // 2)))
+        objs.append(manifests.pod_group(name, size if rng.random() < 0.8 else max(1, size // 2)))
         objs += [
             _running(f"{name}-{i}", cpu, mem, gpus, node, started, group=name, priority_class=priority)
             for i, node in enumerate(where)
@@ -144,7 +143,7 @@ def gpu_cluster(n_nodes: int, pending: int, seed: int) -> list[dict]:
         gpus = int(rng.choice([1, 2, 4, 8], p=[0.25, 0.25, 0.3, 0.2]))
         size = int(rng.integers(2, 9)) if gpus < 8 else int(rng.integers(1, 4))
         pods = [("worker", gpus * 4000, gpus * 32 * 1024, gpus)] * size
-        objs += sc.gang_objects(f"urgent-{j:03d}", 100_000 + j, pods, size, sc.HIGH)
+        objs += scenarios.gang_objects(f"urgent-{j:03d}", 100_000 + j, pods, size, scenarios.HIGH)
     return objs
 
 
@@ -152,7 +151,7 @@ def _pdb(app: str, min_available: int) -> dict:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": app, "namespace": k8s.NAMESPACE},
+        "metadata": {"name": app, "namespace": manifests.NAMESPACE},
         "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
     }
 
@@ -160,12 +159,12 @@ def _pdb(app: str, min_available: int) -> dict:
 def users_tfjob() -> list[dict]:
     """The users' cluster: TFJob resnet (low priority, 3 GPU workers and a ps, one gang) and a PDB-guarded
     notebook run; TFJob mnist (high priority, 7 GPU workers and a ps) waits for 7 of the 8 GPUs."""
-    master = k8s.node(
+    master = manifests.node(
         "master", 24000, 128 * 1024, taints=[{"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"}]
     )
-    gpu = [k8s.node(f"gpu-{i}", 28000, 128 * 1024, 4, labels={"gpu": "yes"}) for i in range(2)]
+    gpu = [manifests.node(f"gpu-{i}", 28000, 128 * 1024, 4, labels={"gpu": "yes"}) for i in range(2)]
     objs = [*_classes(("research", 100), ("production", 1000)), master, *gpu]
-    objs.append(k8s.pod_group("resnet", 4))
+    objs.append(manifests.pod_group("resnet", 4))
     objs += [_running("resnet-ps-0", 2000, 4096, 0, "gpu-0", 1, group="resnet", priority_class="research")]
     objs += [
         _running(f"resnet-worker-{i}", 2000, 4096, 1, "gpu-0", 1, group="resnet", priority_class="research")
@@ -186,7 +185,7 @@ def users_tfjob() -> list[dict]:
         )
     )
     pods = [("ps", 2000, 4096, 0)] + [("worker", 2000, 4096, 1)] * 7
-    objs += sc.gang_objects("mnist", 10, pods, 8, "production", selector={"gpu": "yes"})
+    objs += scenarios.gang_objects("mnist", 10, pods, 8, "production", selector={"gpu": "yes"})
     return objs
 
 
@@ -194,12 +193,12 @@ def gpu_small() -> list[dict]:
     """Four 8-GPU nodes, 30 GPUs held by 12 running pods (gangs of low and normal priority, a PDB-guarded
     service, pods alone), a high-priority gang of two 4-GPU pods: small enough for an exhaustive search over
     every set of victims (tests/bench/test_preemption_bench.py)."""
-    objs = [*_classes((sc.HIGH, 1000), (sc.NORMAL, 100), (sc.LOW, 0))]
-    objs += [k8s.node(f"node-{i}", 96_000, 1024 * 1024, 8) for i in range(4)]
+    objs = [*_classes((scenarios.HIGH, 1000), (scenarios.NORMAL, 100), (scenarios.LOW, 0))]
+    objs += [manifests.node(f"node-{i}", 96_000, 1024 * 1024, 8) for i in range(4)]
     t = iter(range(1, 100))
 
     def gang(name: str, minimum: int, priority: str, pods: list[tuple[str, int]]) -> None:
-        objs.append(k8s.pod_group(name, minimum))
+        objs.append(manifests.pod_group(name, minimum))
         for i, (node, gpus) in enumerate(pods):
             objs.append(
                 _running(
@@ -214,9 +213,9 @@ def gpu_small() -> list[dict]:
                 )
             )
 
-    gang("low-a", 2, sc.LOW, [("node-0", 4), ("node-1", 4)])
-    gang("low-b", 1, sc.LOW, [("node-2", 4), ("node-3", 4)])
-    gang("normal-c", 3, sc.NORMAL, [("node-0", 2), ("node-1", 2), ("node-2", 2)])
+    gang("low-a", 2, scenarios.LOW, [("node-0", 4), ("node-1", 4)])
+    gang("low-b", 1, scenarios.LOW, [("node-2", 4), ("node-3", 4)])
+    gang("normal-c", 3, scenarios.NORMAL, [("node-0", 2), ("node-1", 2), ("node-2", 2)])
     objs.append(_pdb("serve", 1))
     for i, node in enumerate(("node-1", "node-3")):
         objs.append(
@@ -227,18 +226,18 @@ def gpu_small() -> list[dict]:
                 2,
                 node,
                 next(t),
-                priority_class=sc.LOW,
+                priority_class=scenarios.LOW,
                 labels={"app": "serve"},
                 scheduler_name="default-scheduler",
             )
         )
     for name, node, gpus, priority in (
-        ("solo-0", "node-0", 1, sc.LOW),
-        ("solo-1", "node-3", 1, sc.LOW),
-        ("solo-2", "node-2", 2, sc.NORMAL),
+        ("solo-0", "node-0", 1, scenarios.LOW),
+        ("solo-1", "node-3", 1, scenarios.LOW),
+        ("solo-2", "node-2", 2, scenarios.NORMAL),
     ):
         objs.append(_running(name, gpus * 4000, gpus * 32 * 1024, gpus, node, next(t), priority_class=priority))
-    objs += sc.gang_objects("urgent", 1000, [("worker", 16000, 128 * 1024, 4)] * 2, 2, sc.HIGH)
+    objs += scenarios.gang_objects("urgent", 1000, [("worker", 16000, 128 * 1024, 4)] * 2, 2, scenarios.HIGH)
     return objs
 
 
@@ -447,7 +446,7 @@ def run_scenarios(
     for name in names:
         scenario = SCENARIOS[name]
         objs = scenario.build()
-        cluster = k8s.to_cluster(objs)
+        cluster = manifests.to_cluster(objs)
         runs = []
         for scheduler in schedulers:
             on_run(name, scheduler)

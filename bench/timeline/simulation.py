@@ -26,11 +26,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gangsolve.bench import metrics, openb, tenants
-from gangsolve.bench import objects as k8s
+from gangsolve.bench import manifests, openb, placement_metrics
 from gangsolve.bench.baselines import easy_backfill
-from gangsolve.bench.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
+from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
+from gangsolve.bench.timeline import tenants
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.solver.greedy import place_colocated, place_gang
@@ -96,7 +96,7 @@ def _arrivals(rng: np.random.Generator, work: list[float], capacity: int) -> lis
 
 
 def _annotate(arrival: float, duration: float) -> dict[str, str]:
-    return {k8s.ARRIVAL_ANNOTATION: str(int(arrival)), k8s.DURATION_ANNOTATION: str(int(duration))}
+    return {manifests.ARRIVAL_ANNOTATION: str(int(arrival)), manifests.DURATION_ANNOTATION: str(int(duration))}
 
 
 def _label(objs: list[dict], workload: str) -> None:
@@ -120,7 +120,7 @@ def synthetic_timeline(seed: int = 7, n_nodes: int = 100) -> list[dict]:
     for gang, arrival, duration in zip(gangs, _arrivals(rng, work, capacity), durations, strict=False):
         gang[0]["metadata"].setdefault("annotations", {}).update(_annotate(arrival, duration))
         for pod in gang[1:]:
-            pod["metadata"]["creationTimestamp"] = k8s.timestamp(arrival)
+            pod["metadata"]["creationTimestamp"] = manifests.timestamp(arrival)
         # A job template: its role mix and GPUs per worker (what a user's `app` label tells apart).
         gpus = max(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in gang[1:])
         _label(gang, f"{len(gang) - 1}x{gpus}")
@@ -226,8 +226,8 @@ def jobs_of(
 ) -> tuple[list[Node], list[Job], tuple[Queue, ...]]:
     """The cluster's nodes, its jobs, each with the runtime it declares in estimate mode `estimates`, and its
     queues."""
-    snap = k8s.to_snapshot(objects)
-    cluster = build_cluster(snap, k8s.SCHEDULER)
+    snap = manifests.to_snapshot(objects)
+    cluster = build_cluster(snap, manifests.SCHEDULER)
     pods_of: dict[str, list[dict]] = {}
     for pod in snap.pods:
         group = (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
@@ -238,7 +238,7 @@ def jobs_of(
         ns, name = gang.name.split("/", 1)
         group = dict(snap.pod_groups[("scheduling.x-k8s.io", ns, name)])
         notes = dict(group["metadata"]["annotations"])
-        duration = float(notes[k8s.DURATION_ANNOTATION])
+        duration = float(notes[manifests.DURATION_ANNOTATION])
         factor = float(noise.lognormal(0.0, NOISE_SIGMA))  # drawn in every mode: the same jobs get the same noise
         if estimates != "absent":
             estimate = duration if estimates == "exact" else duration / factor
@@ -248,7 +248,7 @@ def jobs_of(
         jobs.append(
             Job(
                 gang,
-                float(notes[k8s.ARRIVAL_ANNOTATION]),
+                float(notes[manifests.ARRIVAL_ANNOTATION]),
                 duration,
                 declared_runtime(pods, group),
                 workload_key(pods[0], WORKLOAD_LABEL),
@@ -474,20 +474,20 @@ def summarize(
         d = [delay for j, delay in zip(counted, delays, strict=True) if small <= j.gpus <= big]
         by_size[label] = {
             "jobs": len(d),
-            "p50": metrics.percentile(d, 50),
-            "p95": metrics.percentile(d, 95),
+            "p50": placement_metrics.percentile(d, 50),
+            "p95": placement_metrics.percentile(d, 95),
             "mean": float(np.mean(d)) if d else None,
         }
     return {
         "jobs": len(counted),
         "never_runnable": len(jobs) - len(counted),
         "started": len(started),
-        "queue_delay_p50": metrics.percentile(delays, 50),
-        "queue_delay_p95": metrics.percentile(delays, 95),
-        "queue_delay_p99": metrics.percentile(delays, 99),
+        "queue_delay_p50": placement_metrics.percentile(delays, 50),
+        "queue_delay_p95": placement_metrics.percentile(delays, 95),
+        "queue_delay_p99": placement_metrics.percentile(delays, 99),
         "queue_delay_mean": float(np.mean(delays)) if delays else None,
         "jct_mean": float(np.mean(jct)) if jct else None,
-        "jct_p95": metrics.percentile(jct, 95),
+        "jct_p95": placement_metrics.percentile(jct, 95),
         "bounded_slowdown_mean": float(np.mean(slowdown)) if slowdown else None,
         "gpu_useful_mean": useful / span,
         "gpu_allocation_mean": (useful + stranded + wasted) / span,
@@ -495,6 +495,6 @@ def summarize(
         "evictions": len(lost),
         "queue_delay_by_size": by_size,
         "cycles": len(cycles),
-        "cycle_p50": metrics.percentile(seconds, 50),
-        "cycle_p99": metrics.percentile(seconds, 99),
+        "cycle_p50": placement_metrics.percentile(seconds, 50),
+        "cycle_p99": placement_metrics.percentile(seconds, 99),
     }

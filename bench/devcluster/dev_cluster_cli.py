@@ -11,7 +11,8 @@ from types import FrameType
 import click
 
 from gangsolve.bench.devcluster.binaries import Binaries, BinariesMissing, cache_dir, read_versions
-from gangsolve.bench.devcluster.controlplane import ControlPlane, ControlPlaneError, NodeSpec
+from gangsolve.bench.devcluster.controlplane import ControlPlane, ControlPlaneError
+from gangsolve.bench.devcluster.fake_nodes import NodeSpec
 
 
 @click.group()

@@ -1,5 +1,5 @@
-"""Tenants sharing a cluster through queues, in the time-based mode: the workload, Volcano's `proportion`
-allocation as a peer, and how fairly each scheduler shared the GPUs over time.
+"""Tenants sharing a cluster through queues, in the time-based mode: the workload, and how fairly each scheduler
+shared the GPUs over time (Volcano's `proportion` allocation, the peer, is in bench/baselines.py).
 
 Three teams, Volcano Queues of weights 1:2:4 (team-a also capped at 24 GPUs), each submitting far more than its
 weighted share in bursts.
@@ -14,11 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gangsolve.bench import metrics
-from gangsolve.bench import objects as k8s
-from gangsolve.solver.greedy import node_scores, place_gang
-from gangsolve.solver.model import GPU, Cluster
-from gangsolve.solver.problem import Problem
+from gangsolve.bench import manifests, placement_metrics
+from gangsolve.solver.model import GPU
 
 TENANTS = {"team-a": 1, "team-b": 2, "team-c": 4}  # queue -> weight
 CAPABILITY = {"team-a": {GPU: "24"}}  # a hard cap on team-a: 24 of the 128 GPUs, above its fair share of 18
@@ -42,7 +39,7 @@ def tenants_timeline(horizon: float, n_nodes: int = 16, seed: int = 11) -> list[
     1-8 GPUs, durations log-normal, median 20 minutes, 5 to 60), GPU-seconds `OFFERED` x the cluster's."""
     rng = np.random.default_rng(seed)
     objs: list[dict] = [queue_object(name, weight, CAPABILITY.get(name)) for name, weight in TENANTS.items()]
-    objs += [k8s.node(f"gpu-{i:03d}", 64_000, 512 * 1024, gpus=8) for i in range(n_nodes)]
+    objs += [manifests.node(f"gpu-{i:03d}", 64_000, 512 * 1024, gpus=8) for i in range(n_nodes)]
     capacity = 8 * n_nodes
     j = 0
     for tenant, load in OFFERED.items():
@@ -60,98 +57,16 @@ def tenants_timeline(horizon: float, n_nodes: int = 16, seed: int = 11) -> list[
                 name = f"{tenant}-{j:04d}"
                 j += 1
                 notes = {
-                    k8s.ARRIVAL_ANNOTATION: str(int(arrival)),
-                    k8s.DURATION_ANNOTATION: str(int(duration)),
+                    manifests.ARRIVAL_ANNOTATION: str(int(arrival)),
+                    manifests.DURATION_ANNOTATION: str(int(duration)),
                     "gangsolve.io/queue": tenant,
                 }
-                objs.append(k8s.pod_group(name, pods, annotations=notes))
+                objs.append(manifests.pod_group(name, pods, annotations=notes))
                 objs += [
-                    k8s.pod(f"{name}-{i}", 4000, 32 * 1024, gpus, created=arrival, group=name) for i in range(pods)
+                    manifests.pod(f"{name}-{i}", 4000, 32 * 1024, gpus, created=arrival, group=name)
+                    for i in range(pods)
                 ]
     return objs
-
-
-# --- Volcano's proportion plugin, as a peer ---------------------------------------------------------------------
-
-
-def proportion(cluster: Cluster) -> dict[str, str]:
-    """Volcano's allocate action with its default plugins (proportion, gang, priority, binpack-like best fit):
-    each queue *deserves* a share of every resource by weight (capped at what it requests and its capability,
-    what one queue does not request going to the others, round after round); queues are served in order of
-    their share (allocated / deserved, lowest first), one job at a time, highest priority then oldest; a job is
-    allocated whole (greedy, best fit) only if its queue stays within what it deserves."""
-    problem = Problem(cluster)
-    queues = {q.name: q for q in cluster.queues}
-    names = sorted({g.queue for g in cluster.gangs} | set(queues))
-    res = problem.resources
-    total = np.maximum(problem.allocatable[[i for i, n in enumerate(cluster.nodes) if n.ready]].sum(axis=0), 0)
-    allocated = {n: _vector(res, queues[n].allocated if n in queues else {}) for n in names}
-    request = {n: allocated[n].astype(float) for n in names}
-    for g, gang in enumerate(problem.gangs):
-        for part in problem.parts[g]:
-            request[gang.queue] = request[gang.queue] + problem.demand[part.cls] * len(part.pods)
-    weight = {n: float(queues[n].weight if n in queues else 1) for n in names}
-    cap = {n: _vector(res, queues[n].capability, np.inf) if n in queues else np.full(len(res), np.inf) for n in names}
-    deserved = _deserved(total.astype(float), names, weight, {n: np.minimum(request[n], cap[n]) for n in names})
-
-    jobs = {
-        n: sorted(
-            (g for g, gang in enumerate(problem.gangs) if gang.queue == n and gang.pods),
-            key=lambda g: (-problem.gangs[g].priority, problem.gangs[g].order),
-        )
-        for n in names
-    }
-    free = problem.free.copy()
-    bindings: dict[str, str] = {}
-    while any(jobs.values()):
-        n = min((n for n in names if jobs[n]), key=lambda n: (_share(allocated[n], deserved[n]), n))
-        g = jobs[n].pop(0)
-        need = problem.floor[g]
-        asked = need > 0
-        if ((allocated[n] + need)[asked] > deserved[n][asked] + 1e-9).any():
-            continue  # would take the queue past what it deserves: Volcano's proportion does not allocate it
-        counts = place_gang(problem, g, free, scorer=node_scores)
-        if counts is None:
-            continue
-        for (p, node), k in counts.items():
-            pods = iter(problem.parts[g][p].pods)
-            allocated[n] = allocated[n] + k * problem.demand[problem.parts[g][p].cls]
-            for _ in range(k):
-                bindings[next(p for p in pods if p.name not in bindings).name] = problem.nodes[node].name
-    return bindings
-
-
-def _vector(resources: list[str], amounts, missing: float = 0.0) -> np.ndarray:
-    return np.array([amounts.get(r, missing) for r in resources], dtype=float)
-
-
-def _share(allocated: np.ndarray, deserved: np.ndarray) -> float:
-    has = deserved > 0
-    return float((allocated[has] / deserved[has]).max()) if has.any() else 0.0
-
-
-def _deserved(
-    total: np.ndarray, names: list[str], weight: dict[str, float], request: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """proportion's loop: hand the remaining capacity out by weight to the queues not yet at their request,
-    capping each at its request, until nothing remains or every queue is met."""
-    deserved = {n: np.zeros_like(total) for n in names}
-    met: set[str] = {n for n in names if not (request[n] > 0).any()}
-    remaining = total.copy()
-    while len(met) < len(names) and (remaining > 1e-9).any():
-        active = [n for n in names if n not in met]
-        weights = sum(weight[n] for n in active)
-        handed = np.zeros_like(total)
-        for n in active:
-            grown = np.minimum(deserved[n] + remaining * weight[n] / weights, request[n])
-            handed += grown - deserved[n]
-            deserved[n] = grown
-            if (grown >= request[n] - 1e-9).all():
-                met.add(n)
-        remaining = remaining - handed
-        if not (handed > 1e-9).any():
-            break
-    return deserved
 
 
 # --- how fairly the GPUs were shared --------------------------------------------------------------------------
@@ -207,7 +122,7 @@ def tenant_delays(jobs, queue_of: dict[str, str]) -> dict[str, float | None]:
     for j in jobs:
         if j.start is not None:
             delays.setdefault(queue_of[j.gang.name], []).append(j.start - j.arrival)
-    return {t: metrics.percentile(d, 95) for t, d in delays.items()}
+    return {t: placement_metrics.percentile(d, 95) for t, d in delays.items()}
 
 
 # --- report -----------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from gangsolve.bench.objects import BLOCK_LABEL, RACK_LABEL
+from gangsolve.bench.manifests import BLOCK_LABEL, RACK_LABEL
 from gangsolve.solver.model import GPU, Cluster
 from gangsolve.solver.validate import validate
 

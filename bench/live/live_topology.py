@@ -27,13 +27,12 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from gangsolve.bench import objects as k8s
-from gangsolve.bench import scenarios as sc
+from gangsolve.bench import manifests, scenarios
 
 # A 2-core machine runs all three schedulers on this in a few minutes: 96 nodes (768 GPUs) in racks of 8,
 # blocks of 3 racks, zones of 2 blocks; about a quarter of the GPUs held (24-28% on
 # the three seeds); gangs of 8-64 GPUs asking 130% of what is free.
-SHAPE = sc.Topology(
+SHAPE = scenarios.Topology(
     nodes_per_rack=8,
     racks_per_block=3,
     blocks_per_zone=2,
@@ -54,10 +53,10 @@ JOB_LABEL = "job-name"  # what a per-pod user's affinity selects the job's pods 
 def objects(nodes: int = NODES, seed: int = 1, load: float = LOAD) -> list[dict]:
     """The topology scenario's cluster and background at `nodes`, and its gangs in arrival order until they ask
     `load` times the GPUs left free (the same contention for every seed)."""
-    objs = sc.topology(nodes, nodes, seed=seed, shape=SHAPE)  # more gangs than any load here needs
+    objs = scenarios.topology(nodes, nodes, seed=seed, shape=SHAPE)  # more gangs than any load here needs
     gpus = {o["metadata"]["name"]: _gpus(o) for o in objs if o["kind"] == "Pod"}
     running = {o["metadata"]["name"] for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")}
-    free = sum(int(o["status"]["allocatable"].get(k8s.GPU, 0)) for o in objs if o["kind"] == "Node")
+    free = sum(int(o["status"]["allocatable"].get(manifests.GPU, 0)) for o in objs if o["kind"] == "Node")
     free -= sum(gpus[name] for name in running)
     members: dict[str, list[str]] = defaultdict(list)
     for o in objs:
@@ -82,7 +81,9 @@ def objects(nodes: int = NODES, seed: int = 1, load: float = LOAD) -> list[dict]
 
 
 def _gpus(pod: dict) -> int:
-    return sum(int((c.get("resources") or {}).get("requests", {}).get(k8s.GPU, 0)) for c in pod["spec"]["containers"])
+    return sum(
+        int((c.get("resources") or {}).get("requests", {}).get(manifests.GPU, 0)) for c in pod["spec"]["containers"]
+    )
 
 
 def for_scheduler(objs: list[dict], scheduler: str) -> list[dict]:
@@ -115,7 +116,7 @@ def per_pod_affinity(pod: dict, group: dict) -> dict:
     name = group["metadata"]["name"]
     required = [t["key"] for t in (group["spec"].get("schedulingConstraints") or {}).get("topology", [])]
     preferred = [
-        k for k in (group["metadata"].get("annotations") or {}).get(k8s.PREFERRED_ANNOTATION, "").split(",") if k
+        k for k in (group["metadata"].get("annotations") or {}).get(manifests.PREFERRED_ANNOTATION, "").split(",") if k
     ]
     selector = {"matchLabels": {JOB_LABEL: name}}
     affinity: dict = {}
@@ -146,8 +147,8 @@ def oracle(
     objs: list[dict],
     bindings: dict[str, str],
     bound_at: dict[str, float] | None = None,
-    rack_key: str = k8s.RACK_LABEL,
-    block_key: str = k8s.BLOCK_LABEL,
+    rack_key: str = manifests.RACK_LABEL,
+    block_key: str = manifests.BLOCK_LABEL,
 ) -> dict:
     """What the bindings did to the scenario's gangs, from its objects alone.
 

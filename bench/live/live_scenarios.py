@@ -1,0 +1,196 @@
+"""The live mode's scenarios: what each one creates on a fresh control plane, how its pods arrive (stream or
+burst) and what its users give each scheduler (bench/live/runs.py runs them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from gangsolve.bench import manifests, scenarios
+from gangsolve.bench.live import live_topology
+from gangsolve.solver import SolveConfig
+
+# scheduler_perf's client (test/integration/scheduler_perf/util.go): QPS 5000, burst 5000. The scale scenarios
+# give every scheduler this client-side limit, as a user of a large cluster raises the default 50/100.
+PERF_QPS = 5000.0
+
+
+@dataclass(frozen=True)
+class LiveScenario:
+    name: str
+    nodes: int
+    build: Callable[[], list[dict]]
+    description: str
+    time_limit: float = SolveConfig.time_limit  # gangsolve run's --time-limit (its default)
+    mode: str = "stream"  # stream | burst (module docstring)
+    rate: float | None = None  # stream: pods created a second; None: as fast as the API server takes them
+    client_qps: float | None = None  # every scheduler's client-side QPS and burst; None: each one's default
+    scale: bool = False  # a large cluster: no node Leases (ControlPlane(node_leases=False))
+    timeout: float = 300.0  # the run ends at the latest this long after t = 0
+    # Seconds after the pending pods that their gang definitions (PDBs, PodGroups) are created, the pods owned
+    # by TFJobs, as a training operator making separate calls creates them; 0: definitions first.
+    late_definitions: float = 0.0
+    # The objects each scheduler's users create from the scenario's (objects, scheduler); None: the scenario's
+    # own, plus a native PodGroup per gang for kube-scheduler-gang.
+    users: Callable[[list[dict], str], list[dict]] | None = None
+    # The feature gates of a plane that serves scheduling.k8s.io PodGroups (kube-scheduler-gang's, and any whose
+    # users create such PodGroups): API server, controller manager, and kube-scheduler where it runs.
+    native_gates: tuple[str, ...] = ("GenericWorkload", "TopologyAwareWorkloadScheduling")
+    # An independent check of the final bindings: (the scenario's objects, pod -> node, pod -> seconds bound).
+    oracle: Callable[[list[dict], dict[str, str], dict[str, float]], dict] | None = None
+
+
+def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
+    """A TFJob as its operator creates it: a parameter server and 1-GPU workers, grouped by a PDB with
+    minAvailable = all of them (the kube-batch convention), no PodGroup."""
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": manifests.NAMESPACE},
+        "spec": {"minAvailable": workers + 1, "selector": {"matchLabels": {"tf-job-name": name}}},
+    }
+    pods = [
+        manifests.pod(
+            f"{name}-ps-0",
+            2000,
+            4096,
+            created=created,
+            labels={"tf-job-name": name, "tf-replica-type": "ps"},
+            node_selector=selector,
+        )
+    ]
+    pods += [
+        manifests.pod(
+            f"{name}-worker-{i}",
+            2000,
+            4096,
+            1,
+            created=created,
+            labels={"tf-job-name": name, "tf-replica-type": "worker"},
+            node_selector=selector,
+        )
+        for i in range(workers)
+    ]
+    return [pdb, *pods]
+
+
+def users_tfjob() -> list[dict]:
+    """The users' cluster (a tainted GPU-less control-plane node, two 4-GPU nodes) and two TFJobs asking for
+    12 GPUs of its 8: one fits, the other must wait whole."""
+    master = manifests.node(
+        "master",
+        24000,
+        128 * 1024,
+        labels={"node-role.kubernetes.io/master": ""},
+        taints=[{"key": "node-role.kubernetes.io/master", "value": "", "effect": "NoSchedule"}],
+    )
+    gpu = [manifests.node(f"gpu-{i}", 28000, 128 * 1024, 4, labels={"gpu": "yes"}) for i in range(2)]
+    selector = {"gpu": "yes"}
+    return [master, *gpu, *tfjob_objects("mnist", 7, 0, selector), *tfjob_objects("resnet", 5, 1, selector)]
+
+
+# Gang shapes at scale: scheduler_perf's GangScheduling workloads (gangs x pods: 1,000 x 3 and 3 x 1,000 on its
+# 4-cpu nodes; test/integration/scheduler_perf/podgroup/gangscheduling), 10 x 500 between them, and the
+# synthetic GPU mix (the static mode's synthetic clusters: shapes, taints, background load, priorities).
+SHAPES = {"1000x3": (1000, 3), "3x1000": (3, 1000), "10x500": (10, 500)}
+STREAM_RATES = (100, 300, 1000)
+SYNTHETIC_GANGS = {1000: 200, 5000: 1000}  # as the static synthetic/<n>nodes scenarios
+
+
+def _scale_scenarios(nodes: int) -> list[LiveScenario]:
+    out = []
+    builds: dict[str, tuple[Callable[[], list[dict]], str]] = {
+        shape: (
+            partial(scenarios.kube_perf, nodes, gangs, size),
+            f"{nodes} scheduler_perf nodes (4 cpu, 32Gi), {gangs} gangs x {size} pods (100m, 100Mi)",
+        )
+        for shape, (gangs, size) in SHAPES.items()
+    }
+    builds["synthetic"] = (
+        partial(scenarios.synthetic, nodes, SYNTHETIC_GANGS[nodes], seed=nodes),
+        f"synthetic/{nodes}nodes: GPU nodes and background load, {SYNTHETIC_GANGS[nodes]} gangs of the GPU mix",
+    )
+    streamed = ("1000x3", "synthetic")  # the latency-sensitive shape, and the contended mix
+    timeout = 300.0 if nodes <= 1000 else 600.0
+    for shape, (build, description) in builds.items():
+        common: dict[str, Any] = {"client_qps": PERF_QPS, "scale": True, "timeout": timeout}
+        name = f"live/{nodes}nodes-{shape}"
+        out.append(LiveScenario(f"{name}-burst", nodes, build, f"{description}; burst", mode="burst", **common))
+        if shape in streamed:
+            out += [
+                LiveScenario(
+                    f"{name}-stream{rate}",
+                    nodes,
+                    build,
+                    f"{description}; {rate} pods/s",
+                    mode="stream",
+                    rate=rate,
+                    **common,
+                )
+                for rate in STREAM_RATES
+            ]
+    return out
+
+
+LIVE_SCENARIOS: dict[str, LiveScenario] = {
+    s.name: s
+    for s in (
+        LiveScenario(
+            "live/tfjob",
+            3,
+            users_tfjob,
+            "the users' cluster: tainted control-plane node + 2x 4-GPU nodes; TFJobs of 8 and 6 pods "
+            "(7 + 5 GPUs) grouped by PDB",
+            time_limit=1.0,
+        ),
+        LiveScenario(
+            "live/tfjob-late-pdb",
+            3,
+            users_tfjob,
+            "the users' TFJobs owned by TFJob objects, their PDBs created 2 s after the pods (separate calls, "
+            "as a training operator makes them): the race a gang scheduler must not lose",
+            time_limit=1.0,
+            late_definitions=2.0,
+        ),
+        LiveScenario(
+            "live/synthetic-100nodes",
+            100,
+            lambda: scenarios.synthetic(100, 40, seed=100),
+            "synthetic/100nodes' cluster and background, 40 pending gangs",
+            time_limit=1.0,
+        ),
+        *(
+            LiveScenario(
+                f"live/topology-seed{seed}",
+                live_topology.NODES,
+                partial(live_topology.objects, seed=seed),
+                f"{live_topology.NODES} 8-GPU nodes in racks of 8, blocks of 3 racks, about a quarter held; "
+                f"scheduling.k8s.io PodGroups of 8-64 GPUs asking {live_topology.LOAD:.0%} of the free GPUs, "
+                f"required block, preferred rack (seed {seed})",
+                users=live_topology.for_scheduler,
+                native_gates=live_topology.TOPOLOGY_GATES,
+                oracle=live_topology.oracle,
+            )
+            for seed in live_topology.SEEDS
+        ),
+        LiveScenario(
+            "live/10nodes-10x3-burst",
+            10,
+            lambda: scenarios.kube_perf(10, 10, 3),
+            "scheduler_perf's 10Nodes_3Gangs shape with 10 gangs x 3 pods; burst (the e2e test's)",
+            mode="burst",
+            client_qps=PERF_QPS,
+            scale=True,
+        ),
+        *_scale_scenarios(1000),
+        *_scale_scenarios(5000),
+    )
+}
+LIVE_GRIDS = {
+    "small": ["live/tfjob", "live/synthetic-100nodes"],
+    "scale-1000": [n for n in LIVE_SCENARIOS if n.startswith("live/1000nodes-")],
+    "scale-5000": [n for n in LIVE_SCENARIOS if n.startswith("live/5000nodes-")],
+}
+LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")

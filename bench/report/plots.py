@@ -1,0 +1,165 @@
+"""The results as PNG plots: quality and latency against cluster size, timelines over time, live bindings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on CI or servers
+import matplotlib.pyplot as plt
+
+from gangsolve.bench.report.tables import timeline_label
+from gangsolve.bench.timeline import tenants
+
+COLORS = {
+    "kube-scheduler": "tab:gray",
+    "kube-scheduler-wap": "tab:olive",
+    "kube-scheduler-gang": "tab:green",
+    "per-pod-least": "tab:gray",
+    "per-pod-most": "tab:brown",
+    "greedy-gang": "tab:blue",
+    "easy-backfill": "tab:purple",
+    "gangsolve": "tab:red",
+}
+MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}
+
+
+def _family(name: str) -> str:
+    return name.split("/")[0]
+
+
+def _series(results: dict, metric) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(scheduler, family) -> [(nodes, value)] sorted by nodes."""
+    out: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for sc in results["scenarios"]:
+        for r in sc["runs"]:
+            if "error" in r:
+                continue
+            value = metric(r)
+            if value is not None:
+                out.setdefault((r["scheduler"], _family(sc["name"])), []).append((sc["nodes"], value))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _draw(ax, results: dict, metric, ylabel: str, logy: bool = False) -> None:
+    for (scheduler, family), points in _series(results, metric).items():
+        xs, ys = zip(*points, strict=True)
+        style = "-" if family == "synthetic" else ":"
+        ax.plot(xs, ys, style, marker=MARKERS.get(family, "x"), color=COLORS.get(scheduler))
+    ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _legend(ax, results: dict) -> None:
+    """Colour says the scheduler, marker the scenario family."""
+    from matplotlib.lines import Line2D
+
+    schedulers = list(dict.fromkeys(r["scheduler"] for sc in results["scenarios"] for r in sc["runs"]))
+    families = list(dict.fromkeys(_family(sc["name"]) for sc in results["scenarios"]))
+    handles = [Line2D([], [], color=COLORS.get(s), label=s) for s in schedulers]
+    handles += [Line2D([], [], color="black", marker=MARKERS.get(f, "x"), linestyle="", label=f) for f in families]
+    ax.legend(handles=handles, fontsize=8)
+
+
+def plot(results: dict, out: Path) -> list[Path]:
+    paths = plot_live(results.get("live") or [], out)
+    if not results["scenarios"] and not results.get("timeline"):
+        return paths
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    _draw(axes[0], results, lambda r: r["gangs_placed"] / r["gangs"] if r["gangs"] else None, "gangs placed / pending")
+    _draw(axes[1], results, lambda r: r["gpu_useful"], "GPU allocation without stranded GPUs")
+    _draw(axes[2], results, lambda r: r["stranded_gpus"] if r["gpus_total"] else None, "GPUs stranded by partial gangs")
+    _legend(axes[0], results)
+    fig.suptitle("Placement quality against cluster size (one cycle)")
+    fig.tight_layout()
+    paths.append(out / "quality.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    _draw(ax, results, lambda r: r["cycle_p99"], "cycle time p99 (s)", logy=True)
+    _legend(ax, results)
+    ax.set_title("Latency against cluster size")
+    fig.tight_layout()
+    paths.append(out / "latency.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    shown: set[str] = set()
+    for sc in results.get("timeline") or []:
+        if sc["name"] in shown:
+            continue  # one plot per scenario: its first seed and estimate mode
+        shown.add(sc["name"])
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+        for r in sc["runs"]:
+            t = [c["time"] / 60 for c in r["cycles"]]
+            color = COLORS.get(r["scheduler"])
+            top.plot(t, [c["gpu_useful"] for c in r["cycles"]], color=color, label=f"{r['scheduler']} (running jobs)")
+            top.plot(
+                t, [c["gpu_allocation"] for c in r["cycles"]], ":", color=color, label=f"{r['scheduler']} (allocated)"
+            )
+            bottom.plot(t, [c["pending"] for c in r["cycles"]], color=color, label=r["scheduler"])
+        top.set_ylabel("GPU utilization")
+        top.legend(fontsize=7)
+        bottom.set_ylabel("pending jobs")
+        bottom.set_xlabel("minutes")
+        top.set_title(f"{timeline_label(sc)}: GPU utilization and queue over time")
+        for ax in (top, bottom):
+            ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        paths.append(out / f"timeline-{sc['name'].split('/')[-1]}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    paths += tenants.plot_shares(results.get("timeline") or [], out)
+    return paths
+
+
+def plot_live(live: list[dict], out: Path) -> list[Path]:
+    """Per live scenario: pods bound against time, one line per scheduler (stream: pods created dashed), and
+    for streams the CDF of gang latency."""
+    paths = []
+    for sc in live:
+        runs = [r for r in sc["runs"] if "error" not in r and r["bound_over_time"]]
+        stream = sc.get("mode", "stream") == "stream"
+        fig, axes = plt.subplots(1, 2 if stream else 1, figsize=(14 if stream else 8, 5), squeeze=False)
+        ax = axes[0][0]
+        for r in runs:
+            times = [0.0, *r["bound_over_time"]]
+            ax.step(times, range(len(times)), where="post", color=COLORS.get(r["scheduler"]), label=r["scheduler"])
+            if stream and r.get("created_over_time"):
+                made = [0.0, *r["created_over_time"]]
+                ax.step(made, range(len(made)), where="post", color=COLORS.get(r["scheduler"]), alpha=0.4, ls="--")
+        origin = "the first pending pod was created" if stream else "the scheduler started"
+        ax.set_xlabel(f"seconds since {origin}")
+        ax.set_ylabel("pods bound" + (" (dashed: created)" if stream else ""))
+        ax.set_title(f"{sc['name']}: bindings over time")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        if stream:
+            cdf = axes[0][1]
+            for r in runs:
+                lat = r.get("gang_latencies") or []
+                if lat:
+                    cdf.step(
+                        lat,
+                        [(i + 1) / len(lat) for i in range(len(lat))],
+                        where="post",
+                        color=COLORS.get(r["scheduler"]),
+                        label=f"{r['scheduler']} ({len(lat)} gangs)",
+                    )
+            cdf.set_xscale("log")
+            cdf.set_xlabel("gang latency: last member created -> gang bound (s)")
+            cdf.set_ylabel("share of complete gangs")
+            cdf.set_title("gang latency CDF")
+            cdf.grid(True, which="both", alpha=0.3)
+            cdf.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(out / f"live-{sc['name'].split('/')[-1]}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,250 @@
+"""The targets the benchmark is held to, checked on whatever scenarios ran; each says what it measured."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from statistics import median
+
+from gangsolve.bench.placement_metrics import priority_key, worth
+from gangsolve.bench.report.tables import PREEMPTION_TITLES, by_time, num, pct, run_median, secs, timeline_label
+
+BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
+
+
+def _run(sc: dict, scheduler: str) -> dict | None:
+    r = next((r for r in sc["runs"] if r["scheduler"] == scheduler), None)
+    return None if r is None or "error" in r else r
+
+
+def live_targets(sc: dict, add: Callable[[str, str, str, bool], None]) -> None:
+    """The live targets: burst pods/s at least kube-scheduler's; stream gang p99 at most native gang
+    scheduling's wherever kube-scheduler keeps up; the users' TFJobs not the slowest; RSS within 1 GiB at 5,000
+    nodes; never a partial gang."""
+    gs, ks, native = _run(sc, "gangsolve"), _run(sc, "kube-scheduler"), _run(sc, "kube-scheduler-gang")
+    if gs is None:
+        return
+    name = sc["name"]
+    sound = not gs.get("partial_gangs") and not gs.get("violations") and not gs.get("background_pods_lost")
+    if sc.get("late_definitions") and ks is not None:  # gangsolve waits for the definitions by design
+        add(
+            "live, gang definitions late: 0 partial gangs",
+            name,
+            f"partial gangs {gs['partial_gangs']} vs kube-scheduler's {ks['partial_gangs']}",
+            sound,
+        )
+    elif sc.get("mode") == "burst" and ks is not None:
+        add(
+            "live burst: pods bound/s >= kube-scheduler's, 0 partial gangs",
+            name,
+            f"{num(gs['pods_per_second'])} vs {num(ks['pods_per_second'])} pods/s; partial gangs "
+            f"{gs['partial_gangs']} vs {ks['partial_gangs']}",
+            (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0) and sound,
+        )
+    elif sc.get("rate") and ks is not None and native is not None and ks.get("keeps_up"):
+        mine, theirs = gs.get("gang_latency_p99"), native.get("gang_latency_p99")
+        add(
+            "live stream: gang latency p99 <= native gang scheduling's (where kube-scheduler keeps up)",
+            name,
+            f"{secs(mine)} vs {secs(theirs)}; gangs complete {gs['gangs_complete']} vs {native['gangs_complete']}",
+            mine is not None and (theirs is None or mine <= theirs) and sound,
+        )
+    elif name == "live/tfjob":
+        others = [r for r in sc["runs"] if r["scheduler"] != "gangsolve" and "error" not in r]
+        slowest = min((r["pods_per_second"] or 0 for r in others), default=0)
+        add(
+            "live: the users' TFJobs, gangsolve not the slowest (pods/s), 0 partial gangs",
+            name,
+            f"{num(gs['pods_per_second'])} pods/s vs "
+            + ", ".join(f"{r['scheduler']} {num(r['pods_per_second'])}" for r in others),
+            (gs["pods_per_second"] or 0) > slowest and sound,
+        )
+    elif ks is not None:
+        add(
+            "live: pods bound/s >= kube-scheduler's, 0 partial gangs where it leaves some",
+            name,
+            f"{num(gs['pods_per_second'])} vs {num(ks['pods_per_second'])} pods/s; partial gangs "
+            f"{gs['partial_gangs']} vs {ks['partial_gangs']}",
+            (gs["pods_per_second"] or 0) >= (ks["pods_per_second"] or 0) and sound,
+        )
+    if sc.get("nodes", 0) >= 5000 and gs.get("peak_rss_mib") is not None:
+        add("live: peak RSS <= 1 GiB at 5,000 nodes", name, f"{gs['peak_rss_mib']:.0f} MiB", gs["peak_rss_mib"] <= 1024)
+
+
+def check_targets(results: dict) -> list[dict]:
+    """The issue's targets, measured on whatever scenarios ran; each says what it measured."""
+    out = []
+
+    def add(target: str, scenario: str, measured: str, met: bool) -> None:
+        out.append({"target": target, "scenario": scenario, "measured": measured, "met": bool(met)})
+
+    for sc in results.get("live") or []:
+        gs, native = _run(sc, "gangsolve"), _run(sc, "kube-scheduler-gang")
+        if gs is not None and native is not None and "oracle" in gs and "oracle" in native:
+            mine, peer = gs["oracle"], native["oracle"]
+            add(
+                "live topology: 0 required-level violations, gangs placed >= native's, fewer racks per gang",
+                sc["name"],
+                f"violations {mine['required_violations']}; {mine['gangs_placed']} vs {peer['gangs_placed']} gangs; "
+                f"{num(mine['racks_per_gang'], '{:.2f}')} vs {num(peer['racks_per_gang'], '{:.2f}')} racks/gang",
+                mine["required_violations"] == 0
+                and mine["gangs_placed"] >= peer["gangs_placed"]
+                and (mine["racks_per_gang"] or 0) < (peer["racks_per_gang"] or 0),
+            )
+        live_targets(sc, add)
+    for key in PREEMPTION_TITLES:
+        for sc in results.get(key) or []:
+            preemption_targets(sc, add)
+    for sc in results.get("timeline") or []:
+        gs, greedy, easy = _run(sc, "gangsolve"), _run(sc, "greedy-gang"), _run(sc, "easy-backfill")
+        if gs is None or greedy is None or easy is None:
+            continue
+        mine, g, e = gs["summary"], greedy["summary"], easy["summary"]
+        label = timeline_label(sc)
+        for key, what in (("queue_delay_p95", "p95 queue delay"), ("jct_mean", "mean JCT")):
+            add(
+                f"timeline: {what} <= greedy-gang's and easy-backfill's",
+                label,
+                f"{mine[key]:.0f}s vs {g[key]:.0f}s / {e[key]:.0f}s",
+                mine[key] <= min(g[key], e[key]),
+            )
+        add(
+            "timeline: useful GPU allocation >= greedy-gang's and easy-backfill's",
+            label,
+            f"{pct(mine['gpu_useful_mean'])} vs {pct(g['gpu_useful_mean'])} / {pct(e['gpu_useful_mean'])}",
+            mine["gpu_useful_mean"] >= max(g["gpu_useful_mean"], e["gpu_useful_mean"]),
+        )
+        add(
+            "timeline: p50 queue delay <= greedy-gang's",
+            label,
+            f"{mine['queue_delay_p50']:.0f}s vs {g['queue_delay_p50']:.0f}s",
+            mine["queue_delay_p50"] <= g["queue_delay_p50"],
+        )
+    for sc in results["scenarios"]:
+        quality_targets(sc, add)
+        gs = _run(sc, "gangsolve")
+        if gs is None:
+            continue
+        for name in BASELINES:
+            base = _run(sc, name)
+            if base is not None:
+                mine, theirs = priority_key(gs), priority_key(base)
+                add(
+                    f"not below {name} (gangs placed per priority, highest first)",
+                    sc["name"],
+                    f"{'/'.join(map(str, mine))} vs {'/'.join(map(str, theirs))}",
+                    mine >= theirs,
+                )
+        tas = _run(sc, "tas-bestfit")
+        if tas is not None and gs.get("racks_per_gang") is not None:
+            spans = sum(1 for v in gs["violations"] if ": spans " in v)
+            add("0 required-level violations", sc["name"], f"{spans} gangs span more than one domain", spans == 0)
+            add(
+                "at least tas-bestfit's gangs placed, fewer racks per gang",
+                sc["name"],
+                f"{gs['gangs_placed']} vs {tas['gangs_placed']} gangs; "
+                f"{gs['racks_per_gang']:.2f} vs {tas['racks_per_gang']:.2f} racks per gang",
+                gs["gangs_placed"] >= tas["gangs_placed"] and gs["racks_per_gang"] < tas["racks_per_gang"],
+            )
+        greedy = _run(sc, "greedy-gang")
+        if sc["contended"] and greedy is not None and gs["gpus_total"]:
+            more = (gs["gpus_placed"] - greedy["gpus_placed"]) / max(greedy["gpus_placed"], 1)
+            add(
+                ">= +5% GPUs placed over greedy-gang (contended)",
+                sc["name"],
+                f"{gs['gpus_placed']} vs {greedy['gpus_placed']} GPUs ({more:+.1%})",
+                more >= 0.05,
+            )
+        if sc["nodes"] <= 1000 and gs.get("gap") is not None:
+            add(
+                "optimality gap <= 1% (<= 1,000 nodes)",
+                sc["name"],
+                f"{gs['gangs_placed']} gangs, bound {gs['bound']} ({gs['gap']:.1%})",
+                gs["gap"] <= 0.01,
+            )
+        if sc["name"] == "synthetic/1000nodes":
+            add("cycle p99 <= 1 s (1,000 nodes, 200 gangs)", sc["name"], secs(gs["cycle_p99"]), gs["cycle_p99"] <= 1)
+        if sc["nodes"] >= 5000:
+            add(
+                "cycle p99 <= 5 s (5,000 nodes)",
+                sc["name"],
+                f"{secs(gs['cycle_p99'])}, {gs['gangs']} gangs, {gs['pods']} pending pods",
+                gs["cycle_p99"] <= 5,
+            )
+            add(
+                "peak RSS <= 1 GiB (5,000 nodes)",
+                sc["name"],
+                f"{gs['peak_rss_mib']:.0f} MiB, {sc['objects']['pods']} pods in snapshot",
+                gs["peak_rss_mib"] <= 1024,
+            )
+    return out
+
+
+def preemption_targets(sc: dict, add) -> None:
+    """0 victim gangs broken, 0 futile evictions, and no more GPUs evicted than any peer (and no fewer
+    preemptors placed, so evicting less by placing less does not count)."""
+    gs = _run(sc, "gangsolve")
+    if gs is None:
+        return
+    add(
+        "preemption: 0 victim gangs broken, 0 futile evictions",
+        sc["name"],
+        f"{gs['victim_gangs_broken']} broken, {gs['futile_evictions']} futile",
+        gs["victim_gangs_broken"] == 0 and gs["futile_evictions"] == 0,
+    )
+    for r in sc["runs"]:
+        if r["scheduler"] == "gangsolve" or "error" in r:
+            continue
+        add(
+            f"preemption: GPUs evicted <= {r['scheduler']}'s, as many preemptors placed",
+            sc["name"],
+            f"{gs['gpus_evicted']} vs {r['gpus_evicted']} GPUs ({gs['pods_evicted']} vs {r['pods_evicted']} pods); "
+            f"placed {gs['preemptors_placed']} vs {r['preemptors_placed']}",
+            gs["gpus_evicted"] <= r["gpus_evicted"] and gs["preemptors_placed"] >= r["preemptors_placed"],
+        )
+
+
+def quality_targets(sc: dict, add) -> None:
+    """The quality-against-time targets: more time never worse; the gap at 1,000 and 5,000 nodes; the live
+    limit's answer against a minute's."""
+    times = by_time(sc)
+    if len(times) >= 2:
+        limits = list(times)
+        # Every run at a longer limit against every run at a shorter one.
+        worse = [
+            (short, longer)
+            for i, short in enumerate(limits)
+            for longer in limits[i + 1 :]
+            if min(worth(r) for r in times[longer]) < max(worth(r) for r in times[short])
+        ]
+        add(
+            "more time never gives a worse answer (gangs per priority, then GPUs and cpu placed)",
+            sc["name"],
+            ", ".join(f"worse at {b:g} s than at {a:g} s" for a, b in worse)
+            or f"non-decreasing over {', '.join(f'{t:g} s' for t in limits)}",
+            not worse,
+        )
+
+    def gap_target(limit: float, most: float) -> None:
+        runs = times.get(limit)
+        if runs and all(r.get("gap") is not None for r in runs):
+            gap = median(r["gap"] for r in runs)
+            add(
+                f"gap <= {most:.0%} with {limit:g} s ({sc['nodes']:,} nodes)",
+                sc["name"],
+                f"{run_median(runs, 'gangs_placed'):g} gangs, bound {run_median(runs, 'best_bound'):g} ({gap:.1%})",
+                gap <= most,
+            )
+
+    if sc["name"] == "synthetic/1000nodes":
+        gap_target(60, 0.05)
+        gap_target(1, 0.10)
+        if 1 in times and 60 in times:
+            live, minute = run_median(times[1], "gangs_placed"), run_median(times[60], "gangs_placed")
+            add(
+                "1 s answer >= 98% of the 60 s answer's gangs (1,000 nodes)",
+                sc["name"],
+                f"{live:g} vs {minute:g} gangs ({live / minute:.1%})",
+                live >= 0.98 * minute,
+            )
+    if sc["name"] == "synthetic/5000nodes":
+        gap_target(60, 0.10)
