@@ -103,3 +103,47 @@ def test_the_harness_modes_import_only_down() -> None:
         f: sorted(n for n in names if n.startswith(NEVER_IMPORTS[str(Path(f).parent)])) for f, names in imports.items()
     }
     assert {f: n for f, n in offenders.items() if n} == {}
+
+
+# The scheduler's layers: the edge reads Kubernetes objects and knows nothing of who runs it; the cycle joins the
+# edge to the solver; the live scheduler and the command line run the cycle.
+LAYERS = {
+    "src/gangsolve/edge": ("gangsolve.live", "gangsolve.cycle", "gangsolve.cli", "gangsolve.render"),
+    "src/gangsolve/cycle.py": ("gangsolve.live", "gangsolve.cli", "gangsolve.render"),
+    "src/gangsolve/live": ("gangsolve.cli", "gangsolve.render"),
+}
+# The live scheduler's actors talk through messages (live/messages.py), mailboxes and the store, never through
+# each other's modules; run.py wires them.
+ACTORS = ("watchers", "solver_actor", "binder", "feedback", "leader", "http")
+
+
+def test_the_edge_the_cycle_and_the_live_scheduler_import_only_down() -> None:
+    imports = _imports("src/gangsolve")
+    offenders = {}
+    for path, names in imports.items():
+        for where, never in LAYERS.items():
+            if path == where or path.startswith(where + "/"):
+                offenders[path] = sorted(n for n in names if n.startswith(never))
+    assert {f: n for f, n in offenders.items() if n} == {}
+
+
+def test_no_actor_imports_another() -> None:
+    imports = _imports("src/gangsolve/live")
+    actor_modules = {f"gangsolve.live.{a}" for a in ACTORS}
+    offenders = {
+        path: sorted(n for n in names if n in actor_modules and n != f"gangsolve.live.{Path(path).stem}")
+        for path, names in imports.items()
+        if Path(path).stem in ACTORS
+    }
+    assert {f: n for f, n in offenders.items() if n} == {}
+    assert all((ROOT / "src/gangsolve/live" / f"{a}.py").exists() for a in ACTORS)  # the list names real modules
+
+
+def test_no_module_outside_the_tests_is_over_800_lines() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for folder in ("src", "solver", "bench")
+        for path in (ROOT / folder).rglob("*.py")
+        if "results" not in path.parts
+    }
+    assert {f: n for f, n in sizes.items() if n > 800} == {}

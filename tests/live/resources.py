@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gangsolve.live.watchers import RESOURCES, Resource
+from gangsolve.live.messages import Resource
+from gangsolve.live.watchers import RESOURCES
 
 
 def _by(api_version: str, kind: str) -> Resource:

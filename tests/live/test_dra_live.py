@@ -12,12 +12,11 @@ import pytest
 
 from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
-from gangsolve.live.leader import Unfenced
-from gangsolve.live.messages import Bound, CycleResult, GangPlan
+from gangsolve.live.fence import Unfenced
+from gangsolve.live.messages import Bound, CycleResult, Event, GangPlan, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from tests.builders import (
     DRIVER,
     k8s_claim,

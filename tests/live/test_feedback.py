@@ -11,12 +11,11 @@ import pytest
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live.channels import Latest
 from gangsolve.live.feedback import Feedback
-from gangsolve.live.leader import Unfenced
-from gangsolve.live.messages import Bound, CycleResult
+from gangsolve.live.fence import Unfenced
+from gangsolve.live.messages import Bound, CycleResult, Event, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group, k8s_queue
 from tests.live.actors import run_cycle
 from tests.live.fake_kube import FakeKube

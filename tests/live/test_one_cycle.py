@@ -17,9 +17,9 @@ from click.testing import CliRunner
 import gangsolve.cycle as cycle_module
 from gangsolve.cli import cli
 from gangsolve.live.channels import Latest
-from gangsolve.live.messages import CycleResult, GangPlan, Preemption
+from gangsolve.live.messages import CycleResult, GangPlan, Preemption, Resync
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Resync
+from gangsolve.live.watchers import RESOURCES
 from tests.builders import (
     k8s_claim,
     k8s_device_class,

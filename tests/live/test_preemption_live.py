@@ -12,12 +12,11 @@ import pytest
 
 from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
-from gangsolve.live.leader import Unfenced
-from gangsolve.live.messages import Bound, CycleResult, Evicted, GangPlan, Preemption, Victim
+from gangsolve.live.fence import Unfenced
+from gangsolve.live.messages import Bound, CycleResult, Event, Evicted, GangPlan, Preemption, Resync, Victim
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod
 from tests.live.actors import solver_actor
 from tests.live.fake_kube import FakeKube

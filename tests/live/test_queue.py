@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gangsolve.live.messages import Event, Resync
 from gangsolve.live.queue import BACKOFF_MAX, SchedulingQueue
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from gangsolve.solver import Gang, GangResult, Pod
 from tests.builders import k8s_pod
 from tests.live.resources import POD

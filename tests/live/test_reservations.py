@@ -14,12 +14,12 @@ from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator
 from gangsolve.edge.reservations import WAITING_FOR_ESTIMATE
 from gangsolve.live.channels import Latest
 from gangsolve.live.feedback import Feedback
-from gangsolve.live.leader import Unfenced
-from gangsolve.live.messages import CycleResult, GangPlan
+from gangsolve.live.fence import Unfenced
+from gangsolve.live.messages import CycleResult, Event, GangPlan, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync, succeeded_pods
+from gangsolve.live.watchers import succeeded_pods
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.actors import solver_actor
 from tests.live.fake_kube import FakeKube

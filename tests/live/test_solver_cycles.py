@@ -13,11 +13,10 @@ import pytest
 import gangsolve.cycle as module
 from gangsolve.edge.gangs import Grace
 from gangsolve.live.channels import Latest
-from gangsolve.live.messages import CycleResult, GangPlan
+from gangsolve.live.messages import CycleResult, Event, GangPlan, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.actors import solver_actor
 from tests.live.resources import NODE, POD, XPG

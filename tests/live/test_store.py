@@ -1,8 +1,8 @@
 """The cluster store: relevant changes only, relists, assumed placements (assume -> confirmed | forget)."""
 
 from gangsolve.edge.gangs import build_cluster
+from gangsolve.live.messages import Event, Resync
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.resources import NODE, POD, VPG, XPG
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gangsolve.live.messages import Event, Resync
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from tests.builders import k8s_node, k8s_pdb, k8s_pod, k8s_queue
 from tests.live.resources import NODE, PDB, POD, QUEUE, VPG, XPG
 

@@ -15,11 +15,10 @@ import pytest
 
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
 from gangsolve.live.channels import Latest
-from gangsolve.live.messages import CycleResult, GangPlan, Preemption
+from gangsolve.live.messages import CycleResult, Event, GangPlan, Preemption, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import Event, Resync
 from tests.builders import (
     k8s_claim,
     k8s_device_class,

@@ -10,7 +10,8 @@ import pytest
 
 from gangsolve.live.kube import ApiError
 from gangsolve.live.leader import LeaderElector, LeadershipLost
-from gangsolve.live.watchers import Event, Resync, Watcher
+from gangsolve.live.messages import Event, Resync
+from gangsolve.live.watchers import Watcher
 from tests.live.fake_kube import FakeKube
 from tests.live.resources import POD, XPG  # XPG: an optional CRD
 

@@ -49,8 +49,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gangsolve.edge import dra, objects
 from gangsolve.edge.errors import InputError
 from gangsolve.live import logs
+from gangsolve.live.fence import Fence
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
-from gangsolve.live.leader import Fence
 from gangsolve.live.messages import COMPONENT, Bound, ClaimWrite, Evicted, GangPlan, Preemption, Victim
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue

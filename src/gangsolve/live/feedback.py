@@ -46,8 +46,8 @@ from gangsolve.edge.objects import is_pending_for
 from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
+from gangsolve.live.fence import Fence
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
-from gangsolve.live.leader import Fence
 from gangsolve.live.messages import COMPONENT, Bound, CycleResult, Evicted
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key

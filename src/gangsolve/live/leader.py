@@ -16,7 +16,6 @@ import math
 import random
 import time
 from datetime import UTC, datetime
-from typing import Protocol
 
 import aiohttp
 import anyio
@@ -29,19 +28,6 @@ RELEASE_TIMEOUT = 2.0  # seconds a shutting-down leader spends handing the lease
 
 class LeadershipLost(RuntimeError):
     pass
-
-
-class Fence(Protocol):
-    def remaining(self) -> float:
-        """Seconds this replica may still write as the scheduler (0 when it may not)."""
-        ...
-
-
-class Unfenced:
-    """The fence of the only replica (no leader election): always valid."""
-
-    def remaining(self) -> float:
-        return math.inf
 
 
 def _micro_now() -> str:

@@ -1,8 +1,8 @@
 """What the actors send each other, in one module every actor imports, so no actor imports another.
 
-solver actor -> binder: `GangPlan` (a placed gang, with the claims to write first) and `Preemption`
-(nominations, then victims); solver actor -> feedback: `CycleResult` (the latest only); binder -> feedback:
-`Bound` and `Evicted`.
+watchers -> store: `Event` and `Resync` of a `Resource`; solver actor -> binder: `GangPlan` (a placed gang,
+with the claims to write first) and `Preemption` (nominations, then victims); solver actor -> feedback:
+`CycleResult` (the latest only); binder -> feedback: `Bound` and `Evicted`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,34 @@ from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import Cluster, Placement
 
 COMPONENT = "gangsolve"  # how events and conditions name the scheduler
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A collection a watcher lists and watches."""
+
+    kind: str  # the key the store files objects under: Pod, Node, PodDisruptionBudget, PodGroup, ResourceClaim...
+    api_version: str
+    path: str  # the cluster-wide collection
+    optional: bool = False  # a CRD that may be missing
+    field_selector: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One watch event."""
+
+    resource: Resource
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: dict
+
+
+@dataclass(frozen=True)
+class Resync:
+    """A full list of the resource: everything the store holds of it is replaced."""
+
+    resource: Resource
+    objects: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

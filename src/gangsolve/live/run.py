@@ -32,15 +32,16 @@ from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
 from gangsolve.live.config import Config
 from gangsolve.live.feedback import Feedback
+from gangsolve.live.fence import Unfenced
 from gangsolve.live.http import HealthServer
 from gangsolve.live.kube import Kube
-from gangsolve.live.leader import LeaderElector, Unfenced
-from gangsolve.live.messages import Bound, CycleResult, Evicted, GangPlan, Preemption
+from gangsolve.live.leader import LeaderElector
+from gangsolve.live.messages import Bound, CycleResult, Event, Evicted, GangPlan, Preemption, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.live.watchers import RESOURCES, Event, Resync, Watcher, succeeded_pods
+from gangsolve.live.watchers import RESOURCES, Watcher, succeeded_pods
 from gangsolve.solver import SolveConfig
 
 _HISTORY_WAIT = 10.0  # seconds the first cycle waits for the list of succeeded pods

@@ -47,11 +47,10 @@ from gangsolve.edge.objects import is_waiting_for
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
-from gangsolve.live.messages import ClaimWrite, CycleResult, GangPlan, Preemption, Victim
+from gangsolve.live.messages import ClaimWrite, CycleResult, Event, GangPlan, Preemption, Resync, Victim
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue, Signature
 from gangsolve.live.store import ClusterStore, View, pod_key
-from gangsolve.live.watchers import Event, Resync
 from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, SolveConfig
 
 

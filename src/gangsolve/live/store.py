@@ -48,7 +48,7 @@ from gangsolve.edge.errors import InputError
 from gangsolve.edge.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
 from gangsolve.edge.snapshot import DRA_KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 from gangsolve.live import logs
-from gangsolve.live.watchers import Event, Resync
+from gangsolve.live.messages import Event, Resync
 from gangsolve.solver import Node
 
 KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)

@@ -10,7 +10,6 @@ empty Resync and is looked for again every `missing_recheck` seconds.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 import aiohttp
 import anyio
@@ -18,18 +17,7 @@ from anyio.abc import ObjectSendStream
 
 from gangsolve.live import logs
 from gangsolve.live.kube import ApiError, Kube
-
-
-@dataclass(frozen=True)
-class Resource:
-    kind: (
-        str  # the key the store files objects under: Pod, Node, PodDisruptionBudget, PodGroup, Queue, ResourceClaim...
-    )
-    api_version: str
-    path: str  # the cluster-wide collection
-    optional: bool = False  # a CRD that may be missing
-    field_selector: str = ""
-
+from gangsolve.live.messages import Event, Resource, Resync
 
 RESOURCES = (
     # Finished pods hold no capacity; kube-scheduler's informer leaves them out the same way.
@@ -63,19 +51,6 @@ def succeeded_pods(scheduler_name: str) -> Resource:
     replica starts leading, so the history is rebuilt from what the cluster still keeps, then watched."""
     selector = f"status.phase=Succeeded,spec.schedulerName={scheduler_name}"
     return Resource("SucceededPod", "v1", "/api/v1/pods", field_selector=selector)
-
-
-@dataclass(frozen=True)
-class Event:
-    resource: Resource
-    type: str  # ADDED | MODIFIED | DELETED
-    obj: dict
-
-
-@dataclass(frozen=True)
-class Resync:
-    resource: Resource
-    objects: list[dict] = field(default_factory=list)
 
 
 class Backoff:
