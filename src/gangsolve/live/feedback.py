@@ -35,6 +35,7 @@ from aiolimiter import AsyncLimiter
 from anyio.abc import ObjectReceiveStream
 
 from gangsolve.edge import reservations
+from gangsolve.edge.gang_hints import pod_group_of
 from gangsolve.edge.gangs import (
     POD_GROUP_LABEL,
     PRIORITY_MISMATCH,
@@ -50,7 +51,7 @@ from gangsolve.live.fence import Fence
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.messages import COMPONENT, Bound, CycleResult, Evicted
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.store import ClusterStore, ObjectKey, pod_group_of, pod_key
+from gangsolve.live.store import ClusterStore, ObjectKey, pod_key
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import PODS
 
