@@ -85,7 +85,8 @@ class Seconds(click.ParamType):
     "--now",
     type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]),
     default=None,
-    help="The cycle's clock (RFC 3339): gangs pending longer than an hour by then rank as starving, "
+    help="The cycle's clock (RFC 3339): gangs pending longer than the starvation age by then (30 minutes, "
+    "sooner for gangs wider than a node) rank as starving, "
     "starving gangs that cannot start get reservations from running pods' expected ends, and pods that may "
     "still get a gang definition wait for it, as in the live scheduler. Default: the time "
     "`gangsolve export` took the snapshot; without either, no gang is starving and no pod waits.",
@@ -107,7 +108,7 @@ class Seconds(click.ParamType):
     "--preemption/--no-preemption",
     default=True,
     show_default=True,
-    help="Pending gangs that may preempt evict lower-priority pods to fit (see README).",
+    help="Pending gangs that may preempt evict lower-priority pods to fit (docs/preemption.md).",
 )
 @click.option(
     "--default-runtime",
