@@ -46,12 +46,11 @@ from anyio.abc import ObjectReceiveStream
 from gangsolve.edge import objects, schema
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.gang_hints import Hint, gang_hints, pod_group_of
-from gangsolve.edge.snapshot import DRA_KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
+from gangsolve.edge.snapshot import DRA_KINDS, KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 from gangsolve.live import logs
 from gangsolve.live.messages import Event, Resync
 from gangsolve.solver import Node
 
-KINDS = ("Pod", "Node", "PodDisruptionBudget", "PodGroup", "PriorityClass", "Queue", *DRA_KINDS)
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
 Requests = dict[str, int]
 
@@ -386,7 +385,12 @@ class ClusterStore:
             return False
         node = _node_name(obj)
         if uid != a.uid:
-            self._drop(key, "pod replaced")
+            # Deleted and created again under its name: the room assumed for the old pod is free again, unless
+            # the new one, already bound there, holds at least as much of it.
+            held = (
+                node == a.node and requests is not None and all(requests.get(r, 0) >= q for r, q in a.requests.items())
+            )
+            self._drop(key, "pod replaced", freed=not held)
         elif node:
             if node != a.node:
                 logs.warning("pod bound elsewhere than assumed", pod=key, assumed=a.node, node=node)
@@ -459,9 +463,9 @@ class ClusterStore:
         if sign < 0:
             self.freed += 1
 
-    def _drop(self, key: str, why: str) -> None:
+    def _drop(self, key: str, why: str, *, freed: bool = True) -> None:
         if key in self._assumed:
-            self._end_assumption(key, freed=True)
+            self._end_assumption(key, freed=freed)
             logs.debug("assumption dropped", pod=key, why=why)
         self._drop_claims(key)
 
