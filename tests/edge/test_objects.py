@@ -79,7 +79,7 @@ def test_effective_requests_sum_containers_raise_to_init_and_add_overhead():
     ]
     pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]
     pod["spec"]["overhead"] = {"cpu": "100m"}
-    req = objects.pod_requests(pod)
+    req = objects.pod_requests(schema.check(pod, "Pod"))
     # cpu: max(1 + 0.5, 4) + 0.1; memory: 1Gi + 2Gi (limit as request) > init 1Gi
     assert req == {"cpu": 4100, "memory": 3 * GI, "nvidia.com/gpu": 1, "pods": 1}
 
@@ -91,13 +91,13 @@ def test_sidecar_init_containers_add_to_the_whole_pod():
         {"name": "setup", "resources": {"requests": {"cpu": "1500m"}}},
     ]
     # the peak is while setup runs beside the sidecar: 1.5 + 1 = 2.5, more than containers 1 + sidecar 1
-    assert objects.pod_requests(pod)["cpu"] == 2500
+    assert objects.pod_requests(schema.check(pod, "Pod"))["cpu"] == 2500
 
 
 def test_bad_request_names_pod_and_field():
     pod = k8s_pod("worker-0", ns="team-a", cpu="lots")
     with pytest.raises(InputError) as err:
-        objects.pod_requests(pod)
+        objects.pod_requests(schema.check(pod, "Pod"))
     assert (
         str(err.value)
         == "Pod team-a/worker-0: spec.containers[0].resources.requests.cpu: quantity 'lots' does not parse"
@@ -105,11 +105,10 @@ def test_bad_request_names_pod_and_field():
 
 
 def test_node_state():
-    n = objects.node(
-        k8s_node(
-            "n", gpus=4, taints=[{"key": "k", "value": "v", "effect": "NoExecute"}], ready=False, unschedulable=True
-        )
+    obj = k8s_node(
+        "n", gpus=4, taints=[{"key": "k", "value": "v", "effect": "NoExecute"}], ready=False, unschedulable=True
     )
+    n = objects.node(schema.check(obj, "Node"))
     assert n.allocatable["nvidia.com/gpu"] == 4
     assert n.allocatable["pods"] == 110
     assert not n.ready
@@ -120,7 +119,7 @@ def test_node_state():
 def test_node_without_conditions_is_not_ready():
     obj = k8s_node("n")
     del obj["status"]["conditions"]
-    assert not objects.node(obj).ready
+    assert not objects.node(schema.check(obj, "Node")).ready
 
 
 def test_pod_constraints_and_priority_class():
@@ -135,7 +134,7 @@ def test_pod_constraints_and_priority_class():
             }
         }
     }
-    pod = objects.pod(obj, {"high": {"value": 1000}}, order=3)
+    pod = objects.pod(obj, {"high": priority_class("high", 1000)}, order=3)
     assert pod.name == "default/p"
     assert pod.priority == 1000
     assert pod.order == 3
@@ -180,5 +179,16 @@ def test_affinity_values_as_the_api_server_validates_them(operator, values, mess
 
 
 def test_global_default_priority_class():
-    assert objects.priority(k8s_pod("p"), {"def": {"value": 7, "globalDefault": True}}) == 7
-    assert objects.priority(k8s_pod("p", priority=3), {"def": {"value": 7, "globalDefault": True}}) == 3
+    classes = {"def": schema.check(priority_class("def", 7, globalDefault=True))}
+    assert objects.priority(schema.check(k8s_pod("p")), classes) == 7
+    assert objects.priority(schema.check(k8s_pod("p", priority=3)), classes) == 3
+
+
+def priority_class(name: str, value: int, **fields) -> dict:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        **fields,
+    }

@@ -216,7 +216,7 @@ def group(
     grace: Grace | None = None,
     now: datetime | None = None,
     nodes: tuple[Node, ...] | None = None,
-    convert_pod=objects.pod,
+    convert_pod=None,
     starvation: float = STARVATION_SECONDS,
     estimator: Estimator | None = None,
 ) -> Grouped:
