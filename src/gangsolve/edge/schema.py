@@ -28,7 +28,7 @@ Labels = dict[str, str]
 Resources = dict[str, Quantity]
 
 
-class _Struct(msgspec.Struct, omit_defaults=True):
+class _Struct(msgspec.Struct, omit_defaults=True, gc=False):  # (no struct holds a cycle: the collector skips them)
     pass
 
 
