@@ -4,7 +4,9 @@ import pytest
 
 from gangsolve.edge import objects, schema
 from gangsolve.edge.errors import InputError
+from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
+from gangsolve.edge.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pod
 
 GI = 2**30
@@ -192,3 +194,31 @@ def priority_class(name: str, value: int, **fields) -> dict:
         "value": value,
         **fields,
     }
+
+
+def test_an_object_decodes_to_typed_attributes_and_its_kind_s_values_are_checked_there():
+    pod = schema.check(k8s_pod("p", ns="team", nodeSelector={"gpu": "yes"}, node_name="n1"))
+    assert (pod.key, pod.spec.nodeSelector, pod.bound, pod.metadata.labels) == ("team/p", {"gpu": "yes"}, True, {})
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}}
+    assert schema.check(group).min_member == 1  # absent: 1
+    with pytest.raises(InputError, match=r"^PodGroup g: spec.minMember: expected a whole number, got None$"):
+        schema.check({**group, "spec": {"minMember": None}})  # null is no number
+
+
+def test_a_snapshot_is_decoded_once_for_every_step_of_a_cycle():
+    snap = Snapshot(nodes=[k8s_node("n1")], pods=[k8s_pod("p")])
+    build_cluster(snap)
+    decoded = snap.decoded()
+    build_cluster(snap)
+    assert snap.decoded() is decoded
+    assert snap.decoded(nodes=False) is decoded
+    snap.add(k8s_pod("q"))  # a new object: decoded again
+    assert [p.key for p in snap.decoded().pods] == ["default/p", "default/q"]
+
+
+@pytest.mark.parametrize("metadata", [{"name": "p"}, {"name": "p", "namespace": None}, {"name": "p", "namespace": ""}])
+def test_a_pod_without_a_namespace_has_one_key_in_the_store_and_the_edge(metadata):
+    """The live store keyed such a pod `/p` (`None/p` for a null namespace) and the edge's pod_key raised
+    KeyError; the store now uses the edge's."""
+    obj = {"kind": "Pod", "metadata": metadata}
+    assert objects.pod_key(obj) == schema.check(obj).key == "/p"

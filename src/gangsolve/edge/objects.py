@@ -92,7 +92,7 @@ _AFFINITY = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExe
 
 
 def _requirements(
-    obj: schema._Object, field: str, given: list[schema.NodeSelectorRequirement] | None
+    obj: schema.Object, field: str, given: list[schema.NodeSelectorRequirement] | None
 ) -> tuple[Requirement, ...]:
     """Node selector requirements, with the values each operator takes as the API server validates them."""
     out = []
@@ -109,7 +109,7 @@ def _requirements(
 
 
 def selector_terms(
-    obj: schema._Object, field: str, terms: list[schema.NodeSelectorTerm] | None
+    obj: schema.Object, field: str, terms: list[schema.NodeSelectorTerm] | None
 ) -> tuple[SelectorTerm, ...]:
     """A core/v1 NodeSelector's terms (`field` names them in errors)."""
     return tuple(

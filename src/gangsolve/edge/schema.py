@@ -4,8 +4,8 @@ Each kind gangsolve understands has a small schema (msgspec structs) of just the
 the Kubernetes API types them; fields it does not read are ignored, whatever they hold. `check(obj)` decodes an
 object into its struct, or raises an InputError naming the object and the field; the code after it reads typed
 attributes (`pod.spec.nodeSelector`). The values every object of a kind is held to (a PodGroup's minimum, a
-PDB's percentages, a Queue's weight) are checked here too; quantities where they become units
-(gangsolve.edge.objects.resources), as only the objects whose capacity counts are read for them.
+PDB's percentages, a Queue's weight and quantities) are checked as it is decoded; a pod's or a node's quantities
+as they become units (`units`), since only the objects whose capacity counts are read for them.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ class Metadata(_Struct):
 
     @property
     def labels(self) -> Labels:
-        return self.labels_ or _NONE
+        return self.labels_ or _NO_LABELS
 
     @property
     def annotations(self) -> Labels:
-        return self.annotations_ or _NONE
+        return self.annotations_ or _NO_LABELS
 
     @property
     def controller(self) -> OwnerReference | None:
@@ -62,10 +62,10 @@ class Metadata(_Struct):
         return next((ref for ref in self.ownerReferences or () if ref.controller), None)
 
 
-_NONE: Labels = {}  # what an absent map reads as (never written to)
+_NO_LABELS: Labels = {}  # what an absent map reads as (never written to)
 
 
-class _Object(_Struct, kw_only=True):
+class Object(_Struct, kw_only=True):
     """A top-level object: its kind as it was given (absent from objects the API server lists) and metadata."""
 
     metadata: Metadata
@@ -169,7 +169,7 @@ class PodStatus(_Struct):
     startTime: Timestamp | None = None
 
 
-class Pod(_Object):
+class Pod(Object):
     spec_: PodSpec | None = msgspec.field(default=None, name="spec")
     status_: PodStatus | None = msgspec.field(default=None, name="status")
 
@@ -239,7 +239,7 @@ class NodeStatus(_Struct):
     conditions: list[NodeCondition] | None = None
 
 
-class Node(_Object):
+class Node(Object):
     spec_: NodeSpec | None = msgspec.field(default=None, name="spec")
     status_: NodeStatus | None = msgspec.field(default=None, name="status")
 
@@ -276,7 +276,7 @@ class PodDisruptionBudgetStatus(_Struct):
     disruptionsAllowed: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
 
 
-class PodDisruptionBudget(_Object):
+class PodDisruptionBudget(Object):
     spec_: PodDisruptionBudgetSpec | None = msgspec.field(default=None, name="spec")
     status_: PodDisruptionBudgetStatus | None = msgspec.field(default=None, name="status")
 
@@ -316,7 +316,7 @@ class PodGroupSpec(_Struct):
 UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
 
 
-class PodGroup(_Object):
+class PodGroup(Object):
     apiVersion: Any = msgspec.UNSET  # its group tells the three PodGroups apart
     spec_: PodGroupSpec | None = msgspec.field(default=None, name="spec")
 
@@ -341,7 +341,7 @@ class PodGroup(_Object):
         return policy.gang if policy is not None else None
 
 
-class PriorityClass(_Object):
+class PriorityClass(Object):
     value: Int32 = 0
     globalDefault: bool | None = None
     preemptionPolicy: PreemptionPolicy | None = None
@@ -362,7 +362,7 @@ class QueueStatus(_Struct):
     state: str | None = None  # Open, Closed, Closing, Unknown (Volcano's controller sets it)
 
 
-class Queue(_Object):  # scheduling.volcano.sh/v1beta1
+class Queue(Object):  # scheduling.volcano.sh/v1beta1
     spec_: QueueSpec | None = msgspec.field(default=None, name="spec")
     status_: QueueStatus | None = msgspec.field(default=None, name="status")
 
@@ -435,7 +435,7 @@ class ResourceSliceSpec(_Struct):
     devices: list[Device] | None = None
 
 
-class ResourceSlice(_Object):
+class ResourceSlice(Object):
     spec: ResourceSliceSpec
 
 
@@ -452,7 +452,7 @@ class DeviceClassSpec(_Struct):
     extendedResourceName: str | None = None
 
 
-class DeviceClass(_Object):
+class DeviceClass(Object):
     spec: DeviceClassSpec | None = None
 
 
@@ -523,7 +523,7 @@ class ResourceClaimStatus(_Struct):
     reservedFor: list[ResourceClaimConsumerReference] | None = None
 
 
-class ResourceClaim(_Object):
+class ResourceClaim(Object):
     spec: ResourceClaimSpec | None = None
     status: ResourceClaimStatus | None = None
 
@@ -532,7 +532,7 @@ class ResourceClaimTemplateSpec(_Struct):
     spec: ResourceClaimSpec | None = None
 
 
-class ResourceClaimTemplate(_Object):
+class ResourceClaimTemplate(Object):
     spec: ResourceClaimTemplateSpec | None = None
 
 
@@ -604,7 +604,7 @@ def int_or_percent(value: int | str, total: int) -> int:
     raise ValueError(f"expected a number or a percentage, got {shown(value)}")
 
 
-def units(obj: _Object, field: str, quantities: Resources | None) -> dict[str, int]:
+def units(obj: Object, field: str, quantities: Resources | None) -> dict[str, int]:
     """Quantities in the solver's units (gangsolve.edge.quantity), or InputError naming the one out of range."""
     out: dict[str, int] = {}
     for name, value in (quantities or {}).items():
@@ -615,7 +615,7 @@ def units(obj: _Object, field: str, quantities: Resources | None) -> dict[str, i
     return out
 
 
-def _read(obj: _Object, field: str, value: object, read: Callable[[Any], int]) -> int:
+def _read(obj: Object, field: str, value: object, read: Callable[[Any], int]) -> int:
     try:
         return read(value)
     except ValueError as exc:
@@ -623,6 +623,7 @@ def _read(obj: _Object, field: str, value: object, read: Callable[[Any], int]) -
 
 
 def _minimum(pg: PodGroup) -> int | None:
+    """The PodGroup's minimum by its API group (see PodGroup.min_member), or InputError naming the field."""
     if pg.group != UPSTREAM_GROUP:
         minimum = pg.spec.minMember
         return _read(pg, "spec.minMember", 1 if minimum is msgspec.UNSET else minimum, positive_int)

@@ -115,8 +115,9 @@ class Snapshot:
         raises InputError. `nodes=False` leaves the nodes to a caller that decoded them already (the live store,
         as they arrive)."""
         for key in (("decoded", True), ("decoded", nodes)):
-            if key in self.cache:
-                return self.cache[key]  # type: ignore[return-value]
+            decoded = self.cache.get(key)
+            if isinstance(decoded, Decoded):
+                return decoded
         decoded = self.cache["decoded", nodes] = Decoded(self, nodes)
         return decoded
 
