@@ -21,7 +21,7 @@ import orjson
 
 from gangsolve.bench import manifests
 from gangsolve.bench.scenarios import as_dra, synthetic
-from gangsolve.edge import dra, objects
+from gangsolve.edge import dra, objects, schema
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.snapshot import parse
 from gangsolve.solver import SolveConfig, solve, validate
@@ -69,7 +69,9 @@ def compare(nodes: int, seeds: int, repeat: int, time_limit: float) -> dict[str,
     out = {"extended": Variant([], [], [], []), "dra": Variant([], [], [], [])}
     for seed in range(seeds):
         objs = synthetic(nodes, SIZES[nodes], seed=nodes + seed)
-        requests = {objects.pod_key(o): objects.pod_requests(o) for o in objs if o["kind"] == "Pod"}
+        requests = {
+            objects.pod_key(o): objects.pod_requests(schema.check(o, "Pod")) for o in objs if o["kind"] == "Pod"
+        }
         texts = {"extended": manifests.dumps(objs), "dra": orjson.dumps(manifests.as_list(as_dra(objs)))}
         for _ in range(repeat):
             for name, text in texts.items():

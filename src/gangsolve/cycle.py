@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from gangsolve.edge import dra, objects
+from gangsolve.edge import dra
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.estimates import Estimator, with_estimates
 from gangsolve.edge.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, gated, waiting
@@ -95,7 +95,7 @@ def group(
     estimator: Estimator | None = None,
     strict: bool = False,
     nodes: tuple[Node, ...] | None = None,
-    convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] = objects.pod,
+    convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] | None = None,
 ) -> Grouped:
     """The cluster of a snapshot, with every gang (and, with `estimator` and `now`, the expected runtimes of
     gangs and running pods), and the pending pods that join no gang yet. `now` is the cycle's clock: gangs

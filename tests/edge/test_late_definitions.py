@@ -116,7 +116,7 @@ def test_a_definition_arriving_after_some_members_were_bound_places_the_rest_tog
     assert (gang.min_member, gang.need, len(gang.bound_nodes)) == (4, 2, 2)
     placement = solve(build_cluster(s, now=at(60)))
     assert placement.bindings == {}  # one GPU left: the two must go together, or not at all
-    s.nodes[0] = k8s_node("n1", gpus=4)
+    s = Snapshot(nodes=[k8s_node("n1", gpus=4)], pods=s.pods, pdbs=s.pdbs)  # a snapshot is decoded once
     assert set(solve(build_cluster(s, now=at(60))).bindings) == {"default/w2", "default/w3"}
 
 

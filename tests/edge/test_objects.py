@@ -4,7 +4,9 @@ import pytest
 
 from gangsolve.edge import objects, schema
 from gangsolve.edge.errors import InputError
+from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
+from gangsolve.edge.snapshot import Snapshot
 from tests.builders import k8s_node, k8s_pod
 
 GI = 2**30
@@ -79,7 +81,7 @@ def test_effective_requests_sum_containers_raise_to_init_and_add_overhead():
     ]
     pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]
     pod["spec"]["overhead"] = {"cpu": "100m"}
-    req = objects.pod_requests(pod)
+    req = objects.pod_requests(schema.check(pod, "Pod"))
     # cpu: max(1 + 0.5, 4) + 0.1; memory: 1Gi + 2Gi (limit as request) > init 1Gi
     assert req == {"cpu": 4100, "memory": 3 * GI, "nvidia.com/gpu": 1, "pods": 1}
 
@@ -91,13 +93,13 @@ def test_sidecar_init_containers_add_to_the_whole_pod():
         {"name": "setup", "resources": {"requests": {"cpu": "1500m"}}},
     ]
     # the peak is while setup runs beside the sidecar: 1.5 + 1 = 2.5, more than containers 1 + sidecar 1
-    assert objects.pod_requests(pod)["cpu"] == 2500
+    assert objects.pod_requests(schema.check(pod, "Pod"))["cpu"] == 2500
 
 
 def test_bad_request_names_pod_and_field():
     pod = k8s_pod("worker-0", ns="team-a", cpu="lots")
     with pytest.raises(InputError) as err:
-        objects.pod_requests(pod)
+        objects.pod_requests(schema.check(pod, "Pod"))
     assert (
         str(err.value)
         == "Pod team-a/worker-0: spec.containers[0].resources.requests.cpu: quantity 'lots' does not parse"
@@ -105,11 +107,10 @@ def test_bad_request_names_pod_and_field():
 
 
 def test_node_state():
-    n = objects.node(
-        k8s_node(
-            "n", gpus=4, taints=[{"key": "k", "value": "v", "effect": "NoExecute"}], ready=False, unschedulable=True
-        )
+    obj = k8s_node(
+        "n", gpus=4, taints=[{"key": "k", "value": "v", "effect": "NoExecute"}], ready=False, unschedulable=True
     )
+    n = objects.node(schema.check(obj, "Node"))
     assert n.allocatable["nvidia.com/gpu"] == 4
     assert n.allocatable["pods"] == 110
     assert not n.ready
@@ -120,7 +121,7 @@ def test_node_state():
 def test_node_without_conditions_is_not_ready():
     obj = k8s_node("n")
     del obj["status"]["conditions"]
-    assert not objects.node(obj).ready
+    assert not objects.node(schema.check(obj, "Node")).ready
 
 
 def test_pod_constraints_and_priority_class():
@@ -135,7 +136,7 @@ def test_pod_constraints_and_priority_class():
             }
         }
     }
-    pod = objects.pod(obj, {"high": {"value": 1000}}, order=3)
+    pod = objects.pod(obj, {"high": priority_class("high", 1000)}, order=3)
     assert pod.name == "default/p"
     assert pod.priority == 1000
     assert pod.order == 3
@@ -180,5 +181,44 @@ def test_affinity_values_as_the_api_server_validates_them(operator, values, mess
 
 
 def test_global_default_priority_class():
-    assert objects.priority(k8s_pod("p"), {"def": {"value": 7, "globalDefault": True}}) == 7
-    assert objects.priority(k8s_pod("p", priority=3), {"def": {"value": 7, "globalDefault": True}}) == 3
+    classes = {"def": schema.check(priority_class("def", 7, globalDefault=True))}
+    assert objects.priority(schema.check(k8s_pod("p")), classes) == 7
+    assert objects.priority(schema.check(k8s_pod("p", priority=3)), classes) == 3
+
+
+def priority_class(name: str, value: int, **fields) -> dict:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        **fields,
+    }
+
+
+def test_an_object_decodes_to_typed_attributes_and_its_kind_s_values_are_checked_there():
+    pod = schema.check(k8s_pod("p", ns="team", nodeSelector={"gpu": "yes"}, node_name="n1"))
+    assert (pod.key, pod.spec.nodeSelector, pod.bound, pod.metadata.labels) == ("team/p", {"gpu": "yes"}, True, {})
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}}
+    assert schema.check(group).min_member == 1  # absent: 1
+    with pytest.raises(InputError, match=r"^PodGroup g: spec.minMember: expected a whole number, got None$"):
+        schema.check({**group, "spec": {"minMember": None}})  # null is no number
+
+
+def test_a_snapshot_is_decoded_once_for_every_step_of_a_cycle():
+    snap = Snapshot(nodes=[k8s_node("n1")], pods=[k8s_pod("p")])
+    build_cluster(snap)
+    decoded = snap.decoded()
+    build_cluster(snap)
+    assert snap.decoded() is decoded
+    assert snap.decoded(nodes=False) is decoded
+    snap.add(k8s_pod("q"))  # a new object: decoded again
+    assert [p.key for p in snap.decoded().pods] == ["default/p", "default/q"]
+
+
+@pytest.mark.parametrize("metadata", [{"name": "p"}, {"name": "p", "namespace": None}, {"name": "p", "namespace": ""}])
+def test_a_pod_without_a_namespace_has_one_key_in_the_store_and_the_edge(metadata):
+    """The live store keyed such a pod `/p` (`None/p` for a null namespace) and the edge's pod_key raised
+    KeyError; the store now uses the edge's."""
+    obj = {"kind": "Pod", "metadata": metadata}
+    assert objects.pod_key(obj) == schema.check(obj).key == "/p"

@@ -40,9 +40,9 @@ from itertools import combinations
 
 import orjson
 
-from gangsolve.edge import objects
+from gangsolve.edge import objects, schema
 from gangsolve.edge.cel import CelError, compile_selector, device_input
-from gangsolve.edge.errors import InputError, describe
+from gangsolve.edge.errors import InputError
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.constraints.affinity import affinity_holds
 from gangsolve.solver.devices import ALL, Claim, Device, DeviceId, DeviceState, MatchAttribute, Request
@@ -101,7 +101,9 @@ def model(snap: Snapshot, scheduler_name: str) -> Dra:
 class _Builder:
     def __init__(self, snap: Snapshot, scheduler_name: str) -> None:
         self.snap = snap
+        self.objs = snap.decoded(nodes=False)
         self.scheduler_name = scheduler_name
+        # (the nodes' labels as given: the live store decoded the nodes as they came, and a cycle reads no more)
         self.node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in snap.nodes}
         self.devices: dict[DeviceId, Device] = {}
         self.inputs: dict[DeviceId, tuple[bytes, dict]] = {}  # CEL input and its content key (for memos)
@@ -111,21 +113,17 @@ class _Builder:
 
     def build(self) -> Dra:
         dra = Dra()
-        pods = [
-            p
-            for p in self.snap.pods
-            if (p.get("spec") or {}).get("resourceClaims") and objects.is_pending_for(p, self.scheduler_name)
-        ]
-        if not pods and not self.snap.resource_slices:
+        pods = [p for p in self.objs.pods if p.spec.resourceClaims and p.pending_for(self.scheduler_name)]
+        if not pods and not self.objs.resource_slices:
             return dra
         self._read_devices()
         allocated = self._allocated()
         users: dict[tuple[str, str], int] = defaultdict(int)
-        resolved: dict[str, list[tuple[tuple[str, str], dict]]] = {}
+        resolved: dict[str, list[tuple[tuple[str, str], schema.ResourceClaim]]] = {}
         for p in pods:
             got = self._claims(p, dra)
             if got is not None:
-                resolved[objects.pod_key(p)] = got
+                resolved[p.key] = got
                 for key, _claim in got:
                     users[key] += 1
         claims: list[Claim] = []
@@ -149,87 +147,87 @@ class _Builder:
     # -- devices ----------------------------------------------------------------------------------------
 
     def _read_devices(self) -> None:
+        slices = list(zip(self.snap.resource_slices, self.objs.resource_slices, strict=True))
         newest: dict[tuple[str, str], int] = {}
-        for sl in self.snap.resource_slices:
-            spec = sl["spec"]
-            pool = (spec["driver"], spec["pool"]["name"])
-            newest[pool] = max(newest.get(pool, 0), int(spec["pool"].get("generation") or 0))
-        for sl in sorted(self.snap.resource_slices, key=lambda o: o["metadata"]["name"]):
-            spec = sl["spec"]
-            driver, pool = spec["driver"], spec["pool"]["name"]
-            if int(spec["pool"].get("generation") or 0) < newest[(driver, pool)]:
+        for _raw, sl in slices:
+            of = (sl.spec.driver, sl.spec.pool.name)
+            newest[of] = max(newest.get(of, 0), sl.spec.pool.generation)
+        for raw, sl in sorted(slices, key=lambda pair: str(pair[1].metadata.name)):
+            spec = sl.spec
+            driver, pool = spec.driver, spec.pool.name
+            if spec.pool.generation < newest[(driver, pool)]:
                 continue  # an older generation of the pool: the driver is replacing it
-            scope = None if spec.get("perDeviceNodeSelection") else self._nodes(sl, "spec", spec)
-            for i, dev in enumerate(spec.get("devices") or []):
-                if dev.get("consumesCounters"):
+            scope = None if spec.perDeviceNodeSelection else self._nodes(sl, "spec", spec)
+            raw_devices = raw["spec"].get("devices") or []  # (CEL reads a device as given)
+            for i, (raw_device, dev) in enumerate(zip(raw_devices, spec.devices or (), strict=True)):
+                if dev.consumesCounters:
                     continue  # partitionable devices share counters gangsolve does not model
-                ident = (driver, pool, dev["name"])
+                ident = (driver, pool, dev.name)
                 if ident in self.devices:
                     continue
-                nodes = self._nodes(sl, f"spec.devices[{i}]", dev) if spec.get("perDeviceNodeSelection") else scope
+                nodes = self._nodes(sl, f"spec.devices[{i}]", dev) if spec.perDeviceNodeSelection else scope
                 try:
-                    cel_input = device_input(driver, dev)
+                    cel_input = device_input(driver, raw_device)
                 except ValueError as exc:
-                    raise InputError(describe(sl), f"spec.devices[{i}].capacity", str(exc)) from None
+                    raise InputError(sl.describe(), f"spec.devices[{i}].capacity", str(exc)) from None
                 attributes = {
                     f"{dom}/{name}": v for dom, vs in cel_input["attributes"].items() for name, v in vs.items()
                 }
                 self.devices[ident] = Device(ident, nodes, attributes)
                 self.inputs[ident] = (orjson.dumps(cel_input, option=orjson.OPT_SORT_KEYS), cel_input)
                 self.taints[ident] = tuple(
-                    Taint(t["key"], t.get("value") or "", t["effect"])
-                    for t in dev.get("taints") or []
-                    if t["effect"] in ("NoSchedule", "NoExecute")
+                    Taint(t.key, t.value or "", t.effect)
+                    for t in dev.taints or ()
+                    if t.effect in ("NoSchedule", "NoExecute")
                 )
 
-    def _nodes(self, obj: dict, where: str, spec: Mapping) -> frozenset[str] | None:
+    def _nodes(
+        self, sl: schema.ResourceSlice, where: str, spec: schema.ResourceSliceSpec | schema.Device
+    ) -> frozenset[str] | None:
         """The nodes a slice's (or a device's) devices are reachable from; None for all nodes."""
-        if spec.get("nodeName"):
-            return frozenset([spec["nodeName"]])
-        if spec.get("allNodes"):
+        if spec.nodeName:
+            return frozenset([spec.nodeName])
+        if spec.allNodes:
             return None
-        selector = spec.get("nodeSelector")
+        selector = spec.nodeSelector
         if selector is None:
             return frozenset()
-        terms = objects.selector_terms(obj, f"{where}.nodeSelector.nodeSelectorTerms", selector["nodeSelectorTerms"])
+        terms = objects.selector_terms(sl, f"{where}.nodeSelector.nodeSelectorTerms", selector.nodeSelectorTerms)
         return frozenset(n for n, labels in self.node_labels.items() if terms and affinity_holds(terms, n, labels))
 
     def _allocated(self) -> set[DeviceId]:
         """Devices held by allocated claims, whoever allocated them (admin access holds none)."""
-        out: set[DeviceId] = set()
-        for claim in self.snap.resource_claims.values():
-            for r in _results(claim):
-                if not r.get("adminAccess"):
-                    out.add((r["driver"], r["pool"], r["device"]))
-        return out
+        return {
+            (r.driver, r.pool, r.device)
+            for claim in self.objs.resource_claims.values()
+            for r in _results(claim)
+            if not r.adminAccess
+        }
 
     # -- pods and their claims --------------------------------------------------------------------------
 
-    def _claims(self, pod: dict, dra: Dra) -> list[tuple[tuple[str, str], dict]] | None:
+    def _claims(self, pod: schema.Pod, dra: Dra) -> list[tuple[tuple[str, str], schema.ResourceClaim]] | None:
         """The pod's claims, or None (with the pod's problem recorded) while one does not exist yet."""
-        ns, key = pod["metadata"]["namespace"], objects.pod_key(pod)
-        statuses = {
-            s["name"]: s.get("resourceClaimName")
-            for s in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
-        }
+        ns, key = str(pod.metadata.namespace), pod.key
+        statuses = {s.name: s.resourceClaimName for s in pod.status.resourceClaimStatuses or ()}
         out = []
-        for ref in pod["spec"]["resourceClaims"]:
-            name = ref.get("resourceClaimName")
-            if not name and ref.get("resourceClaimTemplateName"):
-                if ref["name"] not in statuses:
-                    template = ref["resourceClaimTemplateName"]
+        for ref in pod.spec.resourceClaims or ():
+            name = ref.resourceClaimName
+            if not name and ref.resourceClaimTemplateName:
+                if ref.name not in statuses:
+                    template = ref.resourceClaimTemplateName
                     dra.problems[key] = f"waiting for the ResourceClaim of template {ns}/{template} to be created"
                     return None
-                name = statuses[ref["name"]]
+                name = statuses[ref.name]
                 if not name:
                     continue  # none was needed
             if not name:
                 continue
-            claim = self.snap.resource_claims.get((ns, name))
+            claim = self.objs.resource_claims.get((ns, name))
             if claim is None:
                 dra.problems[key] = f"waiting for ResourceClaim {ns}/{name} to exist"
                 return None
-            if claim["metadata"].get("deletionTimestamp"):
+            if claim.metadata.deletionTimestamp:
                 dra.problems[key] = f"ResourceClaim {ns}/{name} is being deleted"
                 return None
             out.append(((ns, name), claim))
@@ -238,63 +236,63 @@ class _Builder:
     def _pod(
         self,
         pod: str,
-        got: list[tuple[tuple[str, str], dict]],
+        got: list[tuple[tuple[str, str], schema.ResourceClaim]],
         users: Mapping[tuple[str, str], int],
         dra: Dra,
     ) -> list[tuple[Claim, list[tuple[Requirement, int]], list[tuple[str, frozenset[Requirement], int]]]]:
         made = []
         for (ns, name), claim in got:
             where = f"ResourceClaim {ns}/{name}"
-            status = claim.get("status") or {}
-            if status.get("allocation") is not None:
-                selector = status["allocation"].get("nodeSelector")
-                if selector:
+            allocation = claim.status.allocation if claim.status is not None else None
+            if allocation is not None:
+                selector = allocation.nodeSelector
+                if selector is not None and selector.nodeSelectorTerms is not None:
                     field_ = "status.allocation.nodeSelector.nodeSelectorTerms"
-                    terms = objects.selector_terms(claim, field_, selector.get("nodeSelectorTerms"))
+                    terms = objects.selector_terms(claim, field_, selector.nodeSelectorTerms)
                     dra.terms[pod] = (*dra.terms.get(pod, ()), terms)
                 continue
             if users[(ns, name)] > 1:
                 raise _Problem(f"{where} is shared by several pending pods and not allocated yet (not supported)")
-            devices = ((claim.get("spec") or {}).get("devices")) or {}
+            devices = (claim.spec.devices if claim.spec is not None else None) or schema.DeviceClaim()
             requests, needs, by_name = [], [], {}
-            for r in devices.get("requests") or []:
+            for r in devices.requests or ():
                 requirement, count = self._request(where, r)
-                candidates = self._candidates(where, r["name"], requirement)
-                requests.append(Request(r["name"], candidates, count))
+                candidates = self._candidates(where, r.name, requirement)
+                requests.append(Request(r.name, candidates, count))
                 needs.append((requirement, count))
-                by_name[r["name"]] = (requirement, count)
+                by_name[r.name] = (requirement, count)
             matches, groups = [], []
-            for c in devices.get("constraints") or []:
-                if c.get("distinctAttribute"):
+            for c in devices.constraints or ():
+                if c.distinctAttribute:
                     raise _Problem(f"{where}: constraints: distinctAttribute is not supported")
-                if not c.get("matchAttribute"):
+                if not c.matchAttribute:
                     continue
-                names = tuple(c.get("requests") or ())
-                matches.append(MatchAttribute(c["matchAttribute"], names))
+                names = tuple(c.requests or ())
+                matches.append(MatchAttribute(c.matchAttribute, names))
                 bound = [by_name[n] for n in (names or by_name) if n in by_name]
                 if bound and all(count != ALL for _r, count in bound):
-                    groups.append((c["matchAttribute"], frozenset(r for r, _c in bound), sum(c for _r, c in bound)))
+                    groups.append((c.matchAttribute, frozenset(r for r, _c in bound), sum(c for _r, c in bound)))
             made.append((Claim(f"{ns}/{name}", pod, tuple(requests), tuple(matches)), needs, groups))
         return made
 
-    def _request(self, where: str, r: dict) -> tuple[Requirement, int]:
-        exactly = r.get("exactly")
-        if r.get("firstAvailable") is not None or exactly is None:
-            raise _Problem(f"{where}: request {r['name']}: firstAvailable is not supported")
-        if exactly.get("adminAccess"):
-            raise _Problem(f"{where}: request {r['name']}: adminAccess is not supported")
-        if exactly.get("capacity"):
-            raise _Problem(f"{where}: request {r['name']}: capacity requests are not supported")
-        mode = exactly.get("allocationMode") or "ExactCount"
+    def _request(self, where: str, r: schema.DeviceRequest) -> tuple[Requirement, int]:
+        exactly = r.exactly
+        if r.firstAvailable is not None or exactly is None:
+            raise _Problem(f"{where}: request {r.name}: firstAvailable is not supported")
+        if exactly.adminAccess:
+            raise _Problem(f"{where}: request {r.name}: adminAccess is not supported")
+        if exactly.capacity:
+            raise _Problem(f"{where}: request {r.name}: capacity requests are not supported")
+        mode = exactly.allocationMode or "ExactCount"
         if mode not in ("ExactCount", "All"):
-            raise _Problem(f"{where}: request {r['name']}: allocationMode {mode} is not supported")
-        count = ALL if mode == "All" else int(exactly.get("count") or 1)
-        selectors = tuple(s["cel"]["expression"] for s in exactly.get("selectors") or [] if s.get("cel"))
+            raise _Problem(f"{where}: request {r.name}: allocationMode {mode} is not supported")
+        count = ALL if mode == "All" else exactly.count or 1
+        selectors = _expressions(exactly.selectors)
         tolerations = tuple(
-            Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
-            for t in exactly.get("tolerations") or []
+            Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
+            for t in exactly.tolerations or ()
         )
-        return Requirement(exactly["deviceClassName"], selectors, tolerations), count
+        return Requirement(exactly.deviceClassName, selectors, tolerations), count
 
     def _candidates(self, where: str, request: str, req: Requirement) -> frozenset[DeviceId]:
         if req not in self.candidates:
@@ -305,10 +303,10 @@ class _Builder:
         return got
 
     def _select(self, req: Requirement) -> frozenset[DeviceId] | str:
-        device_class = self.snap.device_classes.get(req.device_class)
+        device_class = self.objs.device_classes.get(req.device_class)
         if device_class is None:
             return f"DeviceClass {req.device_class} does not exist"
-        own = [s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or [] if s.get("cel")]
+        own = _expressions(device_class.spec.selectors if device_class.spec is not None else None)
         compiled = []
         for origin, expression in [(f"DeviceClass {req.device_class}", e) for e in own] + [
             ("selector", e) for e in req.selectors
@@ -437,9 +435,15 @@ class _Problem(Exception):
     """Why a pod's claims cannot be planned."""
 
 
-def _results(claim: dict) -> list[dict]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    return list((allocation.get("devices") or {}).get("results") or [])
+def _results(claim: schema.ResourceClaim) -> list[schema.DeviceRequestAllocationResult]:
+    allocation = claim.status.allocation if claim.status is not None else None
+    devices = allocation.devices if allocation is not None else None
+    return list(devices.results or ()) if devices is not None else []
+
+
+def _expressions(selectors: list[schema.DeviceSelector] | None) -> tuple[str, ...]:
+    """The CEL expressions of a class's or a request's selectors."""
+    return tuple(s.cel.expression for s in selectors or () if s.cel is not None)
 
 
 def _tolerated(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:

@@ -40,8 +40,12 @@ def describe(obj: dict) -> str:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         meta = {}
-    kind, name, ns = obj.get("kind", "<no kind>"), meta.get("name", "<unnamed>"), meta.get("namespace")
-    return f"{_text(kind)} {_text(ns) + '/' if ns else ''}{_text(name)}"
+    return named(obj.get("kind", "<no kind>"), meta.get("name", "<unnamed>"), meta.get("namespace"))
+
+
+def named(kind: object, name: object, namespace: object) -> str:
+    """`Kind namespace/name`, as `describe` names an object."""
+    return f"{_text(kind)} {_text(namespace) + '/' if namespace else ''}{_text(name)}"
 
 
 def _text(value: object) -> str:

@@ -21,15 +21,14 @@ created yet wait for it as long as it takes.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from gangsolve.edge import dra, objects, schema
-from gangsolve.edge.errors import InputError, describe, shown
-from gangsolve.edge.snapshot import Snapshot
+from gangsolve.edge.errors import InputError
+from gangsolve.edge.schema import UPSTREAM_GROUP, int_or_percent, positive_int
+from gangsolve.edge.snapshot import Decoded, Snapshot
 from gangsolve.solver.model import DEFAULT_QUEUE, GPU, Cluster, Gang, Node, Pod, Queue, Running
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -40,7 +39,6 @@ COLOCATE_ANNOTATION = "gangsolve.io/colocate"  # the required topology level (up
 PREFERRED_ANNOTATION = "gangsolve.io/topology-preferred"
 # The queue of a gang that is not a Volcano PodGroup (whose spec.queue says it), on the PodGroup or the pods.
 QUEUE_ANNOTATIONS = ("gangsolve.io/queue", "scheduling.volcano.sh/queue-name")
-UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
 # kube-scheduler's words for a PodGroup whose pods' priorities differ from its own (KEP-5710)
 PRIORITY_MISMATCH = "all pods in a single pod group should have the same priority as the pod group's priority"
 # A gang pending longer than this outranks the gangs of its priority that are not, and may hold a reservation:
@@ -56,9 +54,6 @@ DEFINITION_GRACE = 10.0
 # Controllers of distributed training jobs: Kubeflow's training-operator kinds and Trainer's TrainJob.
 TRAINING_KINDS = frozenset({"TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob"})
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
-INT32_MAX = 2**31 - 1  # minMember and minAvailable are int32 in the API
-_PERCENT = re.compile(r"^[0-9]+%$")  # as the API server validates a PDB's percentages
-_WHOLE = re.compile(r"^-?[0-9]{1,18}$")  # anything longer is out of range, or not a number
 
 
 @dataclass(frozen=True)
@@ -68,15 +63,15 @@ class GangKey:
     name: str
 
 
-def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
+def selector_matches(selector: schema.LabelSelector | None, labels: Mapping[str, str]) -> bool:
     """A metav1.LabelSelector: an empty selector selects everything, a missing one nothing."""
     if selector is None:
         return False
-    for key, value in (selector.get("matchLabels") or {}).items():
+    for key, value in (selector.matchLabels or {}).items():
         if labels.get(key) != value:
             return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    for expr in selector.matchExpressions or ():
+        key, op, values = expr.key, expr.operator, expr.values or ()
         have = labels.get(key)
         if op == "In" and have not in values:
             return False
@@ -89,43 +84,17 @@ def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> boo
     return True
 
 
-def _positive_int(obj: dict, field: str, value) -> int:
-    """A whole number from 1 to INT32_MAX, given as a number or as text (annotations are text)."""
-    text = value.strip() if isinstance(value, str) else ""
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    elif _WHOLE.match(text):
-        n = int(text)
-    else:
-        raise InputError(describe(obj), field, f"expected a whole number, got {shown(value)}")
-    if n < 1:
-        raise InputError(describe(obj), field, f"must be at least 1, got {n}")
-    if n > INT32_MAX:
-        raise InputError(describe(obj), field, f"must be at most {INT32_MAX}, got {shown(n)}")
-    return n
-
-
-def _int_or_percent(obj: dict, field: str, value, total: int) -> int:
-    if isinstance(value, str) and _PERCENT.match(value):
-        pct = int(value[:-1])
-        if pct > 100:
-            raise InputError(describe(obj), field, f"a percentage must be between 0% and 100%, got {shown(value)}")
-        return math.ceil(pct * total / 100)  # rounded up, as the disruption controller does for minAvailable
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise InputError(describe(obj), field, f"expected a number or a percentage, got {shown(value)}")
-
-
 class _Pdbs:
     """The PDBs of a snapshot, indexed by one label each selector requires: a cluster may hold thousands of
     PDBs and pods, and testing every selector against every pod would take minutes."""
 
-    def __init__(self, pdbs: list[dict], live: list[dict]) -> None:
-        self.by_ns: dict[str, list[dict]] = {}  # by name, the order rule 3 tries them in
-        self._named: dict[tuple[str, str], dict] = {}
-        for pdb in sorted(pdbs, key=lambda o: o["metadata"]["name"]):
-            self.by_ns.setdefault(pdb["metadata"]["namespace"], []).append(pdb)
-            self._named[(pdb["metadata"]["namespace"], pdb["metadata"]["name"])] = pdb
+    def __init__(self, pdbs: list[schema.PodDisruptionBudget], live: list[schema.Pod]) -> None:
+        self.by_ns: dict[str, list[schema.PodDisruptionBudget]] = {}  # by name, the order rule 3 tries them in
+        self._named: dict[tuple[str, str], schema.PodDisruptionBudget] = {}
+        for pdb in sorted(pdbs, key=lambda o: str(o.metadata.name)):
+            ns, name = str(pdb.metadata.namespace), str(pdb.metadata.name)
+            self.by_ns.setdefault(ns, []).append(pdb)
+            self._named[(ns, name)] = pdb
         self._required: dict[tuple[str, str, str], list[int]] = {}  # (ns, key, value) -> PDBs requiring it
         self._unindexed: dict[str, list[int]] = {}  # PDBs without matchLabels: tried for every pod
         for ns, ordered in self.by_ns.items():
@@ -135,30 +104,30 @@ class _Pdbs:
                     self._unindexed.setdefault(ns, []).append(i)
                 else:
                     self._required.setdefault((ns, *required), []).append(i)
-        self._live: dict[tuple[str, str, str] | str, list[dict]] = {}  # live pods by (ns, key, value) and by ns
+        self._live: dict[tuple[str, str, str] | str, list[schema.Pod]] = {}  # live pods by (ns, key, value), by ns
         for p in live:
-            ns = p["metadata"]["namespace"]
+            ns = str(p.metadata.namespace)
             self._live.setdefault(ns, []).append(p)
-            for k, v in (p["metadata"].get("labels") or {}).items():
+            for k, v in p.metadata.labels.items():
                 self._live.setdefault((ns, k, v), []).append(p)
 
     @staticmethod
-    def _required_label(pdb: dict) -> tuple[str, str] | None:
-        match_labels = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        return next(iter(match_labels.items()), None)
+    def _required_label(pdb: schema.PodDisruptionBudget) -> tuple[str, str] | None:
+        selector = pdb.spec.selector
+        return next(iter((selector.matchLabels or {}).items()), None) if selector is not None else None
 
-    def first_selecting(self, ns: str, labels: Mapping[str, str]) -> dict | None:
+    def first_selecting(self, ns: str, labels: Mapping[str, str]) -> schema.PodDisruptionBudget | None:
         """The first PDB (by name) of the namespace whose selector selects these labels."""
         candidates = list(self._unindexed.get(ns, ()))
         for k, v in labels.items():
             candidates += self._required.get((ns, k, v), ())
         for i in sorted(candidates):
             pdb = self.by_ns[ns][i]
-            if selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+            if selector_matches(pdb.spec.selector, labels):
                 return pdb
         return None
 
-    def selecting(self, ns: str, labels: Mapping[str, str]) -> list[dict]:
+    def selecting(self, ns: str, labels: Mapping[str, str]) -> list[schema.PodDisruptionBudget]:
         """Every PDB of the namespace whose selector selects these labels."""
         if ns not in self.by_ns:
             return []
@@ -166,38 +135,29 @@ class _Pdbs:
         for k, v in labels.items():
             candidates.update(self._required.get((ns, k, v), ()))
         ordered = self.by_ns.get(ns, [])
-        return [
-            ordered[i]
-            for i in sorted(candidates)
-            if selector_matches((ordered[i].get("spec") or {}).get("selector"), labels)
-        ]
+        return [ordered[i] for i in sorted(candidates) if selector_matches(ordered[i].spec.selector, labels)]
 
-    def named(self, ns: str, name: str) -> dict:
+    def named(self, ns: str, name: str) -> schema.PodDisruptionBudget:
         return self._named[(ns, name)]
 
-    def selected(self, pdb: dict, bound: bool = False) -> int:
+    def selected(self, pdb: schema.PodDisruptionBudget, bound: bool = False) -> int:
         """How many live pods of its namespace the PDB selects (`bound`: of those, how many are bound)."""
-        ns, required = pdb["metadata"]["namespace"], self._required_label(pdb)
+        ns, required = str(pdb.metadata.namespace), self._required_label(pdb)
         pods = self._live.get(ns if required is None else (ns, *required), [])
-        selector = (pdb.get("spec") or {}).get("selector")
-        return sum(
-            1
-            for p in pods
-            if selector_matches(selector, p["metadata"].get("labels") or {}) and (not bound or objects.is_bound(p))
-        )
+        selector = pdb.spec.selector
+        return sum(1 for p in pods if selector_matches(selector, p.metadata.labels) and (not bound or p.bound))
 
-    def allowed(self, pdb: dict) -> int:
+    def allowed(self, pdb: schema.PodDisruptionBudget) -> int:
         """The disruptions the PDB allows now: its status as the disruption controller wrote it, else from its
         spec with bound pods counted healthy."""
-        reported = (pdb.get("status") or {}).get("disruptionsAllowed")
+        reported = pdb.status_.disruptionsAllowed if pdb.status_ is not None else None
         if reported is not None:
-            return int(reported)
-        spec, total, healthy = pdb.get("spec") or {}, self.selected(pdb), self.selected(pdb, bound=True)
-        if spec.get("minAvailable") is not None:
-            return max(0, healthy - _int_or_percent(pdb, "spec.minAvailable", spec["minAvailable"], total))
-        if spec.get("maxUnavailable") is not None:
-            unavailable = total - healthy
-            return max(0, _int_or_percent(pdb, "spec.maxUnavailable", spec["maxUnavailable"], total) - unavailable)
+            return reported
+        spec, total, healthy = pdb.spec, self.selected(pdb), self.selected(pdb, bound=True)
+        if spec.minAvailable is not None:
+            return max(0, healthy - int_or_percent(spec.minAvailable, total))
+        if spec.maxUnavailable is not None:
+            return max(0, int_or_percent(spec.maxUnavailable, total) - (total - healthy))
         return 0
 
 
@@ -223,55 +183,55 @@ class Grace:
 class _Grouper:
     def __init__(
         self,
-        snap: Snapshot,
+        objs: Decoded,
         group_label: str | None,
         strict: bool,
         grace: Grace | None = None,
         now: datetime | None = None,  # the cycle's clock: without it, nothing waits for a definition
     ) -> None:
-        self.snap = snap
+        self.objs = objs
         self.group_label = group_label
         self.strict = strict
         self.grace = grace or Grace()
         self.now = now
         # Pods that are (or will be) members: terminating pods are leaving, though they hold capacity until gone.
-        self.live = [p for p in snap.pods if not objects.is_finished(p) and not objects.is_terminating(p)]
-        self.pdbs = _Pdbs(snap.pdbs, self.live)
+        self.live = [p for p in objs.pods if not p.finished and not p.terminating]
+        self.pdbs = _Pdbs(objs.pdbs, self.live)
         self._owned: dict[str, int] = {}  # controller uid -> live pods it owns
         self._annotated: set[tuple[str, str]] = set()  # (namespace, group-label value) with min-available
-        self._upstream_members: dict[tuple[str, str], list[dict]] = {}  # (ns, PodGroup) -> live pods naming it
+        self._upstream_members: dict[tuple[str, str], list[schema.Pod]] = {}  # (ns, PodGroup) -> pods naming it
         self._mismatch: dict[tuple[str, str], str | None] = {}
         for p in self.live:
-            upstream = upstream_group_name(p)
+            meta = p.metadata
+            upstream = _upstream_group(p)
             if upstream is not None:
-                self._upstream_members.setdefault((p["metadata"]["namespace"], upstream), []).append(p)
-            ref = _controller(p)
+                self._upstream_members.setdefault((str(meta.namespace), upstream), []).append(p)
+            ref = meta.controller
             if ref is not None:
-                self._owned[str(ref.get("uid"))] = self._owned.get(str(ref.get("uid")), 0) + 1
-            labels, annotations = p["metadata"].get("labels") or {}, p["metadata"].get("annotations") or {}
-            if group_label and group_label in labels and MIN_AVAILABLE_ANNOTATION in annotations:
-                self._annotated.add((p["metadata"]["namespace"], labels[group_label]))
+                self._owned[str(ref.uid)] = self._owned.get(str(ref.uid), 0) + 1
+            if group_label and group_label in meta.labels and MIN_AVAILABLE_ANNOTATION in meta.annotations:
+                self._annotated.add((str(meta.namespace), meta.labels[group_label]))
 
-    def waiting(self, pod: dict) -> Waiting | None:
+    def waiting(self, pod: schema.Pod) -> Waiting | None:
         """Why this pod joins no gang yet, or None when `key` places it in one."""
-        meta = pod["metadata"]
-        ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
-        upstream = upstream_group_name(pod)
-        if upstream is not None and (UPSTREAM_GROUP, ns, upstream) in self.snap.pod_groups:
+        meta = pod.metadata
+        ns, labels = str(meta.namespace), meta.labels
+        upstream = _upstream_group(pod)
+        if upstream is not None and (UPSTREAM_GROUP, ns, upstream) in self.objs.pod_groups:
             mismatch = self.priority_mismatch(ns, upstream)
             return Waiting(mismatch) if mismatch else None
         for group, name in (
             (UPSTREAM_GROUP, upstream),
             ("scheduling.x-k8s.io", labels.get(POD_GROUP_LABEL)),
-            ("scheduling.volcano.sh", annotations.get(VOLCANO_ANNOTATION)),
+            ("scheduling.volcano.sh", meta.annotations.get(VOLCANO_ANNOTATION)),
         ):
             if name is not None:
-                missing = (group, ns, name) not in self.snap.pod_groups
+                missing = (group, ns, name) not in self.objs.pod_groups
                 return Waiting(f"waiting for PodGroup {ns}/{name} ({group}) to exist") if missing else None
         if self.pdbs.first_selecting(ns, labels) is not None:
             return None
         expected = self._expects_definition(pod)
-        since = created(pod)
+        since = meta.creationTimestamp
         if expected is None or self.now is None or since is None or self.grace.seconds <= 0:
             return None
         until = since + timedelta(seconds=self.grace.seconds)
@@ -279,37 +239,35 @@ class _Grouper:
             return None  # the definition never came: the fallback rule applies
         return Waiting(f"waiting up to {self.grace.seconds:g}s from its creation for {expected}", until)
 
-    def _expects_definition(self, pod: dict) -> str | None:
+    def _expects_definition(self, pod: schema.Pod) -> str | None:
         """What gang definition this pod may still get, or None when nothing suggests one is coming."""
-        meta = pod["metadata"]
-        labels, ns = meta.get("labels") or {}, meta["namespace"]
+        labels, ns = pod.metadata.labels, str(pod.metadata.namespace)
         what = "its gang definition (a PodDisruptionBudget or PodGroup)"
         if self.group_label and self.group_label in labels:
             if (ns, labels[self.group_label]) in self._annotated:
                 return None
             return f"the {MIN_AVAILABLE_ANNOTATION} annotation of its {self.group_label} group"
-        ref = _controller(pod)
+        ref = pod.metadata.controller
         if ref is None:
             return None
-        kind = ref.get("kind")
-        if kind in self.grace.kinds:
-            return f"{what} of {kind} {ref.get('name')}"
-        if kind == "Job" and (JOBSET_LABEL in labels or self._owned.get(str(ref.get("uid")), 0) > 1):
-            return f"{what} of Job {ref.get('name')}"
+        if ref.kind in self.grace.kinds:
+            return f"{what} of {ref.kind} {ref.name}"
+        if ref.kind == "Job" and (JOBSET_LABEL in labels or self._owned.get(str(ref.uid), 0) > 1):
+            return f"{what} of Job {ref.name}"
         return None
 
-    def key(self, pod: dict, wait: bool = True) -> GangKey | None:
+    def key(self, pod: schema.Pod, wait: bool = True) -> GangKey | None:
         """The gang of this pod, or None while it waits for its definition (`wait=False`: never; a bound
         pod's gang is what it is now)."""
-        meta = pod["metadata"]
-        ns, labels, annotations = meta["namespace"], meta.get("labels") or {}, meta.get("annotations") or {}
-        upstream = upstream_group_name(pod)
+        meta = pod.metadata
+        ns, labels, annotations = str(meta.namespace), meta.labels, meta.annotations
+        upstream = _upstream_group(pod)
         if upstream is not None:
             key = self._pod_group(pod, UPSTREAM_GROUP, upstream, "spec.schedulingGroup.podGroupName")
             if key is None or self.priority_mismatch(ns, upstream):
                 return None  # waits: for its PodGroup, or for its members' priorities to agree with it
-            if _gang_policy(self.snap.pod_groups[(UPSTREAM_GROUP, ns, upstream)]) is None:
-                return GangKey("pod", ns, meta["name"])  # a `basic` policy: scheduled pod by pod
+            if self.objs.pod_groups[(UPSTREAM_GROUP, ns, upstream)].gang is None:
+                return GangKey("pod", ns, str(meta.name))  # a `basic` policy: scheduled pod by pod
             return key
         if POD_GROUP_LABEL in labels:
             return self._pod_group(
@@ -324,62 +282,61 @@ class _Grouper:
             )
         pdb = self.pdbs.first_selecting(ns, labels)
         if pdb is not None:
-            return GangKey("pdb", ns, pdb["metadata"]["name"])
+            return GangKey("pdb", ns, str(pdb.metadata.name))
         if wait and self.waiting(pod) is not None:
             return None  # its definition may be on its way
         if self.group_label and self.group_label in labels:
             return GangKey("label", ns, labels[self.group_label])
-        ref = _controller(pod)
+        ref = meta.controller
         if ref is not None:
-            return GangKey("owner", ns, f"{ref.get('name')}\0{ref.get('uid')}")
-        return GangKey("pod", ns, meta["name"])
+            return GangKey("owner", ns, f"{ref.name}\0{ref.uid}")
+        return GangKey("pod", ns, str(meta.name))
 
-    def running_key(self, pod: dict, ours: bool) -> GangKey | None:
+    def running_key(self, pod: schema.Pod, ours: bool) -> GangKey | None:
         """The gang of a bound pod: ours by the rules above (without waiting); another scheduler's by its
         PodGroup (Kubernetes' own with a gang policy, scheduler-plugins' or Volcano's) if the snapshot has it,
         else none."""
         if ours:
             return self.key(pod, wait=False)
-        meta = pod["metadata"]
-        ns = meta["namespace"]
-        upstream = upstream_group_name(pod)
+        meta = pod.metadata
+        ns = str(meta.namespace)
+        upstream = _upstream_group(pod)
         if upstream is not None:
-            pg = self.snap.pod_groups.get((UPSTREAM_GROUP, ns, upstream))
-            return GangKey("upstream", ns, upstream) if pg is not None and _gang_policy(pg) is not None else None
+            pg = self.objs.pod_groups.get((UPSTREAM_GROUP, ns, upstream))
+            return GangKey("upstream", ns, upstream) if pg is not None and pg.gang is not None else None
         for group, name in (
-            ("scheduling.x-k8s.io", (meta.get("labels") or {}).get(POD_GROUP_LABEL)),
-            ("scheduling.volcano.sh", (meta.get("annotations") or {}).get(VOLCANO_ANNOTATION)),
+            ("scheduling.x-k8s.io", meta.labels.get(POD_GROUP_LABEL)),
+            ("scheduling.volcano.sh", meta.annotations.get(VOLCANO_ANNOTATION)),
         ):
-            if name is not None and (group, ns, name) in self.snap.pod_groups:
+            if name is not None and (group, ns, name) in self.objs.pod_groups:
                 return GangKey("podgroup" if group == "scheduling.x-k8s.io" else "volcano", ns, name)
         return None
 
-    def _pod_group(self, pod: dict, group: str, name: str, field: str) -> GangKey | None:
-        ns = pod["metadata"]["namespace"]
-        if (group, ns, name) not in self.snap.pod_groups:
+    def _pod_group(self, pod: schema.Pod, group: str, name: str, field: str) -> GangKey | None:
+        ns = str(pod.metadata.namespace)
+        if (group, ns, name) not in self.objs.pod_groups:
             if self.strict:
-                raise InputError(describe(pod), field, f"names PodGroup {ns}/{name} ({group}), not in snapshot")
+                raise InputError(pod.describe(), field, f"names PodGroup {ns}/{name} ({group}), not in snapshot")
             return None  # live: wait until the PodGroup appears
         return GangKey(_RULES[group], ns, name)
 
-    def pod_group(self, key: GangKey) -> dict | None:
+    def pod_group(self, key: GangKey) -> schema.PodGroup | None:
         group = _GROUPS.get(key.rule)
-        return self.snap.pod_groups.get((group, key.namespace, key.name)) if group else None
+        return self.objs.pod_groups.get((group, key.namespace, key.name)) if group else None
 
     def priority_mismatch(self, ns: str, name: str) -> str | None:
         """Upstream schedules no gang whose members' priorities differ from its PodGroup's (KEP-5710): it
         marks the PodGroup SchedulerError. The same message, or None when they agree (or it is no gang)."""
         key = (ns, name)
         if key not in self._mismatch:
-            pg = self.snap.pod_groups[(UPSTREAM_GROUP, ns, name)]
+            pg = self.objs.pod_groups[(UPSTREAM_GROUP, ns, name)]
             message = None
-            if _gang_policy(pg) is not None:
-                want = objects.priority(pg, self.snap.priority_classes)
+            if pg.gang is not None:
+                want = objects.priority(pg, self.objs.priority_classes)
                 for p in self._upstream_members.get(key, []):
-                    got = objects.priority(p, self.snap.priority_classes)
+                    got = objects.priority(p, self.objs.priority_classes)
                     if got != want:
-                        pod = objects.pod_key(p)
-                        message = f"{PRIORITY_MISMATCH}, got {got} and {want} (pod {pod}, PodGroup {ns}/{name})"
+                        message = f"{PRIORITY_MISMATCH}, got {got} and {want} (pod {p.key}, PodGroup {ns}/{name})"
                         break
             self._mismatch[key] = message
         return self._mismatch[key]
@@ -387,74 +344,79 @@ class _Grouper:
     def group_priority(self, key: GangKey) -> int | None:
         """An upstream PodGroup's priority, which is its gang's (KEP-5710); None for other gangs."""
         pg = self.pod_group(key)
-        return objects.priority(pg, self.snap.priority_classes) if pg is not None and key.rule == "upstream" else None
+        if pg is None or key.rule != "upstream":
+            return None
+        return objects.priority(pg, self.objs.priority_classes)
 
-    def min_member(self, key: GangKey, members: list[dict]) -> int:
+    def min_member(self, key: GangKey, members: list[schema.Pod]) -> int:
         pg = self.pod_group(key)
-        if pg is not None and key.rule == "upstream":
-            gang = _gang_policy(pg) or {}
-            return _positive_int(pg, "spec.schedulingPolicy.gang.minCount", gang.get("minCount"))
         if pg is not None:
-            return _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
+            return pg.min_member or 1  # (an upstream `basic` policy makes no gang: its pods have their own keys)
         if key.rule == "pdb":
             pdb = self.pdbs.named(key.namespace, key.name)
-            spec = pdb.get("spec") or {}
-            selected = self.pdbs.selected(pdb)
-            if spec.get("minAvailable") is not None:
-                return max(1, _int_or_percent(pdb, "spec.minAvailable", spec["minAvailable"], selected))
-            if spec.get("maxUnavailable") is not None:
-                return max(1, selected - _int_or_percent(pdb, "spec.maxUnavailable", spec["maxUnavailable"], selected))
+            spec, selected = pdb.spec, self.pdbs.selected(pdb)
+            if spec.minAvailable is not None:
+                return max(1, int_or_percent(spec.minAvailable, selected))
+            if spec.maxUnavailable is not None:
+                return max(1, selected - int_or_percent(spec.maxUnavailable, selected))
             return 1
-        mins = [
-            _positive_int(
-                p,
-                f"metadata.annotations.{MIN_AVAILABLE_ANNOTATION}",
-                p["metadata"]["annotations"][MIN_AVAILABLE_ANNOTATION],
-            )
-            for p in members
-            if MIN_AVAILABLE_ANNOTATION in (p["metadata"].get("annotations") or {})
-        ]
+        field = f"metadata.annotations.{MIN_AVAILABLE_ANNOTATION}"
+        mins = []
+        for p in members:
+            value = p.metadata.annotations.get(MIN_AVAILABLE_ANNOTATION)
+            if value is not None:
+                try:
+                    mins.append(positive_int(value))
+                except ValueError as exc:
+                    raise InputError(p.describe(), field, str(exc)) from None
         return max(mins, default=1)
 
-    def colocate(self, key: GangKey, members: list[dict]) -> str | None:
+    def colocate(self, key: GangKey, members: list[schema.Pod]) -> str | None:
         """The required topology level: the upstream PodGroup's topology constraint, else the annotation."""
         pg = self.pod_group(key)
-        topology = (((pg or {}).get("spec") or {}).get("schedulingConstraints") or {}).get("topology") or []
-        if topology:
-            return str(topology[0]["key"])  # upstream allows one constraint for now
+        constraints = pg.spec.schedulingConstraints if pg is not None else None
+        if constraints is not None and constraints.topology:
+            return constraints.topology[0].key  # upstream allows one constraint for now
         return self._annotation(pg, members, COLOCATE_ANNOTATION)
 
-    def preferred(self, key: GangKey, members: list[dict]) -> tuple[str, ...]:
+    def preferred(self, key: GangKey, members: list[schema.Pod]) -> tuple[str, ...]:
         """Preferred topology levels, widest first, from the annotation (upstream has no such field yet)."""
         value = self._annotation(self.pod_group(key), members, PREFERRED_ANNOTATION) or ""
         return tuple(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
 
-    def queue(self, key: GangKey, members: list[dict]) -> str:
+    def queue(self, key: GangKey, members: list[schema.Pod]) -> str:
         """A Volcano PodGroup's spec.queue, else a queue annotation on the PodGroup or a member, else `default`.
         A queue other than `default` must exist (Volcano's admission refuses others)."""
         pg = self.pod_group(key)
-        sources = [(pg, "spec.queue", ((pg.get("spec") or {}).get("queue")))] if pg and key.rule == "volcano" else []
+        sources: list[tuple[schema.PodGroup | schema.Pod, str, str | None]] = []
+        if pg is not None and key.rule == "volcano":
+            sources.append((pg, "spec.queue", pg.spec.queue))
         sources += [
-            (obj, f"metadata.annotations.{name}", (obj["metadata"].get("annotations") or {}).get(name))
+            (obj, f"metadata.annotations.{name}", obj.metadata.annotations.get(name))
             for name in QUEUE_ANNOTATIONS
-            for obj in ([pg] if pg is not None else []) + members
+            for obj in _with_group(pg, members)
         ]
         for obj, field, named in sources:
             if not named:
                 continue
-            if named != DEFAULT_QUEUE and named not in self.snap.queues:
-                raise InputError(describe(obj or {}), field, f"names Queue {named!r}, not in snapshot")
-            return str(named)
+            if named != DEFAULT_QUEUE and named not in self.objs.queues:
+                raise InputError(obj.describe(), field, f"names Queue {named!r}, not in snapshot")
+            return named
         return DEFAULT_QUEUE
 
     @staticmethod
-    def _annotation(pg: dict | None, members: list[dict], name: str) -> str | None:
+    def _annotation(pg: schema.PodGroup | None, members: list[schema.Pod], name: str) -> str | None:
         """The annotation on the PodGroup, else on the first member that has it."""
-        for obj in ([pg] if pg is not None else []) + members:
-            value = (obj["metadata"].get("annotations") or {}).get(name)
+        for obj in _with_group(pg, members):
+            value = obj.metadata.annotations.get(name)
             if value:
-                return str(value)
+                return value
         return None
+
+
+def _with_group(pg: schema.PodGroup | None, members: list[schema.Pod]) -> list[schema.PodGroup | schema.Pod]:
+    """The PodGroup (if any), then the members: where a gang's annotations are looked for, in that order."""
+    return [pg, *members] if pg is not None else list(members)
 
 
 _RULES = {UPSTREAM_GROUP: "upstream", "scheduling.x-k8s.io": "podgroup", "scheduling.volcano.sh": "volcano"}
@@ -462,20 +424,16 @@ _GROUPS = {rule: group for group, rule in _RULES.items()}
 
 
 def upstream_group_name(pod: dict) -> str | None:
-    """The scheduling.k8s.io PodGroup a pod names in spec.schedulingGroup, if any."""
+    """The scheduling.k8s.io PodGroup an API object (as the live scheduler holds it) names in
+    spec.schedulingGroup, if any."""
     name = (((pod.get("spec") or {}).get("schedulingGroup")) or {}).get("podGroupName")
     return str(name) if name else None
 
 
-def _gang_policy(pg: dict) -> dict | None:
-    """An upstream PodGroup's gang policy; None for a `basic` one (no gang)."""
-    policy = ((pg.get("spec") or {}).get("schedulingPolicy")) or {}
-    gang = policy.get("gang")
-    return gang if isinstance(gang, dict) else None
-
-
-def _controller(pod: dict) -> dict | None:
-    return next((ref for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")), None)
+def _upstream_group(pod: schema.Pod) -> str | None:
+    """The scheduling.k8s.io PodGroup a decoded pod names in spec.schedulingGroup, if any."""
+    group = pod.spec.schedulingGroup
+    return group.podGroupName or None if group is not None else None
 
 
 def display_name(key: GangKey) -> str:
@@ -483,51 +441,18 @@ def display_name(key: GangKey) -> str:
 
 
 def created(pod: dict) -> datetime | None:
+    """When an API object (as the live scheduler holds it) was created."""
     stamp = pod["metadata"].get("creationTimestamp")
     return schema.timestamp(stamp) if stamp else None
-
-
-def check(snap: Snapshot, nodes: bool = True) -> None:
-    """Every object's fields as gangsolve reads them (gangsolve.edge.schema), and the values of every PodGroup and
-    PDB whether or not a pod names it; the first bad object raises InputError. `nodes=False` leaves the nodes
-    to a caller that checked them already (the live store, as they arrive)."""
-    for kind, objs in (
-        ("Node", snap.nodes if nodes else []),
-        ("Pod", snap.pods),
-        ("PodDisruptionBudget", snap.pdbs),
-        ("PodGroup", snap.pod_groups.values()),
-        ("PriorityClass", snap.priority_classes.values()),
-        ("Queue", snap.queues.values()),
-        ("ResourceSlice", snap.resource_slices),
-        ("DeviceClass", snap.device_classes.values()),
-        ("ResourceClaim", snap.resource_claims.values()),
-        ("ResourceClaimTemplate", snap.claim_templates.values()),
-    ):
-        for obj in objs:
-            schema.check(obj, kind)
-    for (group, _ns, _name), pg in snap.pod_groups.items():
-        if group != UPSTREAM_GROUP:
-            _positive_int(pg, "spec.minMember", (pg.get("spec") or {}).get("minMember", 1))
-        elif (gang := _gang_policy(pg)) is not None:
-            _positive_int(pg, "spec.schedulingPolicy.gang.minCount", gang.get("minCount"))
-        elif not isinstance(((pg.get("spec") or {}).get("schedulingPolicy") or {}).get("basic"), dict):
-            raise InputError(describe(pg), "spec.schedulingPolicy", "expected a gang or a basic policy")
-    for queue in snap.queues.values():
-        objects.queue(queue, {})
-    for pdb in snap.pdbs:
-        spec = pdb.get("spec") or {}
-        for field in ("minAvailable", "maxUnavailable"):
-            if spec.get(field) is not None:
-                _int_or_percent(pdb, f"spec.{field}", spec[field], 0)
 
 
 def gated(snap: Snapshot, scheduler_name: str) -> dict[str, list[str]]:
     """Pods for `scheduler_name` held back by scheduling gates: pod key -> the gates' names. They are not
     planned until the gates are removed."""
     return {
-        objects.pod_key(p): objects.gates(p)
-        for p in snap.pods
-        if objects.gates(p) and objects.is_waiting_for(p, scheduler_name)
+        p.key: [g.name for g in p.spec.schedulingGates]
+        for p in snap.decoded(nodes=False).pods
+        if p.spec.schedulingGates and p.waiting_for(scheduler_name)
     }
 
 
@@ -540,11 +465,9 @@ def waiting(
 ) -> dict[str, Waiting]:
     """Pending pods of `scheduler_name` that join no gang yet, and why: their PodGroup does not exist yet, or
     their gang definition may still come (see the module's docstring). `build_cluster` leaves them out."""
-    grouper = _Grouper(snap, group_label, strict=False, grace=grace, now=now)
+    grouper = _Grouper(snap.decoded(nodes=False), group_label, strict=False, grace=grace, now=now)
     held = {
-        objects.pod_key(p): why
-        for p in grouper.live
-        if objects.is_pending_for(p, scheduler_name) and (why := grouper.waiting(p)) is not None
+        p.key: why for p in grouper.live if p.pending_for(scheduler_name) and (why := grouper.waiting(p)) is not None
     }
     for pod, problem in dra.model(snap, scheduler_name).problems.items():
         held.setdefault(pod, Waiting(problem))
@@ -560,25 +483,21 @@ def _with_devices(pod: Pod, devices: dra.Dra) -> Pod:
     return replace(pod, requests={**pod.requests, **(extra or {})}, affinity=devices.affinity(pod.name, pod.affinity))
 
 
-def _bound(snap: Snapshot, nodes: Iterable[str]) -> list[tuple[dict, dict[str, int]]]:
+def _bound(objs: Decoded, nodes: Iterable[str]) -> list[tuple[schema.Pod, dict[str, int]]]:
     """The snapshot's bound, unfinished pods on known nodes, with their requests. As kube-scheduler counts, a
     terminating pod holds its capacity until it is gone."""
     names = set(nodes)
-    return [
-        (p, objects.pod_requests(p))
-        for p in snap.pods
-        if (p.get("spec") or {}).get("nodeName") in names and not objects.is_finished(p)
-    ]
+    return [(p, objects.pod_requests(p)) for p in objs.pods if p.spec.nodeName in names and not p.finished]
 
 
-def _nodes_with_usage(snap: Snapshot, bound: list[tuple[dict, dict[str, int]]]) -> list[Node]:
-    nodes = [objects.node(n) for n in snap.nodes]
+def _nodes_with_usage(nodes: list[schema.Node], bound: list[tuple[schema.Pod, dict[str, int]]]) -> list[Node]:
+    converted = [objects.node(n) for n in nodes]
     used: dict[str, dict[str, int]] = {}
     for p, requests in bound:
-        on = used.setdefault(p["spec"]["nodeName"], {})
+        on = used.setdefault(str(p.spec.nodeName), {})
         for r, q in requests.items():
             on[r] = on.get(r, 0) + q
-    return [replace(n, used=used.get(n.name, {})) for n in nodes]
+    return [replace(n, used=used.get(n.name, {})) for n in converted]
 
 
 def _with_device_capacity(nodes: Sequence[Node], devices: dra.Dra) -> tuple[Node, ...]:
@@ -615,7 +534,7 @@ def build_cluster(
     grace: Grace | None = None,
     *,
     nodes: Sequence[Node] | None = None,
-    convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] = objects.pod,
+    convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] | None = None,
 ) -> Cluster:
     """Every node with the capacity bound pods hold, every gang with pending pods of our scheduler, and every
     bound pod of the snapshot as preemption sees it (priority, gang, PDBs, start). With `now` (the live
@@ -626,71 +545,68 @@ def build_cluster(
 
     The live scheduler keeps the converted nodes and their used capacity up to date as pods come and go, and
     remembers converted pods: it passes `nodes` (without devices: those come from the snapshot's DRA objects
-    here) and a memoizing `convert_pod`, so a cycle at 5,000 nodes does not read every bound pod again. Its
-    snapshot then holds only some bound pods: `running` lists those alone."""
-    check(snap, nodes=nodes is None)
+    here) and a memoizing `convert_pod` (of the API object, as objects.pod), so a cycle at 5,000 nodes does not
+    read every bound pod again. Its snapshot then holds only some bound pods: `running` lists those alone."""
+    objs = snap.decoded(nodes=nodes is None)
     devices = dra.model(snap, scheduler_name)
-    grouper = _Grouper(snap, group_label, strict, grace, now)
-    bound = _bound(snap, (n.name for n in nodes) if nodes is not None else (n["metadata"]["name"] for n in snap.nodes))
-    nodes = _with_device_capacity(_nodes_with_usage(snap, bound) if nodes is None else nodes, devices)
+    grouper = _Grouper(objs, group_label, strict, grace, now)
+    bound = _bound(objs, (n.name for n in nodes) if nodes is not None else (str(n.metadata.name) for n in objs.nodes))
+    nodes = _with_device_capacity(_nodes_with_usage(objs.nodes, bound) if nodes is None else nodes, devices)
     node_gpus = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
 
-    ours = [
-        p for p in grouper.live if (p.get("spec") or {}).get("schedulerName", "default-scheduler") == scheduler_name
-    ]
-    ours.sort(key=lambda p: (str(p["metadata"].get("creationTimestamp", "")), objects.pod_key(p)))
-    members: dict[GangKey, list[tuple[int, dict]]] = {}
+    def convert(p: schema.Pod, order: int) -> Pod:
+        if convert_pod is None:
+            return objects.to_pod(p, objs.priority_classes, order)
+        return convert_pod(objs.raw_pod(p), snap.priority_classes, order)
+
+    ours = [p for p in grouper.live if p.scheduler == scheduler_name]
+    # (by the creation time as written: the order the solver breaks ties in)
+    ours.sort(key=lambda p: (str(objs.raw_pod(p)["metadata"].get("creationTimestamp", "")), p.key))
+    members: dict[GangKey, list[tuple[int, schema.Pod]]] = {}
     for order, p in enumerate(ours):
-        if objects.is_bound(p) or (
-            objects.is_pending_for(p, scheduler_name) and objects.pod_key(p) not in devices.problems
-        ):
+        if p.bound or (p.pending_for(scheduler_name) and p.key not in devices.problems):
             key = grouper.key(p)
             if key is not None:
                 members.setdefault(key, []).append((order, p))
 
     names = _Names()
     gangs = []
-    allocated: dict[str, dict[str, int]] = {name: {} for name in snap.queues}  # what bound members hold
+    allocated: dict[str, dict[str, int]] = {name: {} for name in objs.queues}  # what bound members hold
     nominated: dict[str, str] = {}
     queue_of: dict[GangKey, str] = {}
     for key, pods in sorted(members.items(), key=lambda kv: (kv[0].namespace, kv[0].name, kv[0].rule)):
         queue = queue_of[key] = grouper.queue(key, [p for _o, p in pods])
         held = allocated.setdefault(queue, {})
         for _o, p in pods:
-            if objects.is_bound(p):
+            if p.bound:
                 for r, q in objects.pod_requests(p).items():
                     held[r] = held.get(r, 0) + q
-        pending = [
-            _with_devices(convert_pod(p, snap.priority_classes, order), devices)
-            for order, p in pods
-            if not objects.is_bound(p)
-        ]
+        pending = [_with_devices(convert(p, order), devices) for order, p in pods if not p.bound]
         if not pending:
             continue
-        objs = [p for _o, p in pods]
-        born = [c for c in (created(p) for _o, p in pods if not objects.is_bound(p)) if c is not None]
+        objs_ = [p for _o, p in pods]
+        born = [c for c in (p.metadata.creationTimestamp for _o, p in pods if not p.bound) if c is not None]
         age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), node_gpus, starvation_seconds)
         starving = bool(now and born and (now - min(born)).total_seconds() > age)
         gangs.append(
             Gang(
                 name=names.of(key),
                 pods=tuple(pending),
-                min_member=grouper.min_member(key, objs),
-                bound_nodes=tuple(p["spec"]["nodeName"] for p in objs if objects.is_bound(p)),
-                colocate=grouper.colocate(key, objs),
+                min_member=grouper.min_member(key, objs_),
+                bound_nodes=tuple(str(p.spec.nodeName) for p in objs_ if p.bound),
+                colocate=grouper.colocate(key, objs_),
                 starving=starving,
-                preferred=grouper.preferred(key, objs),
+                preferred=grouper.preferred(key, objs_),
                 group_priority=grouper.group_priority(key),
                 queue=queue,
             )
         )
-        for p in objs:
-            node = objects.nominated_node(p) if not objects.is_bound(p) else None
-            if node is not None:
-                nominated[objects.pod_key(p)] = node
+        for p in objs_:
+            if not p.bound and p.status.nominatedNodeName:
+                nominated[p.key] = p.status.nominatedNodeName
     running, budgets = _running(grouper, bound, scheduler_name, members, names, queue_of)
-    queues = [objects.queue(q, allocated[name]) for name, q in sorted(snap.queues.items())]
-    if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in snap.queues:  # implicit, as Volcano creates it
+    queues = [objects.queue(q, allocated[name]) for name, q in sorted(objs.queues.items())]
+    if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in objs.queues:  # implicit, as Volcano creates it
         queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))
     return Cluster(
         tuple(nodes),
@@ -726,9 +642,9 @@ SYSTEM_PRIORITY = 2_000_000_000  # the system classes' values start here; no use
 
 def _running(
     grouper: _Grouper,
-    bound: list[tuple[dict, dict[str, int]]],
+    bound: list[tuple[schema.Pod, dict[str, int]]],
     scheduler_name: str,
-    members: dict[GangKey, list[tuple[int, dict]]],
+    members: dict[GangKey, list[tuple[int, schema.Pod]]],
     names: _Names,
     queue_of: Mapping[GangKey, str],
 ) -> tuple[tuple[Running, ...], dict[str, int]]:
@@ -737,11 +653,11 @@ def _running(
     Our pods belong to gangs by the rules above; another scheduler's pods to their PodGroup (Kubernetes' own,
     Volcano's or scheduler-plugins'), else to no gang. A PDB that defines one of our gangs (rule 3) is that
     gang's minimum, not a budget to keep."""
-    classes = grouper.snap.priority_classes
-    keyed: list[tuple[dict, dict[str, int], GangKey | None, str]] = []
-    by_key: dict[GangKey, list[dict]] = {key: [p for _o, p in pods] for key, pods in members.items()}
+    classes = grouper.objs.priority_classes
+    keyed: list[tuple[schema.Pod, dict[str, int], GangKey | None, str]] = []
+    by_key: dict[GangKey, list[schema.Pod]] = {key: [p for _o, p in pods] for key, pods in members.items()}
     for p, requests in bound:
-        key = grouper.running_key(p, (p.get("spec") or {}).get("schedulerName") == scheduler_name)
+        key = grouper.running_key(p, p.spec.schedulerName == scheduler_name)
         queue = queue_of.get(key, "") if key is not None else ""  # our gangs' only: theirs are never reclaimed
         if key is not None and key.rule == "pod":
             key = None
@@ -753,17 +669,17 @@ def _running(
     budgets: dict[str, int] = {}
     running = []
     for p, requests, key, queue in keyed:
-        meta, spec = p["metadata"], p.get("spec") or {}
-        ns = meta["namespace"]
+        meta, spec = p.metadata, p.spec
+        ns = str(meta.namespace)
         pdbs = []
-        for pdb in grouper.pdbs.selecting(ns, meta.get("labels") or {}):
-            name = pdb["metadata"]["name"]
+        for pdb in grouper.pdbs.selecting(ns, meta.labels):
+            name = pdb.metadata.name
             if (ns, name) not in gang_pdbs:
                 pdbs.append(f"{ns}/{name}")
                 if pdbs[-1] not in budgets:
                     budgets[pdbs[-1]] = grouper.pdbs.allowed(pdb)
-        priority, protected = spec.get("priority"), False
-        if not isinstance(priority, int):  # admission sets it on every pod; snapshots written by hand may lack it
+        priority, protected = spec.priority, False
+        if priority is None:  # admission sets it on every pod; snapshots written by hand may lack it
             try:
                 priority = objects.priority(p, classes)
             except InputError:  # its PriorityClass is gone: what it was is unknown, so it is never a victim
@@ -772,16 +688,16 @@ def _running(
             minimum[key] = grouper.min_member(key, by_key[key])
         running.append(
             Running(
-                node=spec["nodeName"],
+                node=str(spec.nodeName),
                 requests=requests,
-                name=objects.pod_key(p),
+                name=p.key,
                 priority=priority,
                 gang=names.of(key) if key is not None else "",
                 min_member=minimum[key] if key is not None else 1,
                 pdbs=tuple(pdbs),
                 started=objects.started(p),
-                protected=protected or spec.get("priorityClassName") in SYSTEM_CLASSES or priority >= SYSTEM_PRIORITY,
-                leaving=bool(meta.get("deletionTimestamp")),
+                protected=protected or spec.priorityClassName in SYSTEM_CLASSES or priority >= SYSTEM_PRIORITY,
+                leaving=p.terminating,
                 queue=queue,
             )
         )

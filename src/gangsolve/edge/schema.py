@@ -1,20 +1,25 @@
-"""The shape of every field gangsolve reads, checked in one place before anything reads them.
+"""The shape of every field gangsolve reads, decoded in one place before anything reads them.
 
 Each kind gangsolve understands has a small schema (msgspec structs) of just the fields the edge reads, typed as
-the Kubernetes API types them; fields it does not read are ignored, whatever they hold. `check(obj)` raises an
-InputError naming the object and the field, so the code after it reads plain, well-typed dicts. Values
-(quantities, percentages, minimums) are checked where they are read, with the same error shape.
+the Kubernetes API types them; fields it does not read are ignored, whatever they hold. `check(obj)` decodes an
+object into its struct, or raises an InputError naming the object and the field; the code after it reads typed
+attributes (`pod.spec.nodeSelector`). The values every object of a kind is held to (a PodGroup's minimum, a
+PDB's percentages, a Queue's weight and quantities) are checked as it is decoded; a pod's or a node's quantities
+as they become units (`units`), since only the objects whose capacity counts are read for them.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gangsolve.edge.errors import InputError, describe
+from gangsolve.edge.errors import InputError, describe, named, shown
+from gangsolve.edge.quantity import to_units
 
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]  # RFC 3339, with a zone; YAML may hand a datetime
@@ -23,7 +28,7 @@ Labels = dict[str, str]
 Resources = dict[str, Quantity]
 
 
-class _Struct(msgspec.Struct, omit_defaults=True):
+class _Struct(msgspec.Struct, omit_defaults=True, gc=False):  # (no struct holds a cycle: the collector skips them)
     pass
 
 
@@ -37,11 +42,45 @@ class OwnerReference(_Struct):
 class Metadata(_Struct):
     name: str | None = None
     namespace: str | None = None
-    labels: Labels | None = None
-    annotations: Labels | None = None
+    labels_: Labels | None = msgspec.field(default=None, name="labels")
+    annotations_: Labels | None = msgspec.field(default=None, name="annotations")
     ownerReferences: list[OwnerReference] | None = None
     creationTimestamp: Timestamp | None = None
     deletionTimestamp: Timestamp | None = None
+
+    @property
+    def labels(self) -> Labels:
+        return self.labels_ or _NO_LABELS
+
+    @property
+    def annotations(self) -> Labels:
+        return self.annotations_ or _NO_LABELS
+
+    @property
+    def controller(self) -> OwnerReference | None:
+        """The controlling ownerReference."""
+        return next((ref for ref in self.ownerReferences or () if ref.controller), None)
+
+
+_NO_LABELS: Labels = {}  # what an absent map reads as (never written to)
+
+
+class Object(_Struct, kw_only=True):
+    """A top-level object: its kind as it was given (absent from objects the API server lists) and metadata."""
+
+    metadata: Metadata
+    kind: Any = msgspec.UNSET
+
+    def describe(self) -> str:
+        """`Kind namespace/name`, as gangsolve.edge.errors.describe names the object it was decoded from."""
+        meta = self.metadata
+        kind = "<no kind>" if self.kind is msgspec.UNSET else self.kind
+        return named(kind, "<unnamed>" if meta.name is None else meta.name, meta.namespace)
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, as gangsolve.edge.objects.pod_key keys the object it was decoded from."""
+        return f"{self.metadata.namespace or ''}/{self.metadata.name}"
 
 
 class ResourceRequirements(_Struct):
@@ -130,10 +169,52 @@ class PodStatus(_Struct):
     startTime: Timestamp | None = None
 
 
-class Pod(_Struct):
-    metadata: Metadata
-    spec: PodSpec | None = None
-    status: PodStatus | None = None
+class Pod(Object):
+    spec_: PodSpec | None = msgspec.field(default=None, name="spec")
+    status_: PodStatus | None = msgspec.field(default=None, name="status")
+
+    @property
+    def spec(self) -> PodSpec:
+        return self.spec_ or _NO_POD_SPEC
+
+    @property
+    def status(self) -> PodStatus:
+        return self.status_ or _NO_POD_STATUS
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.spec.nodeName)
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded or Failed: it holds no capacity."""
+        return self.status.phase in ("Succeeded", "Failed")
+
+    @property
+    def terminating(self) -> bool:
+        return self.metadata.deletionTimestamp is not None
+
+    @property
+    def scheduler(self) -> str:
+        name = self.spec.schedulerName
+        return "default-scheduler" if name is None else name
+
+    def waiting_for(self, scheduler_name: str) -> bool:
+        """Unbound, not finished, not being deleted, and naming `scheduler_name`: gated or not."""
+        phase = self.status.phase
+        return (
+            not self.bound
+            and (phase is None or phase == "Pending")
+            and self.scheduler == scheduler_name
+            and not self.terminating
+        )
+
+    def pending_for(self, scheduler_name: str) -> bool:
+        """A pod for `scheduler_name` to place now: no scheduling gate holds it (Kueue and others hold pods so)."""
+        return self.waiting_for(scheduler_name) and not self.spec.schedulingGates
+
+
+_NO_POD_SPEC, _NO_POD_STATUS = PodSpec(), PodStatus()
 
 
 class Taint(_Struct):
@@ -153,15 +234,22 @@ class NodeCondition(_Struct):
 
 
 class NodeStatus(_Struct):
-    allocatable: Resources | None = None
+    allocatable: Resources | msgspec.UnsetType | None = msgspec.UNSET  # (present, even null: capacity is not read)
     capacity: Resources | None = None
     conditions: list[NodeCondition] | None = None
 
 
-class Node(_Struct):
-    metadata: Metadata
-    spec: NodeSpec | None = None
-    status: NodeStatus | None = None
+class Node(Object):
+    spec_: NodeSpec | None = msgspec.field(default=None, name="spec")
+    status_: NodeStatus | None = msgspec.field(default=None, name="status")
+
+    @property
+    def spec(self) -> NodeSpec:
+        return self.spec_ or NodeSpec()
+
+    @property
+    def status(self) -> NodeStatus:
+        return self.status_ or NodeStatus()
 
 
 class LabelSelectorRequirement(_Struct):
@@ -188,10 +276,13 @@ class PodDisruptionBudgetStatus(_Struct):
     disruptionsAllowed: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
 
 
-class PodDisruptionBudget(_Struct):
-    metadata: Metadata
-    spec: PodDisruptionBudgetSpec | None = None
-    status: PodDisruptionBudgetStatus | None = None
+class PodDisruptionBudget(Object):
+    spec_: PodDisruptionBudgetSpec | None = msgspec.field(default=None, name="spec")
+    status_: PodDisruptionBudgetStatus | None = msgspec.field(default=None, name="status")
+
+    @property
+    def spec(self) -> PodDisruptionBudgetSpec:
+        return self.spec_ or PodDisruptionBudgetSpec()
 
 
 class GangSchedulingPolicy(_Struct):
@@ -212,7 +303,8 @@ class PodGroupSchedulingConstraints(_Struct):
 
 
 class PodGroupSpec(_Struct):
-    minMember: Int32 | str | None = None  # the CRDs say int32; a string is read if it holds a whole number
+    # The CRDs say int32; a string is read if it holds a whole number (absent: 1; null is no number)
+    minMember: Int32 | str | msgspec.UnsetType | None = msgspec.UNSET
     # Kubernetes' own PodGroup (scheduling.k8s.io v1beta1, v1alpha2)
     schedulingPolicy: PodGroupSchedulingPolicy | None = None
     schedulingConstraints: PodGroupSchedulingConstraints | None = None
@@ -221,13 +313,35 @@ class PodGroupSpec(_Struct):
     queue: str | None = None  # Volcano's PodGroup names its Queue
 
 
-class PodGroup(_Struct):
-    metadata: Metadata
-    spec: PodGroupSpec | None = None
+UPSTREAM_GROUP = "scheduling.k8s.io"  # Kubernetes' own PodGroup (KEP-4671)
 
 
-class PriorityClass(_Struct):
-    metadata: Metadata
+class PodGroup(Object):
+    apiVersion: Any = msgspec.UNSET  # its group tells the three PodGroups apart
+    spec_: PodGroupSpec | None = msgspec.field(default=None, name="spec")
+
+    @property
+    def group(self) -> str:
+        api = self.apiVersion if isinstance(self.apiVersion, str) else ""
+        return api.split("/")[0] if "/" in api else ""
+
+    @property
+    def min_member(self) -> int | None:
+        """The gang's minimum (`check` read it); None for a scheduling.k8s.io PodGroup with a `basic` policy."""
+        return _minimum(self)
+
+    @property
+    def spec(self) -> PodGroupSpec:
+        return self.spec_ or PodGroupSpec()
+
+    @property
+    def gang(self) -> GangSchedulingPolicy | None:
+        """A scheduling.k8s.io PodGroup's gang policy; None for a `basic` one (no gang)."""
+        policy = self.spec.schedulingPolicy
+        return policy.gang if policy is not None else None
+
+
+class PriorityClass(Object):
     value: Int32 = 0
     globalDefault: bool | None = None
     preemptionPolicy: PreemptionPolicy | None = None
@@ -248,10 +362,17 @@ class QueueStatus(_Struct):
     state: str | None = None  # Open, Closed, Closing, Unknown (Volcano's controller sets it)
 
 
-class Queue(_Struct):  # scheduling.volcano.sh/v1beta1
-    metadata: Metadata
-    spec: QueueSpec | None = None
-    status: QueueStatus | None = None
+class Queue(Object):  # scheduling.volcano.sh/v1beta1
+    spec_: QueueSpec | None = msgspec.field(default=None, name="spec")
+    status_: QueueStatus | None = msgspec.field(default=None, name="status")
+
+    @property
+    def spec(self) -> QueueSpec:
+        return self.spec_ or QueueSpec()
+
+    @property
+    def state(self) -> str | None:
+        return self.status_.state if self.status_ is not None else None
 
 
 # Dynamic Resource Allocation, resource.k8s.io/v1 (as the pinned API server's OpenAPI types it)
@@ -314,8 +435,7 @@ class ResourceSliceSpec(_Struct):
     devices: list[Device] | None = None
 
 
-class ResourceSlice(_Struct):
-    metadata: Metadata
+class ResourceSlice(Object):
     spec: ResourceSliceSpec
 
 
@@ -332,8 +452,7 @@ class DeviceClassSpec(_Struct):
     extendedResourceName: str | None = None
 
 
-class DeviceClass(_Struct):
-    metadata: Metadata
+class DeviceClass(Object):
     spec: DeviceClassSpec | None = None
 
 
@@ -404,8 +523,7 @@ class ResourceClaimStatus(_Struct):
     reservedFor: list[ResourceClaimConsumerReference] | None = None
 
 
-class ResourceClaim(_Struct):
-    metadata: Metadata
+class ResourceClaim(Object):
     spec: ResourceClaimSpec | None = None
     status: ResourceClaimStatus | None = None
 
@@ -414,8 +532,7 @@ class ResourceClaimTemplateSpec(_Struct):
     spec: ResourceClaimSpec | None = None
 
 
-class ResourceClaimTemplate(_Struct):
-    metadata: Metadata
+class ResourceClaimTemplate(Object):
     spec: ResourceClaimTemplateSpec | None = None
 
 
@@ -433,17 +550,110 @@ SCHEMAS: dict[str, type[_Struct]] = {
 }
 
 
-def check(obj: dict, kind: str | None = None) -> None:
-    """Raise InputError (naming the object and field) unless every field gangsolve reads has its API type.
-    `kind` is what the object was filed as (objects listed from the API server may not carry theirs)."""
+def check(obj: dict, kind: str | None = None) -> Any:
+    """The object decoded into the struct of its kind, or InputError (naming the object and field) unless every
+    field gangsolve reads has its API type and the values of its kind are in range. `kind` is what the object
+    was filed as (objects listed from the API server may not carry theirs)."""
     schema = SCHEMAS[kind or obj["kind"]]
     try:
-        msgspec.convert(obj, schema)
+        decoded = msgspec.convert(obj, schema)
     except msgspec.ValidationError as exc:
         field, message = _where(str(exc))
         if "[...]" in field:
             field = _map_key(obj, schema, field)
         raise InputError(describe(obj), field, message) from None
+    values = _VALUES.get(type(decoded))
+    if values is not None:
+        values(decoded)
+    return decoded
+
+
+INT32_MAX = 2**31 - 1  # minMember, minCount and minAvailable are int32 in the API
+MAX_WEIGHT = 65535  # Volcano's Queue CRD: weight from 1 to 65535
+_PERCENT = re.compile(r"^[0-9]+%$")  # as the API server validates a PDB's percentages
+_WHOLE = re.compile(r"^-?[0-9]{1,18}$")  # anything longer is out of range, or not a number
+
+
+def positive_int(value: object) -> int:
+    """A whole number from 1 to INT32_MAX, given as a number or as text (annotations are text); ValueError
+    (the message) otherwise."""
+    text = value.strip() if isinstance(value, str) else ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif _WHOLE.match(text):
+        n = int(text)
+    else:
+        raise ValueError(f"expected a whole number, got {shown(value)}")
+    if n < 1:
+        raise ValueError(f"must be at least 1, got {n}")
+    if n > INT32_MAX:
+        raise ValueError(f"must be at most {INT32_MAX}, got {shown(n)}")
+    return n
+
+
+def int_or_percent(value: int | str, total: int) -> int:
+    """A PDB's count, or its percentage of `total` rounded up (as the disruption controller does for
+    minAvailable); ValueError (the message) for anything else."""
+    if isinstance(value, str) and _PERCENT.match(value):
+        pct = int(value[:-1])
+        if pct > 100:
+            raise ValueError(f"a percentage must be between 0% and 100%, got {shown(value)}")
+        return math.ceil(pct * total / 100)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ValueError(f"expected a number or a percentage, got {shown(value)}")
+
+
+def units(obj: Object, field: str, quantities: Resources | None) -> dict[str, int]:
+    """Quantities in the solver's units (gangsolve.edge.quantity), or InputError naming the one out of range."""
+    out: dict[str, int] = {}
+    for name, value in (quantities or {}).items():
+        try:
+            out[name] = to_units(name, value)
+        except ValueError as exc:
+            raise InputError(obj.describe(), f"{field}.{name}", str(exc)) from None
+    return out
+
+
+def _read(obj: Object, field: str, value: object, read: Callable[[Any], int]) -> int:
+    try:
+        return read(value)
+    except ValueError as exc:
+        raise InputError(obj.describe(), field, str(exc)) from None
+
+
+def _minimum(pg: PodGroup) -> int | None:
+    """The PodGroup's minimum by its API group (see PodGroup.min_member), or InputError naming the field."""
+    if pg.group != UPSTREAM_GROUP:
+        minimum = pg.spec.minMember
+        return _read(pg, "spec.minMember", 1 if minimum is msgspec.UNSET else minimum, positive_int)
+    if pg.gang is not None:
+        return _read(pg, "spec.schedulingPolicy.gang.minCount", pg.gang.minCount, positive_int)
+    if pg.spec.schedulingPolicy is None or not isinstance(pg.spec.schedulingPolicy.basic, dict):
+        raise InputError(pg.describe(), "spec.schedulingPolicy", "expected a gang or a basic policy")
+    return None
+
+
+def _pdb_values(pdb: PodDisruptionBudget) -> None:
+    for field in ("minAvailable", "maxUnavailable"):
+        value = getattr(pdb.spec, field)
+        if value is not None:
+            _read(pdb, f"spec.{field}", value, lambda v: int_or_percent(v, 0))
+
+
+def _queue_values(queue: Queue) -> None:
+    weight = queue.spec.weight
+    if weight is not None and not 1 <= weight <= MAX_WEIGHT:
+        raise InputError(queue.describe(), "spec.weight", f"must be from 1 to {MAX_WEIGHT}, got {shown(weight)}")
+    units(queue, "spec.capability", queue.spec.capability)
+    units(queue, "spec.guarantee.resource", queue.spec.guarantee.resource if queue.spec.guarantee else None)
+
+
+_VALUES: dict[type, Callable[[Any], object]] = {
+    PodGroup: _minimum,
+    PodDisruptionBudget: _pdb_values,
+    Queue: _queue_values,
+}
 
 
 def timestamp(value: Any) -> datetime:

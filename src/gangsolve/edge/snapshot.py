@@ -2,9 +2,9 @@
 prints.
 
 Accepts a `kind: List` (or any `*List`) with `items`, a single object, or a multi-document YAML/JSON stream.
-Kinds other than the ones gangsolve understands are ignored. Objects are filed here by kind and name; the
-fields gangsolve reads are checked when the cluster is built (gangsolve.edge.schema), as the live scheduler's
-objects never pass through this module.
+Kinds other than the ones gangsolve understands are ignored. Objects are filed here by kind and name, as the API
+gives them (the live scheduler's store builds its snapshots of the same dicts); `Snapshot.decoded` decodes them,
+once per snapshot, into the typed objects the cluster is built from (gangsolve.edge.schema).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class Snapshot:
     resource_claims: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> ResourceClaim
     claim_templates: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> template
     taken_at: datetime | None = None  # when `gangsolve export` listed the cluster (its List's annotation)
-    # What is derived from these objects once per snapshot (the DRA model), shared by the cycle's steps
+    # What is derived from these objects once per snapshot (their decoded form, the DRA model), shared by the
+    # cycle's steps: the objects are not changed once filed (`add` starts it again)
     cache: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, obj: dict) -> None:
@@ -109,6 +110,17 @@ class Snapshot:
             raise _duplicate(obj)
         into[key] = obj
 
+    def decoded(self, nodes: bool = True) -> Decoded:
+        """Every object decoded (gangsolve.edge.schema.check), once per snapshot; the first that cannot be read
+        raises InputError. `nodes=False` leaves the nodes to a caller that decoded them already (the live store,
+        as they arrive)."""
+        for key in (("decoded", True), ("decoded", nodes)):
+            decoded = self.cache.get(key)
+            if isinstance(decoded, Decoded):
+                return decoded
+        decoded = self.cache["decoded", nodes] = Decoded(self, nodes)
+        return decoded
+
     def without(self, culprit: str) -> Snapshot:
         """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`): how the live
         scheduler leaves out an object it cannot read."""
@@ -139,6 +151,38 @@ class Snapshot:
             if key in seen:
                 raise _duplicate(obj)
             seen.add(key)
+
+
+class Decoded:
+    """A snapshot's objects as typed structs, filed as the snapshot files them (nodes only if asked for)."""
+
+    def __init__(self, snap: Snapshot, nodes: bool) -> None:
+        check = schema.check
+        self.nodes: list[schema.Node] = [check(o, "Node") for o in snap.nodes] if nodes else []
+        self.pods: list[schema.Pod] = [check(o, "Pod") for o in snap.pods]
+        self.pdbs: list[schema.PodDisruptionBudget] = [check(o, "PodDisruptionBudget") for o in snap.pdbs]
+        self.pod_groups: dict[tuple[str, str, str], schema.PodGroup] = {
+            k: check(o, "PodGroup") for k, o in snap.pod_groups.items()
+        }
+        self.priority_classes: dict[str, schema.PriorityClass] = {
+            k: check(o, "PriorityClass") for k, o in snap.priority_classes.items()
+        }
+        self.queues: dict[str, schema.Queue] = {k: check(o, "Queue") for k, o in snap.queues.items()}
+        self.resource_slices: list[schema.ResourceSlice] = [check(o, "ResourceSlice") for o in snap.resource_slices]
+        self.device_classes: dict[str, schema.DeviceClass] = {
+            k: check(o, "DeviceClass") for k, o in snap.device_classes.items()
+        }
+        self.resource_claims: dict[tuple[str, str], schema.ResourceClaim] = {
+            k: check(o, "ResourceClaim") for k, o in snap.resource_claims.items()
+        }
+        self.claim_templates: dict[tuple[str, str], schema.ResourceClaimTemplate] = {
+            k: check(o, "ResourceClaimTemplate") for k, o in snap.claim_templates.items()
+        }
+        self.raw: dict[int, dict] = {id(p): o for p, o in zip(self.pods, snap.pods, strict=True)}
+
+    def raw_pod(self, pod: schema.Pod) -> dict:
+        """The API object a pod was decoded from."""
+        return self.raw[id(pod)]
 
 
 def _duplicate(obj: dict) -> InputError:

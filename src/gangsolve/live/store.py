@@ -46,6 +46,7 @@ from anyio.abc import ObjectReceiveStream
 from gangsolve.edge import objects, schema
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.gang_hints import Hint, gang_hints, pod_group_of
+from gangsolve.edge.objects import pod_key
 from gangsolve.edge.snapshot import DRA_KINDS, KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 from gangsolve.live import logs
 from gangsolve.live.messages import Event, Resync
@@ -63,11 +64,6 @@ def object_key(obj: dict) -> ObjectKey:
     api = str(obj.get("apiVersion", ""))
     group = api.split("/")[0] if "/" in api else ""
     return group, meta.get("namespace", ""), meta.get("name", "")
-
-
-def pod_key(obj: dict) -> str:
-    meta = obj["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
 def _ready(node: dict) -> bool:
@@ -354,8 +350,7 @@ class ClusterStore:
             new_requests = None
         elif new is not old:
             try:
-                schema.check(new, "Pod")
-                new_requests = objects.pod_requests(new)
+                new_requests = objects.pod_requests(schema.check(new, "Pod"))
                 self._requests[key] = new_requests
                 self._bad_pods.pop(key, None)
             except InputError as exc:
@@ -432,8 +427,7 @@ class ClusterStore:
         self._bad_nodes.pop(name, None)
         if obj is not None:
             try:
-                schema.check(obj, "Node")
-                self._nodes[name] = objects.node(obj)
+                self._nodes[name] = objects.node(schema.check(obj, "Node"))
             except InputError as exc:
                 self._bad_nodes[name] = exc
         self._dirty.add(name)
