@@ -43,7 +43,7 @@ from gangsolve.edge.gangs import (
     VOLCANO_ANNOTATION,
     upstream_group_name,
 )
-from gangsolve.edge.objects import is_pending_for
+from gangsolve.edge.objects import is_pending_for, pod_key
 from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
@@ -51,7 +51,7 @@ from gangsolve.live.fence import Fence
 from gangsolve.live.kube import STRATEGIC_PATCH, ApiError, Kube
 from gangsolve.live.messages import COMPONENT, Bound, CycleResult, Evicted
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.store import ClusterStore, ObjectKey, pod_key
+from gangsolve.live.store import ClusterStore, ObjectKey
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import PODS
 

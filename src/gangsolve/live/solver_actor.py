@@ -43,14 +43,14 @@ from gangsolve.edge import dra, objects, reservations
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.estimates import Estimator
 from gangsolve.edge.gangs import Waiting, created
-from gangsolve.edge.objects import is_waiting_for
+from gangsolve.edge.objects import is_waiting_for, pod_key
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.messages import ClaimWrite, CycleResult, Event, GangPlan, Preemption, Resync, Victim
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue, Signature
-from gangsolve.live.store import ClusterStore, View, pod_key
+from gangsolve.live.store import ClusterStore, View
 from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, SolveConfig
 
 
