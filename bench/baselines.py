@@ -10,7 +10,8 @@ placed: those pods hold resources (GPUs) that do nothing until the rest of their
 Simplifications, all in the baseline's favour: every feasible node is scored (no percentageOfNodesToScore),
 and a gang's co-location rule is honoured as the required inter-pod affinity (topologyKey) a user would write.
 
-`easy_backfill` is the batch schedulers' baseline for the time-based mode: Slurm's EASY backfill on gangs;
+`easy_backfill` and `conservative_backfill` are the batch schedulers' baselines for the time-based mode: Slurm's
+backfill on gangs, with a reservation for the queue's head only (EASY) or for every job (conservative);
 `proportion`, Volcano's allocation across weighted queues.
 """
 
@@ -489,6 +490,81 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
             take(g, counts, [free] if ends_in_time else [free, spare])
             result[g] = counts
     return {pod: node for g, gang_counts in result.items() for pod, node in problem.bindings(g, gang_counts).items()}
+
+
+CONSERVATIVE_DEPTH = 100  # pending gangs planned per cycle, as Slurm's bf_max_job_test bounds its backfill
+
+
+def conservative_backfill(cluster: Cluster, depth: int = CONSERVATIVE_DEPTH) -> dict[str, str]:
+    """Conservative backfill, as Slurm's sched/backfill plans every job it tests, on gangs.
+
+    Gangs are taken in queue order (priority, then submission), the first `depth` of them. Each gets a
+    reservation at the earliest time at which, for its whole estimated runtime, the estimated ends of running
+    pods and the reservations of the gangs before it leave room for it, on the nodes it would then take (each
+    pod best-fit, as the greedy gang allocator places it); the gangs whose reservation starts now start. So a
+    gang never delays the reservation of a gang before it, whatever its size. Pods without an estimated end are
+    never assumed to end, and a gang without a runtime estimate holds its nodes for ever; a gang that fits at
+    no time is passed over.
+    """
+    problem = Problem(cluster)
+    now = cluster.now
+    # Free capacity as a step function of time: from times[k] until times[k + 1], free[k] (nodes x resources).
+    releases: dict[float, np.ndarray] = {}
+    for running in cluster.running:
+        n = problem.node_index.get(running.node)
+        if n is None or running.end is None:
+            continue
+        at = releases.setdefault(max(running.end, now), np.zeros_like(problem.free))
+        for r, q in running.requests.items():
+            if r in problem.res_index:
+                at[n, problem.res_index[r]] += q
+    times = [now, *sorted(t for t in releases if t > now)]
+    free = [problem.free + releases.get(now, 0)]
+    for t in times[1:]:
+        free.append(free[-1] + releases[t])
+
+    def plan(g: int) -> tuple[int, GangCounts] | None:
+        """The first step at which the gang fits for its whole runtime, and where."""
+        runtime = problem.gangs[g].runtime
+        for k, start in enumerate(times):
+            end = start + runtime if runtime is not None else np.inf
+            last = int(np.searchsorted(times, end, side="left"))  # steps [k, last) overlap [start, end)
+            room = np.minimum.reduce(free[k : max(last, k + 1)])
+            if problem.gangs[g].topology:
+                counts = place_colocated(problem, g, room.copy(), later=True)
+            else:
+                counts = place_gang(problem, g, room.copy(), later=True)
+            if counts is not None:
+                return k, counts
+        return None
+
+    def reserve(g: int, k: int, counts: GangCounts) -> None:
+        """Take the gang's room from step k until its estimated end (a new step there, if there is none)."""
+        runtime = problem.gangs[g].runtime
+        last = len(times)
+        if runtime is not None:
+            end = times[k] + runtime
+            last = int(np.searchsorted(times, end, side="left"))
+            if last == len(times) or times[last] != end:
+                times.insert(last, end)
+                free.insert(last, free[last - 1].copy())
+        used = np.zeros_like(problem.free)
+        for (p, n), count in counts.items():
+            used[n] += count * problem.demand[problem.parts[g][p].cls]
+        for step in range(k, last):
+            free[step] = free[step] - used
+
+    started: dict[int, GangCounts] = {}
+    order = sorted(range(len(problem.gangs)), key=lambda g: (-problem.gangs[g].priority, problem.gangs[g].order))
+    for g in [g for g in order if problem.gangs[g].pods][:depth]:
+        planned = plan(g)
+        if planned is None:
+            continue  # fits at no time (Slurm skips jobs that cannot run)
+        k, counts = planned
+        reserve(g, k, counts)
+        if k == 0:
+            started[g] = counts
+    return {pod: node for g, counts in started.items() for pod, node in problem.bindings(g, counts).items()}
 
 
 def tas_best_fit(cluster: Cluster, levels: tuple[str, ...] = ()) -> dict[str, str]:

@@ -20,6 +20,7 @@ COLORS = {
     "per-pod-most": "tab:brown",
     "greedy-gang": "tab:blue",
     "easy-backfill": "tab:purple",
+    "conservative-backfill": "tab:cyan",
     "gangsolve": "tab:red",
 }
 MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from gangsolve.bench import manifests, openb, placement_metrics
-from gangsolve.bench.baselines import easy_backfill
+from gangsolve.bench.baselines import conservative_backfill, easy_backfill
 from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
 from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.bench.timeline import tenants
@@ -209,6 +209,10 @@ def _easy(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict[str, st
     return easy_backfill(cluster), {}
 
 
+def _conservative(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict[str, str], dict]:
+    return conservative_backfill(cluster), {}
+
+
 # The timeline adds a scheduler that only makes sense over time: it needs running jobs' expected ends.
 # gangsolve runs on a deterministic budget (SolveConfig.steps) instead of the clock: a run is reproducible
 # on a loaded machine, and a seed's result moves only when the policy does. The live scheduler keeps the clock.
@@ -217,8 +221,10 @@ TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
     **SCHEDULERS,
     "gangsolve": solve_with(use_cpsat=True, steps=TIMELINE_STEPS),
     "easy-backfill": _easy,
+    "conservative-backfill": _conservative,
 }
-USES_ESTIMATES = ("easy-backfill", "gangsolve")  # the others give the same result in every estimate mode
+BACKFILL = ("easy-backfill", "conservative-backfill")  # peers of the time-based mode only
+USES_ESTIMATES = (*BACKFILL, "gangsolve")  # the others give the same result in every estimate mode
 
 
 def jobs_of(

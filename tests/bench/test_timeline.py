@@ -7,7 +7,7 @@ from dataclasses import replace
 from bench_clusters import cluster_objects, gang, gpu_nodes
 
 from gangsolve.bench import manifests
-from gangsolve.bench.baselines import easy_backfill
+from gangsolve.bench.baselines import conservative_backfill, easy_backfill
 from gangsolve.bench.timeline.simulation import PERIOD, TIMELINES, jobs_of, simulate
 from gangsolve.solver import Cluster, Running
 from gangsolve.solver.model import GPU
@@ -100,6 +100,31 @@ def test_easy_backfill_lets_only_jobs_that_end_in_time_onto_the_head_reservation
     # The head holds n0 from 600 s: the short job may use it; of the long ones, the first in the queue gets the
     # one GPU free on n1.
     assert bindings == {"short-0": "n0", "long-0": "n1"}
+
+
+def test_conservative_backfill_lets_no_gang_delay_any_reservation_before_it():
+    held = {"cpu": 3000, "memory": 3 * 2**30, "pods": 3, GPU: 3}
+    nodes = (replace(node("n0", gpus=4), used=held), replace(node("n1", gpus=4), used=held))
+    running = (Running("n0", held, 600.0), Running("n1", held, 3600.0))
+    head = replace(solver_gang("head", 1, gpus=4), runtime=7200.0)  # n0 from 600 s
+    second = replace(solver_gang("second", 1, gpus=4), runtime=1800.0)  # n1 from 3,600 s, when its pods end
+    short = replace(solver_gang("short", 1, gpus=1), runtime=300.0)  # ends before the head's reservation
+    long = replace(solver_gang("long", 1, gpus=1), runtime=7200.0)  # would delay both reservations
+    never = solver_gang("never", 1, gpus=8)  # no node has 8 GPUs: passed over, reserving nothing
+    cluster = Cluster(nodes, (never, head, second, short, long), running, now=0.0)
+    # EASY protects only the head: the long job takes n1's free GPU and delays the second gang by two hours.
+    assert easy_backfill(cluster) == {"short-0": "n0", "long-0": "n1"}
+    # Conservative backfill protects both reservations: only the short job starts now.
+    assert conservative_backfill(cluster) == {"short-0": "n0"}
+
+
+def test_conservative_backfill_without_estimates_never_counts_on_an_end():
+    held = {"cpu": 3000, "memory": 3 * 2**30, "pods": 3, GPU: 3}
+    nodes = (replace(node("n0", gpus=4), used=held),)
+    head = solver_gang("head", 1, gpus=4)  # can start only when the running pod ends: never, as far as is known
+    small = solver_gang("small", 1, gpus=1)  # no runtime: holds its GPU for ever, but delays no reservation
+    cluster = Cluster(nodes, (head, small), (Running("n0", held, None),), now=0.0)
+    assert conservative_backfill(cluster) == {"small-0": "n0"}
 
 
 def test_estimate_modes_declare_the_true_a_noisy_or_no_runtime():
