@@ -130,6 +130,7 @@ ops = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(ops)
 @example([("add", 0, "n0", 1), ("assume", 0, "n0", 1), ("rebound", 0, "n0", 1)])  # replaced, holding as much
+@example([("add", 0, "n0", 1), ("bind", 0, "n0", 1), ("rebound", 0, "n0", 2)])  # replaced, holding more
 def test_used_capacity_and_freed_follow_the_definition(steps):
     s = store_with_nodes()
     pods: dict[str, dict] = {}  # name -> {"cpu", "node" (bound), "uid", "phase"}

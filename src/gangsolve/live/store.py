@@ -144,6 +144,11 @@ def _unlink(index: dict[Any, set[str]], name: Any, key: str) -> bool:
     return True
 
 
+def _covers(new: Requests | None, old: Requests) -> bool:
+    """Whether `new` holds at least as much of every resource as `old`: replacing one by the other frees nothing."""
+    return new is not None and all(new.get(r, 0) >= q for r, q in old.items())
+
+
 def _add(into: dict[str, Requests], node: str, requests: Requests, sign: int) -> None:
     used = into.setdefault(node, {})
     for r, q in requests.items():
@@ -359,10 +364,13 @@ class ClusterStore:
                 self._bad_pods[key] = exc
         else:
             new_requests = old_requests
-        if old_node and old_requests is not None and (old_node, old_requests) != (new_node, new_requests):
-            self._use(old_node, old_requests, -1)
-        if new_node and new_requests is not None and (old_node, old_requests) != (new_node, new_requests):
-            self._use(new_node, new_requests, +1)
+        if (old_node, old_requests) != (new_node, new_requests):
+            if old_node and old_requests is not None:
+                # Room is freed unless the pod's new self holds at least as much of it on the same node.
+                kept = old_node == new_node and _covers(new_requests, old_requests)
+                self._use(old_node, old_requests, -1, freed=not kept)
+            if new_node and new_requests is not None:
+                self._use(new_node, new_requests, +1)
         if new is None:
             self._pod_gone(key)
             confirmed = False
@@ -451,10 +459,10 @@ class ClusterStore:
         else:
             self._bound_priorities.pop(priority, None)
 
-    def _use(self, node: str, requests: Requests, sign: int) -> None:
+    def _use(self, node: str, requests: Requests, sign: int, *, freed: bool = True) -> None:
         _add(self._used, node, requests, sign)
         self._dirty.add(node)
-        if sign < 0:
+        if sign < 0 and freed:
             self.freed += 1
 
     def _drop(self, key: str, why: str, *, freed: bool = True) -> None:
