@@ -634,10 +634,11 @@ def build_with_origins(
         born = [c for c in (p.metadata.creationTimestamp for _o, p in pods if not p.bound) if c is not None]
         age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), node_gpus, starvation_seconds)
         starving = bool(now and born and (now - min(born)).total_seconds() > age)
-        origins[names.of(key)] = Origin(key.rule, grouper.fallback(key, objs_))
+        name = names.of(key)
+        origins[name] = Origin(key.rule, grouper.fallback(key, objs_))
         gangs.append(
             Gang(
-                name=names.of(key),
+                name=name,
                 pods=tuple(pending),
                 min_member=grouper.min_member(key, objs_),
                 bound_nodes=tuple(str(p.spec.nodeName) for p in objs_ if p.bound),
