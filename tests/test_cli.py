@@ -28,6 +28,7 @@ def test_users_tfjob_all_eight_on_gpu_nodes():
     assert plan["gangs"] == [
         {
             "name": "default/mnist",
+            "rule": "pdb",
             "placed": True,
             "minMember": 8,
             "pods": 8,
@@ -118,10 +119,41 @@ def test_a_queue_below_its_fair_share_reclaims_a_whole_gang_and_the_plan_shows_i
     assert [g["reason"] for g in closed["gangs"]] == ["queue team-a is closed: it admits no new gangs"]
 
 
-def test_default_scheduler_name_leaves_kube_batchd_pods_alone():
-    plan = orjson.loads(solve(str(EXAMPLES / "tfjob-8.yaml"), "-o", "json").stdout)
+def test_default_scheduler_name_leaves_kube_batchd_pods_alone_and_says_which_name_they_use():
+    result = solve(str(EXAMPLES / "tfjob-8.yaml"), "-o", "json")
+    assert result.exit_code == 0
+    plan = orjson.loads(result.stdout)
     assert plan["bindings"] == {}
     assert plan["gangs"] == []
+    assert result.stderr == "hint: 8 pending pods name kube-batchd, none gangsolve: try --scheduler-name kube-batchd\n"
+
+
+def test_a_tfjob_whose_pdb_has_a_typo_is_named_with_the_gang_that_fell_back():
+    """Two mistakes that would otherwise cost a gang in silence: a PDB of a misspelled kind, and so a TFJob that
+    falls back to a minimum of 1. The plan itself is unchanged; stderr says what to fix."""
+    pods = []
+    for i in range(3):
+        pod = k8s_pod(f"mnist-worker-{i}", gpus=1, labels={"job": "mnist"})
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "mnist", "uid": "u1", "controller": True}
+        ]
+        pods.append(pod)
+    typo = {**k8s_pdb("mnist", 3, {"job": "mnist"}), "kind": "PodDisruptonBudget"}
+    text = yaml.safe_dump(k8s_list(k8s_node("n", gpus=8), typo, *pods))
+    result = solve("-", "-o", "json", input=text)
+    assert result.exit_code == 0, result.output
+    (gang,) = orjson.loads(result.stdout)["gangs"]
+    assert (gang["rule"], gang["minMember"]) == ("owner", 1)
+    assert result.stderr.splitlines() == [
+        "warning: PodDisruptonBudget default/mnist ignored: gangsolve reads no kind PodDisruptonBudget "
+        "(did you mean PodDisruptionBudget?)",
+        "warning: gang default/mnist: no PodGroup or PDB defines the gang of TFJob mnist: its minimum is 1, so part "
+        "of it may run; create a PodGroup (minMember) or a PodDisruptionBudget (minAvailable) for its pods to keep "
+        "it whole",
+    ]
+    fixed = solve("-", "-o", "json", input=text.replace("PodDisruptonBudget", "PodDisruptionBudget"))
+    assert [(g["rule"], g["minMember"]) for g in orjson.loads(fixed.stdout)["gangs"]] == [("pdb", 3)]
+    assert "│ owner " in solve("-", input=text).stdout  # the table's RULE column
 
 
 def test_table_output_for_people():
@@ -142,18 +174,28 @@ def test_json_list_snapshot():
     assert orjson.loads(solve("-", "-o", "json", input=text).stdout)["bindings"] == {"default/p": "n"}
 
 
-def test_empty_snapshot_is_an_empty_plan():
-    plan = orjson.loads(solve("-", "-o", "json", input="").stdout)
-    assert plan["bindings"] == {}
-    assert plan["gangs"] == []
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # what the README's `kubectl get` writes on a cluster that serves no upstream PodGroup API
+        ("", "error: snapshot: no nodes and no pods (`kubectl get` writes nothing when a kind it names is not served)"),
+        (yaml.safe_dump(k8s_list(k8s_pdb("mnist", 8, {"app": "mnist"}))), "error: snapshot: no nodes and no pods"),
+        (yaml.safe_dump_all([k8s_pod("p", gpus=1), k8s_pod("q")]), "error: snapshot: 2 pods but no node to run on"),
+    ],
+)
+def test_a_snapshot_without_nodes_is_an_error_that_says_how_to_make_one(text, message):
+    """An empty plan (`0/0 gangs placed`, exit 0) would read as "nothing to do"; it is a snapshot missing its
+    cluster, and `gangsolve export` makes one that is not."""
+    result = solve("-", "-o", "json", input=text)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(message)
+    assert result.stderr.strip().endswith("make one of your cluster with `gangsolve export -o snap.json`")
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_pods_without_any_node_wait():
-    result = solve("-", "-o", "json", input=yaml.safe_dump(k8s_pod("p", gpus=1)))
-    assert result.exit_code == 0, result.output
-    (gang,) = orjson.loads(result.stdout)["gangs"]
-    assert not gang["placed"]
-    assert gang["reason"]
+def test_a_cluster_with_nothing_pending_is_an_empty_plan():
+    plan = orjson.loads(solve("-", "-o", "json", input=yaml.safe_dump(k8s_node("n"))).stdout)
+    assert (plan["bindings"], plan["gangs"]) == ({}, [])
 
 
 def test_gated_pods_are_reported_not_placed():
@@ -182,7 +224,7 @@ def test_other_kinds_are_ignored():
     [
         ("kind: [unclosed", "error: snapshot: invalid YAML/JSON at line 2, column 1"),
         (
-            yaml.safe_dump(k8s_list(k8s_pod("p", cpu="2x"))),
+            yaml.safe_dump(k8s_list(k8s_node("n"), k8s_pod("p", cpu="2x"))),
             "error: Pod default/p: spec.containers[0].resources.requests.cpu: quantity '2x' does not parse",
         ),
         (
@@ -380,7 +422,8 @@ def test_hostile_yaml_is_one_line_exit_2(text, message):
 
 def test_moderate_aliases_are_still_yaml():
     pod = "- {{kind: Pod, metadata: {{name: p{}, labels: *labels}}, spec: {{schedulerName: gangsolve}}}}\n"
-    docs = "labels: &labels {app: x}\nitems:\n" + "".join(pod.format(i) for i in range(3))
+    node = "- {kind: Node, metadata: {name: n}}\n"
+    docs = "labels: &labels {app: x}\nitems:\n" + node + "".join(pod.format(i) for i in range(3))
     result = solve("-", "-o", "json", input="kind: List\n" + docs)
     assert result.exit_code == 0, result.output
     assert len(orjson.loads(result.stdout)["gangs"]) == 3

@@ -140,6 +140,7 @@ def solve(
     from gangsolve import cycle, render
     from gangsolve.edge.estimates import Estimator, parse_duration
     from gangsolve.edge.gangs import DEFINITION_GRACE, Grace
+    from gangsolve.edge.hints import hints, unsolvable
     from gangsolve.edge.snapshot import read
 
     grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
@@ -157,6 +158,9 @@ def solve(
     config = SolveConfig(time_limit=time_limit, preemption=preemption)
     try:
         snap = read(snapshot)
+        missing = unsolvable(snap)
+        if missing:
+            fail(missing)
         decisions = cycle.run(
             snap, rules, config, now=now or snap.taken_at, estimator=Estimator(default=default), strict=not skip_invalid
         )
@@ -166,6 +170,8 @@ def solve(
         sys.stdout.buffer.write(render.to_json(decisions))
     else:
         render.print_table(decisions, Console())
+    for line in hints(decisions.snapshot, scheduler_name, decisions.origins):
+        click.echo(line, err=True)
 
 
 @cli.command()

@@ -22,7 +22,7 @@ from datetime import datetime
 from gangsolve.edge import dra
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.estimates import Estimator, with_estimates
-from gangsolve.edge.gangs import STARVATION_SECONDS, Grace, Waiting, build_cluster, gated, waiting
+from gangsolve.edge.gangs import STARVATION_SECONDS, Grace, Origin, Waiting, build_with_origins, gated, waiting
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, Node, Placement, Pod, SolveConfig
 from gangsolve.solver.devices import Allocations, allocate
@@ -46,6 +46,7 @@ class Grouped:
     """A snapshot's gangs: what `group` made of it."""
 
     cluster: Cluster  # every node and every pending gang
+    origins: dict[str, Origin]  # gang name -> the rule that defined it (and a fallback's warning)
     waiting: dict[str, Waiting]  # pending pods that join no gang yet
     skipped: tuple[InputError, ...]  # objects left out as unreadable
     snapshot: Snapshot  # the snapshot without them
@@ -59,9 +60,11 @@ class Decisions:
     cluster: Cluster  # the gangs solved (less any the solver failed on)
     placement: Placement
     allocations: Allocations  # claim -> the devices chosen for it, for the placed pods' claims
+    snapshot: Snapshot  # what it decided on (less the objects left out)
     skipped: tuple[InputError, ...] = ()  # objects (and gangs the solver failed on) left out
     waiting: dict[str, Waiting] = field(default_factory=dict)  # pending pods that join no gang yet
     gated: dict[str, list[str]] = field(default_factory=dict)  # pods held by scheduling gates -> the gates
+    origins: dict[str, Origin] = field(default_factory=dict)  # gang name -> the rule that defined it
 
 
 def solve(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | None = None) -> Placement:
@@ -110,7 +113,7 @@ def group(
     skipped: list[InputError] = []
     while True:
         try:
-            cluster = build_cluster(
+            cluster, origins = build_with_origins(
                 snapshot,
                 rules.scheduler_name,
                 rules.group_label,
@@ -124,7 +127,7 @@ def group(
             if estimator is not None and now is not None:
                 cluster = with_estimates(snapshot, cluster, now, estimator, rules.scheduler_name)
             held = waiting(snapshot, rules.scheduler_name, rules.group_label, now, rules.grace)
-            return Grouped(cluster, held, tuple(skipped), snapshot, gated(snapshot, rules.scheduler_name))
+            return Grouped(cluster, origins, held, tuple(skipped), snapshot, gated(snapshot, rules.scheduler_name))
         except InputError as exc:
             smaller = snapshot.without(exc.obj)
             if strict or _size(smaller) == _size(snapshot):
@@ -164,13 +167,19 @@ def decide(
         cluster = replace(cluster, gangs=tuple(g for g in cluster.gangs if g not in culprits))
         placement = solve(cluster, config, previous)
     placement, allocations = _allocate(snapshot, scheduler_name, cluster, placement)
-    return Decisions(cluster, placement, allocations, tuple(skipped))
+    return Decisions(cluster, placement, allocations, snapshot, tuple(skipped))
 
 
 def with_grouping(decided: Decisions, grouped: Grouped) -> Decisions:
     """The decisions with what grouping found besides the gangs: objects it left out, pods waiting for a gang,
-    pods held by scheduling gates."""
-    return replace(decided, skipped=grouped.skipped + decided.skipped, waiting=grouped.waiting, gated=grouped.gated)
+    pods held by scheduling gates, the rule that defined each gang."""
+    return replace(
+        decided,
+        skipped=grouped.skipped + decided.skipped,
+        waiting=grouped.waiting,
+        gated=grouped.gated,
+        origins=grouped.origins,
+    )
 
 
 def run(

@@ -37,9 +37,10 @@ def queue_dict(q: QueueResult) -> dict:
 
 
 def as_dict(decisions: Decisions) -> dict:
-    """The cycle's decisions, and besides them: `gated`, pods held back by scheduling gates (pod -> gate names),
-    never placed; `waiting`, pods that join no gang yet (pod -> why: their PodGroup does not exist, their gang
-    definition or their ResourceClaim may still come, or a claim uses what gangsolve does not model);
+    """The cycle's decisions, and besides them: each gang's `rule`, the gang rule that defined it (upstream,
+    podgroup, volcano, pdb, label, owner, single); `gated`, pods held back by scheduling gates (pod -> gate
+    names), never placed; `waiting`, pods that join no gang yet (pod -> why: their PodGroup does not exist, their
+    gang definition or their ResourceClaim may still come, or a claim uses what gangsolve does not model);
     `allocations`, the devices of the claims of the pods placed (Dynamic Resource Allocation); `skipped`,
     objects left out as unreadable (`--skip-invalid`) and gangs the solver failed on."""
     placement = decisions.placement
@@ -48,6 +49,7 @@ def as_dict(decisions: Decisions) -> dict:
         "gangs": [
             {
                 "name": g.name,
+                "rule": decisions.origins[g.name].rule,
                 "placed": g.placed,
                 "minMember": g.min_member,
                 "pods": g.pods,
@@ -100,14 +102,21 @@ def print_table(decisions: Decisions, console: Console) -> None:
     placement, gated, allocations = decisions.placement, decisions.gated, decisions.allocations
     waiting = {pod: why.reason for pod, why in decisions.waiting.items()}
     table = Table(title="Gangs", title_justify="left", show_lines=False)
-    for column in ("GANG", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION"):
-        table.add_column(column, overflow="fold")
+    for column in ("GANG", "RULE", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION"):
+        table.add_column(column, overflow="fold", no_wrap=column == "GANG")
     reserved = {r.gang: r for r in placement.reservations}
     for g in placement.gangs:
         placed = _text(str(g.placed_pods), "green" if g.placed else "red")
         planned = _text(reservations.message(reserved[g.name])) if g.name in reserved else ""
         table.add_row(
-            _text(g.name), str(g.priority), str(g.min_member), str(g.pods), placed, _text(g.reason or ""), planned
+            _text(g.name),
+            decisions.origins[g.name].rule,
+            str(g.priority),
+            str(g.min_member),
+            str(g.pods),
+            placed,
+            _text(g.reason or ""),
+            planned,
         )
     console.print(table)
     if any(q.name != "default" or q.capability or q.weight != 1 for q in placement.queues):

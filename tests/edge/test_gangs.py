@@ -9,7 +9,9 @@ from gangsolve.edge.gangs import (
     POD_GROUP_LABEL,
     STARVATION_FLOOR,
     STARVATION_SECONDS,
+    Origin,
     build_cluster,
+    build_with_origins,
     gated,
     starvation_age,
 )
@@ -97,6 +99,35 @@ def test_rules_apply_in_order():
         k8s_pod("p", labels={"app": "x", "scheduling.x-k8s.io/pod-group": "pg"}),
     )
     assert list(result) == ["default/pg"]
+
+
+def test_every_gang_names_the_rule_that_defined_it():
+    upstream = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": "up"}}
+    upstream["spec"] = {"schedulingPolicy": {"gang": {"minCount": 1}}}
+    snap = snapshot(
+        upstream,
+        k8s_pod("u", schedulingGroup={"podGroupName": "up"}),
+        k8s_pod_group("pg", 1),
+        k8s_pod("g", labels={POD_GROUP_LABEL: "pg"}),
+        k8s_pod_group("vg", 1, volcano=True),
+        k8s_pod("v", annotations={"scheduling.k8s.io/group-name": "vg"}),
+        k8s_pdb("guard", 1, {"app": "guarded"}),
+        k8s_pod("d", labels={"app": "guarded"}),
+        k8s_pod("l", labels={"team": "t"}),
+        k8s_pod("o", owner="job1"),
+        k8s_pod("s"),
+    )
+    cluster, origins = build_with_origins(snap, group_label="team")
+    assert origins == {
+        "default/up": Origin("upstream"),
+        "default/pg": Origin("podgroup"),
+        "default/vg": Origin("volcano"),
+        "default/guard": Origin("pdb"),
+        "default/t": Origin("label"),
+        "default/job1": Origin("owner"),
+        "default/s": Origin("single"),
+    }
+    assert set(origins) == {g.name for g in cluster.gangs}
 
 
 def test_gangs_are_namespaced():

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gangsolve.cli import cli
-from gangsolve.edge.gangs import Grace, build_cluster, waiting
+from gangsolve.edge.gangs import Grace, build_cluster, build_with_origins, waiting
 from gangsolve.edge.snapshot import Snapshot, parse
 from gangsolve.solver import solve
 from tests.builders import k8s_list, k8s_node, k8s_pdb, k8s_pod
@@ -48,6 +48,49 @@ def test_pods_of_a_training_job_wait_for_their_definition_then_fall_back():
     (gang,) = build_cluster(s, now=at(10)).gangs
     assert (gang.name, len(gang.pods), gang.min_member) == ("default/mnist", 3, 1)
     assert waiting(s, now=at(10)) == {}
+
+
+NO_DEFINITION = (
+    "no PodGroup or PDB defines the gang of TFJob mnist: its minimum is 1, so part of it may run; create a "
+    "PodGroup (minMember) or a PodDisruptionBudget (minAvailable) for its pods to keep it whole"
+)
+
+
+def fallback(s: Snapshot, **kw) -> str | None:
+    (origin,) = build_with_origins(s, **kw)[1].values()
+    return origin.fallback
+
+
+def test_a_training_job_that_falls_back_to_a_minimum_of_one_says_what_keeps_it_whole():
+    """The failure a gang scheduler exists to prevent, so the gang says so (live: in its pods' condition and
+    an event; offline: a warning)."""
+    pods = [owned(f"w{i}", "TFJob", "mnist") for i in range(3)]
+    assert fallback(snap(*pods), now=at(10)) == NO_DEFINITION
+    assert fallback(snap(*pods)) == NO_DEFINITION  # offline without a clock: the fallback applies at once
+    assert fallback(snap(*pods, pdbs=(k8s_pdb("mnist", 3, {"job": "mnist"}),)), now=at(10)) is None
+    pods[0]["metadata"]["annotations"]["gangsolve.io/min-available"] = "1"  # asked for: nothing to warn about
+    assert fallback(snap(*pods), now=at(10)) is None
+
+
+@pytest.mark.parametrize(
+    ("pods", "says"),
+    [
+        ([owned("a", "Job", "j1"), owned("b", "Job", "j1")], "no PodGroup or PDB defines the gang of Job j1"),
+        ([owned("a", "Job", "j1")], None),  # one pod: it is whole
+        ([owned("a", "TFJob", "one")], None),
+        ([owned("a", "ReplicaSet", "web"), owned("b", "ReplicaSet", "web")], None),  # no job: pods may run apart
+        (
+            [k8s_pod(f"p{i}", created=STAMP, labels={"team": "t"}) for i in range(2)],
+            "no pod of its team group carries the gangsolve.io/min-available annotation: its minimum is 1",
+        ),
+    ],
+)
+def test_which_gangs_fall_back(pods, says):
+    found = fallback(snap(*pods), group_label="team", now=at(10))
+    if says is None:
+        assert found is None
+    else:
+        assert (found or "").startswith(says)
 
 
 def test_a_definition_that_arrives_in_time_defines_the_gang_at_once():

@@ -40,7 +40,8 @@ def cycle(store: ClusterStore, queue: SchedulingQueue | None = None) -> CycleRes
     snap = store.snapshot()
     d = run_cycle(snap)
     skipped = tuple((e.obj, str(e)) for e in d.skipped)
-    return CycleResult(snap, d.cluster, d.placement, skipped, (queue or SchedulingQueue()).backing_off(), d.waiting)
+    backing_off = (queue or SchedulingQueue()).backing_off()
+    return CycleResult(snap, d.cluster, d.placement, skipped, backing_off, d.waiting, origins=d.origins)
 
 
 def oversized_gang(store: ClusterStore, uid_prefix: str = "u") -> None:
@@ -69,6 +70,42 @@ async def test_pending_pods_get_the_reason_once_and_an_event():
     assert status["status"]["phase"] == "Pending"
     await fb.apply(cycle(s))  # nothing changed: nothing written again
     assert len(kube.patches) == 4
+
+
+def tfjob_pod(name: str, node_name=None) -> dict:
+    pod = with_uid(k8s_pod(name, gpus=1, created="2026-01-01T00:00:00Z", node_name=node_name), f"u-{name}")
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "mnist", "uid": "tf1", "controller": True}
+    ]
+    return pod
+
+
+@pytest.mark.asyncio
+async def test_pods_of_a_training_job_without_a_gang_definition_say_what_keeps_it_whole():
+    """Past its definition grace, a TFJob with no PodGroup or PDB has a minimum of 1: two of its three pods fit
+    and are placed, so part of it runs. Every pod gets an event saying what to do, and the one left pending
+    says it in its condition too, the cycle its gang was placed in and those after."""
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
+    s.apply(Resync(POD, [tfjob_pod(f"w{i}") for i in range(3)]))
+    fb = feedback(s, kube)
+    result = cycle(s)
+    placed = sorted(result.placement.bindings)
+    assert len(placed) == 2
+    await fb.apply(result)
+    says = "no PodGroup or PDB defines the gang of TFJob mnist: its minimum is 1, so part of it may run; create a"
+    events = [e for e in kube.events if e["reason"] == "NoGangDefinition"]
+    assert sorted(e["regarding"]["name"] for e in events) == ["w0", "w1", "w2"]
+    assert all(e["type"] == "Warning" and e["note"].startswith(says) for e in events)
+    (condition,) = [b["status"]["conditions"][0] for p, b in kube.patches if "/pods/" in p]
+    assert condition["message"].startswith("placed 2 of 3 pending pods (minMember reached)")
+    assert f"; {says}" in condition["message"]
+    for key in placed:  # bound: the next cycle has the third pod alone, and it still says so
+        s.apply(Event(POD, "MODIFIED", tfjob_pod(key.split("/")[1], node_name="n1")))
+    await fb.apply(cycle(s))
+    _first, (_path, body) = [(p, b) for p, b in kube.patches if "/pods/" in p]
+    assert body["status"]["conditions"][0]["message"].startswith("needs 1 nvidia.com/gpu, 0 free")
+    assert f"; {says}" in body["status"]["conditions"][0]["message"]
 
 
 @pytest.mark.asyncio

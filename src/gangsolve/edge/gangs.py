@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from gangsolve.edge import dra, objects, schema
 from gangsolve.edge.errors import InputError
@@ -58,7 +59,7 @@ JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 @dataclass(frozen=True)
 class GangKey:
-    rule: str  # upstream | podgroup | volcano | pdb | label | owner | pod
+    rule: str  # upstream | podgroup | volcano | pdb | label | owner | single
     namespace: str
     name: str
 
@@ -180,6 +181,15 @@ class Grace:
         return Grace(self.seconds, self.kinds | frozenset(extra))
 
 
+@dataclass(frozen=True)
+class Origin:
+    """What defined a gang: the rule that grouped its pods (upstream, podgroup, volcano, pdb, label, owner or
+    single), and, when that rule stood in for a definition its pods' job needs and never got, what to do."""
+
+    rule: str
+    fallback: str | None = None
+
+
 class _Grouper:
     def __init__(
         self,
@@ -256,6 +266,25 @@ class _Grouper:
             return f"{what} of Job {ref.name}"
         return None
 
+    def fallback(self, key: GangKey, members: list[schema.Pod]) -> str | None:
+        """Why the gang of a job that needs one (see `_expects_definition`) has a minimum of 1, so part of it
+        may run, and what keeps it whole; None for every other gang."""
+        if key.rule not in ("label", "owner") or len(members) < 2 or self._expects_definition(members[0]) is None:
+            return None
+        if any(MIN_AVAILABLE_ANNOTATION in p.metadata.annotations for p in members):
+            return None  # its minimum was asked for
+        part = "its minimum is 1, so part of it may run"
+        ref = members[0].metadata.controller
+        if key.rule == "label" or ref is None:
+            return (
+                f"no pod of its {self.group_label} group carries the {MIN_AVAILABLE_ANNOTATION} annotation: {part}; "
+                f"annotate its pods {MIN_AVAILABLE_ANNOTATION}: N to keep N of them together"
+            )
+        return (
+            f"no PodGroup or PDB defines the gang of {ref.kind} {ref.name}: {part}; "
+            "create a PodGroup (minMember) or a PodDisruptionBudget (minAvailable) for its pods to keep it whole"
+        )
+
     def key(self, pod: schema.Pod, wait: bool = True) -> GangKey | None:
         """The gang of this pod, or None while it waits for its definition (`wait=False`: never; a bound
         pod's gang is what it is now)."""
@@ -267,7 +296,7 @@ class _Grouper:
             if key is None or self.priority_mismatch(ns, upstream):
                 return None  # waits: for its PodGroup, or for its members' priorities to agree with it
             if self.objs.pod_groups[(UPSTREAM_GROUP, ns, upstream)].gang is None:
-                return GangKey("pod", ns, str(meta.name))  # a `basic` policy: scheduled pod by pod
+                return GangKey("single", ns, str(meta.name))  # a `basic` policy: scheduled pod by pod
             return key
         if POD_GROUP_LABEL in labels:
             return self._pod_group(
@@ -290,7 +319,7 @@ class _Grouper:
         ref = meta.controller
         if ref is not None:
             return GangKey("owner", ns, f"{ref.name}\0{ref.uid}")
-        return GangKey("pod", ns, str(meta.name))
+        return GangKey("single", ns, str(meta.name))
 
     def running_key(self, pod: schema.Pod, ours: bool) -> GangKey | None:
         """The gang of a bound pod: ours by the rules above (without waiting); another scheduler's by its
@@ -456,6 +485,14 @@ def gated(snap: Snapshot, scheduler_name: str) -> dict[str, list[str]]:
     }
 
 
+def idle_pdbs(snap: Snapshot) -> list[str]:
+    """PDBs that select no pod (pending or running, of any scheduler), as `namespace/name`: they define no gang,
+    so the pods meant to be one (a selector with a typo) are grouped by the later rules: by their owner, with a
+    minimum of 1."""
+    pdbs = _Grouper(snap.decoded(nodes=False), None, strict=False).pdbs
+    return [f"{ns}/{p.metadata.name}" for ns in sorted(pdbs.by_ns) for p in pdbs.by_ns[ns] if not pdbs.selected(p)]
+
+
 def waiting(
     snap: Snapshot,
     scheduler_name: str = "gangsolve",
@@ -524,7 +561,12 @@ def starvation_age(gpus: int, node_gpus: int, age: float = STARVATION_SECONDS) -
     return max(STARVATION_FLOOR, age * node_gpus / gpus)
 
 
-def build_cluster(
+def build_cluster(snap: Snapshot, *args: Any, **kwargs: Any) -> Cluster:
+    """`build_with_origins`' cluster, for callers that need no gang's origin (the benchmarks, most tests)."""
+    return build_with_origins(snap, *args, **kwargs)[0]
+
+
+def build_with_origins(
     snap: Snapshot,
     scheduler_name: str = "gangsolve",
     group_label: str | None = None,
@@ -535,7 +577,7 @@ def build_cluster(
     *,
     nodes: Sequence[Node] | None = None,
     convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] | None = None,
-) -> Cluster:
+) -> tuple[Cluster, dict[str, Origin]]:
     """Every node with the capacity bound pods hold, every gang with pending pods of our scheduler, and every
     bound pod of the snapshot as preemption sees it (priority, gang, PDBs, start). With `now` (the live
     scheduler's clock), gangs whose oldest pending pod was created more than `starvation_seconds` earlier are
@@ -546,7 +588,10 @@ def build_cluster(
     The live scheduler keeps the converted nodes and their used capacity up to date as pods come and go, and
     remembers converted pods: it passes `nodes` (without devices: those come from the snapshot's DRA objects
     here) and a memoizing `convert_pod` (of the API object, as objects.pod), so a cycle at 5,000 nodes does not
-    read every bound pod again. Its snapshot then holds only some bound pods: `running` lists those alone."""
+    read every bound pod again. Its snapshot then holds only some bound pods: `running` lists those alone.
+
+    With the cluster, each gang's origin (by its name): the rule that defined it, and whether that rule stood
+    in for a definition that never came. Which rule defined a gang is the edge's to say, not the solver's."""
     objs = snap.decoded(nodes=nodes is None)
     devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(objs, group_label, strict, grace, now)
@@ -574,6 +619,7 @@ def build_cluster(
     allocated: dict[str, dict[str, int]] = {name: {} for name in objs.queues}  # what bound members hold
     nominated: dict[str, str] = {}
     queue_of: dict[GangKey, str] = {}
+    origins: dict[str, Origin] = {}
     for key, pods in sorted(members.items(), key=lambda kv: (kv[0].namespace, kv[0].name, kv[0].rule)):
         queue = queue_of[key] = grouper.queue(key, [p for _o, p in pods])
         held = allocated.setdefault(queue, {})
@@ -588,9 +634,11 @@ def build_cluster(
         born = [c for c in (p.metadata.creationTimestamp for _o, p in pods if not p.bound) if c is not None]
         age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), node_gpus, starvation_seconds)
         starving = bool(now and born and (now - min(born)).total_seconds() > age)
+        name = names.of(key)
+        origins[name] = Origin(key.rule, grouper.fallback(key, objs_))
         gangs.append(
             Gang(
-                name=names.of(key),
+                name=name,
                 pods=tuple(pending),
                 min_member=grouper.min_member(key, objs_),
                 bound_nodes=tuple(str(p.spec.nodeName) for p in objs_ if p.bound),
@@ -608,7 +656,7 @@ def build_cluster(
     queues = [objects.queue(q, allocated[name]) for name, q in sorted(objs.queues.items())]
     if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in objs.queues:  # implicit, as Volcano creates it
         queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))
-    return Cluster(
+    cluster = Cluster(
         tuple(nodes),
         tuple(gangs),
         running=running,
@@ -617,6 +665,7 @@ def build_cluster(
         gpus=devices.gpus,
         queues=tuple(queues),
     )
+    return cluster, origins
 
 
 class _Names:
@@ -659,7 +708,7 @@ def _running(
     for p, requests in bound:
         key = grouper.running_key(p, p.spec.schedulerName == scheduler_name)
         queue = queue_of.get(key, "") if key is not None else ""  # our gangs' only: theirs are never reclaimed
-        if key is not None and key.rule == "pod":
+        if key is not None and key.rule == "single":
             key = None
         if key is not None and key not in members:
             by_key.setdefault(key, []).append(p)

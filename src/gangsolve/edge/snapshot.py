@@ -2,9 +2,11 @@
 prints.
 
 Accepts a `kind: List` (or any `*List`) with `items`, a single object, or a multi-document YAML/JSON stream.
-Kinds other than the ones gangsolve understands are ignored. Objects are filed here by kind and name, as the API
-gives them (the live scheduler's store builds its snapshots of the same dicts); `Snapshot.decoded` decodes them,
-once per snapshot, into the typed objects the cluster is built from (gangsolve.edge.schema).
+Kinds other than the ones gangsolve understands (and its kinds of API groups it does not read) are set aside
+unread, for `gangsolve solve` to warn about those that look meant for it (gangsolve.edge.hints). Objects are
+filed here by kind and name, as the API gives them (the live scheduler's store builds its snapshots of the same
+dicts); `Snapshot.decoded` decodes them, once per snapshot, into the typed objects the cluster is built from
+(gangsolve.edge.schema).
 """
 
 from __future__ import annotations
@@ -53,16 +55,18 @@ class Snapshot:
     resource_claims: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> ResourceClaim
     claim_templates: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> template
     taken_at: datetime | None = None  # when `gangsolve export` listed the cluster (its List's annotation)
+    unread: list[dict] = field(default_factory=list)  # objects of kinds (or API groups) gangsolve does not read
     # What is derived from these objects once per snapshot (their decoded form, the DRA model), shared by the
     # cycle's steps: the objects are not changed once filed (`add` starts it again)
     cache: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, obj: dict) -> None:
-        """File one object under its kind; objects of kinds gangsolve does not read are ignored."""
+        """File one object under its kind; objects of kinds gangsolve does not read are set aside, unread."""
         if not isinstance(obj, dict):
             raise InputError("snapshot", "items", f"expected an object, got {type(obj).__name__}")
         kind, api = obj.get("kind"), obj.get("apiVersion", "")
         if kind not in KINDS:
+            self.unread.append(obj)
             return
         self.cache.clear()
         if not isinstance(api, str):
@@ -92,6 +96,8 @@ class Snapshot:
             self.queues[obj["metadata"]["name"]] = obj
         elif kind in DRA_KINDS and (group == DRA_GROUP or not api):
             self._add_dra(kind, obj)
+        else:  # one of its kinds, of an API group it does not read
+            self.unread.append(obj)
 
     def _add_dra(self, kind: str, obj: dict) -> None:
         if kind == "ResourceSlice":
@@ -140,6 +146,7 @@ class Snapshot:
             resource_claims={k: o for k, o in self.resource_claims.items() if keep(o)},
             claim_templates={k: o for k, o in self.claim_templates.items() if keep(o)},
             taken_at=self.taken_at,
+            unread=self.unread,
         )
 
     def check_duplicates(self) -> None:

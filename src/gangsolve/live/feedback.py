@@ -7,6 +7,9 @@
   (Normal) for each pod evicted. An identical event about one pod is written at most once per
   `event_interval`, and all events but Preempted share a rate of `events_per_second` (a Preempted event
   records something done to that pod, once: none may be lost).
+- The pods of a job that needs a gang definition and has none (a TFJob without PodGroup or PDB: its minimum is
+  1, so part of it may run) get a NoGangDefinition (Warning) event saying what keeps it whole, each cycle they
+  are pending, and the same words in their condition while any of them waits, placed gang or not.
 - PodGroups of both CRD kinds (scheduling.x-k8s.io, scheduling.volcano.sh): phase, scheduled/running counts
   and a Scheduled/Unschedulable condition, written through the status subresource when it changes.
 - Kubernetes' own PodGroups (scheduling.k8s.io) whose pods are ours: the condition kube-scheduler writes,
@@ -56,6 +59,7 @@ from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import PODS
 
 MAX_MESSAGE = 1024  # the API server caps an event's note at 1 kB
+NO_GANG_DEFINITION = "NoGangDefinition"  # the event on pods of a job whose gang fell back to a minimum of 1
 
 
 def now_rfc3339() -> str:
@@ -166,6 +170,11 @@ def _comparable(status: dict | None) -> dict:
 _WRITE_ERRORS = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
 
 
+def _fallbacks(result: CycleResult) -> dict[str, str]:
+    """Gang name -> why its minimum is 1 though its job needs a gang definition, and what to do."""
+    return {name: origin.fallback for name, origin in result.origins.items() if origin.fallback}
+
+
 def _uid(obj: dict) -> str:
     return str((obj.get("metadata") or {}).get("uid", ""))
 
@@ -248,16 +257,19 @@ class Feedback:
             await self.event(pod, "Normal", "Preempted", "Preempting", note, rated=False)
 
     def reasons(self, result: CycleResult) -> dict[str, str]:
-        """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced."""
+        """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced in a gang it did not
+        place, and in a gang placed at a minimum of 1 because its job has no definition: that, and what to do."""
         reasons: dict[str, str] = {}
         held = {r.gang: r for r in result.placement.reservations}
+        fallbacks = _fallbacks(result)
         for gang, res in zip(result.cluster.gangs, result.placement.gangs, strict=True):
-            if res.placed:
-                continue
+            if res.placed and gang.name not in fallbacks:
+                continue  # the rest of a gang past its minimum waits for room quietly
             why = reservations.pending_message(res.reason, held.get(gang.name), result.cluster.now)
+            why = "; ".join(filter(None, (why or "waiting for the rest of the gang", fallbacks.get(gang.name))))
             for p in gang.pods:
                 if p.name not in result.placement.bindings:
-                    reasons[p.name] = why or "waiting for the rest of the gang"
+                    reasons[p.name] = why
         reasons.update(self._waiting(result))
         for key, seconds in result.backing_off.items():
             reasons[key] = f"binding failed; trying again in {max(1, round(seconds))}s"
@@ -269,6 +281,11 @@ class Feedback:
         async with anyio.create_task_group() as tg:
             for key, reason in reasons.items():
                 tg.start_soon(self._unschedulable, key, reason)
+            fallbacks = _fallbacks(result)
+            for gang in result.cluster.gangs:
+                if gang.name in fallbacks:
+                    for p in gang.pods:
+                        tg.start_soon(self._undefined, p.name, fallbacks[gang.name])
             tg.start_soon(self._pod_groups, reasons)
             tg.start_soon(self._queues, result)
 
@@ -362,6 +379,13 @@ class Feedback:
                     if not (isinstance(exc, ApiError) and exc.status in (404, 409)):
                         logs.warning("pod condition not written", pod=key, error=str(exc))
             await self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
+
+    async def _undefined(self, key: str, message: str) -> None:
+        """The pod's gang has a minimum of 1 because its job's definition never came: say so, and what to do."""
+        async with self.limiter:
+            pod = self.store.pod(key)
+            if pod is not None:
+                await self.event(pod, "Warning", NO_GANG_DEFINITION, "Scheduling", message)
 
     async def event(self, pod: dict, etype: str, reason: str, action: str, note: str, rated: bool = True) -> None:
         meta = pod["metadata"]

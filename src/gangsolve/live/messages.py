@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gangsolve.edge.gangs import Waiting
+from gangsolve.edge.gangs import Origin, Waiting
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import Cluster, Placement
 
@@ -95,6 +95,7 @@ class CycleResult:
     backing_off: dict[str, float] = field(default_factory=dict)  # pod key -> seconds of back-off left
     waiting: dict[str, Waiting] = field(default_factory=dict)  # pods joining no gang yet, and why
     carried: int = 0  # gangs not solved again: nothing changed for them since they last did not fit
+    origins: dict[str, Origin] = field(default_factory=dict)  # gang name -> the rule that defined it
 
 
 @dataclass(frozen=True)

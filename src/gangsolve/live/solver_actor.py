@@ -42,7 +42,7 @@ from gangsolve.cycle import Decisions, Rules
 from gangsolve.edge import dra, objects, reservations
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.estimates import Estimator
-from gangsolve.edge.gangs import Waiting, created
+from gangsolve.edge.gangs import Origin, Waiting, created
 from gangsolve.edge.objects import is_waiting_for, pod_key
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live import logs
@@ -119,6 +119,7 @@ class Prepared:
     solve: tuple[Gang, ...]  # the gangs that may place differently than last time
     signatures: dict[str, Signature]
     waiting: dict[str, Waiting]  # pending pods that join no gang yet
+    origins: dict[str, Origin]  # gang name -> the rule that defined it (and a fallback's warning)
 
     @property
     def ready(self) -> bool:
@@ -235,7 +236,7 @@ class SolverActor:
         signatures = {g.name: self._converter.signature(g) for g in cluster.gangs}
         todo = self.queue.to_solve(cluster.gangs, signatures, lambda g: self._holds(g, cluster), full)
         skipped = (*view.unreadable, *grouped.skipped)
-        return Prepared(view, cluster, grouped.snapshot, skipped, todo, signatures, grouped.waiting)
+        return Prepared(view, cluster, grouped.snapshot, skipped, todo, signatures, grouped.waiting, grouped.origins)
 
     def _holds(self, gang: Gang, cluster: Cluster) -> bool:
         """Whether the gang holds room that limits where the others go: a nomination, or (starving, while
@@ -286,7 +287,14 @@ class SolverActor:
         self._send(plans, prepared, decided, {p.name for g, _r in carried for p in g.pods})
         errors = tuple((e.obj, str(e)) for e in skipped)
         result = CycleResult(
-            prepared.view.snapshot, everything, report, errors, backing_off, prepared.waiting, len(carried)
+            prepared.view.snapshot,
+            everything,
+            report,
+            errors,
+            backing_off,
+            prepared.waiting,
+            len(carried),
+            prepared.origins,
         )
         results.put(result)
         self._log(prepared, decided, len(carried), time.perf_counter() - started)
