@@ -220,8 +220,8 @@ def learn_history(estimator: Estimator, snap: Snapshot, scheduler_name: str, str
     "config_file",
     default=None,
     metavar="FILE",
-    help="YAML file of settings: every key of docs/configuration.md, most of which have no flag (a flag's key "
-    "is its name, e.g. time-limit). Flags given on the command line win over the file.",
+    help="YAML file of settings: every key of docs/configuration.md, most of which have no flag here (a flag's "
+    "key is its name without the dashes). Flags given on the command line win over the file.",
 )
 @click.option("--leader-elect/--no-leader-elect", default=False, help="Elect a leader on a Lease before scheduling.")
 @click.option(
