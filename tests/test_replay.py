@@ -104,14 +104,23 @@ def test_solve_learns_runtimes_from_the_succeeded_pods_of_its_scheduler(tmp_path
     assert reservation_start(tmp_path, cluster(*runs), "--config", settings) is None
 
 
-def test_a_succeeded_pod_whose_times_do_not_parse_is_an_error_unless_skipping(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("startTime", "yesterday", "status.startTime: invalid RFC3339 encoded datetime"),
+        ("containerStatuses", 5, "status.containerStatuses: expected a list, got 5"),
+        ("containerStatuses", [{"state": {"terminated": {"finishedAt": 5}}}], "not an RFC 3339 time: 5"),
+    ],
+)
+def test_a_succeeded_pod_that_cannot_be_read_is_an_error_unless_skipping(
+    tmp_path: Path, field: str, value: object, error: str
+) -> None:
     bad = succeeded("train-bad", 20, "train-a1b2c")
-    bad["status"]["startTime"] = "yesterday"
+    bad["status"][field] = value
     path = write(tmp_path / "snap.yaml", cluster(bad))
-    assert (
-        solve_fails(path, "--now", stamp(NOW))
-        == "error: Pod default/train-bad: status.startTime: not an RFC 3339 time: 'yesterday'\n"
-    )
+    message = solve_fails(path, "--now", stamp(NOW))
+    assert message.startswith("error: Pod default/train-bad: ")
+    assert message.endswith(error + "\n")
     assert reservation_start(tmp_path, cluster(bad), "--skip-invalid") is None
 
 

@@ -198,12 +198,15 @@ def learn_history(estimator: Estimator, snap: Snapshot, scheduler_name: str, str
     """The runtime history learns from the snapshot's pods of ours that succeeded (what `gangsolve export`
     lists for it), as the live scheduler's learns from its watch of them. A pod whose times do not parse is an
     error, or with --skip-invalid is not learned from, as live."""
+    from gangsolve.edge import schema
+
     for pod in snap.pods:
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
-        if status.get("phase") != "Succeeded" or spec.get("schedulerName", "default-scheduler") != scheduler_name:
+        status = pod.get("status")
+        if not isinstance(status, dict) or status.get("phase") != "Succeeded":
             continue
         try:
-            estimator.learn([pod])
+            if schema.check(pod, "Pod").scheduler == scheduler_name:
+                estimator.learn([pod])
         except InputError:
             if strict:
                 raise
