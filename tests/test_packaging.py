@@ -39,6 +39,26 @@ def test_every_package_folder_is_in_its_distribution(dist: str) -> None:
     assert _declared(dist) == _on_disk(folder, name)
 
 
+@pytest.mark.parametrize("dist", sorted(DISTRIBUTIONS))
+def test_every_data_file_in_a_package_folder_is_package_data(dist: str) -> None:
+    """A file that is not Python ships only when its distribution lists it (tests read it from the source)."""
+    folder, name = DISTRIBUTIONS[dist]
+    config = tomllib.loads((ROOT / dist / "pyproject.toml").read_text())
+    declared = config["tool"]["setuptools"].get("package-data", {})
+    base = ROOT / folder
+    data = {
+        path.relative_to(base)
+        for path in base.rglob("*")
+        if path.is_file()
+        and path.suffix not in (".py", ".pyc")
+        and path.name != "pyproject.toml"
+        and not {"results", "__pycache__"} & set(path.parts)
+        and not any(part.endswith(".egg-info") for part in path.parts)
+    }
+    shipped = {path for path in data for pattern in declared.get(name, ()) if path.match(pattern)}
+    assert data == shipped
+
+
 def _imports(folder: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for path in (ROOT / folder).rglob("*.py"):

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 from datetime import UTC
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -14,6 +15,10 @@ from rich.console import Console
 from gangsolve import __version__
 from gangsolve.edge.errors import InputError
 from gangsolve.solver import SolveConfig
+
+if TYPE_CHECKING:
+    from gangsolve.edge.estimates import Estimator
+    from gangsolve.edge.snapshot import Snapshot
 
 # Commands that live in other packages, imported only when used: `gangsolve --version` and `solve` must not
 # pay for the benchmark's plotting or the control plane's helpers.
@@ -71,6 +76,14 @@ class Seconds(click.ParamType):
 
 @cli.command()
 @click.argument("snapshot")
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    metavar="FILE",
+    help="The YAML settings file `gangsolve run` reads; the settings a cycle reads apply "
+    "(docs/configuration.md), and the flags given here win over them.",
+)
 @click.option("--scheduler-name", default="gangsolve", show_default=True, help="Schedule pods with this schedulerName.")
 @click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
 @click.option(
@@ -123,46 +136,52 @@ class Seconds(click.ParamType):
     help="Leave out objects that cannot be read, as the live scheduler does, and list them under `skipped` "
     "(default: the first one is an error). For exports of clusters where a tenant's object is bad.",
 )
+@click.pass_context
 def solve(
+    ctx: click.Context,
     snapshot: str,
-    scheduler_name: str,
-    group_label: str | None,
-    time_limit: float,
+    config_file: str | None,
     output: str,
     now,
-    definition_grace: float | None,
-    training_kinds: tuple[str, ...],
-    preemption: bool,
-    default_runtime: str | None,
     skip_invalid: bool,
+    **flags,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import cycle, render
-    from gangsolve.edge.estimates import Estimator, parse_duration
-    from gangsolve.edge.gangs import DEFINITION_GRACE, Grace
+    from gangsolve.edge.estimates import parse_duration
     from gangsolve.edge.hints import hints, unsolvable
     from gangsolve.edge.snapshot import read
+    from gangsolve.live.config import ConfigError, build
 
-    grace = Grace(DEFINITION_GRACE if definition_grace is None else definition_grace).with_kinds(training_kinds)
-    default: float | None = None
-    if default_runtime is not None:
+    given = given_flags(ctx, flags)
+    if "default_runtime" in given:
+        text = given["default_runtime"]
         try:
-            default = parse_duration(default_runtime)
+            given["default_runtime"] = parse_duration(text)
         except ValueError:
-            fail(f"--default-runtime: expected a duration such as 90m or 1h30m, got {default_runtime!r}")
-        if not default or default <= 0:
-            fail(f"--default-runtime: must be positive, got {default_runtime!r}")
+            fail(f"--default-runtime: expected a duration such as 90m or 1h30m, got {text!r}")
+        if given["default_runtime"] <= 0:
+            fail(f"--default-runtime: must be positive, got {text!r}")
+    try:
+        cfg = build(config_file, given)
+    except ConfigError as exc:
+        fail(str(exc))
     if now is not None and now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # the Z form parses naive
-    rules = cycle.Rules(scheduler_name, group_label, grace)
-    config = SolveConfig(time_limit=time_limit, preemption=preemption)
+    estimator = cfg.estimator()
     try:
         snap = read(snapshot)
         missing = unsolvable(snap)
         if missing:
             fail(missing)
+        learn_history(estimator, snap, cfg.scheduler_name, strict=not skip_invalid)
         decisions = cycle.run(
-            snap, rules, config, now=now or snap.taken_at, estimator=Estimator(default=default), strict=not skip_invalid
+            snap,
+            cfg.rules(),
+            cfg.solve_config(),
+            now=now or snap.taken_at,
+            estimator=estimator,
+            strict=not skip_invalid,
         )
     except InputError as exc:
         fail(str(exc))
@@ -170,8 +189,33 @@ def solve(
         sys.stdout.buffer.write(render.to_json(decisions))
     else:
         render.print_table(decisions, Console())
-    for line in hints(decisions.snapshot, scheduler_name, decisions.origins):
+    for line in hints(decisions.snapshot, cfg.scheduler_name, decisions.origins):
         click.echo(line, err=True)
+
+
+def given_flags(ctx: click.Context, flags: dict) -> dict:
+    """The flags given on the command line (not left at their defaults): they win over the config file."""
+    from click.core import ParameterSource
+
+    return {k: v for k, v in flags.items() if ctx.get_parameter_source(k) != ParameterSource.DEFAULT}
+
+
+def learn_history(estimator: Estimator, snap: Snapshot, scheduler_name: str, strict: bool) -> None:
+    """The runtime history learns from the snapshot's pods of ours that succeeded (what `gangsolve export`
+    lists for it), as the live scheduler's learns from its watch of them. A pod whose times do not parse is an
+    error, or with --skip-invalid is not learned from, as live."""
+    from gangsolve.edge import schema
+
+    for pod in snap.pods:
+        status = pod.get("status")
+        if not isinstance(status, dict) or status.get("phase") != "Succeeded":
+            continue
+        try:
+            if schema.check(pod, "Pod").scheduler == scheduler_name:
+                estimator.learn([pod])
+        except InputError:
+            if strict:
+                raise
 
 
 @cli.command()
@@ -180,7 +224,14 @@ def solve(
     "--scheduler-name", default="gangsolve", show_default=True, help="Schedule pending pods with this schedulerName."
 )
 @click.option("--group-label", default=None, help="Pods of a namespace sharing this label's value form one gang.")
-@click.option("--config", "config_file", default=None, help="YAML file of settings (keys are the flag names).")
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    metavar="FILE",
+    help="YAML file of settings: every key of docs/configuration.md, most of which have no flag here (a flag's "
+    "key is its name without the dashes). Flags given on the command line win over the file.",
+)
 @click.option("--leader-elect/--no-leader-elect", default=False, help="Elect a leader on a Lease before scheduling.")
 @click.option(
     "--metrics-addr",
@@ -204,13 +255,10 @@ def solve(
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **flags) -> None:
     """Schedule gangs on a live cluster, beside kube-scheduler (pods naming --scheduler-name only)."""
-    from click.core import ParameterSource
-
     from gangsolve.live.config import ConfigError, build
 
-    given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) != ParameterSource.DEFAULT}
     try:
-        cfg = build(config_file, given)
+        cfg = build(config_file, given_flags(ctx, flags))
     except ConfigError as exc:
         fail(str(exc))
 
@@ -247,9 +295,16 @@ def run(ctx: click.Context, config_file: str | None, **flags) -> None:
 
 @cli.command()
 @click.option("--kubeconfig", default=None, help="Kubeconfig file; in-cluster config when omitted (else $KUBECONFIG).")
+@click.option(
+    "--scheduler-name",
+    default="gangsolve",
+    show_default=True,
+    help="Also write this scheduler's pods that succeeded, which its runtime history learns from.",
+)
 @click.option("--output", "-o", "output", default="-", show_default=True, help="File to write, - for stdout.")
-def export(kubeconfig: str | None, output: str) -> None:
-    """Write the cluster's nodes, pods, PDBs, PodGroups and PriorityClasses as a snapshot `gangsolve solve` reads."""
+def export(kubeconfig: str | None, scheduler_name: str, output: str) -> None:
+    """Write what the live scheduler reads (every kind it watches, and the pods that succeeded) as a snapshot
+    `gangsolve solve` replays."""
     import anyio
 
     from gangsolve.live.export import export as run_export
@@ -257,7 +312,7 @@ def export(kubeconfig: str | None, output: str) -> None:
     if kubeconfig and not os.path.isfile(kubeconfig):
         fail(f"kubeconfig {kubeconfig}: no such file")
     try:
-        data = anyio.run(run_export, kubeconfig)
+        data = anyio.run(run_export, kubeconfig, scheduler_name)
     except Exception as exc:
         fail(f"export: {type(exc).__name__}: {exc}")
     if output == "-":

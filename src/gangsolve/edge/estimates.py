@@ -23,7 +23,7 @@ from datetime import datetime
 import numpy as np
 
 from gangsolve.edge import objects
-from gangsolve.edge.errors import InputError, describe
+from gangsolve.edge.errors import InputError, describe, shown
 from gangsolve.edge.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.model import Cluster
@@ -110,15 +110,15 @@ def workload_key(pod: Mapping, label: str | None = None) -> str:
 
 
 def finished_runtime(pod: dict) -> float | None:
-    """How long a pod that succeeded ran: from status.startTime to its last container's finishedAt."""
-    status = pod.get("status") or {}
-    if status.get("phase") != "Succeeded":
+    """How long a pod that succeeded ran: from status.startTime to its last container's finishedAt. (Read from
+    the object as given: `gangsolve solve` learns from hand-written files too, so no shape is assumed.)"""
+    if _at(pod, "status.phase") != "Succeeded":
         return None
     started = _time(pod, "status.startTime")
-    ends = [
-        ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")
-        for cs in status.get("containerStatuses") or []
-    ]
+    statuses = _at(pod, "status.containerStatuses") or []
+    if not isinstance(statuses, list):
+        raise InputError(describe(pod), "status.containerStatuses", f"expected a list, got {shown(statuses)}")
+    ends = [_at(cs, "state.terminated.finishedAt") for cs in statuses]
     finished = [_stamp(pod, "status.containerStatuses[].state.terminated.finishedAt", e) for e in ends if e]
     if started is None or not finished:
         return None
@@ -145,8 +145,8 @@ class RuntimeHistory:
         restart listing what the cluster still has) counts once. Returns how many were new."""
         learned = 0
         for pod in pods:
-            uid = (pod.get("metadata") or {}).get("uid")
-            if not uid or uid in self.seen:
+            uid = _at(pod, "metadata.uid")
+            if not isinstance(uid, str) or not uid or uid in self.seen:
                 continue
             seconds = finished_runtime(pod)
             if seconds is None:
@@ -199,10 +199,15 @@ def _group_of(snap: Snapshot, pod: dict) -> dict | None:
     return snap.pod_groups.get(("scheduling.volcano.sh", ns, name)) if name else None
 
 
-def _time(obj: dict, path: str) -> datetime | None:
-    value: object = obj
+def _at(obj: object, path: str) -> object:
+    """The value at a dotted path, None where the path ends early or meets a non-object."""
     for part in path.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
+        obj = obj.get(part) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def _time(obj: dict, path: str) -> datetime | None:
+    value = _at(obj, path)
     return _stamp(obj, path, value) if value else None
 
 

@@ -1,7 +1,9 @@
 """`gangsolve run`'s settings: defaults, then the YAML config file, then flags given on the command line.
 
-The file's keys are the flag names without dashes in front (`scheduler-name: gangsolve`). Anything wrong in
-it is one line naming the key, e.g. `config gangsolve.yaml: time-limit: expected a number > 0, got 'soon'`.
+The file's keys are the settings' names with dashes (`scheduler-name: gangsolve`); a setting that has a flag
+has it under the same name. Anything wrong in the file is one line naming the key, e.g.
+`config gangsolve.yaml: time-limit: expected a number > 0, got 'soon'`. docs/configuration.md is written from
+this module (gangsolve.reference): every setting, what it must be, its default and its help.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from gangsolve.edge.gangs import DEFINITION_GRACE, STARVATION_SECONDS
+from gangsolve.cycle import Rules
+from gangsolve.edge.estimates import Estimator
+from gangsolve.edge.gangs import DEFINITION_GRACE, STARVATION_FLOOR, STARVATION_SECONDS, Grace
 from gangsolve.solver import SolveConfig
 
 
@@ -23,45 +27,95 @@ class ConfigError(ValueError):
     pass
 
 
+def setting(default: Any = None, help: str = "", *, shown: str | None = None, factory: Any = None) -> Any:
+    """One setting: its default, and its help for the configuration reference (`shown`: the default as the
+    reference prints it, for a default made per process)."""
+    metadata = {"help": help, "shown": shown}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class Config:
-    kubeconfig: str | None = None
-    scheduler_name: str = "gangsolve"
-    group_label: str | None = None
-    time_limit: float = SolveConfig.time_limit  # seconds per solve
-    debounce: float = 0.2  # at most this long to wait for the rest of a gang before a cycle
-    resync_period: float = 30.0  # every waiting gang solved again at least this often, changes or not
-    # Pods that may still get a gang definition (a PDB or PodGroup created after them) wait this long for it.
-    definition_grace: float = DEFINITION_GRACE
-    training_kinds: tuple[str, ...] = ()  # owner kinds whose pods wait too, beside the known training jobs
-    # Pending gangs that may preempt (preemptionPolicy not Never) evict lower-priority pods to fit; false turns
-    # preemption off cluster-wide (nominations already made are still honoured).
-    preemption: bool = True
-    # Planning in time: gangs pending this long outrank their priority peers and may hold a reservation
-    # (`reservations` per cycle, 0: none) from running pods' expected ends; a gang's runtime is what it
-    # declares, else the history of its workload (`workload-label`'s value, else owner kind and name), else
-    # `default-runtime` seconds (None: no estimate; capacity it holds is never assumed to free up).
-    starvation_age: float = STARVATION_SECONDS
-    reservations: int = SolveConfig.reservations
-    workload_label: str | None = None
-    default_runtime: float | None = None
-    bind_concurrency: int = 64  # Binding calls in flight: each waits on the API server, not on us
-    kube_api_qps: float = 50.0  # client-side rate limit on API requests, as kube-scheduler's --kube-api-qps
-    kube_api_burst: int = 100
-    shutdown_grace: float = 20.0  # SIGTERM: seconds binds in flight get to finish before the process exits
-    leader_elect: bool = False
-    lease_name: str = "gangsolve"
-    lease_namespace: str = "kube-system"
-    lease_duration: int = 15  # whole seconds: the Lease's leaseDurationSeconds
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
+    """Every setting of `gangsolve run` (docs/configuration.md is written from these fields)."""
+
+    kubeconfig: str | None = setting(None, "kubeconfig file; none: in-cluster config, else `$KUBECONFIG`")
+    scheduler_name: str = setting("gangsolve", "pods whose `spec.schedulerName` is this are ours")
+    group_label: str | None = setting(None, "pods of a namespace sharing this label's value form one gang")
+    time_limit: float = setting(SolveConfig.time_limit, "seconds for the whole cycle; the best plan by then is used")
+    debounce: float = setting(
+        0.2,
+        "at most this long (seconds) to wait for the rest of a gang; a gang that has all its members is solved at once",
+    )
+    resync_period: float = setting(
+        30.0, "every waiting gang is solved again at least this often (seconds), changes or not"
+    )
+    definition_grace: float = setting(
+        DEFINITION_GRACE,
+        "seconds from their creation that pods which may still get a gang definition (a PodGroup or PDB created "
+        "after them) wait for it (docs/gangs.md#late-gang-definitions); 0 turns it off",
+    )
+    training_kinds: tuple[str, ...] = setting(
+        (), "owner kinds whose pods wait for a gang definition too, beside the known training jobs (a YAML list)"
+    )
+    preemption: bool = setting(
+        True,
+        "pending gangs that may preempt (`preemptionPolicy` not `Never`) evict lower-priority pods to fit; false "
+        "turns preemption off cluster-wide (nominations already made are still honoured)",
+    )
+    starvation_age: float = setting(
+        STARVATION_SECONDS,
+        "seconds pending after which a gang outranks its priority peers and may hold a reservation "
+        "(docs/planning.md); for a gang wider than the widest node, that node's share of it, at least "
+        f"{STARVATION_FLOOR:g}",
+    )
+    reservations: int = setting(
+        SolveConfig.reservations, "starving gangs that may hold a reservation per cycle; 0 turns reservations off"
+    )
+    workload_label: str | None = setting(
+        None,
+        "pods sharing this label's value are one workload for the runtime history; none: owner kind and name "
+        "without generated suffixes",
+    )
+    default_runtime: float | None = setting(
+        None,
+        "seconds a gang (and a running pod of ours) is expected to run when it declares nothing and its workload "
+        "has no history; none: such pods are never expected to end",
+    )
+    bind_concurrency: int = setting(64, "Binding calls in flight at once: each waits on the API server, not on us")
+    kube_api_qps: float = setting(
+        50.0,
+        "client-side rate limit on API requests, as kube-scheduler's `--kube-api-qps`; events and statuses "
+        "have a limit of their own, the Lease none",
+    )
+    kube_api_burst: int = setting(100, "burst of that rate limit, as kube-scheduler's `--kube-api-burst`")
+    shutdown_grace: float = setting(20.0, "at SIGTERM, seconds binds in flight get to finish before the process exits")
+    leader_elect: bool = setting(False, "elect a leader on a Lease before scheduling")
+    lease_name: str = setting("gangsolve", "the Lease's name")
+    lease_namespace: str = setting("kube-system", "the Lease's namespace")
+    lease_duration: int = setting(
+        15, "whole seconds: the Lease's `leaseDurationSeconds`, as kube-scheduler's `--leader-elect-lease-duration`"
+    )
+    renew_deadline: float = setting(
+        10.0, "seconds a leader's renewal stays valid; shorter than `lease-duration` (`--leader-elect-renew-deadline`)"
+    )
+    retry_period: float = setting(
+        2.0, "seconds between tries to acquire or renew; shorter than `renew-deadline` (`--leader-elect-retry-period`)"
+    )
     # Unique per process, like kube-scheduler's hostname_uuid: two replicas on one host never share it.
-    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{secrets.token_hex(4)}")
-    metrics_addr: str = "0.0.0.0:8080"  # /metrics, /healthz, /readyz; "" turns it off
-    event_interval: float = 60.0  # an identical event about one pod at most this often
-    events_per_second: float = 20.0
-    log_format: str = "text"  # text | json
-    log_level: str = "info"
+    identity: str = setting(
+        help="this replica's name in the Lease and in events",
+        shown="<hostname>_<8 random hex digits>",
+        factory=lambda: f"{socket.gethostname()}_{secrets.token_hex(4)}",
+    )
+    metrics_addr: str = setting(
+        "0.0.0.0:8080", "HOST:PORT for `/metrics`, `/healthz` and `/readyz`; empty turns it off"
+    )
+    event_interval: float = setting(60.0, "an identical event about one pod at most this often (seconds)")
+    events_per_second: float = setting(20.0, "all events but `Preempted` together at most this many per second")
+    log_format: str = setting("text", "`text` (`msg key=value ...`) or `json` (one object a line)")
+    log_level: str = setting("info", "the least severe log level written")
 
     @property
     def metrics_host_port(self) -> tuple[str, int] | None:
@@ -69,6 +123,35 @@ class Config:
             return None
         host, _, port = self.metrics_addr.rpartition(":")
         return host or "0.0.0.0", int(port)
+
+    # The one mapping of settings to what a cycle reads, for `gangsolve run` and `gangsolve solve --config`.
+    def rules(self) -> Rules:
+        grace = Grace(self.definition_grace).with_kinds(self.training_kinds)
+        return Rules(self.scheduler_name, self.group_label, grace, self.starvation_age)
+
+    def solve_config(self) -> SolveConfig:
+        return SolveConfig(time_limit=self.time_limit, preemption=self.preemption, reservations=self.reservations)
+
+    def estimator(self) -> Estimator:
+        return Estimator(default=self.default_runtime, label=self.workload_label)
+
+
+# The settings a cycle reads (the rest are the live scheduler's own): `gangsolve solve --config` uses these.
+CYCLE_SETTINGS = (
+    "scheduler_name",
+    "group_label",
+    "time_limit",
+    "definition_grace",
+    "training_kinds",
+    "preemption",
+    "starvation_age",
+    "reservations",
+    "workload_label",
+    "default_runtime",
+)
+
+
+SETTINGS = {f.name: f for f in fields(Config)}
 
 
 def key_of(name: str) -> str:
@@ -94,28 +177,46 @@ _POSITIVE = {
 _MAY_BE_ZERO = {"reservations"}
 
 
+def _kind(name: str) -> str:
+    return str(SETTINGS[name].type).removesuffix(" | None")
+
+
+def expected(name: str) -> str:
+    """What a setting's value must be, in the words its errors and the configuration reference use."""
+    kind = _kind(name)
+    if kind == "tuple[str, ...]":
+        return "a list of names"
+    if kind == "bool":
+        return "true or false"
+    if kind == "int":
+        return f"a whole number >= {0 if name in _MAY_BE_ZERO else 1}"
+    if kind == "float":
+        return "a number > 0" if name in _POSITIVE else "a number >= 0"
+    if name in _CHOICES:
+        return "one of " + ", ".join(_CHOICES[name])
+    if name == "metrics_addr":
+        return "HOST:PORT"
+    if name == "scheduler_name":
+        return "a non-empty string"
+    return "a string"
+
+
 def _check(name: str, value: Any, where: str) -> Any:
-    f = {f.name: f for f in fields(Config)}[name]
-    kind = str(f.type)
-    key = key_of(name)
-
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{where}{key}: expected {expected}, got {value!r}")
-
-    if value is None and "None" in kind:
+    kind = _kind(name)
+    bad = ConfigError(f"{where}{key_of(name)}: expected {expected(name)}, got {value!r}")
+    if value is None and "None" in str(SETTINGS[name].type):
         return None
-    kind = kind.removesuffix(" | None")
     if kind == "tuple[str, ...]":
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-            raise bad("a list of names")
+            raise bad
         return tuple(value)
     if kind == "bool":
         if not isinstance(value, bool):
-            raise bad("true or false")
+            raise bad
     elif kind == "int":
         least = 0 if name in _MAY_BE_ZERO else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise bad(f"a whole number >= {least}")
+            raise bad
     elif kind == "float":
         if (
             isinstance(value, bool)
@@ -124,24 +225,22 @@ def _check(name: str, value: Any, where: str) -> Any:
             or (name in _POSITIVE and value <= 0)
             or value < 0
         ):
-            raise bad("a number > 0" if name in _POSITIVE else "a number >= 0")
+            raise bad
         value = float(value)
     else:
-        if not isinstance(value, str):
-            raise bad("a string")
-        if name in _CHOICES and value not in _CHOICES[name]:
-            raise bad("one of " + ", ".join(_CHOICES[name]))
+        if not isinstance(value, str) or (name in _CHOICES and value not in _CHOICES[name]):
+            raise bad
         if name == "metrics_addr" and value:
             _host, sep, port = value.rpartition(":")
             if not sep or not port.isdigit() or int(port) > 65535:
-                raise bad("HOST:PORT")
+                raise bad
         if name == "scheduler_name" and not value:
-            raise bad("a non-empty string")
+            raise bad
     return value
 
 
 def from_mapping(data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
-    names = {key_of(f.name): f.name for f in fields(Config)}
+    names = {key_of(name): name for name in SETTINGS}
     out = {}
     for key, value in data.items():
         if key not in names:

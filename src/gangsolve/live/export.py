@@ -1,4 +1,5 @@
-"""`gangsolve export`: the objects a cycle reads, listed once, as one `kind: List` that `gangsolve solve` reads."""
+"""`gangsolve export`: what the live scheduler reads, listed once, as one `kind: List` that `gangsolve solve`
+reads: the objects a cycle reads, and the succeeded pods its runtime history learns from."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ import orjson
 
 from gangsolve.edge.snapshot import TAKEN_AT_ANNOTATION
 from gangsolve.live.kube import Kube
-from gangsolve.live.watchers import RESOURCES, Watcher
+from gangsolve.live.watchers import RESOURCES, Watcher, succeeded_pods
 
 
-async def export(kubeconfig: str | None) -> bytes:
+async def export(kubeconfig: str | None, scheduler_name: str = "gangsolve") -> bytes:
     """Also records when it listed (an annotation on the List), which `gangsolve solve` takes as the cycle's
-    clock, so a live cycle replays offline exactly: starving gangs and pods waiting for their gang included."""
+    clock, and lists the pods of `scheduler_name` that succeeded, as a leader does when it starts, so a live
+    cycle replays offline exactly: starving gangs, pods waiting for their gang and runtime estimates included."""
     kube = await Kube.connect(kubeconfig)
     items: list[dict] = []
     taken = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
-        for resource in RESOURCES:
+        for resource in (*RESOURCES, succeeded_pods(scheduler_name)):
             watcher = Watcher(kube, resource)
             try:
                 objs, _rv = await watcher.list()

@@ -24,9 +24,6 @@ import signal
 
 import anyio
 
-from gangsolve.cycle import Rules
-from gangsolve.edge.estimates import Estimator
-from gangsolve.edge.gangs import Grace
 from gangsolve.live import logs
 from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
@@ -42,7 +39,6 @@ from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.live.watchers import RESOURCES, Watcher, succeeded_pods
-from gangsolve.solver import SolveConfig
 
 _HISTORY_WAIT = 10.0  # seconds the first cycle waits for the list of succeeded pods
 
@@ -75,15 +71,10 @@ class Scheduler:
             self.store,
             self.queue,
             self.metrics,
-            Rules(
-                cfg.scheduler_name,
-                cfg.group_label,
-                Grace(cfg.definition_grace).with_kinds(cfg.training_kinds),
-                cfg.starvation_age,
-            ),
-            SolveConfig(time_limit=cfg.time_limit, preemption=cfg.preemption, reservations=cfg.reservations),
+            cfg.rules(),
+            cfg.solve_config(),
             debounce=cfg.debounce,
-            estimator=Estimator(default=cfg.default_runtime, label=cfg.workload_label),
+            estimator=cfg.estimator(),
         )
         self.binder = BinderActor(kube, self.store, self.queue, self.metrics, fence, concurrency=cfg.bind_concurrency)
         self.feedback = Feedback(
