@@ -275,6 +275,21 @@ BAD_SNAPSHOTS = {
         lambda n, p, o: _requests(p).__setitem__("nvidia.com/gpu", str(2**63 - 1)),
         "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: quantity '9223372036854775807' is above",
     ),
+    "half a GPU": (
+        lambda n, p, o: _requests(p).__setitem__("nvidia.com/gpu", "1.5"),
+        "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: invalid value '1.5': must be an integer",
+    ),
+    "500m GPUs": (
+        lambda n, p, o: _requests(p).__setitem__("nvidia.com/gpu", "500m"),
+        "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: invalid value '500m': must be an integer",
+    ),
+    "GPU request below its limit": (
+        lambda n, p, o: p["spec"]["containers"][0]["resources"].update(
+            requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"}
+        ),
+        "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: must be equal to nvidia.com/gpu limit "
+        "of '2'",
+    ),
     "int64-sized node GPUs": (
         lambda n, p, o: n["status"]["allocatable"].__setitem__("nvidia.com/gpu", 2**62),
         "Node n: status.allocatable.nvidia.com/gpu: quantity 4611686018427387904 is above the most",
