@@ -414,6 +414,35 @@ def test_invalid_utf8_on_stdin_is_one_line():
     _one_line_exit_2(result, "snapshot: not UTF-8 text")
 
 
+def _with_typos() -> str:
+    pod = k8s_pod("w0", gpus=1)
+    pod["spec"]["nodeSelectr"] = {"gpu": "yes"}
+    pod["spec"]["containers"][0]["resources"]["limit"] = {"nvidia.com/gpu": "1"}
+    return yaml.safe_dump(k8s_list(k8s_node("n", gpus=4), pod))
+
+
+def test_unknown_fields_are_a_warning_each_and_the_cycle_still_runs():
+    result = solve("-", "-o", "json", input=_with_typos())
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "warning: Pod default/w0: spec.containers[0].resources.limit: unknown field",
+        "warning: Pod default/w0: spec.nodeSelectr: unknown field",
+    ]
+    assert orjson.loads(result.stdout)["bindings"] == {"default/w0": "n"}
+
+
+def test_strict_refuses_unknown_fields_in_one_line():
+    result = solve("-", "--strict", input=_with_typos())
+    _one_line_exit_2(result, "Pod default/w0: spec.containers[0].resources.limit: unknown field (and 1 more)")
+
+
+def test_the_examples_solve_strictly_without_a_warning():
+    for example in EXAMPLES.glob("*.yaml"):
+        result = solve(str(example), "--strict", "--scheduler-name", "kube-batchd", "-o", "json")
+        assert result.exit_code == 0, result.output
+        assert result.stderr == ""
+
+
 def test_names_print_as_themselves_in_the_table():
     # rich markup in a name used to raise MarkupError; a terminal escape must not reach the terminal
     docs = [k8s_node("n[/]", gpus=4), k8s_pod("p[bold]x[/]", gpus=1), k8s_pod("esc", ns="a\x1b[31m", gpus=1)]

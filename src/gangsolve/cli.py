@@ -123,6 +123,12 @@ class Seconds(click.ParamType):
     help="Leave out objects that cannot be read, as the live scheduler does, and list them under `skipped` "
     "(default: the first one is an error). For exports of clusters where a tenant's object is bad.",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse fields the objects' Kubernetes API types do not have, as the API server does (default: a "
+    "warning on stderr for each, e.g. a misspelt spec.nodeSelector).",
+)
 def solve(
     snapshot: str,
     scheduler_name: str,
@@ -135,9 +141,11 @@ def solve(
     preemption: bool,
     default_runtime: str | None,
     skip_invalid: bool,
+    strict: bool,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import cycle, render
+    from gangsolve.edge import unknown_fields
     from gangsolve.edge.estimates import Estimator, parse_duration
     from gangsolve.edge.gangs import DEFINITION_GRACE, Grace
     from gangsolve.edge.snapshot import read
@@ -157,6 +165,11 @@ def solve(
     config = SolveConfig(time_limit=time_limit, preemption=preemption)
     try:
         snap = read(snapshot)
+        unknown = unknown_fields.in_snapshot(snap)
+        if unknown and strict:
+            fail(unknown[0] + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+        for field in unknown:
+            click.echo(f"warning: {field}", err=True)
         decisions = cycle.run(
             snap, rules, config, now=now or snap.taken_at, estimator=Estimator(default=default), strict=not skip_invalid
         )
