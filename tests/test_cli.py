@@ -1,5 +1,6 @@
 """`gangsolve solve` end to end: the users' examples, the JSON contract, and bad input."""
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -8,8 +9,10 @@ import orjson
 import pytest
 import yaml
 from click.testing import CliRunner
+from rich.console import Console
 
 from gangsolve.cli import cli
+from gangsolve.solver import SolveConfig
 from tests.builders import k8s_list, k8s_node, k8s_pdb, k8s_pod, k8s_pod_group, k8s_queue
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -441,6 +444,38 @@ def test_the_examples_solve_strictly_without_a_warning():
         result = solve(str(example), "--strict", "--scheduler-name", "kube-batchd", "-o", "json")
         assert result.exit_code == 0, result.output
         assert result.stderr == ""
+
+
+def _table(example: str, console) -> str:
+    from gangsolve import cycle, render
+    from gangsolve.edge.snapshot import read
+
+    decisions = cycle.run(read(str(EXAMPLES / example)), cycle.Rules("kube-batchd"), SolveConfig(), now=None)
+    render.print_table(decisions, console)
+    return console.file.getvalue()
+
+
+def test_piped_the_table_is_plain_aligned_text_without_empty_columns():
+    text = _table("tfjob-10.yaml", Console(file=io.StringIO(), width=80))
+    lines = text.splitlines()
+    assert lines[:2] == ["Gangs", "GANG           PRIORITY  MIN  PODS  PLACED  REASON"]
+    assert lines[2].startswith("default/mnist  0         10   10    0       needs 9 nvidia.com/gpu, 8 free on nodes")
+    assert lines[2].endswith("apollo25 excluded by taint node-role.kubernetes.io/master:NoSchedule")  # one line a row
+    assert "RESERVATION" not in text  # no gang has one
+    assert not set(text) & set("\x1b┃│━─")
+
+
+@pytest.mark.parametrize("width", [40, 80, 120])
+def test_on_a_terminal_names_are_whole_and_reasons_wrap_between_words(width):
+    def table(example: str) -> str:
+        return _table(example, Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None))
+
+    unplaced, preempting = table("tfjob-10.yaml"), table("tfjob-preempt.yaml")
+    assert "┃ REASON" in unplaced
+    assert "node-role.kubernetes.io/master:NoSchedule" in unplaced  # the longest word, on one line
+    for name in ("default/mnist-worker-6", "default/resnet-worker-0", "apollo61"):
+        assert name in preempting
+    assert "RESERVATION" not in unplaced + preempting
 
 
 def test_names_print_as_themselves_in_the_table():
