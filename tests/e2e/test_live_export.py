@@ -35,7 +35,7 @@ def test_export_then_solve_offline(control_plane, make_nodes, namespace, tmp_pat
     assert not any("managedFields" in o["metadata"] for o in snap["items"])
 
     solved = subprocess.run(
-        [sys.executable, "-m", "gangsolve", "solve", str(out), "--scheduler-name", scheduler, "-o", "json"],
+        [sys.executable, "-m", "gangsolve", "solve", str(out), "--strict", "--scheduler-name", scheduler, "-o", "json"],
         capture_output=True,
         text=True,
         env=env,
