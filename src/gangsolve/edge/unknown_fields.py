@@ -2,9 +2,10 @@
 
 The schema (gangsolve.edge.schema) decodes only the fields gangsolve reads and ignores the rest, so a typo such
 as `nodeSelectr` would pass without a word. Each struct the schema decodes is an API type: beside the fields it
-decodes, the API type has the fields listed in OTHER_FIELDS (from the Kubernetes API types of the version the
-tests run against, and the CRDs of the PodGroups and Volcano's Queue). A key that is neither is unknown. Fields
-gangsolve does not decode are not descended into: a typo there changes nothing gangsolve reads.
+decodes, the API type has the fields listed in OTHER_FIELDS (from the Kubernetes client's models, which a test
+holds them to, and an e2e test to an export of the pinned API server; for the PodGroups and Volcano's Queue,
+their CRDs). A key that is neither is unknown. Fields gangsolve does not decode are not descended into: a typo
+there changes nothing gangsolve reads.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def in_snapshot(snap: Snapshot) -> list[str]:
 
 
 def _unknown(value: object, struct: type, path: str) -> Iterator[str]:
+    """Each key of `value` (at `path`) that `struct`'s API type does not have, in the order they are written."""
     if not isinstance(value, dict):
         return  # a type error, which decoding reports
     shape = _shape(struct)
