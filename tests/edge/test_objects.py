@@ -133,7 +133,7 @@ def _pod_with(resources: dict, **spec) -> dict:
         (
             {"limits": {"memory": "1Gi", "hugepages-2Mi": "3Mi"}},
             "limits.hugepages-2Mi",
-            "3145728 is not positive integer multiple of hugepages-2Mi",
+            "'3Mi' is not positive integer multiple of hugepages-2Mi",
         ),
         ({"limits": {"hugepages-1Gi": "1Gi"}}, "", "HugePages require cpu or memory"),
     ],

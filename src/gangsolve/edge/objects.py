@@ -43,12 +43,16 @@ def _container_requests(obj: schema.Pod, field: str, container: schema.Container
     resources = container.resources or _NO_RESOURCES
     limits = units(obj, f"{field}.resources.limits", resources.limits)
     requests = units(obj, f"{field}.resources.requests", resources.requests)
-    _check_resources(obj, f"{field}.resources", requests, limits, resources.limits or {})
+    _check_resources(obj, f"{field}.resources", resources, requests, limits)
     return {**limits, **requests}
 
 
 def _check_resources(
-    obj: schema.Pod, field: str, requests: Mapping[str, int], limits: Mapping[str, int], given_limits: Mapping
+    obj: schema.Pod,
+    field: str,
+    given: schema.ResourceRequirements,
+    requests: Mapping[str, int],
+    limits: Mapping[str, int],
 ) -> None:
     """What the API server holds a container's (or the overhead's) resources to beyond each quantity: no
     overcommit of extended resources and hugepages (a request equals its limit), hugepages in whole pages and
@@ -56,12 +60,12 @@ def _check_resources(
     carry requests only.)"""
     for name, amount in requests.items():
         if name in limits and amount != limits[name] and not overcommits(name):
-            message = f"must be equal to {name} limit of {shown(given_limits[name])}"
+            message = f"must be equal to {name} limit of {shown((given.limits or {})[name])}"
             raise InputError(obj.describe(), f"{field}.requests.{name}", message)
-    for kind, amounts in (("requests", requests), ("limits", limits)):
+    for kind, amounts, quantities in (("requests", requests, given.requests), ("limits", limits, given.limits)):
         for name, amount in amounts.items():
             if name.startswith(HUGEPAGES) and not whole_pages(name, amount):
-                message = f"{amount} is not positive integer multiple of {name}"
+                message = f"{shown((quantities or {})[name])} is not positive integer multiple of {name}"
                 raise InputError(obj.describe(), f"{field}.{kind}.{name}", message)
     hugepages = any(name.startswith(HUGEPAGES) for name in (*requests, *limits))
     if hugepages and not {"cpu", "memory"} & {*requests, *limits}:
@@ -99,7 +103,7 @@ def pod_requests(obj: schema.Pod) -> dict[str, int]:
     for k, v in peak.items():
         total[k] = max(total.get(k, 0), v)
     overhead = units(obj, "spec.overhead", spec.overhead)
-    _check_resources(obj, "spec.overhead", {}, overhead, spec.overhead or {})  # as the API server checks it
+    _check_resources(obj, "spec.overhead", schema.ResourceRequirements(limits=spec.overhead), {}, overhead)
     _add(total, overhead)
     total[PODS] = 1
     for k, v in total.items():
