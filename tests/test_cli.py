@@ -439,6 +439,11 @@ def test_strict_refuses_unknown_fields_in_one_line():
     _one_line_exit_2(result, "Pod default/w0: spec.containers[0].resources.limit: unknown field (and 1 more)")
 
 
+def test_an_error_is_one_line_alone_without_the_warnings():
+    text = _with_typos().replace("cpu: '1'", "cpu: lots")
+    _one_line_exit_2(solve("-", input=text), "Pod default/w0: spec.containers[0].resources.requests.cpu: quantity")
+
+
 def test_the_examples_solve_strictly_without_a_warning():
     for example in EXAMPLES.glob("*.yaml"):
         result = solve(str(example), "--strict", "--scheduler-name", "kube-batchd", "-o", "json")

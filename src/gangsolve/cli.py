@@ -168,13 +168,13 @@ def solve(
         unknown = unknown_fields.in_snapshot(snap)
         if unknown and strict:
             fail(unknown[0] + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
-        for field in unknown:
-            click.echo(f"warning: {field}", err=True)
         decisions = cycle.run(
             snap, rules, config, now=now or snap.taken_at, estimator=Estimator(default=default), strict=not skip_invalid
         )
     except InputError as exc:
         fail(str(exc))
+    for field in unknown:  # beside an answer: an error is one line alone
+        click.echo(f"warning: {field}", err=True)
     if output == "json":
         sys.stdout.buffer.write(render.to_json(decisions))
     else:
