@@ -1,5 +1,6 @@
 """`gangsolve solve` end to end: the users' examples, the JSON contract, and bad input."""
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -8,8 +9,10 @@ import orjson
 import pytest
 import yaml
 from click.testing import CliRunner
+from rich.console import Console
 
 from gangsolve.cli import cli
+from gangsolve.solver import SolveConfig
 from tests.builders import k8s_list, k8s_node, k8s_pdb, k8s_pod, k8s_pod_group, k8s_queue
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -317,6 +320,21 @@ BAD_SNAPSHOTS = {
         lambda n, p, o: _requests(p).__setitem__("nvidia.com/gpu", str(2**63 - 1)),
         "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: quantity '9223372036854775807' is above",
     ),
+    "half a GPU": (
+        lambda n, p, o: _requests(p).__setitem__("nvidia.com/gpu", "1.5"),
+        "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: invalid value '1.5': must be an integer",
+    ),
+    "500m GPUs": (
+        lambda n, p, o: _requests(p).__setitem__("nvidia.com/gpu", "500m"),
+        "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: invalid value '500m': must be an integer",
+    ),
+    "GPU request below its limit": (
+        lambda n, p, o: p["spec"]["containers"][0]["resources"].update(
+            requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"}
+        ),
+        "Pod default/p: spec.containers[0].resources.requests.nvidia.com/gpu: must be equal to nvidia.com/gpu limit "
+        "of '2'",
+    ),
     "int64-sized node GPUs": (
         lambda n, p, o: n["status"]["allocatable"].__setitem__("nvidia.com/gpu", 2**62),
         "Node n: status.allocatable.nvidia.com/gpu: quantity 4611686018427387904 is above the most",
@@ -440,6 +458,72 @@ def test_time_limit_must_be_a_finite_number():
 def test_invalid_utf8_on_stdin_is_one_line():
     result = CliRunner().invoke(cli, ["solve", "-"], input=b"kind: Pod\nmetadata: {name: \xff}\n")
     _one_line_exit_2(result, "snapshot: not UTF-8 text")
+
+
+def _with_typos() -> str:
+    pod = k8s_pod("w0", gpus=1)
+    pod["spec"]["nodeSelectr"] = {"gpu": "yes"}
+    pod["spec"]["containers"][0]["resources"]["limit"] = {"nvidia.com/gpu": "1"}
+    return yaml.safe_dump(k8s_list(k8s_node("n", gpus=4), pod))
+
+
+def test_unknown_fields_are_a_warning_each_and_the_cycle_still_runs():
+    result = solve("-", "-o", "json", input=_with_typos())
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "warning: Pod default/w0: spec.containers[0].resources.limit: unknown field",
+        "warning: Pod default/w0: spec.nodeSelectr: unknown field",
+    ]
+    assert orjson.loads(result.stdout)["bindings"] == {"default/w0": "n"}
+
+
+def test_strict_refuses_unknown_fields_in_one_line():
+    result = solve("-", "--strict", input=_with_typos())
+    _one_line_exit_2(result, "Pod default/w0: spec.containers[0].resources.limit: unknown field (and 1 more)")
+
+
+def test_an_error_is_one_line_alone_without_the_warnings():
+    text = _with_typos().replace("cpu: '1'", "cpu: lots")
+    _one_line_exit_2(solve("-", input=text), "Pod default/w0: spec.containers[0].resources.requests.cpu: quantity")
+
+
+def test_the_examples_solve_strictly_without_a_warning():
+    for example in EXAMPLES.glob("*.yaml"):
+        result = solve(str(example), "--strict", "--scheduler-name", "kube-batchd", "-o", "json")
+        assert result.exit_code == 0, result.output
+        assert result.stderr == ""
+
+
+def _table(example: str, console) -> str:
+    from gangsolve import cycle, render
+    from gangsolve.edge.snapshot import read
+
+    decisions = cycle.run(read(str(EXAMPLES / example)), cycle.Rules("kube-batchd"), SolveConfig(), now=None)
+    render.print_table(decisions, console)
+    return console.file.getvalue()
+
+
+def test_piped_the_table_is_plain_aligned_text_without_empty_columns():
+    text = _table("tfjob-10.yaml", Console(file=io.StringIO(), width=80))
+    lines = text.splitlines()
+    assert lines[:2] == ["Gangs", "GANG           PRIORITY  MIN  PODS  PLACED  REASON"]
+    assert lines[2].startswith("default/mnist  0         10   10    0       needs 9 nvidia.com/gpu, 8 free on nodes")
+    assert lines[2].endswith("apollo25 excluded by taint node-role.kubernetes.io/master:NoSchedule")  # one line a row
+    assert "RESERVATION" not in text  # no gang has one
+    assert not set(text) & set("\x1b┃│━─")
+
+
+@pytest.mark.parametrize("width", [40, 80, 120])
+def test_on_a_terminal_names_are_whole_and_reasons_wrap_between_words(width):
+    def table(example: str) -> str:
+        return _table(example, Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None))
+
+    unplaced, preempting = table("tfjob-10.yaml"), table("tfjob-preempt.yaml")
+    assert "┃ REASON" in unplaced
+    assert "node-role.kubernetes.io/master:NoSchedule" in unplaced  # the longest word, on one line
+    for name in ("default/mnist-worker-6", "default/resnet-worker-0", "apollo61"):
+        assert name in preempting
+    assert "RESERVATION" not in unplaced + preempting
 
 
 def test_names_print_as_themselves_in_the_table():

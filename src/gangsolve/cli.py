@@ -136,6 +136,12 @@ class Seconds(click.ParamType):
     help="Leave out objects that cannot be read, as the live scheduler does, and list them under `skipped` "
     "(default: the first one is an error). For exports of clusters where a tenant's object is bad.",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse fields the objects' Kubernetes API types do not have, as the API server does (default: a "
+    "warning on stderr for each, e.g. a misspelt spec.nodeSelector).",
+)
 @click.pass_context
 def solve(
     ctx: click.Context,
@@ -144,10 +150,12 @@ def solve(
     output: str,
     now,
     skip_invalid: bool,
+    strict: bool,
     **flags,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import cycle, render
+    from gangsolve.edge import unknown_fields
     from gangsolve.edge.estimates import parse_duration
     from gangsolve.edge.hints import hints, unsolvable
     from gangsolve.edge.snapshot import read
@@ -174,6 +182,9 @@ def solve(
         missing = unsolvable(snap)
         if missing:
             fail(missing)
+        unknown = unknown_fields.in_snapshot(snap)
+        if unknown and strict:
+            fail(unknown[0] + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
         learn_history(estimator, snap, cfg.scheduler_name, strict=not skip_invalid)
         decisions = cycle.run(
             snap,
@@ -185,6 +196,8 @@ def solve(
         )
     except InputError as exc:
         fail(str(exc))
+    for field in unknown:  # beside an answer: an error is one line alone
+        click.echo(f"warning: {field}", err=True)
     if output == "json":
         sys.stdout.buffer.write(render.to_json(decisions))
     else:

@@ -101,38 +101,40 @@ def _listed(amounts: Resources) -> str:
 def print_table(decisions: Decisions, console: Console) -> None:
     placement, gated, allocations = decisions.placement, decisions.gated, decisions.allocations
     waiting = {pod: why.reason for pod, why in decisions.waiting.items()}
-    table = Table(title="Gangs", title_justify="left", show_lines=False)
-    for column in ("GANG", "RULE", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION"):
-        table.add_column(column, overflow="fold", no_wrap=column == "GANG")
     reserved = {r.gang: r for r in placement.reservations}
-    for g in placement.gangs:
-        placed = _text(str(g.placed_pods), "green" if g.placed else "red")
-        planned = _text(reservations.message(reserved[g.name])) if g.name in reserved else ""
-        table.add_row(
-            _text(g.name),
+    gangs = [
+        (
+            g.name,
             decisions.origins[g.name].rule,
             str(g.priority),
             str(g.min_member),
             str(g.pods),
-            placed,
-            _text(g.reason or ""),
-            planned,
+            _text(str(g.placed_pods), "green" if g.placed else "red"),
+            g.reason or "",
+            reservations.message(reserved[g.name]) if g.name in reserved else "",
         )
-    console.print(table)
+        for g in placement.gangs
+    ]
+    columns = ("GANG", "RULE", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION")
+    _print(console, "Gangs", columns, gangs, wrap={"REASON", "RESERVATION"})
     if any(q.name != "default" or q.capability or q.weight != 1 for q in placement.queues):
-        queues = Table(title="Queues (shares: the largest fraction of any resource held)", title_justify="left")
-        for column in ("QUEUE", "WEIGHT", "CAPABILITY", "ALLOCATED", "SHARE", "FAIR SHARE"):
-            queues.add_column(column, overflow="fold")
-        for q in placement.queues:
-            queues.add_row(
-                _text(q.name),
-                str(q.weight),
-                _text(_listed(q.capability) or "-"),
-                _text(_listed(q.allocated) or "-"),
-                f"{q.share:.1%}",
-                f"{q.fair_share:.1%}",
-            )
-        console.print(queues)
+        _print(
+            console,
+            "Queues (shares: the largest fraction of any resource held)",
+            ("QUEUE", "WEIGHT", "CAPABILITY", "ALLOCATED", "SHARE", "FAIR SHARE"),
+            (
+                (
+                    q.name,
+                    str(q.weight),
+                    _listed(q.capability) or "-",
+                    _listed(q.allocated) or "-",
+                    f"{q.share:.1%}",
+                    f"{q.fair_share:.1%}",
+                )
+                for q in placement.queues
+            ),
+            wrap={"CAPABILITY", "ALLOCATED"},
+        )
     if placement.bindings:
         _print(console, "Bindings", ("POD", "NODE"), ((p, n) for p, n in placement.bindings.items()))
     if allocations:
@@ -141,7 +143,7 @@ def print_table(decisions: Decisions, console: Console) -> None:
             "Allocations (ResourceClaim: driver/pool/device)",
             ("CLAIM", "DEVICES"),
             ((claim, ", ".join("/".join(d) for _r, d in got)) for claim, got in allocations.items()),
-            fold={"DEVICES"},
+            wrap={"DEVICES"},
         )
     if placement.nominations:
         _print(
@@ -151,17 +153,16 @@ def print_table(decisions: Decisions, console: Console) -> None:
             ((p, n) for p, n in placement.nominations.items()),
         )
     if placement.evictions:
-        columns = ("POD", "NODE", "FOR", "REASON")
         rows = ((e.pod, e.node, e.preemptor, e.reason) for e in placement.evictions)
-        _print(console, "Evictions", columns, rows, fold=set(columns))
+        _print(console, "Evictions", ("POD", "NODE", "FOR", "REASON"), rows, wrap={"REASON"})
     if gated:
         title = "Gated (not planned until their scheduling gates are removed)"
-        _print(console, title, ("POD", "GATES"), ((p, ", ".join(g)) for p, g in gated.items()), fold={"GATES"})
+        _print(console, title, ("POD", "GATES"), ((p, ", ".join(g)) for p, g in gated.items()), wrap={"GATES"})
     if waiting:
-        _print(console, "Waiting (in no gang yet)", ("POD", "WHY"), waiting.items(), fold={"WHY"})
+        _print(console, "Waiting (in no gang yet)", ("POD", "WHY"), waiting.items(), wrap={"WHY"})
     if decisions.skipped:
         left_out = ((e.obj, _reason(e)) for e in decisions.skipped)
-        _print(console, "Skipped (unreadable, left out)", ("OBJECT", "REASON"), left_out, fold={"REASON"})
+        _print(console, "Skipped (unreadable, left out)", ("OBJECT", "REASON"), left_out, wrap={"REASON"})
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
@@ -173,20 +174,48 @@ def print_table(decisions: Decisions, console: Console) -> None:
         + f" · status {placement.status} · objective {placement.objective}, bound {placement.best_bound} · "
         f"{placement.solve_seconds:.2f}s"
     )
-    console.print(Text(summary))
+    console.print(Text(summary), soft_wrap=not console.is_terminal)
+
+
+Cell = str | Text  # text from the snapshot, shown as itself (never markup); a Text may carry a colour
 
 
 def _print(
     console: Console,
     title: str,
     columns: Sequence[str],
-    rows: Iterable[Sequence[str]],
-    fold: Collection[str] = (),
+    rows: Iterable[Sequence[Cell]],
+    wrap: Collection[str] = (),
 ) -> None:
-    """A table of names and values, each cell as text (never markup); `fold` columns wrap instead of cutting."""
+    """A table of names and values, without its empty columns. On a terminal, a rich table whose `wrap` columns
+    wrap between words and whose others are shown whole, never split inside a word (the table grows past the
+    terminal's width rather); elsewhere (a pipe, a file) plain text, one line a row, columns aligned by spaces,
+    for grep and awk."""
+    cells = [[c if isinstance(c, Text) else _text(c) for c in row] for row in rows]
+    shown = [i for i in range(len(columns)) if not cells or any(row[i].plain for row in cells)]
+    header = [columns[i] for i in shown]
+    body = [[row[i] for i in shown] for row in cells]
+    if not console.is_terminal:
+        _print_plain(console, title, header, body)
+        return
     table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, overflow="fold" if column in fold else "ellipsis")
-    for row in rows:
-        table.add_row(*(_text(cell) for cell in row))
-    console.print(table)
+    for i, column in enumerate(header):
+        words = [w for row in body for w in (row[i].plain.split() if column in wrap else [row[i].plain])]
+        table.add_column(column, no_wrap=column not in wrap, min_width=max(map(len, [column, *words])))
+    for row in body:
+        table.add_row(*row)
+    narrowest = sum(column.min_width or 0 for column in table.columns) + 3 * len(header) + 1  # padding, rules
+    if narrowest > console.width:
+        table.width = narrowest  # rich would split words to fit the terminal
+    console.print(table, crop=False)
+
+
+def _print_plain(console: Console, title: str, header: list[str], body: list[list[Text]]) -> None:
+    lines = [header, *([cell.plain for cell in row] for row in body)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    console.out(title, highlight=False)
+    for line in lines:
+        console.out(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(), highlight=False
+        )
+    console.out("", highlight=False)

@@ -52,7 +52,7 @@ def test_export_then_solve_offline(control_plane, make_nodes, namespace, tmp_pat
     assert finished == {"done-ours"}
 
     solved = subprocess.run(
-        [sys.executable, "-m", "gangsolve", "solve", str(out), "--scheduler-name", scheduler, "-o", "json"],
+        [sys.executable, "-m", "gangsolve", "solve", str(out), "--strict", "--scheduler-name", scheduler, "-o", "json"],
         capture_output=True,
         text=True,
         env=env,

@@ -2,12 +2,13 @@
 
 import pytest
 
+from gangsolve import cycle
 from gangsolve.edge import objects, schema
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
 from gangsolve.edge.snapshot import Snapshot
-from tests.builders import k8s_node, k8s_pod
+from tests.builders import k8s_node, k8s_pod, k8s_queue
 
 GI = 2**30
 
@@ -104,6 +105,84 @@ def test_bad_request_names_pod_and_field():
         str(err.value)
         == "Pod team-a/worker-0: spec.containers[0].resources.requests.cpu: quantity 'lots' does not parse"
     )
+
+
+def _pod_with(resources: dict, **spec) -> dict:
+    pod = k8s_pod("w0")
+    pod["spec"]["containers"] = [{"name": "main", "resources": resources}]
+    pod["spec"].update(spec)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("resources", "field", "message"),
+    [
+        ({"requests": {"nvidia.com/gpu": "1.5"}}, "requests.nvidia.com/gpu", "invalid value '1.5': must be an integer"),
+        ({"limits": {"nvidia.com/gpu": "500m"}}, "limits.nvidia.com/gpu", "invalid value '500m': must be an integer"),
+        ({"limits": {"example.com/fpga": 0.5}}, "limits.example.com/fpga", "invalid value 0.5: must be an integer"),
+        (
+            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            "requests.nvidia.com/gpu",
+            "must be equal to nvidia.com/gpu limit of '2'",
+        ),
+        (
+            {"requests": {"memory": "1Gi", "hugepages-2Mi": "2Mi"}, "limits": {"hugepages-2Mi": "4Mi"}},
+            "requests.hugepages-2Mi",
+            "must be equal to hugepages-2Mi limit of '4Mi'",
+        ),
+        (
+            {"limits": {"memory": "1Gi", "hugepages-2Mi": "3Mi"}},
+            "limits.hugepages-2Mi",
+            "'3Mi' is not positive integer multiple of hugepages-2Mi",
+        ),
+        ({"limits": {"hugepages-1Gi": "1Gi"}}, "", "HugePages require cpu or memory"),
+    ],
+)
+def test_resources_the_api_server_refuses_are_refused(resources, field, message):
+    with pytest.raises(InputError) as err:
+        objects.pod_requests(schema.check(_pod_with(resources), "Pod"))
+    where = "spec.containers[0].resources" + (f".{field}" if field else "")
+    assert str(err.value) == f"Pod default/w0: {where}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("resources", "requests"),
+    [
+        ({"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": 2}}, {"nvidia.com/gpu": 2}),
+        ({"requests": {"nvidia.com/gpu": "1000m"}}, {"nvidia.com/gpu": 1}),  # a request alone: synthetic snapshots
+        ({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}, {"cpu": 500}),
+        ({"limits": {"cpu": "1", "hugepages-2Mi": "4Mi"}}, {"hugepages-2Mi": 4 * 2**20}),
+        ({"requests": {"example.kubernetes.io/thing": "0.5"}}, {"example.kubernetes.io/thing": 1}),  # native
+    ],
+)
+def test_resources_the_api_server_accepts_are_read(resources, requests):
+    got = objects.pod_requests(schema.check(_pod_with(resources), "Pod"))
+    assert {k: got[k] for k in requests} == requests
+
+
+def test_overhead_and_nodes_hold_extended_resources_to_whole_units():
+    pod = _pod_with({}, overhead={"cpu": "100m", "example.com/slot": "0.5"})
+    with pytest.raises(InputError, match=r"^Pod default/w0: spec.overhead.example.com/slot: invalid value '0.5'"):
+        objects.pod_requests(schema.check(pod, "Pod"))
+    node = k8s_node("n", gpus="1.5")
+    with pytest.raises(InputError, match=r"^Node n: status.allocatable.nvidia.com/gpu: invalid value '1.5'"):
+        objects.node(schema.check(node, "Node"))
+    with pytest.raises(InputError, match=r"^Node n: status.allocatable.pods: invalid value '110.5'"):
+        objects.node(schema.check(k8s_node("n", pods="110.5"), "Node"))
+
+
+def test_a_queue_may_cap_a_fraction_of_a_gpu_as_its_crd_allows():
+    queue = schema.check(k8s_queue("q", capability={"nvidia.com/gpu": "1.5"}), "Queue")
+    assert "nvidia.com/gpu" in objects.queue(queue, {}).capability
+
+
+def test_a_pod_the_api_server_would_refuse_is_left_out_live_and_named():
+    bad = k8s_pod("w0", gpus="1.5")
+    grouped = cycle.group(Snapshot(nodes=[k8s_node("n", gpus=4)], pods=[bad, k8s_pod("w1")]), cycle.Rules(), now=None)
+    assert [str(e) for e in grouped.skipped] == [
+        "Pod default/w0: spec.containers[0].resources.requests.nvidia.com/gpu: invalid value '1.5': must be an integer"
+    ]
+    assert [p.name for g in grouped.cluster.gangs for p in g.pods] == ["default/w1"]
 
 
 def test_node_state():

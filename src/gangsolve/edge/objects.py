@@ -11,7 +11,7 @@ import msgspec
 
 from gangsolve.edge import schema
 from gangsolve.edge.errors import InputError, shown
-from gangsolve.edge.quantity import MAX_UNITS
+from gangsolve.edge.quantity import HUGEPAGES, MAX_UNITS, overcommits, whole_pages
 from gangsolve.edge.schema import units
 from gangsolve.solver.model import PODS, Node, Pod, Queue, Requirement, SelectorTerm, Taint, Toleration
 
@@ -43,7 +43,33 @@ def _container_requests(obj: schema.Pod, field: str, container: schema.Container
     resources = container.resources or _NO_RESOURCES
     limits = units(obj, f"{field}.resources.limits", resources.limits)
     requests = units(obj, f"{field}.resources.requests", resources.requests)
+    _check_resources(obj, f"{field}.resources", resources, requests, limits)
     return {**limits, **requests}
+
+
+def _check_resources(
+    obj: schema.Pod,
+    field: str,
+    given: schema.ResourceRequirements,
+    requests: Mapping[str, int],
+    limits: Mapping[str, int],
+) -> None:
+    """What the API server holds a container's (or the overhead's) resources to beyond each quantity: no
+    overcommit of extended resources and hugepages (a request equals its limit), hugepages in whole pages and
+    only beside cpu or memory. (A request without its limit, which it also refuses, is read: synthetic snapshots
+    carry requests only.)"""
+    for name, amount in requests.items():
+        if name in limits and amount != limits[name] and not overcommits(name):
+            message = f"must be equal to {name} limit of {shown((given.limits or {})[name])}"
+            raise InputError(obj.describe(), f"{field}.requests.{name}", message)
+    for kind, amounts, quantities in (("requests", requests, given.requests), ("limits", limits, given.limits)):
+        for name, amount in amounts.items():
+            if name.startswith(HUGEPAGES) and not whole_pages(name, amount):
+                message = f"{shown((quantities or {})[name])} is not positive integer multiple of {name}"
+                raise InputError(obj.describe(), f"{field}.{kind}.{name}", message)
+    hugepages = any(name.startswith(HUGEPAGES) for name in (*requests, *limits))
+    if hugepages and not {"cpu", "memory"} & {*requests, *limits}:
+        raise InputError(obj.describe(), field, "HugePages require cpu or memory")
 
 
 _NO_RESOURCES = schema.ResourceRequirements()
@@ -76,7 +102,9 @@ def pod_requests(obj: schema.Pod) -> dict[str, int]:
     _add(total, sidecars)
     for k, v in peak.items():
         total[k] = max(total.get(k, 0), v)
-    _add(total, units(obj, "spec.overhead", spec.overhead))
+    overhead = units(obj, "spec.overhead", spec.overhead)
+    _check_resources(obj, "spec.overhead", schema.ResourceRequirements(limits=spec.overhead), {}, overhead)
+    _add(total, overhead)
     total[PODS] = 1
     for k, v in total.items():
         if v > MAX_UNITS:  # each quantity is in range, their sum need not be
@@ -221,8 +249,10 @@ def queue(obj: schema.Queue, allocated: Mapping[str, int]) -> Queue:
     return Queue(
         name=str(obj.metadata.name),
         weight=1 if spec.weight is None else spec.weight,
-        capability=units(obj, "spec.capability", spec.capability),
-        guarantee=units(obj, "spec.guarantee.resource", spec.guarantee.resource if spec.guarantee else None),
+        capability=units(obj, "spec.capability", spec.capability, whole=False),
+        guarantee=units(
+            obj, "spec.guarantee.resource", spec.guarantee.resource if spec.guarantee else None, whole=False
+        ),
         reclaimable=spec.reclaimable is not False,
         allocated=dict(allocated),
         closed=obj.state in CLOSED_STATES,

@@ -1,7 +1,8 @@
 """Kubernetes resource quantities ("500m", "4Gi", "1e3") to integers in base units.
 
 The official Python clients' parser lives in the synchronous `kubernetes` package only, so this is the small
-grammar from k8s.io/apimachinery's resource.Quantity, kept strict: what the API server rejects, we reject.
+grammar from k8s.io/apimachinery's resource.Quantity, kept strict: what the API server rejects, we reject. In pods
+and nodes it holds extended resources (`nvidia.com/gpu`) to whole numbers, as the API server does.
 
 The solver computes with int64 arrays and CP-SAT, whose linear sums must fit in int64. No quantity may exceed
 MAX_UNITS base units (2**46: 64 Ti bytes of memory, about 70 billion cores in millicores, 7e13 GPUs), so a
@@ -56,20 +57,36 @@ def parse_quantity(value: object) -> Decimal:
         raise _unparsable(value) from None
 
 
-def to_units(resource: str, value: object) -> int:
+HUGEPAGES = "hugepages-"  # hugepages-2Mi: memory in pages of that size
+
+
+def native(resource: str) -> bool:
+    """In the kubernetes.io/ namespace (cpu, memory, hugepages-2Mi): a name without a domain is."""
+    return "/" not in resource or "kubernetes.io/" in resource
+
+
+def overcommits(resource: str) -> bool:
+    """A container's request may be below its limit: native resources but hugepages. The API server holds the
+    others (extended resources, hugepages) to a request equal to the limit."""
+    return native(resource) and not resource.startswith(HUGEPAGES)
+
+
+def to_units(resource: str, value: object, *, whole: bool = True) -> int:
     """Integer amount in the solver's unit: millicores for cpu, whole units (bytes, GPUs, pods) otherwise.
     Fractions round up, as the scheduler never hands out less than was asked for. Raises ValueError for
-    quantities that do not parse, are negative, or exceed MAX_UNITS."""
+    quantities that do not parse, are negative, or exceed MAX_UNITS, and (`whole`, as the API server validates
+    pods and nodes) for pods or a resource outside kubernetes.io (`nvidia.com/gpu: 500m`) not in whole units.
+    `whole=False` reads what a custom resource may hold (a Volcano Queue's capability)."""
     short = isinstance(value, str) and len(value) <= 64
-    return _text_units(resource, value) if short else _units(resource, value)
+    return _text_units(resource, value, whole) if short else _units(resource, value, whole)
 
 
 @functools.lru_cache(maxsize=4096)  # a cluster's pods repeat a few quantities ("1", "4Gi") tens of thousands of times
-def _text_units(resource: str, text: str) -> int:
-    return _units(resource, text)
+def _text_units(resource: str, text: str, whole: bool) -> int:
+    return _units(resource, text, whole)
 
 
-def _units(resource: str, value: object) -> int:
+def _units(resource: str, value: object, whole: bool) -> int:
     q = parse_quantity(value)
     if q < 0:
         raise ValueError(f"quantity {shown(value)} is negative")
@@ -77,4 +94,18 @@ def _units(resource: str, value: object) -> int:
     if q > Decimal(MAX_UNITS) / per_unit:  # compared as a Decimal: 1e999999 must not become a huge int
         most = f"{MAX_UNITS} millicores" if resource == "cpu" else f"{MAX_UNITS}"
         raise ValueError(f"quantity {shown(value)} is above the most gangsolve represents ({most})")
+    if (
+        whole and (resource == "pods" or not native(resource)) and math.ceil(q * 1000) % 1000
+    ):  # on milli-units, as the API server tests
+        raise ValueError(f"invalid value {shown(value)}: must be an integer")
     return math.ceil(q * per_unit)
+
+
+def whole_pages(resource: str, units: int) -> bool:
+    """`units` bytes of `resource` (hugepages-2Mi) are a whole number of its pages, as the API server requires of
+    a container's hugepages; a page size that does not parse holds no whole number."""
+    try:
+        page = parse_quantity(resource.removeprefix(HUGEPAGES))
+    except ValueError:
+        return False
+    return page > 0 and page == page.to_integral_value() and units % int(page) == 0

@@ -604,12 +604,13 @@ def int_or_percent(value: int | str, total: int) -> int:
     raise ValueError(f"expected a number or a percentage, got {shown(value)}")
 
 
-def units(obj: Object, field: str, quantities: Resources | None) -> dict[str, int]:
-    """Quantities in the solver's units (gangsolve.edge.quantity), or InputError naming the one out of range."""
+def units(obj: Object, field: str, quantities: Resources | None, *, whole: bool = True) -> dict[str, int]:
+    """Quantities in the solver's units (gangsolve.edge.quantity.to_units: `whole` holds them to the API
+    server's whole units), or InputError naming the one out of range."""
     out: dict[str, int] = {}
     for name, value in (quantities or {}).items():
         try:
-            out[name] = to_units(name, value)
+            out[name] = to_units(name, value, whole=whole)
         except ValueError as exc:
             raise InputError(obj.describe(), f"{field}.{name}", str(exc)) from None
     return out
@@ -645,8 +646,10 @@ def _queue_values(queue: Queue) -> None:
     weight = queue.spec.weight
     if weight is not None and not 1 <= weight <= MAX_WEIGHT:
         raise InputError(queue.describe(), "spec.weight", f"must be from 1 to {MAX_WEIGHT}, got {shown(weight)}")
-    units(queue, "spec.capability", queue.spec.capability)
-    units(queue, "spec.guarantee.resource", queue.spec.guarantee.resource if queue.spec.guarantee else None)
+    units(queue, "spec.capability", queue.spec.capability, whole=False)  # Volcano's CRD takes any quantity
+    units(
+        queue, "spec.guarantee.resource", queue.spec.guarantee.resource if queue.spec.guarantee else None, whole=False
+    )
 
 
 _VALUES: dict[type, Callable[[Any], object]] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
@@ -126,6 +127,19 @@ class Snapshot:
                 return decoded
         decoded = self.cache["decoded", nodes] = Decoded(self, nodes)
         return decoded
+
+    def objects(self) -> Iterator[dict]:
+        """Every object filed, kind by kind."""
+        yield from self.nodes
+        yield from self.pods
+        yield from self.pdbs
+        yield from self.pod_groups.values()
+        yield from self.priority_classes.values()
+        yield from self.queues.values()
+        yield from self.resource_slices
+        yield from self.device_classes.values()
+        yield from self.resource_claims.values()
+        yield from self.claim_templates.values()
 
     def without(self, culprit: str) -> Snapshot:
         """The snapshot less the objects `describe` names `culprit` (e.g. `PodGroup team-a/g`): how the live
