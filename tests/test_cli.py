@@ -509,7 +509,7 @@ def test_piped_the_table_is_plain_aligned_text_without_empty_columns():
     text = _table("tfjob-10.yaml", Console(file=io.StringIO(), width=80))
     lines = text.splitlines()
     assert lines[:2] == ["Gangs", "GANG           RULE  PRIORITY  MIN  PODS  PLACED  REASON"]
-    assert lines[2].startswith("default/mnist  pdb   0         10   10    0       needs 9 nvidia.com/gpu, 8 free on nodes")
+    assert lines[2].startswith("default/mnist  pdb   0         10   10    0       needs 9 nvidia.com/gpu, 8 free on")
     assert lines[2].endswith("apollo25 excluded by taint node-role.kubernetes.io/master:NoSchedule")  # one line a row
     assert "RESERVATION" not in text  # no gang has one
     assert not set(text) & set("\x1b┃│━─")

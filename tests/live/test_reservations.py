@@ -30,6 +30,15 @@ GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
+@pytest.fixture(autouse=True)
+def _clock_now() -> None:
+    """The actor reads the wall clock, so each test builds its cluster around the time it starts: in a long
+    suite the module is imported half an hour before its tests run, and a pod expected to end 15 minutes after
+    import has ended by then."""
+    global NOW
+    NOW = datetime.now(UTC).replace(microsecond=0)
+
+
 def stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
