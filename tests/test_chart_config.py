@@ -17,6 +17,8 @@ def _sample(prop: dict, definitions: dict):
         prop = definitions[prop["$ref"].rsplit("/", 1)[1]]
     if "enum" in prop:
         return prop["enum"][-1]
+    if prop["type"] == "array":
+        return ["Notebook"]
     return {"integer": 3, "number": 1.5, "boolean": False, "string": "app"}[prop["type"]]
 
 
@@ -44,3 +46,24 @@ def test_every_config_key_the_chart_allows_is_a_scheduler_setting(tmp_path: Path
 def test_default_values_config_is_accepted() -> None:
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
     assert config.from_mapping(defaults) == {"time_limit": 2.0, "log_format": "json", "shutdown_grace": 20.0}
+
+
+# What the chart sets itself (flags and the Lease in templates/), so its `config:` leaves them out.
+SET_BY_THE_CHART = {
+    "kubeconfig",  # in-cluster
+    "scheduler-name",
+    "group-label",
+    "leader-elect",
+    "lease-name",
+    "lease-namespace",
+    "identity",  # each replica its own (the pod name, by default): never one value for all
+    "metrics-addr",
+}
+
+
+def test_the_chart_lets_users_set_every_other_setting() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    allowed = set(schema["properties"]["config"]["properties"])
+    every = {name.replace("_", "-") for name in config.SETTINGS}
+    assert allowed | SET_BY_THE_CHART == every
+    assert not allowed & SET_BY_THE_CHART
