@@ -5,10 +5,11 @@ code unchanged (`hints`): objects set aside unread that look meant for gangsolve
 gangs of jobs that need a definition and have none (their minimum is 1, so part of such a job may run), and
 pending pods that all name another scheduler.
 
-Objects of other kinds pass in silence: an export of a cluster (`kubectl get all -o yaml`) holds dozens of
-kinds gangsolve has no use for, and a warning on every ordinary export would teach users to ignore warnings.
-What loses a gang is one of gangsolve's kinds misspelled (`PodDisruptonBudget`) or of an API group it does not
-read (a PodGroup of `scheduling.sigs.k8s.io`): those are named.
+Objects of other kinds are counted in one `note:` line, by kind: an export of a cluster (`kubectl get all -o
+yaml`) holds dozens of kinds gangsolve has no use for, and a warning for each on every ordinary export would
+teach users to ignore warnings. What loses a gang is one of gangsolve's kinds misspelled (`PodDisruptonBudget`)
+or of an API group it does not read (a PodGroup of `scheduling.sigs.k8s.io`): those are warnings, each object
+named.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def unsolvable(snap: Snapshot) -> str | None:
 def hints(snap: Snapshot, scheduler_name: str, origins: Mapping[str, Origin]) -> list[str]:
     """Warnings (`warning: ...`) and a hint (`hint: ...`), one line each, about the snapshot a cycle decided on
     and the origins of its gangs."""
-    lines = [f"warning: {_listed(names)} ignored: {why}" for why, names in _unread(snap).items()]
+    suspects = _unread(snap)
+    lines = [f"warning: {_listed(names)} ignored: {why}" for why, names in suspects.items()]
     pdbs = idle_pdbs(snap)
     if pdbs:
         lines.append(
@@ -47,7 +49,19 @@ def hints(snap: Snapshot, scheduler_name: str, origins: Mapping[str, Origin]) ->
         )
     lines += [f"warning: gang {name}: {o.fallback}" for name, o in sorted(origins.items()) if o.fallback]
     lines += _other_schedulers(snap, scheduler_name)
+    lines += _ignored(snap, {name for names in suspects.values() for name in names})
     return [printable(line) for line in lines]
+
+
+def _ignored(snap: Snapshot, named: set[str]) -> list[str]:
+    """One note counting the objects of kinds gangsolve does not read (those not already warned about)."""
+    kinds = Counter(
+        str(obj.get("kind")) for obj in snap.unread if isinstance(obj.get("kind"), str) and describe(obj) not in named
+    )
+    if not kinds:
+        return []
+    listed = [f"{kind} ({n})" for kind, n in sorted(kinds.items())]
+    return [f"note: {_count(kinds.total(), 'object')} of kinds gangsolve does not read left out: {_listed(listed)}"]
 
 
 def _unread(snap: Snapshot) -> dict[str, list[str]]:
