@@ -405,6 +405,14 @@ def _place_group(
     return out
 
 
+def _place_later(problem: Problem, g: int, room: np.ndarray) -> GangCounts | None:
+    """Gang g placed whole, best-fit, in `room` (left untouched): capacity free now or at a later time, which may
+    exceed what is free now."""
+    if problem.gangs[g].topology:
+        return place_colocated(problem, g, room.copy(), later=True)
+    return place_gang(problem, g, room.copy(), later=True)
+
+
 def easy_backfill(cluster: Cluster) -> dict[str, str]:
     """EASY backfill, Slurm's default behaviour (sched/backfill with one reservation), on gangs.
 
@@ -430,12 +438,6 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
                     vector[problem.res_index[r]] = q
             releases.append((max(running.end, now), n, vector))
 
-    def place(g: int, room: np.ndarray) -> GangCounts | None:
-        room = room.copy()  # what is free now, or at the shadow time (which may exceed what is free now)
-        if problem.gangs[g].topology:
-            return place_colocated(problem, g, room, later=True)
-        return place_gang(problem, g, room, later=True)
-
     def could_fit(g: int, room: np.ndarray) -> bool:
         """Cheap and necessary: the gang's pods fit node by node, ignoring each other."""
         fit = sum(int(np.minimum(problem.fits(part.cls, room), len(part.pods)).sum()) for part in problem.parts[g])
@@ -458,7 +460,7 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
         if not problem.gangs[g].pods:
             continue
         if shadow is None:
-            counts = place(g, free)
+            counts = _place_later(problem, g, free)
             if counts is not None:
                 take(g, counts, [free])
                 result[g] = counts
@@ -475,7 +477,7 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
                     continue  # more is freed at the same time
                 if not could_fit(g, room):
                     continue
-                head = place(g, room)
+                head = _place_later(problem, g, room)
                 if head is not None:
                     shadow = t
                     spare = room.copy()
@@ -485,7 +487,7 @@ def easy_backfill(cluster: Cluster) -> dict[str, str]:
             # blocked gang becomes the head (Slurm skips jobs that cannot run).
             continue
         ends_in_time = end_of(g) <= shadow
-        counts = place(g, free if ends_in_time else np.minimum(free, spare))
+        counts = _place_later(problem, g, free if ends_in_time else np.minimum(free, spare))
         if counts is not None:
             take(g, counts, [free] if ends_in_time else [free, spare])
             result[g] = counts
@@ -529,11 +531,7 @@ def conservative_backfill(cluster: Cluster, depth: int = CONSERVATIVE_DEPTH) -> 
         for k, start in enumerate(times):
             end = start + runtime if runtime is not None else np.inf
             last = int(np.searchsorted(times, end, side="left"))  # steps [k, last) overlap [start, end)
-            room = np.minimum.reduce(free[k : max(last, k + 1)])
-            if problem.gangs[g].topology:
-                counts = place_colocated(problem, g, room.copy(), later=True)
-            else:
-                counts = place_gang(problem, g, room.copy(), later=True)
+            counts = _place_later(problem, g, np.minimum.reduce(free[k : max(last, k + 1)]))
             if counts is not None:
                 return k, counts
         return None

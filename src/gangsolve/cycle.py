@@ -50,7 +50,6 @@ class Grouped:
     waiting: dict[str, Waiting]  # pending pods that join no gang yet
     skipped: tuple[InputError, ...]  # objects left out as unreadable
     snapshot: Snapshot  # the snapshot without them
-    gated: dict[str, list[str]]  # pods held by scheduling gates -> the gates
 
 
 @dataclass(frozen=True)
@@ -76,18 +75,7 @@ def solve(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | N
 
 
 def _size(snapshot: Snapshot) -> int:
-    return (
-        len(snapshot.nodes)
-        + len(snapshot.pods)
-        + len(snapshot.pdbs)
-        + len(snapshot.pod_groups)
-        + len(snapshot.priority_classes)
-        + len(snapshot.queues)
-        + len(snapshot.resource_slices)
-        + len(snapshot.device_classes)
-        + len(snapshot.resource_claims)
-        + len(snapshot.claim_templates)
-    )
+    return sum(1 for _ in snapshot.objects())
 
 
 def group(
@@ -127,7 +115,7 @@ def group(
             if estimator is not None and now is not None:
                 cluster = with_estimates(snapshot, cluster, now, estimator, rules.scheduler_name)
             held = waiting(snapshot, rules.scheduler_name, rules.group_label, now, rules.grace)
-            return Grouped(cluster, origins, held, tuple(skipped), snapshot, gated(snapshot, rules.scheduler_name))
+            return Grouped(cluster, origins, held, tuple(skipped), snapshot)
         except InputError as exc:
             smaller = snapshot.without(exc.obj)
             if strict or _size(smaller) == _size(snapshot):
@@ -170,18 +158,6 @@ def decide(
     return Decisions(cluster, placement, allocations, snapshot, tuple(skipped))
 
 
-def with_grouping(decided: Decisions, grouped: Grouped) -> Decisions:
-    """The decisions with what grouping found besides the gangs: objects it left out, pods waiting for a gang,
-    pods held by scheduling gates, the rule that defined each gang."""
-    return replace(
-        decided,
-        skipped=grouped.skipped + decided.skipped,
-        waiting=grouped.waiting,
-        gated=grouped.gated,
-        origins=grouped.origins,
-    )
-
-
 def run(
     snapshot: Snapshot,
     rules: Rules,
@@ -192,10 +168,18 @@ def run(
     strict: bool = False,
     previous: Mapping[str, str] | None = None,
 ) -> Decisions:
-    """A whole cycle on a snapshot, every gang solved: what `gangsolve solve` runs, and the live cycle that
-    solves every gang on a whole view."""
+    """A whole cycle on a snapshot, every gang solved, as `gangsolve solve` runs it: the decisions with what
+    grouping found besides the gangs (objects left out, pods waiting for a gang, the rule that defined each
+    gang) and the pods held by scheduling gates (the live scheduler leaves those to feedback)."""
     grouped = group(snapshot, rules, now=now, estimator=estimator, strict=strict)
-    return with_grouping(decide(grouped.cluster, grouped.snapshot, rules.scheduler_name, config, previous), grouped)
+    decided = decide(grouped.cluster, grouped.snapshot, rules.scheduler_name, config, previous)
+    return replace(
+        decided,
+        skipped=grouped.skipped + decided.skipped,
+        waiting=grouped.waiting,
+        gated=gated(grouped.snapshot, rules.scheduler_name),
+        origins=grouped.origins,
+    )
 
 
 def _allocate(
