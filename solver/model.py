@@ -17,6 +17,7 @@ Resources = Mapping[str, int]
 # (priority, fair-share tier, starving): the strict order gangs are placed in
 Level = tuple[int, int, int]
 DEFAULT_QUEUE = "default"  # the queue of gangs that name none
+PLAN_DEPTH = 32  # pending gangs planned per cycle by default (SolveConfig.reservations)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,9 @@ class Cluster:
     gpus: frozenset[str] = frozenset()
     queues: tuple[Queue, ...] = ()
     now: float = 0.0  # the cycle's clock, seconds (the same clock as Running.end)
+    # The last cycle's plan (its Placement.reservations): each gang named keeps at most the start it was shown
+    # there, on those nodes, while that still holds (planning.py). Empty: every pending gang is planned afresh.
+    promised: tuple[Reservation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,9 @@ class SolveConfig:
     min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone
     preemption: bool = True  # pending gangs that may preempt evict lower-priority pods to fit
-    reservations: int = 1  # starving gangs that may hold a reservation per cycle, queue order; 0: none
+    # Pending gangs that get a planned start per cycle, in queue order (as Slurm's backfill depth): each that
+    # cannot start now holds a reservation from then on, which no gang started later delays. 0: no plan.
+    reservations: int = PLAN_DEPTH
     # A deterministic budget instead of the clock: the search makes at most this many steps, every hint variant
     # runs, and CP-SAT and the bounds stop on their own work only (as much as `time_limit` grants them), so the
     # same input gives the same placement however loaded the machine. None: the wall clock, as live.
@@ -230,14 +236,16 @@ class Eviction:
 
 @dataclass(frozen=True)
 class Reservation:
-    """Capacity held for a starving gang that cannot start now: its nodes from the estimated time running
-    pods free them. Gangs started now may use those nodes only if they are expected to end by `start`."""
+    """A pending gang's planned start: capacity held for it on its nodes from the estimated time running pods
+    (and the gangs planned before it) leave it room. Gangs started now may use those nodes only where they
+    leave the reservation whole (they end by `start`, or take only what it does not need)."""
 
     gang: str
     nodes: tuple[str, ...]
     start: float | None  # on the cycle's clock; None: waiting for an estimate of running pods' ends
     gpus: int = 0  # GPUs held on `nodes`
     bindings: Mapping[str, str] = field(default_factory=dict)  # pod -> node it would take at `start`
+    end: float | None = None  # start plus the gang's estimated runtime; None: no estimate (or no start)
 
 
 @dataclass(frozen=True)

@@ -466,4 +466,6 @@ def _reservation(problem: Problem, planned: Planned) -> Reservation:
     nodes = sorted({problem.nodes[n].name for (_p, n) in planned.counts})
     gpus = sum(k * int(problem.gpu_demand[problem.parts[planned.gang][p].cls]) for (p, _n), k in planned.counts.items())
     bindings = problem.bindings(planned.gang, planned.counts)
-    return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus, bindings)
+    runtime = problem.gangs[planned.gang].runtime
+    end = planned.start + runtime if planned.start is not None and runtime is not None else None
+    return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus, bindings, end)

@@ -18,10 +18,12 @@ are rebuilt from the cluster after a restart, and hold from cycle to cycle while
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import numpy as np
 
 from gangsolve.solver.greedy import Scorer, greedy, node_scores, place_colocated, place_gang
-from gangsolve.solver.limits import FOREVER, Check, Limits, Plan, Planned, runtime_of
+from gangsolve.solver.limits import FOREVER, Check, Limits, Plan, Planned, reserved_at_checks, runtime_of
 from gangsolve.solver.model import Resources
 from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
 
@@ -51,6 +53,7 @@ class Timeline:
         self.now = problem.cluster.now
         self.free = free  # shared with the pass that fills it
         self.events: list[tuple[float, int, np.ndarray]] = []  # (time, node, change)
+        self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.unknown = np.zeros_like(free)  # held by running pods without an estimated end
         for pod in problem.cluster.running:
             n = problem.node_index.get(pod.node)
@@ -67,26 +70,41 @@ class Timeline:
             return
         for (p, n), k in counts.items():
             self.events.append((time, n, sign * k * self.problem.demand[self.problem.parts[g][p].cls]))
+        self._sorted = None
 
     def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        self.events.sort(key=lambda e: e[0])
-        times = np.array([e[0] for e in self.events], dtype=float)
-        nodes = np.array([e[1] for e in self.events], dtype=np.int64)
-        changes = np.stack([e[2] for e in self.events]) if self.events else np.zeros((0, self.free.shape[1]), np.int64)
-        return times, nodes, changes
+        if self._sorted is None:
+            self.events.sort(key=lambda e: e[0])
+            times = np.array([e[0] for e in self.events], dtype=float)
+            nodes = np.array([e[1] for e in self.events], dtype=np.int64)
+            width = self.free.shape[1]
+            changes = np.stack([e[2] for e in self.events]) if self.events else np.zeros((0, width), np.int64)
+            self._sorted = (times, nodes, changes)
+        return self._sorted
 
     def at(self, time: float) -> np.ndarray:
-        times, nodes, changes = self._arrays()
+        return self.at_many([time])[time]
+
+    def at_many(self, times: Iterable[float]) -> dict[float, np.ndarray]:
+        """What is free at each of `times` (every change at or before it applied), in one sweep."""
+        event_times, nodes, changes = self._arrays()
         room = self.free.copy()
-        j = int(np.searchsorted(times, time, side="right"))
-        np.add.at(room, nodes[:j], changes[:j])
-        return room
+        out: dict[float, np.ndarray] = {}
+        i = 0
+        for t in sorted(set(times)):
+            j = int(np.searchsorted(event_times, t, side="right"))
+            np.add.at(room, nodes[i:j], changes[i:j])
+            i = j
+            out[t] = room.copy()
+        return out
 
     def earliest(self, g: int, runtime: float, starts: list[float]) -> tuple[float, GangCounts] | None:
         """The first time gang g fits for `runtime` seconds, and where; `starts` are the times at which
         reservations take capacity (the only times what is free can shrink)."""
         problem = self.problem
         times, nodes, changes = self._arrays()
+        at_start = self.at_many(starts)
+        need = problem.floor[g] @ problem.gpus  # GPUs its minimum takes: a cheap first test of each time
         room = self.free.copy()
         i = 0
         # Only a release can make the gang fit: the times something is freed are the candidates.
@@ -97,11 +115,23 @@ class Timeline:
             window = room
             for s in starts:
                 if t < s < t + runtime:
-                    window = np.minimum(window, self.at(s))
+                    window = np.minimum(window, at_start[s])
+            if need and int((np.maximum(window, 0) @ problem.gpus).sum()) < need:
+                continue
             counts = _place(problem, g, window, self._idle_aware)
             if counts is not None:
                 return t, counts
         return None
+
+    def holds(self, g: int, start: float, counts: GangCounts, runtime: float, starts: list[float]) -> bool:
+        """Whether gang g still fits on `counts` from `start` for `runtime` seconds (its own hold taken off)."""
+        window = self.at(start)
+        at_start = self.at_many(s for s in starts if start < s < start + runtime)
+        for room in at_start.values():
+            window = np.minimum(window, room)
+        for (p, n), k in counts.items():
+            window[n] -= k * self.problem.demand[self.problem.parts[g][p].cls]
+        return bool((window >= 0).all())
 
     def _idle_aware(self, problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
         """Best fit at the reservation's start, but away from GPUs free now: held for a later start, those
@@ -140,48 +170,111 @@ def _may_fit(problem: Problem, g: int, free: np.ndarray) -> bool:
 
 
 class Planner(Limits):
-    """The queue-order pass that makes the plan: every gang that fits starts (within the reservations made so
-    far); each starving gang that does not gets a reservation, up to `most`."""
+    """The queue-order pass that makes the plan: every gang that fits starts (within the reservations held so
+    far); each that does not gets a reservation at the earliest time it fits, up to `most` of them.
 
-    def __init__(self, problem: Problem, most: int, free: np.ndarray) -> None:
+    `promised`: the last cycle's reservations. Each is held from the start, so no gang walked before it can
+    delay it; when the walk reaches its gang, it starts now if it fits (holding its reservation still, in case
+    a later pass does not start it), and otherwise moves to its earliest start if that is sooner, else keeps
+    its place (while it still fits there: an estimate that proved short can
+    push it later). With exact estimates and one priority, no gang therefore starts later than it was shown."""
+
+    def __init__(self, problem: Problem, most: int, free: np.ndarray, promised: Sequence[Planned] = ()) -> None:
         super().__init__(problem, Plan())
         self.most = most
         self.timeline = Timeline(problem, free)
+        self.promised = {r.gang: r for r in promised}
+        for r in promised:
+            self._hold(r)
+        self._refresh()
 
     def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
+        """Gang g starts now. A promised gang keeps its reservation in the plan all the same: a later pass may
+        leave it out, and then it still starts as promised; the gangs planned after it here count on neither."""
         super().take(g, counts, sign)
         self.timeline.add(float(self.ends[g]), counts, g, sign)
 
     def blocked(self, g: int, free: np.ndarray) -> None:
         gang = self.problem.gangs[g]
-        if not gang.starving or len(self.plan.reservations) >= self.most or not gang.pods or gang.need == 0:
+        promise = self.promised.pop(g, None)
+        if promise is not None:
+            self._drop(promise)
+        elif len(self.plan.reservations) >= self.most or not gang.pods or gang.need == 0:
             return
         runtime = gang.runtime if gang.runtime is not None else FOREVER
         starts = [r.start for r in self.plan.reservations if r.start is not None]
         found = self.timeline.earliest(g, runtime, starts)
+        if (
+            promise is not None
+            and promise.start is not None
+            and promise.start > self.problem.cluster.now
+            and (found is None or found[0] > promise.start)
+            and self.timeline.holds(g, promise.start, promise.counts, runtime, starts)
+        ):
+            found = (promise.start, promise.counts)
         if found is None:
             if self.timeline.unknown.any() and self.timeline.fits_eventually(g):
                 self.plan.reservations.append(Planned(g, None, {}))
-            return
-        start, counts = found
-        self.plan.reservations.append(Planned(g, start, counts))
-        self.timeline.add(start, counts, g, -1)
-        self.timeline.add(start + runtime, counts, g, +1)
+        else:
+            self._hold(Planned(g, *found))
+        self._refresh()
+
+    def _hold(self, r: Planned) -> None:
+        self.plan.reservations.append(r)
+        if r.start is not None:
+            self.timeline.add(r.start, r.counts, r.gang, -1)
+            self.timeline.add(r.start + runtime_of(self.problem, r.gang), r.counts, r.gang, +1)
+
+    def _drop(self, r: Planned) -> None:
+        self.plan.reservations.remove(r)
+        if r.start is not None:
+            self.timeline.add(r.start, r.counts, r.gang, +1)
+            self.timeline.add(r.start + runtime_of(self.problem, r.gang), r.counts, r.gang, -1)
+
+    def _refresh(self) -> None:
+        """The checks and what each still has room for, from the timeline (which holds this pass's gangs)."""
         self.plan.checks = checks(self.timeline, self.plan, self.priority)
         self.rooms = [c.room.copy() for c in self.plan.checks]
+        self.reserved = reserved_at_checks(self.problem, self.plan)
+        self.started = set()
 
 
 def checks(timeline: Timeline, plan: Plan, priority: np.ndarray) -> list[Check]:
     """One check per distinct reservation start: what is free then, given the timeline's events."""
+    spans = [
+        (r.start, r.start + runtime_of(timeline.problem, r.gang), r.gang)
+        for r in plan.reservations
+        if r.start is not None
+    ]
+    starts = sorted({start for start, _end, _g in spans})
+    rooms = timeline.at_many(starts)
     out = []
-    for start in sorted({r.start for r in plan.reservations if r.start is not None}):
-        active = [
-            r
-            for r in plan.reservations
-            if r.start is not None and r.start <= start < r.start + runtime_of(timeline.problem, r.gang)
-        ]
-        ceiling = max(int(priority[r.gang]) for r in active)
-        out.append(Check(start, np.maximum(timeline.at(start), 0), ceiling))
+    for start in starts:
+        ceiling = max(int(priority[g]) for s, e, g in spans if s <= start < e)
+        out.append(Check(start, np.maximum(rooms[start], 0), ceiling))
+    return out
+
+
+def promises(problem: Problem) -> list[Planned]:
+    """The last cycle's reservations (`Cluster.promised`) of gangs still pending, in this cycle's indices. One
+    whose start has come is held from now (no gang walked before it may take its nodes); one whose pods or
+    nodes changed is planned afresh."""
+    index = {gang.name: g for g, gang in enumerate(problem.gangs)}
+    out = []
+    for r in problem.cluster.promised:
+        g = index.get(r.gang)
+        if g is None or r.start is None or not r.bindings:
+            continue
+        part_of = {pod.name: p for p, part in enumerate(problem.parts[g]) for pod in part.pods}
+        counts: dict[tuple[int, int], int] = {}
+        for pod, node in r.bindings.items():
+            if pod not in part_of or node not in problem.node_index:
+                break
+            key = (part_of[pod], problem.node_index[node])
+            counts[key] = counts.get(key, 0) + 1
+        else:
+            if sum(counts.values()) >= problem.gangs[g].need > 0:
+                out.append(Planned(g, max(r.start, problem.cluster.now), counts))
     return out
 
 
@@ -190,7 +283,7 @@ def plan(problem: Problem, most: int) -> tuple[Counts, Plan]:
     match) and the plan. The plan's checks are stated against the free capacity before this pass's own
     placements, as every other pass starts from there."""
     free = problem.free.copy()
-    planner = Planner(problem, most, free)
+    planner = Planner(problem, most, free, promises(problem) if most else ())
     counts = greedy(problem, limits=planner, free=free)
     result = planner.plan
     if result.checks:

@@ -128,8 +128,11 @@ class Preemption:
         results = {r.name: r for r in placement.gangs}
         waiting = gangs_with(cluster, placement.nominations)
         placed_now = gangs_with(cluster, placement.bindings)  # their running members are no victims either
-        # Their plan is the reservation; one that waits for an estimate of running pods' ends is no plan.
-        holders = {r.gang for r in placement.reservations if r.start is not None}
+        # A starving gang's plan is its reservation (one that waits for an estimate of running pods' ends is no
+        # plan); any other gang with a planned start may still preempt to start sooner.
+        starving = {g.name for g in cluster.gangs if g.starving}
+        held = [r for r in placement.reservations if r.gang in starving]
+        holders = {r.gang for r in held if r.start is not None}
         self.preemptors = sorted(
             (
                 g
@@ -149,8 +152,8 @@ class Preemption:
         # placement kept those gangs off them, and preemption must not undo that: such a preemptor's pods go
         # elsewhere.
         priorities = {g.name: g.priority for g in cluster.gangs}
-        self.reserved_below = max((priorities.get(r.gang, 0) for r in placement.reservations), default=None)
-        self.reserved = [p.node_index[n] for r in placement.reservations for n in r.nodes if n in p.node_index]
+        self.reserved_below = max((priorities.get(r.gang, 0) for r in held), default=None)
+        self.reserved = [p.node_index[n] for r in held for n in r.nodes if n in p.node_index]
         pods = {pod.name: pod for g in cluster.gangs for pod in g.pods}
         self.free = p.free.copy()  # once this stage's victims are gone
         for name, node in [*placement.bindings.items(), *placement.nominations.items()]:
@@ -336,12 +339,15 @@ class Preemption:
             "preemption", status, chosen + placed, len(self.preemptors), time.perf_counter() - started, detail
         )
         objective = placement.objective + placed
+        moving = {*bindings, *nominations}
         return replace(
             placement,
             bindings=bindings,
             nominations=nominations,
             evictions=tuple(evictions),
             gangs=tuple(results[r.name] for r in placement.gangs),
+            # A gang that preempts to start now no longer waits for its planned start.
+            reservations=tuple(r for r in placement.reservations if not set(r.bindings) & moving),
             objective=objective,
             best_bound=max(placement.best_bound, objective),
             stages=(*placement.stages, stage.as_dict()),

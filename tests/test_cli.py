@@ -587,9 +587,25 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
     out = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=text).stdout)
     assert out["reservations"] == [{"gang": "default/old", "nodes": ["n0"], "start": "2026-01-01T01:10:00Z", "gpus": 4}]
     assert out["bindings"] == {"default/quick": "n0", "default/long": "n1"}
+    # The plan: the gangs starting now, until their estimated ends, and the one waiting (no estimate: no end).
+    assert sorted(out["plan"], key=lambda p: (p["start"], p["end"] or "")) == [
+        {
+            "gang": "default/quick",
+            "start": "2026-01-01T01:00:00Z",
+            "end": "2026-01-01T01:05:00Z",
+            "pods": {"default/quick": "n0"},
+        },
+        {
+            "gang": "default/long",
+            "start": "2026-01-01T01:00:00Z",
+            "end": "2026-01-01T03:00:00Z",
+            "pods": {"default/long": "n1"},
+        },
+        {"gang": "default/old", "start": "2026-01-01T01:10:00Z", "end": None, "pods": {"default/old": "n0"}},
+    ]
 
     wide = CliRunner().invoke(cli, ["solve", "-", "--now", "2026-01-01T01:00:00Z"], input=text, env={"COLUMNS": "300"})
-    assert "reserved 4 GPUs on node n0 from about 2026-01-01 01:10 UTC" in wide.stdout
+    assert "expected to start at about 2026-01-01 01:10 UTC on node n0 (4 GPUs held)" in wide.stdout
 
     # Without an estimate for n0's pod either, the old gang waits for one, and nothing is held.
     docs[2]["metadata"]["annotations"] = {}

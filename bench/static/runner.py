@@ -52,7 +52,14 @@ def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
             "best_bound": placement.best_bound if use_cpsat else None,
             "stages": list(placement.stages),
             "reservations": [
-                {"gang": r.gang, "nodes": list(r.nodes), "start": r.start, "gpus": r.gpus}
+                {
+                    "gang": r.gang,
+                    "nodes": list(r.nodes),
+                    "start": r.start,
+                    "end": r.end,
+                    "gpus": r.gpus,
+                    "bindings": dict(r.bindings),
+                }
                 for r in placement.reservations
             ],
             "evictions": [e.pod for e in placement.evictions],

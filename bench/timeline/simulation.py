@@ -34,7 +34,7 @@ from gangsolve.bench.timeline import tenants
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.solver.greedy import place_colocated, place_gang
-from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Running
+from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Reservation, Running
 from gangsolve.solver.planning import expected_end
 from gangsolve.solver.problem import Problem
 
@@ -81,6 +81,7 @@ class Job:
     # When its pods were last created: its arrival, or its eviction (the controller creates them again, and a
     # gang's wait for the starvation age counts from its pods' creation, as in the live scheduler).
     created: float = 0.0
+    shown: float | None = None  # the first start the scheduler showed it (its planned start, or when it started)
 
     @property
     def gpus(self) -> int:
@@ -299,6 +300,8 @@ def simulate(
     running: list[Job] = []
     cycles: list[dict] = []
     reserved: dict[str, float] = {}  # gang -> its reservation's start at the last cycle
+    promised: tuple[Reservation, ...] = ()  # the last cycle's plan, which the next keeps (Cluster.promised)
+    shown: dict[str, float] = {}  # gang -> the first start the scheduler showed it (now, if it started at once)
     later = backfilled = 0
     nominated: dict[str, str] = {}  # pod -> node, from the last cycle's preemptions (their victims are gone)
     lost: list[tuple[int, float, float]] = []  # evicted runs: GPUs, start, eviction (their work is lost)
@@ -350,6 +353,7 @@ def simulate(
             nominated={pod: node for pod, node in nominated.items() if pod in waiting_pods},
             queues=tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
             now=now,
+            promised=promised,
         )
         started = time.perf_counter()
         bindings, facts = schedule(cluster, "", time_limit)
@@ -371,6 +375,11 @@ def simulate(
             pending.append(job)
         nominated = dict(facts.get("nominations", {}))
         plan = {r["gang"]: r for r in facts.get("reservations", []) if r["start"] is not None}
+        promised = tuple(
+            Reservation(g, tuple(r["nodes"]), r["start"], r["gpus"], r["bindings"], r["end"]) for g, r in plan.items()
+        )
+        for g, r in plan.items():
+            shown.setdefault(g, r["start"])
         later += sum(1 for g, r in plan.items() if g in reserved and r["start"] > reserved[g] + PERIOD)
         reserved = {g: r["start"] for g, r in plan.items()}
         reserved_nodes = {n for r in plan.values() for n in r["nodes"]}
@@ -378,6 +387,7 @@ def simulate(
         for job in [j for j in pending if len(j.bound) >= j.gang.min_member]:
             pending.remove(job)
             job.start, job.end = now, now + job.duration
+            job.shown = shown.pop(job.gang.name, now)
             job.estimate = runtime[job.gang.name]
             backfilled += bool(reserved_nodes & set(job.bound.values()))
             running.append(job)
@@ -410,6 +420,8 @@ def simulate(
         now += PERIOD
     summary = summarize(jobs, cycles, window, total_gpus, now, nodes, lost)
     summary.update(reservations_pushed_later=later, backfilled=backfilled)
+    if scheduler == "gangsolve":
+        summary["promises"] = promise_accuracy(jobs)
     if tenants_mode:
         weights = {q.name: q.weight for q in queues}
         summary.update(
@@ -442,6 +454,21 @@ def _runnable(nodes: list[Node], jobs: list[Job]) -> list[str]:
 
 SIZES = {"1 GPU": (0, 1), "2-8 GPUs": (2, 8), ">8 GPUs": (9, 1 << 30)}
 BSLD_FLOOR = 10.0  # seconds: bounded slowdown's threshold for very short jobs (the usual 10 s)
+
+
+def promise_accuracy(jobs: list[Job]) -> dict:
+    """How each started job's start compared with the first start it was shown: the distribution of actual minus
+    shown (negative: sooner than promised), and how many started later than shown by more than one cycle period
+    (a planned start between two cycles is kept at the next one)."""
+    late = [j.start - j.shown for j in jobs if j.start is not None and j.shown is not None]
+    return {
+        "jobs": len(late),
+        "p5": placement_metrics.percentile(late, 5),
+        "p50": placement_metrics.percentile(late, 50),
+        "p95": placement_metrics.percentile(late, 95),
+        "max": max(late, default=None),
+        "late": sum(1 for d in late if d > PERIOD),
+    }
 
 
 def summarize(

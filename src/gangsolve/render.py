@@ -77,6 +77,7 @@ def as_dict(decisions: Decisions) -> dict:
             {"pod": e.pod, "node": e.node, "for": e.preemptor, "reason": e.reason} for e in placement.evictions
         ],
         "reservations": [reservations.as_json(r) for r in placement.reservations],
+        "plan": reservations.plan_json(placement, decisions.cluster.gangs, decisions.cluster.now),
         "skipped": [{"object": e.obj, "reason": _reason(e)} for e in decisions.skipped],
     }
 
@@ -115,8 +116,8 @@ def print_table(decisions: Decisions, console: Console) -> None:
         )
         for g in placement.gangs
     ]
-    columns = ("GANG", "RULE", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "RESERVATION")
-    _print(console, "Gangs", columns, gangs, wrap={"REASON", "RESERVATION"})
+    columns = ("GANG", "RULE", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "EXPECTED START")
+    _print(console, "Gangs", columns, gangs, wrap={"REASON", "EXPECTED START"})
     if any(q.name != "default" or q.capability or q.weight != 1 for q in placement.queues):
         _print(
             console,

@@ -40,7 +40,7 @@ def test_a_reservation_shows_on_the_pod_the_podgroup_and_in_metrics(
     started = datetime.fromisoformat(long["status"]["startTime"].replace("Z", "+00:00"))
     start = (started + timedelta(hours=2)).astimezone(UTC)
     when = f"{start:%H:%M} UTC" if datetime.now(UTC).date() == start.date() else f"{start:%Y-%m-%d %H:%M} UTC"
-    expected = f"reserved 8 GPUs on node {node} from about {when}"
+    expected = f"expected to start at about {when} on node {node} (8 GPUs held)"
 
     create(cp, namespace, pod_group("scheduling.x-k8s.io", "big", 1))
     labels = {"scheduling.x-k8s.io/pod-group": "big"}

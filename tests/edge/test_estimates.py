@@ -200,14 +200,17 @@ def test_a_kubernetes_podgroups_declared_runtime_is_its_pods():
 def test_reservation_messages():
     at = datetime(2026, 1, 1, 14, 5, tzinfo=UTC).timestamp()
     few = Reservation("default/big", ("a", "b", "c"), at, 24)
-    assert message(few, now=at - 600) == "reserved 24 GPUs on nodes a, b, c from about 14:05 UTC"
-    assert message(few, now=at - 86_400) == "reserved 24 GPUs on nodes a, b, c from about 2026-01-01 14:05 UTC"
+    assert message(few, now=at - 600) == "expected to start at about 14:05 UTC on nodes a, b, c (24 GPUs held)"
+    assert (
+        message(few, now=at - 86_400)
+        == "expected to start at about 2026-01-01 14:05 UTC on nodes a, b, c (24 GPUs held)"
+    )
     many = Reservation("default/big", tuple(f"n{i}" for i in range(8)), at, 64)
-    assert message(many, now=at).endswith("on nodes n0, n1, n2, n3, n4, 3 more from about 14:05 UTC")
+    assert message(many, now=at).endswith("14:05 UTC on nodes n0, n1, n2, n3, n4, 3 more (64 GPUs held)")
     waiting = Reservation("default/big", (), None)
     assert message(waiting) == WAITING_FOR_ESTIMATE
     assert pending_message("needs 24 nvidia.com/gpu, 8 free", few, at).startswith(
-        "needs 24 nvidia.com/gpu, 8 free; reserved"
+        "needs 24 nvidia.com/gpu, 8 free; expected to start"
     )
     assert pending_message("why", None) == "why"
 

@@ -6,6 +6,7 @@ from click.testing import CliRunner
 
 from gangsolve.cli import cli
 from gangsolve.live.config import Config, ConfigError, build
+from gangsolve.solver.model import PLAN_DEPTH
 
 
 def write(tmp_path, data) -> str:
@@ -92,7 +93,7 @@ async def test_planning_in_time_settings_reach_the_solver_actor(tmp_path):
     assert (solver.estimator.default, solver.estimator.label) == (5400.0, "app")
     assert scheduler.succeeded.resource.field_selector == "status.phase=Succeeded,spec.schedulerName=gangsolve"
     defaults = Scheduler(build(), Kube()).solver
-    assert (defaults.config.reservations, defaults.estimator.default) == (1, None)
+    assert (defaults.config.reservations, defaults.estimator.default) == (PLAN_DEPTH, None)
 
 
 def test_missing_file(tmp_path):

@@ -110,9 +110,9 @@ async def test_a_starving_gang_holds_a_reservation_that_its_pods_podgroup_and_me
     fb = Feedback(kube, s, metrics, Unfenced(), identity="t", scheduler_name="gangsolve")
     await fb.apply(result)
     when = (started + timedelta(minutes=30)).astimezone(UTC)
-    expected = f"reserved 4 GPUs on node n1 from about {when:%H:%M} UTC"
+    expected = f"expected to start at about {when:%H:%M} UTC on node n1 (4 GPUs held)"
     if when.date() != NOW.date():  # a start past midnight also gives the date
-        expected = f"reserved 4 GPUs on node n1 from about {when:%Y-%m-%d %H:%M} UTC"
+        expected = f"expected to start at about {when:%Y-%m-%d %H:%M} UTC on node n1 (4 GPUs held)"
     (condition,) = [b["status"]["conditions"][0] for p, b in kube.patches if p.endswith("/big-0/status")]
     assert condition["message"].endswith("; " + expected)
     assert condition["message"].startswith("needs 4 nvidia.com/gpu, 1 free")
@@ -139,11 +139,12 @@ async def test_a_gang_behind_pods_that_declare_no_end_waits_for_an_estimate():
 
 
 @pytest.mark.asyncio
-async def test_a_gang_not_yet_starving_holds_nothing_and_no_reservation_outlives_its_gang():
+async def test_a_gang_gets_its_planned_start_at_once_and_no_reservation_outlives_its_gang():
+    """Every pending gang that cannot start is planned, starving or not (a gang pending five minutes here)."""
     s = store_with([running("long", 3, NOW - timedelta(minutes=10), "30m"), *big_gang(timedelta(minutes=5))])
     metrics = Metrics()
-    assert (await one_cycle(actor(s, metrics))).placement.reservations == ()
-    assert (await one_cycle(actor(s, metrics, starvation=60.0))).placement.reservations != ()
+    (reservation,) = (await one_cycle(actor(s, metrics))).placement.reservations
+    assert reservation.start == (NOW + timedelta(minutes=20)).timestamp()
     s.apply(Event(POD, "DELETED", s.pod("default/big-0")))
     assert (await one_cycle(actor(s, metrics, starvation=60.0))).placement.reservations == ()
     assert value(metrics, "gangsolve_reserved_gpus") == 0
@@ -208,3 +209,38 @@ async def test_the_history_learns_from_succeeded_pods_the_watcher_sends_once_eac
     assert list(a.estimator.history.runs["default/Job:train"]) == [1200.0, 1200.0]
     assert result.placement.reservations[0].start == (started + timedelta(minutes=20)).timestamp()
     assert metrics.registry.get_sample_value("gangsolve_held_objects", {"kind": "runtime_history"}) == 2
+
+
+@pytest.mark.asyncio
+async def test_the_next_cycle_keeps_the_start_it_showed_and_a_gang_that_starts_sooner_says_by_how_much():
+    """The actor feeds each cycle the last one's plan: a gang arriving later fits beside the planned one now, but
+    would still run at its start, so it is planned after it; when the running pod ends early the planned gang
+    starts at once, and the metrics say how much sooner than it was shown."""
+    (pending,) = big_gang(timedelta(minutes=5))
+    pending["metadata"]["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: "2h"}
+    s = store_with([running("long", 3, NOW - timedelta(minutes=10), "30m"), pending])
+    metrics = Metrics()
+    a = actor(s, metrics)
+    (big,) = (await one_cycle(a)).placement.reservations
+    promised = NOW + timedelta(minutes=20)
+    assert big.start == promised.timestamp()
+    assert value(metrics, "gangsolve_plan_horizon_seconds") == pytest.approx(20 * 60, abs=5)
+
+    small = k8s_pod("small-0", gpus=1, annotations={EXPECTED_RUNTIME_ANNOTATION: "1h"}, created=stamp(NOW))
+    small["metadata"]["uid"] = "uid-small-0"
+    s.apply(Event(POD, "ADDED", small))
+    second = await one_cycle(a)
+    assert second.placement.bindings == {}  # one GPU is free, but it would still run at big's start
+    assert {r.gang: r.start for r in second.placement.reservations} == {
+        "default/big": promised.timestamp(),
+        "default/small-0": (promised + timedelta(hours=2)).timestamp(),  # after big's estimated 2 hours
+    }
+
+    s.apply(Event(POD, "DELETED", s.pod("default/long")))  # ends 20 minutes early
+    third = await one_cycle(a)
+    assert third.placement.bindings == {"default/big-0": "n1"}
+    assert value(metrics, "gangsolve_start_after_expected_seconds_count") == 1
+    # 20 minutes sooner (no sum: a histogram of negative values has none).
+    bucket = "gangsolve_start_after_expected_seconds_bucket"
+    assert metrics.registry.get_sample_value(bucket, {"le": "-600.0"}) == 1
+    assert metrics.registry.get_sample_value(bucket, {"le": "-3600.0"}) == 0

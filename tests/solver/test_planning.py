@@ -120,13 +120,23 @@ def test_later_reservations_queue_behind_earlier_ones():
     assert [r.gang for r in one.reservations] == ["first"]
 
 
-def test_only_starving_gangs_hold_reservations():
+def test_every_gang_that_cannot_start_is_planned_in_queue_order_and_none_delays_one_before_it():
+    # Not starving, either of them. The small gang fits on n0 now, but it would still run when n0 frees
+    # enough for the first gang (in 10 minutes): it waits for n1 instead.
     running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
     fresh = timed(gang("fresh", 1, gpus=4), HOUR)
     small = timed(gang("small", 1, gpus=1), 2 * HOUR)
     placement = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5))
-    assert placement.reservations == ()
-    assert len(placement.bindings) == 1
+    assert [(r.gang, r.nodes, r.start, r.end) for r in placement.reservations] == [
+        ("fresh", ("n0",), 600.0, 600.0 + HOUR),
+        ("small", ("n1",), HOUR, 3 * HOUR),
+    ]
+    assert placement.bindings == {}
+    # With a plan one gang deep (Slurm's bf_max_job_test=1), the second gang is not planned and starts now
+    # wherever it delays no planned gang: n1 is full, n0 is held.
+    one = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5, reservations=1))
+    assert [r.gang for r in one.reservations] == ["fresh"]
+    assert one.bindings == {}
 
 
 def test_the_same_cluster_gives_the_same_reservations():

@@ -6,9 +6,10 @@ The live scheduler calls these with each cycle's Placement; they read nothing el
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, tzinfo
 
-from gangsolve.solver.model import Placement, Reservation
+from gangsolve.solver.model import Gang, Placement, Reservation
 
 MAX_NODES_SHOWN = 5
 WAITING_FOR_ESTIMATE = (
@@ -18,14 +19,12 @@ WAITING_FOR_ESTIMATE = (
 
 
 def start_rfc3339(reservation: Reservation) -> str | None:
-    if reservation.start is None:
-        return None
-    return datetime.fromtimestamp(reservation.start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(reservation.start)
 
 
 def message(reservation: Reservation, now: float | None = None, tz: tzinfo = UTC) -> str:
-    """`reserved 16 GPUs on nodes a, b from about 14:05 UTC`, the date added when the start is not on the day
-    of `now`; or why there is no time yet."""
+    """`expected to start at about 14:05 UTC on nodes a, b (16 GPUs held)`, the date added when the start is
+    not on the day of `now`; or why there is no time yet."""
     if reservation.start is None:
         return WAITING_FOR_ESTIMATE
     nodes = list(reservation.nodes[:MAX_NODES_SHOWN])
@@ -34,9 +33,9 @@ def message(reservation: Reservation, now: float | None = None, tz: tzinfo = UTC
     start = datetime.fromtimestamp(reservation.start, tz)
     same_day = now is not None and datetime.fromtimestamp(now, tz).date() == start.date()
     when = start.strftime("%H:%M %Z" if same_day else "%Y-%m-%d %H:%M %Z")
-    what = f"{reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'}" if reservation.gpus else "capacity"
+    held = f" ({reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'} held)" if reservation.gpus else ""
     noun = "node" if len(reservation.nodes) == 1 else "nodes"
-    return f"reserved {what} on {noun} {', '.join(nodes)} from about {when}"
+    return f"expected to start at about {when} on {noun} {', '.join(nodes)}{held}"
 
 
 def pending_message(reason: str, reservation: Reservation | None, now: float | None = None) -> str:
@@ -45,6 +44,24 @@ def pending_message(reason: str, reservation: Reservation | None, now: float | N
         return reason
     planned = message(reservation, now)
     return f"{reason}; {planned}" if reason else planned
+
+
+def rfc3339(seconds: float | None) -> str | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plan_json(placement: Placement, gangs: Iterable[Gang], now: float) -> list[dict]:
+    """The plan, one entry per planned gang: those starting now (their bindings, ending after their estimated
+    runtime) and those holding a reservation (start null while what they wait for has no expected end)."""
+    out = []
+    for gang in gangs:
+        pods = {p.name: placement.bindings[p.name] for p in gang.pods if p.name in placement.bindings}
+        if pods:
+            end = now + gang.runtime if gang.runtime is not None else None
+            out.append({"gang": gang.name, "start": rfc3339(now), "end": rfc3339(end), "pods": pods})
+    for r in placement.reservations:
+        out.append({"gang": r.gang, "start": rfc3339(r.start), "end": rfc3339(r.end), "pods": dict(r.bindings)})
+    return out
 
 
 def as_json(reservation: Reservation) -> dict:

@@ -102,7 +102,19 @@ class Metrics:
         # Planning in time (Slurm reports the like as backfilled jobs and reserved nodes).
         self.reservations = Gauge(
             "gangsolve_reservations",
-            "Last cycle: starving gangs holding a reservation (a start time and nodes).",
+            "Last cycle: pending gangs holding a reservation in the plan (an expected start and nodes).",
+            registry=r,
+        )
+        self.plan_horizon = Gauge(
+            "gangsolve_plan_horizon_seconds",
+            "Last cycle: seconds from the cycle to the latest expected start in the plan.",
+            registry=r,
+        )
+        self.start_after_expected = Histogram(
+            "gangsolve_start_after_expected_seconds",
+            "Gangs that were shown an expected start, when they start: seconds after the first one shown "
+            "(negative: sooner than expected).",
+            buckets=(-3600, -600, -60, 0, 60, 300, 900, 3600, 4 * 3600, float("inf")),
             registry=r,
         )
         self.reserved_gpus = Gauge(
@@ -110,7 +122,7 @@ class Metrics:
         )
         self.waiting_for_estimate = Gauge(
             "gangsolve_waiting_for_estimate",
-            "Last cycle: starving gangs with no reservation because running pods they wait for have no expected end.",
+            "Last cycle: pending gangs with no expected start because running pods they wait for have no expected end.",
             registry=r,
         )
         self.backfilled_gangs = Counter(

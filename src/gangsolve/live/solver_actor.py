@@ -51,7 +51,7 @@ from gangsolve.live.messages import ClaimWrite, CycleResult, Event, GangPlan, Pr
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue, Signature
 from gangsolve.live.store import ClusterStore, View
-from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, SolveConfig
+from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, Reservation, SolveConfig
 
 
 def _pod_signature(pod: Pod) -> Signature:
@@ -169,6 +169,8 @@ class SolverActor:
         self.cycles = 0
         self.whole_views = 0  # cycles that read every pod (they may preempt, hold a nomination or reserve)
         self._previous: dict[str, str] = {}  # the last cycle's bindings: the next solve's warm start
+        self._promised: dict[str, Reservation] = {}  # the last cycle's plan: no gang in it starts later than shown
+        self._shown: dict[str, float] = {}  # gang -> the first expected start it was shown, until it starts
         self._converter = PodConverter()
         # Pods the last cycle held back for a gang definition, and when each was created: new ones need a cycle
         # (to say so, and to time the end of their grace) even with no gang to solve, and how long one had
@@ -239,17 +241,20 @@ class SolverActor:
         return Prepared(view, cluster, grouped.snapshot, skipped, todo, signatures, grouped.waiting, grouped.origins)
 
     def _holds(self, gang: Gang, cluster: Cluster) -> bool:
-        """Whether the gang holds room that limits where the others go: a nomination, or (starving, while
-        reservations are on) a reservation planned each cycle."""
-        return (self.config.reservations > 0 and gang.starving) or any(p.name in cluster.nominated for p in gang.pods)
+        """Whether the gang holds room that limits where the others go: a nomination, or (while the plan is on)
+        a reservation, planned again each cycle."""
+        planned = self.config.reservations > 0 and (gang.starving or gang.name in self._promised)
+        return planned or any(p.name in cluster.nominated for p in gang.pods)
 
     def _needs_whole(self, prepared: Prepared) -> bool:
         """Whether the cycle must read every pod: a gang to solve may preempt (preemption chooses among all
         running pods, and only those of lower priority), holds a nomination (the pods leaving its nodes decide
-        whether it still fits there) or may reserve (from the expected ends of the pods running)."""
+        whether it still fits there) or may be planned (from the expected ends of the pods running: a gang held
+        or tried before and left pending; a burst that places at once never reads every pod)."""
         view = prepared.view
         return view.partial and any(
             self._holds(g, prepared.cluster)
+            or (self.config.reservations > 0 and self.queue.parked(g.name) is not None)
             or (self.config.preemption and g.preempts and g.need > 0 and g.priority > view.lowest_bound)
             for g in prepared.solve
         )
@@ -269,13 +274,14 @@ class SolverActor:
             self.whole_views += 1
         if prepared is None:
             return None
-        full = len(prepared.solve) == len(prepared.cluster.gangs) and self.queue.full_due(self.store.freed)
-        backing_off = self.queue.backing_off()
         decided = await self._decide(prepared)
         if decided is None:
             return None
+        full = len(prepared.solve) == len(prepared.cluster.gangs) and self.queue.full_due(self.store.freed)
+        backing_off = self.queue.backing_off()
         self.cycles += 1
         self._previous = dict(decided.placement.bindings)
+        self._promised = {r.gang: r for r in decided.placement.reservations if r.start is not None}
         skipped = (*prepared.skipped, *decided.skipped)
         for err in skipped:
             logs.warning("object left out of the cycle", object=err.obj, error=str(err))
@@ -303,7 +309,9 @@ class SolverActor:
     async def _decide(self, prepared: Prepared) -> Decisions | None:
         """The due gangs decided in the worker thread; None if that fails (a bug must cost one cycle, never the
         scheduler)."""
-        cluster = replace(prepared.cluster, gangs=prepared.solve)
+        solving = {g.name for g in prepared.solve}
+        promised = tuple(r for name, r in self._promised.items() if name in solving)
+        cluster = replace(prepared.cluster, gangs=prepared.solve, promised=promised)
         if prepared.view.partial:  # its running pods are not all the possible victims: no preemption on it
             cluster = replace(cluster, running=(), budgets={})
         try:
@@ -486,3 +494,17 @@ class SolverActor:
         m.reserved_gpus.set(figures["reserved_gpus"])
         m.waiting_for_estimate.set(figures["waiting_for_estimate"])
         m.backfilled_gangs.inc(figures["backfilled_gangs"])
+        starts = [r.start for r in placement.reservations if r.start is not None]
+        m.plan_horizon.set(max(starts, default=cluster.now) - cluster.now)
+        self._observe_promises(cluster, placement)
+
+    def _observe_promises(self, cluster: Cluster, placement: Placement) -> None:
+        """How a gang's start compares with the first expected start it was shown (kept until it starts)."""
+        for r in placement.reservations:
+            if r.start is not None:
+                self._shown.setdefault(r.gang, r.start)
+        for result in placement.gangs:
+            if result.placed and result.placed_pods and result.name in self._shown:
+                self.metrics.start_after_expected.observe(cluster.now - self._shown.pop(result.name))
+        pending = {g.name for g in cluster.gangs}
+        self._shown = {name: start for name, start in self._shown.items() if name in pending}
