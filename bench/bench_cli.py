@@ -324,6 +324,15 @@ def run_live_preemption(
     "1,000-node clusters, SEEDS clusters each (cycles of --repeat per seed; --time-limit, default 1).",
 )
 @click.option(
+    "--plan-cost",
+    "plan_seeds",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="SEEDS",
+    help="Only compare cycles with the plan off and on at 1,000 and 5,000 busy synthetic nodes with 1,000 pending "
+    "gangs, SEEDS clusters each (cycles of --repeat per seed; --time-limit, default 1).",
+)
+@click.option(
     "--preemption",
     is_flag=True,
     help="Also run the preemption scenarios (gangsolve, kube-scheduler's per-pod and workload-aware preemption); "
@@ -348,6 +357,7 @@ def bench_command(
     live_schedulers,
     live_quiet,
     dra_seeds,
+    plan_seeds,
     preemption,
     list_only,
 ) -> None:
@@ -364,6 +374,9 @@ def bench_command(
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
     if dra_seeds:
         _compare_dra(console, dra_seeds, repeat, time_limit or 1.0)
+        return
+    if plan_seeds:
+        _compare_plan(console, plan_seeds, repeat, time_limit or 1.0)
         return
     if list_only:
         registries = (SCENARIOS, TIMELINES, LIVE_SCENARIOS, PREEMPTION_SCENARIOS, LIVE_PREEMPTION_SCENARIOS)
@@ -446,6 +459,23 @@ def _compare_dra(console: Console, seeds: int, repeat: int, time_limit: float) -
     results = {n: dra_comparison.compare(n, seeds, repeat, time_limit) for n in dra_comparison.SIZES}
     rows = dra_comparison.table(results)
     out = Table(title=f"GPUs as DRA devices vs extended resources ({seeds} seeds x {repeat} cycles, {time_limit:g} s)")
+    for column in rows[0]:
+        out.add_column(column)
+    for row in rows[1:]:
+        out.add_row(*row)
+    console.print(out)
+    bad = sum(v.violations for variants in results.values() for v in variants.values())
+    console.print(f"validator violations: {bad}")
+
+
+def _compare_plan(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
+    from rich.table import Table
+
+    from gangsolve.bench.static import plan_cost
+
+    results = {n: plan_cost.compare(n, seeds, repeat, time_limit) for n in plan_cost.SIZES}
+    rows = plan_cost.table(results)
+    out = Table(title=f"The plan's cost per cycle ({seeds} seeds x {repeat} cycles, {time_limit:g} s)")
     for column in rows[0]:
         out.add_column(column)
     for row in rows[1:]:

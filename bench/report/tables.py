@@ -270,11 +270,33 @@ def timeline_medians(timeline: list[dict]) -> list[tuple[str, ...]]:
     return out
 
 
+PROMISE_COLUMNS = ("timeline", "jobs started", "start - first shown p5", "p50", "p95", "max", "later by > 1 cycle")
+
+
+def promise_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
+    """gangsolve's promises, per run: each started job's start minus the first start it was shown."""
+    out = []
+    for sc in timeline:
+        for r in sc["runs"]:
+            if p := r["summary"].get("promises"):
+                out.append(
+                    (
+                        timeline_label(sc),
+                        str(p["jobs"]),
+                        *(num(p[key], "{:.0f}s") for key in ("p5", "p50", "p95", "max")),
+                        str(p["late"]),
+                    )
+                )
+    return out
+
+
 def print_timeline(timeline: list[dict], console: Console) -> None:
     console.print(_by_scenario("Time-based mode: medians over seeds", TIMELINE_COLUMNS, timeline_medians(timeline)))
     console.print(
         _by_scenario("Time-based mode: every seed and estimate mode", TIMELINE_COLUMNS, timeline_rows(timeline))
     )
+    if rows := promise_rows(timeline):
+        console.print(_by_scenario("gangsolve's promises: start minus the first start shown", PROMISE_COLUMNS, rows))
     if rows := tenants.tenant_rows(timeline):
         console.print(_by_scenario("Tenants: GPU shares against weighted fair shares", tenants.TENANT_COLUMNS, rows))
 
@@ -477,6 +499,8 @@ def markdown(results: dict) -> str:
     if results.get("timeline"):
         lines += ["", *md(TIMELINE_COLUMNS, timeline_medians(results["timeline"]))]
         lines += ["", *md(TIMELINE_COLUMNS, timeline_rows(results["timeline"]))]
+        if promises := promise_rows(results["timeline"]):
+            lines += ["", *md(PROMISE_COLUMNS, promises)]
         if shares := tenants.tenant_rows(results["timeline"]):
             lines += ["", *md(tenants.TENANT_COLUMNS, shares)]
     for mode, columns in LIVE_COLUMNS.items():

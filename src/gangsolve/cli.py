@@ -100,7 +100,7 @@ class Seconds(click.ParamType):
     default=None,
     help="The cycle's clock (RFC 3339): gangs pending longer than the starvation age by then (30 minutes, "
     "sooner for gangs wider than a node) rank as starving, "
-    "starving gangs that cannot start get reservations from running pods' expected ends, and pods that may "
+    "gangs that cannot start are planned from running pods' expected ends, and pods that may "
     "still get a gang definition wait for it, as in the live scheduler. Default: the time "
     "`gangsolve export` took the snapshot; without either, no gang is starving and no pod waits.",
 )

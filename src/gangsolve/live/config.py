@@ -71,7 +71,9 @@ class Config:
         f"{STARVATION_FLOOR:g}",
     )
     reservations: int = setting(
-        SolveConfig.reservations, "starving gangs that may hold a reservation per cycle; 0 turns reservations off"
+        SolveConfig.reservations,
+        "pending gangs planned per cycle, queue order: each that cannot start holds a reservation at its expected "
+        "start, which no gang started later delays (docs/planning.md); 0 turns the plan off",
     )
     workload_label: str | None = setting(
         None,
