@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
-from gangsolve import __version__
+from gangsolve import __version__, cpsat_import
 from gangsolve.edge.errors import InputError
 from gangsolve.solver import SolveConfig
 
@@ -336,4 +336,5 @@ def export(kubeconfig: str | None, scheduler_name: str, output: str) -> None:
 
 
 def main() -> None:
+    cpsat_import.install()  # a command people type should not wait for pandas (see there)
     cli()
