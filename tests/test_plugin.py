@@ -1,12 +1,14 @@
 """`kubectl gangsolve`'s answers, from the offline cycle on snapshots: why, queues and plan (tests/e2e/test_plugin.py
 runs it on a real cluster against `gangsolve export` and `gangsolve solve`)."""
 
+import io
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from rich.console import Console
 
 from gangsolve import plugin
 from gangsolve.cli import offline_cycle
@@ -144,3 +146,21 @@ def test_pods_in_no_gang_say_why():
 def test_a_target_that_is_no_namespaced_name_is_one_line_exit_2():
     result = CliRunner().invoke(plugin.plugin, ["why", "mnist"])
     assert (result.exit_code, result.stdout, result.stderr) == (2, "", "error: mnist: expected NAMESPACE/NAME\n")
+
+
+def _plain(print_table, rows) -> list[str]:
+    out = io.StringIO()
+    print_table(rows, Console(file=out, width=200))
+    return out.getvalue().splitlines()
+
+
+def test_tables_for_people_are_plain_aligned_text_when_piped():
+    cycle = cycle_of(reservation_cluster())
+    lines = _plain(plugin.print_plan, plugin.plan(cycle))
+    assert lines[0] == "Plan (pending gangs, in the order they are expected to start)"
+    assert lines[1].split() == ["GANG", "QUEUE", "PRIORITY", "PLACED/MIN", "START", "STATE", "NODES", "REASON"]
+    assert [line.split()[0] for line in lines[2:5]] == ["default/long", "default/quick", "default/old"]
+    assert lines[4].split()[4:8] == ["2026-01-01T01:10:00Z", "reserved", "n0", "needs"]
+    why = _plain(plugin.print_why, plugin.why(cycle, "default/old"))
+    assert why[0].split() == ["object:", "default/old"]
+    assert "unblock:       the running pods on n0 ending (expected by 2026-01-01T01:10:00Z)" in why

@@ -13,16 +13,20 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 from rich.console import Console
 
 from gangsolve import cpsat_import
-from gangsolve.cli import fail, given_flags, offline_cycle
-from gangsolve.cycle import Decisions
-from gangsolve.edge.errors import InputError
+from gangsolve.cli import Seconds, fail, given_flags, offline_cycle
+from gangsolve.edge.errors import InputError, printable
 from gangsolve.edge.reservations import WAITING_FOR_ESTIMATE
+
+if TYPE_CHECKING:
+    from gangsolve.cycle import Decisions
 
 
 def planned_starts(answer: dict) -> dict[str, dict]:
@@ -43,11 +47,34 @@ class Cycle:
     def now(self) -> str:
         return self.taken_at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
+    # Looked up once a cycle: `plan` views every gang, of thousands on a large cluster.
+    @cached_property
+    def gangs(self) -> dict[str, dict]:
+        return {g["name"]: g for g in self.answer["gangs"]}
+
+    @cached_property
     def members(self) -> dict[str, list[str]]:
         return {g.name: [p.name for p in g.pods] for g in self.decisions.cluster.gangs}
 
+    @cached_property
+    def gang_of_pod(self) -> dict[str, str]:
+        return {pod: gang for gang, pods in self.members.items() for pod in pods}
+
+    @cached_property
     def queue_of(self) -> dict[str, str]:
         return {g.name: g.queue for g in self.decisions.cluster.gangs}
+
+    @cached_property
+    def planned(self) -> dict[str, dict]:
+        return planned_starts(self.answer)
+
+    @cached_property
+    def victims(self) -> dict[str, list[str]]:
+        """Gang -> the pods evicted to make room for it."""
+        found: dict[str, list[str]] = {}
+        for eviction in self.answer["evictions"]:
+            found.setdefault(eviction["for"], []).append(eviction["pod"])
+        return found
 
 
 # What would unblock a gang, by the solver's reason (solver/explain.py words them).
@@ -83,11 +110,10 @@ def unblock(reason: str) -> str:
 
 def gang_view(cycle: Cycle, name: str) -> dict:
     """One gang: its state this cycle, why, what would unblock it, and when it is expected to start."""
-    answer = cycle.answer
-    (gang,) = [g for g in answer["gangs"] if g["name"] == name]
-    pods = cycle.members()[name]
-    evictions = [e["pod"] for e in answer["evictions"] if e["for"] == name]
-    planned = planned_starts(answer).get(name)
+    answer, gang = cycle.answer, cycle.gangs[name]
+    pods = cycle.members[name]
+    evictions = cycle.victims.get(name, [])
+    planned = cycle.planned.get(name)
     nodes = sorted({answer["bindings"].get(p) or answer["nominations"].get(p) for p in pods} - {None})
     if evictions:  # nominated: its pods bind to `nodes` once the victims are gone
         state, start = "binds once pods preempted for it are gone", cycle.now
@@ -103,7 +129,7 @@ def gang_view(cycle: Cycle, name: str) -> dict:
         state, start, why_not = "pending", None, unblock(gang["reason"])
     return {
         "gang": name,
-        "queue": cycle.queue_of()[name],
+        "queue": cycle.queue_of[name],
         "priority": gang["priority"],
         "minMember": gang["minMember"],
         "pods": gang["pods"],
@@ -118,12 +144,10 @@ def gang_view(cycle: Cycle, name: str) -> dict:
 
 def why(cycle: Cycle, target: str) -> dict:
     """A gang by name, or a pod: its gang's view, or why it is in none."""
-    members = cycle.members()
-    if target in members:
+    if target in cycle.members:
         return {"object": target} | gang_view(cycle, target)
-    for gang, pods in members.items():
-        if target in pods:
-            return {"object": target} | gang_view(cycle, gang)
+    if target in cycle.gang_of_pod:
+        return {"object": target} | gang_view(cycle, cycle.gang_of_pod[target])
     answer = cycle.answer
     if target in answer["waiting"]:
         reason = answer["waiting"][target]
@@ -159,7 +183,7 @@ def _not_pending(cycle: Cycle, target: str) -> str:
 
 def queues(cycle: Cycle) -> list[dict]:
     pending: dict[str, int] = {}
-    queue_of = cycle.queue_of()
+    queue_of = cycle.queue_of
     for g in cycle.answer["gangs"]:
         if not g["placed"]:
             pending[queue_of[g["name"]]] = pending.get(queue_of[g["name"]], 0) + 1
@@ -171,6 +195,66 @@ def plan(cycle: Cycle) -> list[dict]:
     views = [gang_view(cycle, g["name"]) for g in cycle.answer["gangs"]]
     return sorted(
         views, key=lambda v: (v["expectedStart"] is None, v["expectedStart"] or "", -v["priority"], v["gang"])
+    )
+
+
+# --- tables for people ---------------------------------------------------------------------------------------------
+
+
+def print_why(view: dict, console: Console) -> None:
+    for key in ("object", "gang", "queue", "priority", "state", "reason", "unblock", "expectedStart", "nodes"):
+        if view.get(key) not in (None, "", []):
+            value = ", ".join(view[key]) if isinstance(view[key], list) else str(view[key])
+            console.out(f"{key + ':':15}{printable(value)}", highlight=False)
+
+
+def print_queues(rows: list[dict], console: Console) -> None:
+    from gangsolve.render import print_rows
+
+    def listed(amounts: dict[str, str]) -> str:
+        return ", ".join(f"{r}={q}" for r, q in amounts.items() if r != "pods") or "-"
+
+    print_rows(
+        console,
+        "Queues (shares: the largest fraction of any resource held)",
+        ("QUEUE", "WEIGHT", "SHARE", "FAIR SHARE", "CAPABILITY", "ALLOCATED", "PENDING GANGS"),
+        (
+            (
+                q["name"],
+                str(q["weight"]),
+                f"{q['share']:.1%}",
+                f"{q['fairShare']:.1%}",
+                listed(q["capability"]),
+                listed(q["allocated"]),
+                str(q["pendingGangs"]),
+            )
+            for q in rows
+        ),
+        wrap={"CAPABILITY", "ALLOCATED"},
+    )
+
+
+def print_plan(rows: list[dict], console: Console) -> None:
+    from gangsolve.render import print_rows
+
+    print_rows(
+        console,
+        "Plan (pending gangs, in the order they are expected to start)",
+        ("GANG", "QUEUE", "PRIORITY", "PLACED/MIN", "START", "STATE", "NODES", "REASON"),
+        (
+            (
+                v["gang"],
+                v["queue"],
+                str(v["priority"]),
+                f"{v['placedPods']}/{v['minMember']}",
+                v["expectedStart"] or "-",
+                v["state"],
+                _some(v["nodes"]) or "-",
+                v["reason"],
+            )
+            for v in rows
+        ),
+        wrap={"NODES", "REASON"},
     )
 
 
@@ -229,6 +313,12 @@ def cluster_options(command: Callable) -> Callable:
             ),
             click.option("--scheduler-name", default="gangsolve", show_default=True, help="The scheduler's name."),
             click.option("--group-label", default=None, help="As the scheduler's --group-label."),
+            click.option(
+                "--time-limit",
+                type=Seconds(0.05),
+                default=None,
+                help="Seconds for the cycle [default: the config's time-limit, else 2, as `gangsolve solve`].",
+            ),
             click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True),
         ]
     ):
@@ -262,11 +352,7 @@ def why_command(ctx, target: str, kubeconfig, context, config_file, output: str,
     if output == "json":
         _json(view)
         return
-    console = Console()
-    for key in ("object", "gang", "queue", "priority", "state", "reason", "unblock", "expectedStart", "nodes"):
-        if view.get(key) not in (None, "", []):
-            value = ", ".join(view[key]) if isinstance(view[key], list) else str(view[key])
-            console.out(f"{key + ':':15}{value}", highlight=False)
+    print_why(view, Console())
 
 
 @plugin.command("queues")
@@ -274,31 +360,11 @@ def why_command(ctx, target: str, kubeconfig, context, config_file, output: str,
 @click.pass_context
 def queues_command(ctx, kubeconfig, context, config_file, output: str, **flags) -> None:
     """Each queue's share against its fair share, its weight and cap, and its pending gangs."""
-    from gangsolve.render import print_rows
-
     rows = queues(_cycle(ctx, kubeconfig, context, config_file, flags))
     if output == "json":
         _json(rows)
         return
-    listed = lambda amounts: ", ".join(f"{r}={q}" for r, q in amounts.items() if r != "pods") or "-"  # noqa: E731
-    print_rows(
-        Console(),
-        "Queues (shares: the largest fraction of any resource held)",
-        ("QUEUE", "WEIGHT", "SHARE", "FAIR SHARE", "CAPABILITY", "ALLOCATED", "PENDING GANGS"),
-        (
-            (
-                q["name"],
-                str(q["weight"]),
-                f"{q['share']:.1%}",
-                f"{q['fairShare']:.1%}",
-                listed(q["capability"]),
-                listed(q["allocated"]),
-                str(q["pendingGangs"]),
-            )
-            for q in rows
-        ),
-        wrap={"CAPABILITY", "ALLOCATED"},
-    )
+    print_queues(rows, Console())
 
 
 @plugin.command("plan")
@@ -306,31 +372,11 @@ def queues_command(ctx, kubeconfig, context, config_file, output: str, **flags) 
 @click.pass_context
 def plan_command(ctx, kubeconfig, context, config_file, output: str, **flags) -> None:
     """The pending gangs in the order they are expected to start, with their starts and nodes."""
-    from gangsolve.render import print_rows
-
     rows = plan(_cycle(ctx, kubeconfig, context, config_file, flags))
     if output == "json":
         _json(rows)
         return
-    print_rows(
-        Console(),
-        "Plan (pending gangs, in the order they are expected to start)",
-        ("GANG", "QUEUE", "PRIORITY", "PODS", "START", "STATE", "NODES", "REASON"),
-        (
-            (
-                v["gang"],
-                v["queue"],
-                str(v["priority"]),
-                f"{v['placedPods']}/{v['minMember']}",
-                v["expectedStart"] or "-",
-                v["state"],
-                _some(v["nodes"]) or "-",
-                v["reason"],
-            )
-            for v in rows
-        ),
-        wrap={"NODES", "REASON"},
-    )
+    print_plan(rows, Console())
 
 
 def main() -> None:

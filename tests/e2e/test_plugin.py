@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 from live_helpers import REPO, create, service_account_kubeconfig, unique
 from test_live_scheduling import tfjob, users_cluster
 
@@ -89,6 +90,18 @@ def test_the_plugin_answers_as_solve_does_on_an_export(control_plane, make_nodes
     assert "binds now" in lines[2]
     assert lines[3].startswith(big)
     assert "needs 9 nvidia.com/gpu" in lines[3]
+
+    # --context picks a context other than the current one (here, a current context that leads nowhere).
+    config = yaml.safe_load(Path(cp.kubeconfig).read_text())
+    (context,) = config["contexts"]
+    elsewhere = {"name": "elsewhere", "context": dict(context["context"], cluster="nowhere")}
+    nowhere = {"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}}
+    config |= {"contexts": [context, elsewhere], "clusters": [*config["clusters"], nowhere]}
+    two = tmp_path / "two-contexts"
+    two.write_text(yaml.safe_dump(config | {"current-context": "elsewhere"}))
+    assert kubectl_gangsolve(cp, two, "plan", *flags).returncode == 2
+    chosen = answer(cp, two, "plan", *flags, "--context", context["name"])
+    assert [row["gang"] for row in chosen] == [mnist, big]
 
     # Read access is all it needs: a ServiceAccount that may only get, list and watch gets the same plan.
     reader = unique("reader")
