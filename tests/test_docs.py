@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from gangsolve import reference
+from gangsolve.plugin import plugin
 from gangsolve.cli import cli
 from gangsolve.edge.gangs import DEFINITION_GRACE, STARVATION_SECONDS
 from gangsolve.live import config
@@ -75,6 +76,7 @@ def _options(command: click.Command) -> list[click.Option]:
 
 
 COMMANDS = {name: cli.get_command(click.Context(cli), name) for name in cli.list_commands(click.Context(cli))}
+COMMANDS |= plugin.commands  # `kubectl gangsolve why|queues|plan`
 FLAGS = {
     name: {"--help"} | {o for p in _options(c) for o in (*p.opts, *p.secondary_opts)} for name, c in COMMANDS.items()
 }
