@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from gangsolve import reference
-from gangsolve.plugin import plugin
 from gangsolve.cli import cli
 from gangsolve.edge.gangs import DEFINITION_GRACE, STARVATION_SECONDS
 from gangsolve.live import config
 from gangsolve.live.watchers import RESOURCES
+from gangsolve.plugin import plugin
 from tests.helm import Helm, render
 
 ROOT = Path(__file__).resolve().parents[1]
