@@ -30,6 +30,9 @@ $(UV):
 	python3 -m venv .tools
 	.tools/bin/pip install --quiet uv==$(UV_VERSION)
 
-.venv/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --all-extras --all-packages
+# Bytecode is compiled here, as pip and the image do: where nothing writes it at run time
+# (PYTHONDONTWRITEBYTECODE), every command would compile its imports again: seconds of start-up.
+.venv/.synced: $(UV) pyproject.toml uv.lock Makefile
+	$(UV) sync --frozen --all-extras --all-packages --compile-bytecode
+	.venv/bin/python -m compileall -q src solver bench > /dev/null
 	touch $@

@@ -18,6 +18,7 @@ from tests.helm import CHART, CRD_NAME, Helm, only, render
             "groupLabel=job",
             "podDisruptionBudget.minAvailable=1",
             "crds.installPodGroup=false",
+            "dashboard.enabled=true",
         ),
     ],
 )

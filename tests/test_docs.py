@@ -19,6 +19,7 @@ from gangsolve.cli import cli
 from gangsolve.edge.gangs import DEFINITION_GRACE, STARVATION_SECONDS
 from gangsolve.live import config
 from gangsolve.live.watchers import RESOURCES
+from gangsolve.plugin import plugin
 from tests.helm import Helm, render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,7 @@ def _options(command: click.Command) -> list[click.Option]:
 
 
 COMMANDS = {name: cli.get_command(click.Context(cli), name) for name in cli.list_commands(click.Context(cli))}
+COMMANDS |= plugin.commands  # `kubectl gangsolve why|queues|plan`
 FLAGS = {
     name: {"--help"} | {o for p in _options(c) for o in (*p.opts, *p.secondary_opts)} for name, c in COMMANDS.items()
 }

@@ -12,13 +12,17 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
-from gangsolve import __version__
+from gangsolve import __version__, cpsat_import
 from gangsolve.edge.errors import InputError
 from gangsolve.solver import SolveConfig
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from gangsolve.cycle import Decisions
     from gangsolve.edge.estimates import Estimator
     from gangsolve.edge.snapshot import Snapshot
+    from gangsolve.live.config import Config
 
 # Commands that live in other packages, imported only when used: `gangsolve --version` and `solve` must not
 # pay for the benchmark's plotting or the control plane's helpers.
@@ -154,7 +158,7 @@ def solve(
     **flags,
 ) -> None:
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
-    from gangsolve import cycle, render
+    from gangsolve import render
     from gangsolve.edge import unknown_fields
     from gangsolve.edge.estimates import parse_duration
     from gangsolve.edge.hints import hints, unsolvable
@@ -176,7 +180,6 @@ def solve(
         fail(str(exc))
     if now is not None and now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # the Z form parses naive
-    estimator = cfg.estimator()
     try:
         snap = read(snapshot)
         missing = unsolvable(snap)
@@ -185,15 +188,7 @@ def solve(
         unknown = unknown_fields.in_snapshot(snap)
         if unknown and strict:
             fail(unknown[0] + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
-        learn_history(estimator, snap, cfg.scheduler_name, strict=not skip_invalid)
-        decisions = cycle.run(
-            snap,
-            cfg.rules(),
-            cfg.solve_config(),
-            now=now or snap.taken_at,
-            estimator=estimator,
-            strict=not skip_invalid,
-        )
+        decisions = offline_cycle(snap, cfg, now, strict=not skip_invalid)
     except InputError as exc:
         fail(str(exc))
     for field in unknown:  # beside an answer: an error is one line alone
@@ -204,6 +199,18 @@ def solve(
         render.print_table(decisions, Console())
     for line in hints(decisions.snapshot, cfg.scheduler_name, decisions.origins):
         click.echo(line, err=True)
+
+
+def offline_cycle(snap: Snapshot, cfg: Config, now: datetime | None, strict: bool) -> Decisions:
+    """The cycle `solve` runs on a snapshot (and `kubectl gangsolve` on the cluster's), as the live scheduler
+    would: its runtime history learnt from the snapshot's pods that succeeded, its clock `now`, else the time the
+    snapshot was taken. `strict`: the first unreadable object is an error, instead of left out."""
+    from gangsolve import cycle
+
+    estimator = cfg.estimator()
+    learn_history(estimator, snap, cfg.scheduler_name, strict=strict)
+    rules, config = cfg.rules(), cfg.solve_config()
+    return cycle.run(snap, rules, config, now=now or snap.taken_at, estimator=estimator, strict=strict)
 
 
 def given_flags(ctx: click.Context, flags: dict) -> dict:
@@ -336,4 +343,5 @@ def export(kubeconfig: str | None, scheduler_name: str, output: str) -> None:
 
 
 def main() -> None:
+    cpsat_import.install()  # a command people type should not wait for pandas (see there)
     cli()

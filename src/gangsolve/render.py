@@ -117,9 +117,9 @@ def print_table(decisions: Decisions, console: Console) -> None:
         for g in placement.gangs
     ]
     columns = ("GANG", "RULE", "PRIORITY", "MIN", "PODS", "PLACED", "REASON", "EXPECTED START")
-    _print(console, "Gangs", columns, gangs, wrap={"REASON", "EXPECTED START"})
+    print_rows(console, "Gangs", columns, gangs, wrap={"REASON", "EXPECTED START"})
     if any(q.name != "default" or q.capability or q.weight != 1 for q in placement.queues):
-        _print(
+        print_rows(
             console,
             "Queues (shares: the largest fraction of any resource held)",
             ("QUEUE", "WEIGHT", "CAPABILITY", "ALLOCATED", "SHARE", "FAIR SHARE"),
@@ -137,9 +137,9 @@ def print_table(decisions: Decisions, console: Console) -> None:
             wrap={"CAPABILITY", "ALLOCATED"},
         )
     if placement.bindings:
-        _print(console, "Bindings", ("POD", "NODE"), ((p, n) for p, n in placement.bindings.items()))
+        print_rows(console, "Bindings", ("POD", "NODE"), ((p, n) for p, n in placement.bindings.items()))
     if allocations:
-        _print(
+        print_rows(
             console,
             "Allocations (ResourceClaim: driver/pool/device)",
             ("CLAIM", "DEVICES"),
@@ -147,7 +147,7 @@ def print_table(decisions: Decisions, console: Console) -> None:
             wrap={"DEVICES"},
         )
     if placement.nominations:
-        _print(
+        print_rows(
             console,
             "Nominated (bind once the pods preempted for them are gone)",
             ("POD", "NODE"),
@@ -155,15 +155,15 @@ def print_table(decisions: Decisions, console: Console) -> None:
         )
     if placement.evictions:
         rows = ((e.pod, e.node, e.preemptor, e.reason) for e in placement.evictions)
-        _print(console, "Evictions", ("POD", "NODE", "FOR", "REASON"), rows, wrap={"REASON"})
+        print_rows(console, "Evictions", ("POD", "NODE", "FOR", "REASON"), rows, wrap={"REASON"})
     if gated:
         title = "Gated (not planned until their scheduling gates are removed)"
-        _print(console, title, ("POD", "GATES"), ((p, ", ".join(g)) for p, g in gated.items()), wrap={"GATES"})
+        print_rows(console, title, ("POD", "GATES"), ((p, ", ".join(g)) for p, g in gated.items()), wrap={"GATES"})
     if waiting:
-        _print(console, "Waiting (in no gang yet)", ("POD", "WHY"), waiting.items(), wrap={"WHY"})
+        print_rows(console, "Waiting (in no gang yet)", ("POD", "WHY"), waiting.items(), wrap={"WHY"})
     if decisions.skipped:
         left_out = ((e.obj, _reason(e)) for e in decisions.skipped)
-        _print(console, "Skipped (unreadable, left out)", ("OBJECT", "REASON"), left_out, wrap={"REASON"})
+        print_rows(console, "Skipped (unreadable, left out)", ("OBJECT", "REASON"), left_out, wrap={"REASON"})
     gangs_placed = sum(1 for g in placement.gangs if g.placed)
     summary = (
         f"{gangs_placed}/{len(placement.gangs)} gangs placed, {len(placement.bindings)} pods bound"
@@ -181,7 +181,7 @@ def print_table(decisions: Decisions, console: Console) -> None:
 Cell = str | Text  # text from the snapshot, shown as itself (never markup); a Text may carry a colour
 
 
-def _print(
+def print_rows(
     console: Console,
     title: str,
     columns: Sequence[str],

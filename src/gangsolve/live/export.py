@@ -12,11 +12,11 @@ from gangsolve.live.kube import Kube
 from gangsolve.live.watchers import RESOURCES, Watcher, succeeded_pods
 
 
-async def export(kubeconfig: str | None, scheduler_name: str = "gangsolve") -> bytes:
+async def export(kubeconfig: str | None, scheduler_name: str = "gangsolve", context: str | None = None) -> bytes:
     """Also records when it listed (an annotation on the List), which `gangsolve solve` takes as the cycle's
     clock, and lists the pods of `scheduler_name` that succeeded, as a leader does when it starts, so a live
     cycle replays offline exactly: starving gangs, pods waiting for their gang and runtime estimates included."""
-    kube = await Kube.connect(kubeconfig)
+    kube = await Kube.connect(kubeconfig, context=context)
     items: list[dict] = []
     taken = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:

@@ -32,18 +32,25 @@ class ApiError(Exception):
         super().__init__(f"{method} {path}: HTTP {status} {self.reason}: {self.message[:500]}".strip())
 
 
-async def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
-    """The given kubeconfig; else in-cluster config; else $KUBECONFIG / ~/.kube/config."""
+def default_kubeconfig() -> str | None:
+    """kubectl's kubeconfig: the first file of $KUBECONFIG, else ~/.kube/config, if it exists."""
+    default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+    return default if os.path.exists(default) else None
+
+
+async def load_configuration(kubeconfig: str | None, context: str | None = None) -> k8s_client.Configuration:
+    """The given kubeconfig; else in-cluster config; else $KUBECONFIG / ~/.kube/config. `context`: one of the
+    kubeconfig's contexts instead of its current one."""
     cfg = k8s_client.Configuration()
     if kubeconfig:
-        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        await k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         k8s_config.load_incluster_config(client_configuration=cfg)
     else:
-        default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
-        if not os.path.exists(default):
+        default = default_kubeconfig()
+        if default is None:
             raise k8s_config.ConfigException("none found: pass --kubeconfig, set KUBECONFIG, or run inside a cluster")
-        await k8s_config.load_kube_config(config_file=default, client_configuration=cfg)
+        await k8s_config.load_kube_config(config_file=default, context=context, client_configuration=cfg)
     return cfg
 
 
@@ -70,9 +77,14 @@ class Kube:
 
     @classmethod
     async def connect(
-        cls, kubeconfig: str | None, connections: int = 32, qps: float | None = 50.0, burst: int = 100
+        cls,
+        kubeconfig: str | None,
+        connections: int = 32,
+        qps: float | None = 50.0,
+        burst: int = 100,
+        context: str | None = None,
     ) -> Kube:
-        cfg = await load_configuration(kubeconfig)
+        cfg = await load_configuration(kubeconfig, context)
         cfg.connection_pool_maxsize = connections
         return cls(k8s_client.ApiClient(cfg), qps=qps, burst=burst)
 
