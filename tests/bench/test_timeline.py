@@ -210,3 +210,16 @@ def test_timeline_targets_hold_gangsolve_to_the_best_peer_per_figure_by_median_a
         ("timeline, each seed: p95 queue delay at most 10% above the best peer's", "timeline/x seed 3 exact"),
         ("timeline: median p95 queue delay at most the best peer's", "timeline/x exact (median of 3 seeds)"),
     }
+
+
+def test_the_plan_cost_comparison_plans_on_a_busy_cluster_and_keeps_every_placement_valid(monkeypatch):
+    from gangsolve.bench.static import plan_cost
+
+    monkeypatch.setitem(plan_cost.SIZES, 30, 40)
+    results = plan_cost.compare(30, seeds=1, repeat=1, time_limit=0.3)
+    off, on = results.values()
+    assert off.reservations == [0]  # the plan off plans nothing
+    assert on.reservations[0] > 0  # running pods with ends and gangs left pending: some are planned
+    assert off.violations == on.violations == 0
+    rows = plan_cost.table({30: results})
+    assert [r[1] for r in rows[1:]] == list(results)
