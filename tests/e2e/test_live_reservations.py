@@ -1,6 +1,6 @@
-"""Planning in time on the real control plane: a starving gang behind a pod that declares its runtime gets a
-reservation, which its pod, its PodGroup and the metrics show; a short gang backfills the free GPUs, a long one
-is held back and says why."""
+"""Planning in time on the real control plane: a gang behind a pod that declares its runtime gets a reservation
+(it is not starving: every pending gang is planned), which its pod, its PodGroup and the metrics show; a short
+gang backfills the free GPUs, a long one is held back, says why and when it is expected to start."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_a_reservation_shows_on_the_pod_the_podgroup_and_in_metrics(
     control_plane, make_nodes, namespace, pod_group_crds, gangsolve_factory, tmp_path
 ):
     config = tmp_path / "gangsolve.yaml"
-    config.write_text(yaml.safe_dump({"starvation-age": 1, "resync-period": 1}))
+    config.write_text(yaml.safe_dump({"resync-period": 1}))
     g = gangsolve_factory("--config", str(config))
     tag = {"gangsolve.dev/test": namespace}
     (node,) = make_nodes(1, gpus=8, labels=tag)
@@ -44,7 +44,10 @@ def test_a_reservation_shows_on_the_pod_the_podgroup_and_in_metrics(
 
     create(cp, namespace, pod_group("scheduling.x-k8s.io", "big", 1))
     labels = {"scheduling.x-k8s.io/pod-group": "big"}
-    create(cp, namespace, pod("big-0", scheduler=g.scheduler_name, gpus=8, node_selector=tag, labels=labels))
+    big = pod(
+        "big-0", scheduler=g.scheduler_name, gpus=8, node_selector=tag, labels=labels, annotations={RUNTIME: "1h"}
+    )
+    create(cp, namespace, big)
 
     def big_says() -> str:
         message = condition(cp, namespace, "big-0")
@@ -74,4 +77,14 @@ def test_a_reservation_shows_on_the_pod_the_podgroup_and_in_metrics(
         lambda: "would still be running when a reservation" in condition(cp, namespace, "later"),
         what="the long gang held back, saying why",
     )
+    # ... and when it is expected to start: once big's hour after the long pod is over.
+    after = start + timedelta(hours=1)
+    later_when = f"{after:%H:%M} UTC" if datetime.now(UTC).date() == after.date() else f"{after:%Y-%m-%d %H:%M} UTC"
+    poll(
+        lambda: (
+            f"expected to start at about {later_when} on node {node} (1 GPU held)" in condition(cp, namespace, "later")
+        ),
+        what="the long gang's expected start",
+    )
+    assert g.metric("gangsolve_plan_horizon_seconds") > 0
     assert not any(p["metadata"]["name"] in ("big-0", "later") for p in bound(pods(cp, namespace)))
