@@ -452,30 +452,26 @@ def bench_command(
 
 
 def _compare_dra(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
-    from rich.table import Table
-
     from gangsolve.bench.static import dra_comparison
 
     results = {n: dra_comparison.compare(n, seeds, repeat, time_limit) for n in dra_comparison.SIZES}
-    rows = dra_comparison.table(results)
-    out = Table(title=f"GPUs as DRA devices vs extended resources ({seeds} seeds x {repeat} cycles, {time_limit:g} s)")
-    for column in rows[0]:
-        out.add_column(column)
-    for row in rows[1:]:
-        out.add_row(*row)
-    console.print(out)
-    bad = sum(v.violations for variants in results.values() for v in variants.values())
-    console.print(f"validator violations: {bad}")
+    title = f"GPUs as DRA devices vs extended resources ({seeds} seeds x {repeat} cycles, {time_limit:g} s)"
+    _print_comparison(console, title, dra_comparison.table(results), results)
 
 
 def _compare_plan(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
-    from rich.table import Table
-
     from gangsolve.bench.static import plan_cost
 
     results = {n: plan_cost.compare(n, seeds, repeat, time_limit) for n in plan_cost.SIZES}
-    rows = plan_cost.table(results)
-    out = Table(title=f"The plan's cost per cycle ({seeds} seeds x {repeat} cycles, {time_limit:g} s)")
+    title = f"The plan's cost per cycle ({seeds} seeds x {repeat} cycles, {time_limit:g} s)"
+    _print_comparison(console, title, plan_cost.table(results), results)
+
+
+def _print_comparison(console: Console, title: str, rows: list[list[str]], results: dict) -> None:
+    """A side-by-side comparison's table (its first row the header), then every validator violation counted."""
+    from rich.table import Table
+
+    out = Table(title=title)
     for column in rows[0]:
         out.add_column(column)
     for row in rows[1:]:
