@@ -36,6 +36,8 @@ class Check:
 class Plan:
     reservations: list[Planned] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    # Gangs past the reservations: when they are expected to start, holding nothing (no check, no promise).
+    forecasts: list[Planned] = field(default_factory=list)
 
     def held(self) -> set[int]:
         return {r.gang for r in self.reservations}

@@ -17,7 +17,8 @@ Resources = Mapping[str, int]
 # (priority, fair-share tier, starving): the strict order gangs are placed in
 Level = tuple[int, int, int]
 DEFAULT_QUEUE = "default"  # the queue of gangs that name none
-PLAN_DEPTH = 32  # pending gangs planned per cycle by default (SolveConfig.reservations)
+PLAN_DEPTH = 2  # pending gangs planned (holding a reservation) per cycle by default (SolveConfig.reservations)
+FORECAST_DEPTH = 30  # pending gangs past those given a forecast start by default (SolveConfig.forecasts)
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,8 @@ class SolveConfig:
     # Pending gangs that get a planned start per cycle, in queue order (as Slurm's backfill depth): each that
     # cannot start now holds a reservation from then on, which no gang started later delays. 0: no plan.
     reservations: int = PLAN_DEPTH
+    # Pending gangs past those planned that are given an expected start that holds nothing (a forecast).
+    forecasts: int = FORECAST_DEPTH
     # A deterministic budget instead of the clock: the search makes at most this many steps, every hint variant
     # runs, and CP-SAT and the bounds stop on their own work only (as much as `time_limit` grants them), so the
     # same input gives the same placement however loaded the machine. None: the wall clock, as live.
@@ -246,6 +249,7 @@ class Reservation:
     gpus: int = 0  # GPUs held on `nodes`
     bindings: Mapping[str, str] = field(default_factory=dict)  # pod -> node it would take at `start`
     end: float | None = None  # start plus the gang's estimated runtime; None: no estimate (or no start)
+    held: bool = True  # False: a forecast past the plan's depth, which holds nothing and promises nothing
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,7 @@ class Placement:
     nominations: Mapping[str, str] = field(default_factory=dict)  # pod -> node: binds once its victims are gone
     evictions: tuple[Eviction, ...] = ()  # this cycle's preemptions
     reservations: tuple[Reservation, ...] = ()  # queue order
+    forecasts: tuple[Reservation, ...] = ()  # expected starts of gangs past the reservations; nothing held
     backfilled: tuple[str, ...] = ()  # gangs started on nodes a reservation holds (they leave it whole)
     queues: tuple[QueueResult, ...] = ()
 

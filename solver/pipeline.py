@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TypeAlias
 
 import numpy as np
@@ -73,7 +74,7 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     begun = time.perf_counter()
     # Queue order, as Volcano allocates, holding reservations for starving gangs that cannot start: the
     # baseline never to fall below. Without reservations it is the plain greedy allocator.
-    counts, plan = planning.plan(problem, config.reservations)
+    counts, plan = planning.plan(problem, config.reservations, config.forecasts)
     took = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"
@@ -454,6 +455,7 @@ def _placement(
         queues=queues.report(problem.cluster, bindings),
         # A gang started after all (a later step found it room now) holds no reservation.
         reservations=tuple(_reservation(problem, r) for r in plan.reservations if r.gang not in counts),
+        forecasts=tuple(replace(_reservation(problem, r), held=False) for r in plan.forecasts if r.gang not in counts),
         backfilled=tuple(
             problem.gangs[g].name
             for g, gang_counts in counts.items()

@@ -183,6 +183,7 @@ class Planner(Limits):
         super().__init__(problem, Plan())
         self.most = most
         self.timeline = Timeline(problem, free)
+        self.past_depth: list[int] = []  # blocked gangs the walk found past `most`, in its order
         self.promised = {r.gang: r for r in promised}
         for r in promised:
             self._hold(r)
@@ -199,7 +200,10 @@ class Planner(Limits):
         promise = self.promised.pop(g, None)
         if promise is not None:
             self._drop(promise)
-        elif len(self.plan.reservations) >= self.most or not gang.pods or gang.need == 0:
+        elif not gang.pods or gang.need == 0:
+            return
+        elif len(self.plan.reservations) >= self.most:
+            self.past_depth.append(g)
             return
         runtime = gang.runtime if gang.runtime is not None else FOREVER
         starts = [r.start for r in self.plan.reservations if r.start is not None]
@@ -278,10 +282,27 @@ def promises(problem: Problem) -> list[Planned]:
     return out
 
 
-def plan(problem: Problem, most: int) -> tuple[Counts, Plan]:
+def forecast(planner: Planner, most: int) -> list[Planned]:
+    """Expected starts for the first `most` gangs the walk passed over past the plan's depth: each the earliest
+    time it fits after the reservations and the forecasts before it, as the plan would make it. They hold
+    nothing (a gang started now may take their room), so they are a forecast, not a promise."""
+    timeline, out = planner.timeline, list[Planned]()
+    for g in planner.past_depth[:most]:
+        runtime = runtime_of(timeline.problem, g)
+        starts = [r.start for r in (*planner.plan.reservations, *out) if r.start is not None]
+        found = timeline.earliest(g, runtime, starts)
+        if found is not None:
+            start, counts = found
+            out.append(Planned(g, start, counts))
+            timeline.add(start, counts, g, -1)
+            timeline.add(start + runtime, counts, g, +1)
+    return out
+
+
+def plan(problem: Problem, most: int, forecasts: int = 0) -> tuple[Counts, Plan]:
     """The queue-order greedy pass with reservations: its placement (the baseline every other pass must
-    match) and the plan. The plan's checks are stated against the free capacity before this pass's own
-    placements, as every other pass starts from there."""
+    match) and the plan, with `forecasts` gangs past its depth forecast. The plan's checks are stated against
+    the free capacity before this pass's own placements, as every other pass starts from there."""
     free = problem.free.copy()
     planner = Planner(problem, most, free, promises(problem) if most else ())
     counts = greedy(problem, limits=planner, free=free)
@@ -293,4 +314,5 @@ def plan(problem: Problem, most: int) -> tuple[Counts, Plan]:
                 base.add(r.start, r.counts, r.gang, -1)
                 base.add(r.start + runtime_of(problem, r.gang), r.counts, r.gang, +1)
         result.checks = checks(base, result, planner.priority)
+    result.forecasts = forecast(planner, forecasts) if most else []
     return counts, result

@@ -131,8 +131,8 @@ class Preemption:
         # A starving gang's plan is its reservation (one that waits for an estimate of running pods' ends is no
         # plan); any other gang with a planned start may still preempt to start sooner.
         starving = {g.name for g in cluster.gangs if g.starving}
-        held = [r for r in placement.reservations if r.gang in starving]
-        holders = {r.gang for r in held if r.start is not None}
+        held = [r for r in placement.reservations if r.start is not None]
+        holders = {r.gang for r in held if r.gang in starving}
         self.preemptors = sorted(
             (
                 g
@@ -348,6 +348,7 @@ class Preemption:
             gangs=tuple(results[r.name] for r in placement.gangs),
             # A gang that preempts to start now no longer waits for its planned start.
             reservations=tuple(r for r in placement.reservations if not set(r.bindings) & moving),
+            forecasts=tuple(r for r in placement.forecasts if not set(r.bindings) & moving),
             objective=objective,
             best_bound=max(placement.best_bound, objective),
             stages=(*placement.stages, stage.as_dict()),

@@ -594,14 +594,22 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
             "start": "2026-01-01T01:00:00Z",
             "end": "2026-01-01T01:05:00Z",
             "pods": {"default/quick": "n0"},
+            "held": True,
         },
         {
             "gang": "default/long",
             "start": "2026-01-01T01:00:00Z",
             "end": "2026-01-01T03:00:00Z",
             "pods": {"default/long": "n1"},
+            "held": True,
         },
-        {"gang": "default/old", "start": "2026-01-01T01:10:00Z", "end": None, "pods": {"default/old": "n0"}},
+        {
+            "gang": "default/old",
+            "start": "2026-01-01T01:10:00Z",
+            "end": None,
+            "pods": {"default/old": "n0"},
+            "held": True,
+        },
     ]
 
     wide = CliRunner().invoke(cli, ["solve", "-", "--now", "2026-01-01T01:00:00Z"], input=text, env={"COLUMNS": "300"})

@@ -62,6 +62,7 @@ def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
                 }
                 for r in placement.reservations
             ],
+            "forecasts": {r.gang: r.start for r in placement.forecasts if r.start is not None},
             "evictions": [e.pod for e in placement.evictions],
             "nominations": dict(placement.nominations),
         }

@@ -380,6 +380,8 @@ def simulate(
         )
         for g, r in plan.items():
             shown.setdefault(g, r["start"])
+        for g, start in facts.get("forecasts", {}).items():
+            shown.setdefault(g, start)
         later += sum(1 for g, r in plan.items() if g in reserved and r["start"] > reserved[g] + PERIOD)
         reserved = {g: r["start"] for g, r in plan.items()}
         reserved_nodes = {n for r in plan.values() for n in r["nodes"]}

@@ -102,7 +102,7 @@ def _listed(amounts: Resources) -> str:
 def print_table(decisions: Decisions, console: Console) -> None:
     placement, gated, allocations = decisions.placement, decisions.gated, decisions.allocations
     waiting = {pod: why.reason for pod, why in decisions.waiting.items()}
-    reserved = {r.gang: r for r in placement.reservations}
+    reserved = {r.gang: r for r in (*placement.reservations, *placement.forecasts)}
     gangs = [
         (
             g.name,

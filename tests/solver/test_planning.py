@@ -137,6 +137,10 @@ def test_every_gang_that_cannot_start_is_planned_in_queue_order_and_none_delays_
     one = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5, reservations=1))
     assert [r.gang for r in one.reservations] == ["fresh"]
     assert one.bindings == {}
+    # It is still told when it is expected to start, by the same rule, as a forecast that holds nothing.
+    assert [(r.gang, r.nodes, r.start, r.held) for r in one.forecasts] == [("small", ("n1",), HOUR, False)]
+    none = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5, reservations=1, forecasts=0))
+    assert none.forecasts == ()
 
 
 def test_the_same_cluster_gives_the_same_reservations():

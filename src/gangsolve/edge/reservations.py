@@ -34,6 +34,8 @@ def message(reservation: Reservation, now: float | None = None, tz: tzinfo = UTC
     same_day = now is not None and datetime.fromtimestamp(now, tz).date() == start.date()
     when = start.strftime("%H:%M %Z" if same_day else "%Y-%m-%d %H:%M %Z")
     held = f" ({reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'} held)" if reservation.gpus else ""
+    if not reservation.held:
+        held = " (a forecast: nothing is held for it yet)"
     noun = "node" if len(reservation.nodes) == 1 else "nodes"
     return f"expected to start at about {when} on {noun} {', '.join(nodes)}{held}"
 
@@ -52,15 +54,18 @@ def rfc3339(seconds: float | None) -> str | None:
 
 def plan_json(placement: Placement, gangs: Iterable[Gang], now: float) -> list[dict]:
     """The plan, one entry per planned gang: those starting now (their bindings, ending after their estimated
-    runtime) and those holding a reservation (start null while what they wait for has no expected end)."""
+    runtime), those holding a reservation (start null while what they wait for has no expected end), then the
+    forecasts past the plan's depth (`held` false)."""
     out = []
     for gang in gangs:
         pods = {p.name: placement.bindings[p.name] for p in gang.pods if p.name in placement.bindings}
         if pods:
             end = now + gang.runtime if gang.runtime is not None else None
-            out.append({"gang": gang.name, "start": rfc3339(now), "end": rfc3339(end), "pods": pods})
-    for r in placement.reservations:
-        out.append({"gang": r.gang, "start": rfc3339(r.start), "end": rfc3339(r.end), "pods": dict(r.bindings)})
+            out.append({"gang": gang.name, "start": rfc3339(now), "end": rfc3339(end), "pods": pods, "held": True})
+    for r in (*placement.reservations, *placement.forecasts):
+        out.append(
+            {"gang": r.gang, "start": rfc3339(r.start), "end": rfc3339(r.end), "pods": dict(r.bindings), "held": r.held}
+        )
     return out
 
 

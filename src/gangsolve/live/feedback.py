@@ -260,7 +260,7 @@ class Feedback:
         """Pod key -> why it waits, for every pending pod of ours the cycle left unplaced in a gang it did not
         place, and in a gang placed at a minimum of 1 because its job has no definition: that, and what to do."""
         reasons: dict[str, str] = {}
-        held = {r.gang: r for r in result.placement.reservations}
+        held = {r.gang: r for r in (*result.placement.reservations, *result.placement.forecasts)}
         fallbacks = _fallbacks(result)
         for gang, res in zip(result.cluster.gangs, result.placement.gangs, strict=True):
             if res.placed and gang.name not in fallbacks:

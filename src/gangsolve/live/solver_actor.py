@@ -500,7 +500,7 @@ class SolverActor:
 
     def _observe_promises(self, cluster: Cluster, placement: Placement) -> None:
         """How a gang's start compares with the first expected start it was shown (kept until it starts)."""
-        for r in placement.reservations:
+        for r in (*placement.reservations, *placement.forecasts):
             if r.start is not None:
                 self._shown.setdefault(r.gang, r.start)
         for result in placement.gangs:
