@@ -194,3 +194,6 @@ LIVE_GRIDS = {
     "scale-5000": [n for n in LIVE_SCENARIOS if n.startswith("live/5000nodes-")],
 }
 LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
+# Other projects' schedulers, built from source (hack/build-peers.sh): each runs where its binary is built and the
+# scenario's users can write what it reads.
+REAL_PEERS = ("volcano",)

@@ -53,9 +53,9 @@ from typing import Any
 import yaml
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane
+from gangsolve.bench.devcluster import ControlPlane, volcano
 from gangsolve.bench.devcluster.gangsolve_process import REPO, GangsolveProcess
-from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, LiveScenario
+from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import (
     AUDIT_POLICY,
     BindWatch,
@@ -119,6 +119,11 @@ def gangsolve_process(
     )
 
 
+def volcano_conf(peer: volcano.Volcano, cp: ControlPlane) -> dict[str, Any]:
+    """vc-scheduler's configuration in the live bench: the one its Helm chart installs by default."""
+    return peer.chart_scheduler_conf(cp.binaries.helm)
+
+
 def log_name(scenario: str) -> str:
     """A scenario's name as the start of its log files' names."""
     return scenario.replace("/", "__")
@@ -165,13 +170,16 @@ def run_live(
     pending = sum(len(a.pods) for a in gangs)
     log_dir.mkdir(parents=True, exist_ok=True)
     native = scheduler == "kube-scheduler-gang"
+    kube_scheduler = scheduler.startswith("kube-scheduler")
     flags: dict[str, Any] = {}
     if native or any(o["apiVersion"] == NATIVE_GANG_API for o in objs):
-        flags = workload_flags(scenario.native_gates, scheduler != "gangsolve")
+        flags = workload_flags(scenario.native_gates, kube_scheduler)
     burst = scenario.mode == "burst"
     gs: GangsolveProcess | None = None
+    peer = volcano.Volcano.locate() if scheduler == "volcano" else None
+    peer_conf: dict[str, Any] | None = None
     with ControlPlane(
-        scheduler=scheduler != "gangsolve",
+        scheduler=kube_scheduler,
         defer_scheduler=True,
         scheduler_config=scheduler_config(scenario),
         node_leases=not scenario.scale,
@@ -192,8 +200,14 @@ def run_live(
                 if scenario.client_qps:
                     settings = {"kube-api-qps": scenario.client_qps, "kube-api-burst": int(scenario.client_qps)}
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", settings)
+            if peer is not None:
+                peer_conf = volcano_conf(peer, cp)
+                volcano.install(cp, peer)
+                volcano.add_scheduler(cp, peer, peer_conf, qps=scenario.client_qps)
 
             def start_scheduler() -> int:
+                if peer is not None:
+                    return volcano.start_scheduler(cp)
                 if gs is not None:
                     gs.start()
                     assert gs.proc is not None
@@ -276,6 +290,8 @@ def run_live(
     )
     if served is not None:
         result["pod_group_served"] = served
+    if peer is not None:
+        result["peer"] = {"version": peer.version, "scheduler_conf": peer_conf}
     if scenario.oracle is not None:
         bound_at = {pod: t - timing.t0 for pod, (t, _node) in watch.bound.items()}
         result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)
@@ -299,9 +315,12 @@ def run_scenarios(
         scenario = LIVE_SCENARIOS[name]
         objs = scenario.build()
         kinds = [o["kind"] for o in objs]
+        not_run = {s: why for s in schedulers if (why := peer_not_run(scenario, s))}
+        for scheduler, why in not_run.items():
+            log(f"{name}: {scheduler} not run: {why}")
         runs = each_scheduler(
             name,
-            schedulers,
+            [s for s in schedulers if s not in not_run],
             partial(run_live, scenario, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log),
             on_run,
         )
@@ -321,9 +340,23 @@ def run_scenarios(
                     "pdbs": kinds.count("PodDisruptionBudget"),
                 },
                 "runs": runs,
+                **({"not_run": not_run} if not_run else {}),
             }
         )
     return results
+
+
+def peer_not_run(scenario: LiveScenario, scheduler: str) -> str | None:
+    """Why a real peer does not run in `scenario` (None: it runs, or it is not a real peer)."""
+    if scheduler not in REAL_PEERS:
+        return None
+    if scenario.users is not None:
+        return "the scenario's users write only kube-scheduler's and gangsolve's objects (no Volcano HyperNodes)"
+    try:
+        volcano.Volcano.locate()
+    except volcano.PeerMissing as missing:
+        return str(missing)
+    return None
 
 
 def each_scheduler(
