@@ -53,7 +53,7 @@ peer_repository() {
 # Executable -> Go package inside the peer's module.
 peer_targets() {
   case $1 in
-    volcano) echo "vc-scheduler=./cmd/scheduler" ;;
+    volcano) echo "vc-scheduler=./cmd/scheduler vc-controller-manager=./cmd/controller-manager" ;;
   esac
 }
 # Directories of the source tree the bench needs beside the binary: DEST=SOURCE (symlinks resolved).

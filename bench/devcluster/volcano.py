@@ -2,10 +2,14 @@
 CRDs, ClusterRole and scheduler configuration its own Helm chart installs, and the process itself.
 
 vc-scheduler runs as kube-scheduler's user (as every scheduler the live bench measures), bound to the chart's
-ClusterRole. It creates the `root` and `default` Queues itself on start. It schedules only pods that name a
-Volcano PodGroup (annotation scheduling.k8s.io/group-name): the PodGroup is what a training operator creates
-with gang scheduling on (Kubeflow's training-operator: minMember = every replica); pods without one would
-need Volcano's controller manager, which the bench does not run.
+ClusterRole. It creates the `root` and `default` Queues itself on start; vc-controller-manager's queue
+controller opens them (an unopened Queue admits nothing). vc-scheduler schedules only pods that name a Volcano
+PodGroup (annotation scheduling.k8s.io/group-name): the bench's users create it, as a training operator does
+with gang scheduling on (Kubeflow's training-operator: minMember = every replica).
+
+Volcano's own CRDs matter: a Queue created under a schema-less CRD has no `spec.weight` (the real CRD defaults
+it to 1), and with a total weight of 0 the proportion plugin gives every Queue an empty share, so vc-scheduler
+logs "Queue <default> is overused" and binds nothing.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ SCHEDULER_NAME = "volcano"  # the chart's default --scheduler-name
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"  # a pod's Volcano PodGroup
 POD_GROUP_API = "scheduling.volcano.sh/v1beta1"
 DEFAULT_QUEUE = "default"
-# The CRDs of the objects vc-scheduler watches (the chart installs these and the batch ones of its controllers).
+# The CRDs of the objects vc-scheduler and the controllers below watch (the chart installs these and those of
+# Volcano Jobs and its other controllers).
 SCHEDULER_CRDS = (
+    "bus.volcano.sh_commands",
     "scheduling.volcano.sh_queues",
     "scheduling.volcano.sh_podgroups",
     "topology.volcano.sh_hypernodes",
@@ -44,6 +50,7 @@ SCHEDULER_CRDS = (
     "shard.volcano.sh_nodeshards",
 )
 COMPONENT = "vc-scheduler"
+CONTROLLERS_COMPONENT = "vc-controller-manager"
 
 
 class PeerMissing(RuntimeError):
@@ -55,11 +62,15 @@ class Volcano:
     """vc-scheduler at the pinned version and the Helm chart of the same release, as built into the cache."""
 
     version: str
-    home: Path  # <cache>/bin/volcano-<version>: vc-scheduler and chart/
+    home: Path  # <cache>/bin/volcano-<version>: vc-scheduler, vc-controller-manager and chart/
 
     @property
     def binary(self) -> Path:
         return self.home / "vc-scheduler"
+
+    @property
+    def controller_manager(self) -> Path:
+        return self.home / "vc-controller-manager"
 
     @property
     def chart(self) -> Path:
@@ -71,7 +82,7 @@ class Volcano:
         if not version:
             raise PeerMissing("VOLCANO_VERSION is not set in hack/versions.env")
         found = cls(version, cache_dir() / "bin" / f"volcano-{version}")
-        if not (found.binary.is_file() and (found.chart / "Chart.yaml").is_file()):
+        if not all(p.is_file() for p in (found.binary, found.controller_manager, found.chart / "Chart.yaml")):
             raise PeerMissing(
                 f"Volcano's vc-scheduler {version} is not built (expected at {found.binary}): "
                 "`make peers` builds it from source (hack/build-peers.sh; a few minutes on 2 cores)"
@@ -114,61 +125,105 @@ def install(cp: ControlPlane, volcano: Volcano, user: str = "system:kube-schedul
     cp.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
 
 
-def add_scheduler(
+@dataclass(frozen=True)
+class VolcanoProcesses:
+    """vc-scheduler and vc-controller-manager as components of a ControlPlane (stopped with it, watched by its
+    check_alive), each with the port of its /healthz."""
+
+    scheduler: Component
+    controllers: Component
+    scheduler_healthz: int
+    controllers_healthz: int
+
+
+# The controllers the scheduler's path needs: the queue controller opens Queues (vc-scheduler enqueues nothing
+# into a Queue whose status.state is not Open) and the PodGroup controller makes a PodGroup for a pod that has
+# none. The chart runs every controller; the others (Volcano Jobs, JobFlows, HyperNode discovery, ...) act on
+# objects the bench does not create.
+CONTROLLERS = "queue-controller,pg-controller"
+
+
+def add(
     cp: ControlPlane, volcano: Volcano, conf: dict[str, Any], *, qps: float | None = None, verbosity: int = 3
-) -> Component:
-    """vc-scheduler as a component of `cp` (stopped with it, checked by check_alive), not yet started:
-    `conf` as its --scheduler-conf, kube-scheduler's kubeconfig, `qps` as its client's QPS and burst (None:
-    its own default, 2000)."""
+) -> VolcanoProcesses:
+    """vc-scheduler (`conf` as its --scheduler-conf, as kube-scheduler's user, `qps` as its client's QPS and
+    burst; None: its own default, 2000) and vc-controller-manager (the chart's client limits, as the admin: its
+    requests are not the scheduler's), added to `cp`, not started."""
     assert cp.workdir is not None
     conf_path = cp.workdir / "volcano-scheduler.conf"
     conf_path.write_text(yaml.safe_dump(conf, sort_keys=False))
-    healthz = free_port()
-    argv: list[str | Path] = [
+    ports = {name: (free_port(), free_port()) for name in (COMPONENT, CONTROLLERS_COMPONENT)}
+
+    def common(name: str) -> list[str]:
+        healthz, metrics = ports[name]
+        return [
+            "--logtostderr",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            "--leader-elect=false",
+            "--enable-healthz=true",
+            f"--healthz-address={LOOPBACK}:{healthz}",
+            f"--listen-address={LOOPBACK}:{metrics}",
+            f"-v={verbosity}",
+        ]
+
+    limits = [f"--kube-api-qps={qps}", f"--kube-api-burst={int(qps)}"] if qps is not None else []
+    scheduler = [
         volcano.binary,
-        "--logtostderr",
+        *common(COMPONENT),
         f"--kubeconfig={cp.scheduler_kubeconfig}",
         f"--scheduler-conf={conf_path}",
-        f"--scheduler-name={SCHEDULER_NAME}",
-        "--leader-elect=false",
-        "--enable-healthz=true",
-        f"--healthz-address={LOOPBACK}:{healthz}",
-        f"--listen-address={LOOPBACK}:{free_port()}",
         f"--cache-dump-dir={cp.workdir}",
-        f"-v={verbosity}",
+        *limits,
     ]
-    if qps is not None:
-        argv += [f"--kube-api-qps={qps}", f"--kube-api-burst={int(qps)}"]
-    component = Component(COMPONENT, argv, cp.workdir / "logs", cp.workdir)
-    component.healthz_port = healthz  # type: ignore[attr-defined]
-    cp.components[COMPONENT] = component
-    return component
+    controllers = [
+        volcano.controller_manager,
+        *common(CONTROLLERS_COMPONENT),
+        f"--kubeconfig={cp.kubeconfig}",
+        f"--controllers={CONTROLLERS}",
+        "--kube-api-qps=50",
+        "--kube-api-burst=100",
+    ]
+    logs = cp.workdir / "logs"
+    made = VolcanoProcesses(
+        Component(COMPONENT, scheduler, logs, cp.workdir),
+        Component(CONTROLLERS_COMPONENT, controllers, logs, cp.workdir),
+        ports[COMPONENT][0],
+        ports[CONTROLLERS_COMPONENT][0],
+    )
+    cp.components[COMPONENT] = made.scheduler
+    cp.components[CONTROLLERS_COMPONENT] = made.controllers
+    return made
 
 
-def start_scheduler(cp: ControlPlane, timeout: float = 90.0) -> int:
-    """Start the added vc-scheduler; return its pid once it answers /healthz and the default Queue exists."""
-    component = cp.components[COMPONENT]
-    component.start()
-    port = component.healthz_port  # type: ignore[attr-defined]
+def start(cp: ControlPlane, processes: VolcanoProcesses, timeout: float = 90.0) -> int:
+    """Start the controllers, then the scheduler; return the scheduler's pid once both answer /healthz and the
+    default Queue (which the scheduler creates) is Open (which the queue controller makes it)."""
+    processes.controllers.start()
+    processes.scheduler.start()
     deadline = time.monotonic() + timeout
 
     def ready() -> bool:
-        if not component.alive():
-            assert component.process is not None
-            raise component.failure(f"exited with code {component.process.returncode} while starting")
+        for component in (processes.controllers, processes.scheduler):
+            if not component.alive():
+                assert component.process is not None
+                raise component.failure(f"exited with code {component.process.returncode} while starting")
         try:
             queue = cp.get(f"/apis/{POD_GROUP_API}/queues/{DEFAULT_QUEUE}")
         except Exception:
             return False
-        return queue is not None and _healthy(port)
+        state = ((queue or {}).get("status") or {}).get("state")
+        return state == "Open" and _healthy(processes.scheduler_healthz) and _healthy(processes.controllers_healthz)
 
     while not ready():
         if time.monotonic() > deadline:
-            raise component.failure(f"not ready (healthz, the default Queue) within {timeout:.0f}s")
+            raise processes.scheduler.failure(
+                f"not ready within {timeout:.0f}s (healthz of both, the default Queue Open); "
+                f"vc-controller-manager's log: {processes.controllers.log_path}"
+            )
         time.sleep(0.2)
-    if component.pid is None:
+    if processes.scheduler.pid is None:
         raise ControlPlaneError("vc-scheduler has no pid")
-    return component.pid
+    return processes.scheduler.pid
 
 
 def _healthy(port: int) -> bool:

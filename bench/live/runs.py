@@ -178,6 +178,7 @@ def run_live(
     gs: GangsolveProcess | None = None
     peer = volcano.Volcano.locate() if scheduler == "volcano" else None
     peer_conf: dict[str, Any] | None = None
+    peer_processes: volcano.VolcanoProcesses | None = None
     with ControlPlane(
         scheduler=kube_scheduler,
         defer_scheduler=True,
@@ -203,11 +204,11 @@ def run_live(
             if peer is not None:
                 peer_conf = volcano_conf(peer, cp)
                 volcano.install(cp, peer)
-                volcano.add_scheduler(cp, peer, peer_conf, qps=scenario.client_qps)
+                peer_processes = volcano.add(cp, peer, peer_conf, qps=scenario.client_qps)
 
             def start_scheduler() -> int:
-                if peer is not None:
-                    return volcano.start_scheduler(cp)
+                if peer_processes is not None:
+                    return volcano.start(cp, peer_processes)
                 if gs is not None:
                     gs.start()
                     assert gs.proc is not None

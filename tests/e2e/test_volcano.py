@@ -28,8 +28,7 @@ def volcano_plane(binaries: Binaries) -> Iterator[ControlPlane]:
         pytest.skip(NOT_BUILT)
     with control_plane(binaries, peer=False) as cp:
         volcano.install(cp, VOLCANO)
-        volcano.add_scheduler(cp, VOLCANO, VOLCANO.chart_scheduler_conf(binaries.helm))
-        volcano.start_scheduler(cp)
+        volcano.start(cp, volcano.add(cp, VOLCANO, VOLCANO.chart_scheduler_conf(binaries.helm)))
         yield cp
 
 
