@@ -26,23 +26,24 @@ ALL_PEERS=(volcano)
 
 log() { printf '[build-peers %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+bad_input() { log "error: $*"; exit 2; }
 
 peers=()
 source_arg=
 while (($#)); do
   case $1 in
-    --source) source_arg=${2:?--source needs a directory}; shift 2 ;;
+    --source) (($# >= 2)) || bad_input "--source needs a directory"; source_arg=$2; shift 2 ;;
     -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) peers+=("$1"); shift ;;
   esac
 done
 ((${#peers[@]})) || peers=("${ALL_PEERS[@]}")
-[[ -z ${source_arg} || ${#peers[@]} -eq 1 ]] || die "--source applies to one peer at a time"
+[[ -z ${source_arg} || ${#peers[@]} -eq 1 ]] || bad_input "--source applies to one peer at a time"
 
 peer_version() {
   case $1 in
     volcano) echo "${VOLCANO_VERSION}" ;;
-    *) die "unknown peer '$1' (known: ${ALL_PEERS[*]})" ;;
+    *) bad_input "unknown peer '$1' (known: ${ALL_PEERS[*]})" ;;
   esac
 }
 peer_repository() {
@@ -79,14 +80,13 @@ prepare_source() {
   version=$(peer_version "${peer}")
   dest=${SRC_DIR}/${peer}-${version}
   if [[ -n ${source_arg} ]]; then
-    [[ -d ${source_arg} ]] || die "--source ${source_arg}: not a directory"
     if [[ -f ${source_arg}/go.mod ]]; then
       echo "${source_arg}"
       return
     fi
     # A git repository: take the pinned tag out of it, so the build never depends on a checkout's state.
     git --git-dir="$(git -C "${source_arg}" rev-parse --git-dir 2>/dev/null || echo "${source_arg}")" \
-      rev-parse -q --verify "refs/tags/${version}" >/dev/null || die "--source ${source_arg}: no tag ${version}"
+      rev-parse -q --verify "refs/tags/${version}" >/dev/null || bad_input "--source ${source_arg}: no tag ${version}"
     rm -rf "${dest}.partial" && mkdir -p "${dest}.partial"
     git -C "${source_arg}" archive "${version}" | tar -x -C "${dest}.partial"
     rm -rf "${dest}" && mv "${dest}.partial" "${dest}"
@@ -119,6 +119,10 @@ build_peer() {
   mv "${out}" "$(peer_dir "${peer}")"
 }
 
+for peer in "${peers[@]}"; do
+  peer_version "${peer}" >/dev/null # an unknown peer stops here, before anything is built
+done
+[[ -z ${source_arg} || -d ${source_arg} ]] || bad_input "--source ${source_arg}: not a directory"
 command -v go >/dev/null || die "go is not installed; the peers are built from source with Go >= 1.25"
 export GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "${BIN_DIR}" "${SRC_DIR}"
