@@ -304,7 +304,7 @@ def run_live_preemption(
     "--live-scheduler",
     "live_schedulers",
     multiple=True,
-    type=click.Choice(["kube-scheduler", "kube-scheduler-gang", "gangsolve", "volcano"]),
+    type=click.Choice(["kube-scheduler", "kube-scheduler-gang", "gangsolve", "volcano", "volcano-gpu-binpack"]),
     help="Live mode: only these schedulers (repeatable) [default: all; volcano where `make peers` built it].",
 )
 @click.option(

@@ -109,6 +109,26 @@ class Volcano:
         return [yaml.safe_load((self.chart / "crd" / "bases" / f"{name}.yaml").read_text()) for name in SCHEDULER_CRDS]
 
 
+# The binpack plugin's own documented arguments (its source's example, without the example's made-up resource):
+# the chart's default scores cpu and memory only, so GPU pods are spread by nodeorder's leastrequested.
+GPU_BINPACK = {
+    "binpack.weight": 10,
+    "binpack.cpu": 5,
+    "binpack.memory": 1,
+    "binpack.resources": "nvidia.com/gpu",
+    "binpack.resources.nvidia.com/gpu": 2,
+}
+
+
+def with_gpu_binpack(conf: dict[str, Any]) -> dict[str, Any]:
+    """`conf` with the binpack plugin scoring GPUs too (GPU_BINPACK as its arguments)."""
+    tiers = [
+        {**tier, "plugins": [{**p, "arguments": GPU_BINPACK} if p["name"] == "binpack" else p for p in tier["plugins"]]}
+        for tier in conf["tiers"]
+    ]
+    return {**conf, "tiers": tiers}
+
+
 def install(cp: ControlPlane, volcano: Volcano, user: str = "system:kube-scheduler") -> None:
     """Volcano's CRDs, and the chart's ClusterRole for vc-scheduler bound to `user`."""
     install_crds(cp, *volcano.crds())

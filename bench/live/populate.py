@@ -174,7 +174,9 @@ def native_pod_group(gang, pods: list[dict]) -> dict:
 
 def scheduler_name(scheduler: str) -> str:
     """The schedulerName the pods of `scheduler`'s users name."""
-    return {"gangsolve": manifests.SCHEDULER, "volcano": volcano.SCHEDULER_NAME}.get(scheduler, DEFAULT_SCHEDULER)
+    if scheduler.startswith("volcano"):  # Volcano under any of its configurations
+        return volcano.SCHEDULER_NAME
+    return manifests.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
 
 
 def volcano_members(gang, members: list[dict]) -> tuple[dict, list[dict]]:
@@ -223,7 +225,7 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
                 }
                 for p in members
             ]
-        if scheduler == "volcano":
+        if scheduler.startswith("volcano"):
             group, members = volcano_members(gang, members)
             made = [group]
         out.append(Arrival(gang.name, made, members))

@@ -119,9 +119,11 @@ def gangsolve_process(
     )
 
 
-def volcano_conf(peer: volcano.Volcano, cp: ControlPlane) -> dict[str, Any]:
-    """vc-scheduler's configuration in the live bench: the one its Helm chart installs by default."""
-    return peer.chart_scheduler_conf(cp.binaries.helm)
+def volcano_conf(peer: volcano.Volcano, cp: ControlPlane, scheduler: str) -> dict[str, Any]:
+    """vc-scheduler's configuration in the live bench: the one its Helm chart installs by default, with GPUs
+    binpacked for `volcano-gpu-binpack`."""
+    conf = peer.chart_scheduler_conf(cp.binaries.helm)
+    return volcano.with_gpu_binpack(conf) if scheduler == "volcano-gpu-binpack" else conf
 
 
 def log_name(scenario: str) -> str:
@@ -176,7 +178,7 @@ def run_live(
         flags = workload_flags(scenario.native_gates, kube_scheduler)
     burst = scenario.mode == "burst"
     gs: GangsolveProcess | None = None
-    peer = volcano.Volcano.locate() if scheduler == "volcano" else None
+    peer = volcano.Volcano.locate() if scheduler in REAL_PEERS else None
     peer_conf: dict[str, Any] | None = None
     peer_processes: volcano.VolcanoProcesses | None = None
     with ControlPlane(
@@ -202,7 +204,7 @@ def run_live(
                     settings = {"kube-api-qps": scenario.client_qps, "kube-api-burst": int(scenario.client_qps)}
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", settings)
             if peer is not None:
-                peer_conf = volcano_conf(peer, cp)
+                peer_conf = volcano_conf(peer, cp, scheduler)
                 volcano.install(cp, peer)
                 peer_processes = volcano.add(cp, peer, peer_conf, qps=scenario.client_qps)
 

@@ -411,9 +411,15 @@ def peer_notes(live: list[dict]) -> list[str]:
     }
     for peer, about in configurations.items():
         conf = about["scheduler_conf"]
-        plugins = "; ".join(", ".join(p["name"] for p in tier["plugins"]) for tier in conf.get("tiers", []))
+        plugins = "; ".join(", ".join(map(_plugin, tier["plugins"])) for tier in conf.get("tiers", []))
         out.append(f"{peer} {about['version']}: actions {conf.get('actions')}; plugin tiers: {plugins}")
     return out
+
+
+def _plugin(plugin: dict) -> str:
+    """A scheduler plugin as `name`, or `name (key: value, ...)` when it has arguments."""
+    arguments = ", ".join(f"{k}: {v}" for k, v in (plugin.get("arguments") or {}).items())
+    return f"{plugin['name']} ({arguments})" if arguments else plugin["name"]
 
 
 def definition_waits(live: list[dict]) -> list[str]:

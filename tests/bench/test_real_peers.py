@@ -92,3 +92,21 @@ def test_build_script_refuses_bad_input_in_one_line_with_exit_2(args: list[str],
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert done.stderr.rstrip().endswith(f"error: {message}")
+
+
+def test_the_gpu_binpack_variant_changes_only_the_binpack_plugins_arguments() -> None:
+    conf = {
+        "actions": "enqueue, allocate, backfill",
+        "tiers": [{"plugins": [{"name": "gang"}]}, {"plugins": [{"name": "nodeorder"}, {"name": "binpack"}]}],
+    }
+    packed = volcano.with_gpu_binpack(conf)
+    assert packed["tiers"][0] == conf["tiers"][0]
+    assert packed["tiers"][1]["plugins"] == [
+        {"name": "nodeorder"},
+        {"name": "binpack", "arguments": volcano.GPU_BINPACK},
+    ]
+    assert "arguments" not in conf["tiers"][1]["plugins"][1]  # the chart's configuration is left as it was
+    run = {"scheduler": "volcano-gpu-binpack", "peer": {"version": "v1", "scheduler_conf": packed}}
+    (note,) = peer_notes([{"name": "live/a", "runs": [run]}])
+    assert "binpack (binpack.weight: 10, binpack.cpu: 5" in note
+    assert "binpack.resources: nvidia.com/gpu" in note
