@@ -187,7 +187,7 @@ def add(
         ]
 
     limits = [f"--kube-api-qps={qps}", f"--kube-api-burst={int(qps)}"] if qps is not None else []
-    scheduler = [
+    scheduler: list[str | Path] = [
         volcano.binary,
         *common(COMPONENT),
         f"--kubeconfig={cp.scheduler_kubeconfig}",
@@ -195,7 +195,7 @@ def add(
         f"--cache-dump-dir={cp.workdir}",
         *limits,
     ]
-    controllers = [
+    controllers: list[str | Path] = [
         volcano.controller_manager,
         *common(CONTROLLERS_COMPONENT),
         f"--kubeconfig={cp.kubeconfig}",
