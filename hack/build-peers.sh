@@ -85,8 +85,6 @@ prepare_source() {
       return
     fi
     # A git repository: take the pinned tag out of it, so the build never depends on a checkout's state.
-    git --git-dir="$(git -C "${source_arg}" rev-parse --git-dir 2>/dev/null || echo "${source_arg}")" \
-      rev-parse -q --verify "refs/tags/${version}" >/dev/null || bad_input "--source ${source_arg}: no tag ${version}"
     rm -rf "${dest}.partial" && mkdir -p "${dest}.partial"
     git -C "${source_arg}" archive "${version}" | tar -x -C "${dest}.partial"
     rm -rf "${dest}" && mv "${dest}.partial" "${dest}"
@@ -122,7 +120,12 @@ build_peer() {
 for peer in "${peers[@]}"; do
   peer_version "${peer}" >/dev/null # an unknown peer stops here, before anything is built
 done
-[[ -z ${source_arg} || -d ${source_arg} ]] || bad_input "--source ${source_arg}: not a directory"
+if [[ -n ${source_arg} ]]; then
+  [[ -d ${source_arg} ]] || bad_input "--source ${source_arg}: not a directory"
+  tag=$(peer_version "${peers[0]}")
+  [[ -f ${source_arg}/go.mod ]] || git -C "${source_arg}" rev-parse -q --verify "refs/tags/${tag}" >/dev/null 2>&1 ||
+    bad_input "--source ${source_arg}: neither a source tree (go.mod) nor a git repository with tag ${tag}"
+fi
 command -v go >/dev/null || die "go is not installed; the peers are built from source with Go >= 1.25"
 export GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "${BIN_DIR}" "${SRC_DIR}"

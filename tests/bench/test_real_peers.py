@@ -79,9 +79,13 @@ def test_the_report_says_which_peer_did_not_run_and_how_each_was_configured() ->
         (["bogus"], "unknown peer 'bogus' (known: volcano)"),
         (["volcano", "--source", "/nonexistent"], "--source /nonexistent: not a directory"),
         (["volcano", "--source"], "--source needs a directory"),
+        (["volcano", "--source", "{empty}"], "--source {empty}: neither a source tree (go.mod) nor a git repository"),
     ],
 )
 def test_build_script_refuses_bad_input_in_one_line_with_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args, message = [a.format(empty=empty) for a in args], message.format(empty=empty)
     done = subprocess.run(
         ["bash", str(REPO / "hack" / "build-peers.sh"), *args],
         capture_output=True,
@@ -91,7 +95,7 @@ def test_build_script_refuses_bad_input_in_one_line_with_exit_2(args: list[str],
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
-    assert done.stderr.rstrip().endswith(f"error: {message}")
+    assert f"error: {message}" in done.stderr
 
 
 def test_the_gpu_binpack_variant_changes_only_the_binpack_plugins_arguments() -> None:
