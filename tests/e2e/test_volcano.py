@@ -1,7 +1,7 @@
 """Volcano's real scheduler (vc-scheduler, built from source by `make peers`) on a control plane of its own, with
 its CRDs and the configuration its Helm chart installs: a gang under a Volcano PodGroup is bound whole, and a
-gang that does not fit is bound not at all (kube-scheduler would bind the members that fit). Skipped, saying
-why, when the binary is not built."""
+gang that does not fit is bound not at all (kube-scheduler would bind the members that fit); and the live
+bench's own Volcano run on the users' TFJobs. Skipped, saying why, when the binaries are not built."""
 
 from __future__ import annotations
 
@@ -81,3 +81,18 @@ def test_gang_bound_whole_or_not_at_all(volcano_plane: ControlPlane) -> None:
     assert len(second) == 4
     assert not bound(second)
     assert len(bound(pods(cp, namespace))) == 6
+
+
+def test_the_live_bench_runs_volcano_on_the_users_tfjobs(binaries: Binaries, tmp_path) -> None:
+    """The bench's own path (its users' Volcano PodGroups, the chart's configuration): the 8-pod TFJob is bound
+    whole, the 6-pod one not at all, and the configuration it ran with is in the result."""
+    if VOLCANO is None:
+        pytest.skip(NOT_BUILT)
+    from gangsolve.bench.live.runs import run_scenarios
+    from tests.e2e.live_helpers import bench_runs
+
+    run = bench_runs(run_scenarios, "live/tfjob", ["volcano"], tmp_path)["volcano"]
+    assert (run["pods_placed"], run["gangs_placed"], run["partial_gangs"], run["violations"]) == (8, 1, 0, [])
+    conf = run["peer"]["scheduler_conf"]
+    assert conf["actions"] == "enqueue, allocate, backfill"
+    assert {p["name"] for tier in conf["tiers"] for p in tier["plugins"]} >= {"gang", "proportion", "binpack"}
