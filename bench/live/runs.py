@@ -4,7 +4,10 @@ Schedulers: `kube-scheduler` (the pinned release), `kube-scheduler-gang` (the sa
 scheduling: the GenericWorkload and TopologyAwareWorkloadScheduling gates on, a scheduling.k8s.io/v1beta1
 PodGroup per gang with the gang's priority class and, for co-located gangs, a topology constraint) and
 `gangsolve` (`gangsolve run`). Each scheduler's users create what that scheduler reads: nothing for plain
-kube-scheduler, native PodGroups for its gang scheduling, scheduler-plugins PodGroups for gangsolve.
+kube-scheduler, native PodGroups for its gang scheduling, scheduler-plugins PodGroups for gangsolve. The real
+peers (`volcano`, `volcano-gpu-binpack`: Volcano's vc-scheduler and controllers, bench/devcluster/volcano.py) run
+where hack/build-peers.sh built them and the scenario's users can write what they read; their users give each
+gang a Volcano PodGroup.
 
 Two modes, as scheduler_perf measures:
 - **stream**: the scheduler runs, then the pending pods arrive at `rate` pods a second (or as fast as the API
