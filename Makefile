@@ -3,7 +3,7 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test lint sync binaries
+.PHONY: demo test lint sync binaries peers
 
 demo: .venv/.synced
 	.venv/bin/gangsolve solve examples/tfjob-8.yaml --scheduler-name kube-batchd
@@ -25,6 +25,11 @@ sync: .venv/.synced
 # pinned in hack/versions.env; a no-op when the cache already has them.
 binaries:
 	bash hack/build-binaries.sh
+
+# The real peer schedulers of the live bench (Volcano's vc-scheduler), built from source at the tags pinned in
+# hack/versions.env into the same cache; not part of `make test`: their e2e tests skip when they are absent.
+peers:
+	nice -n 10 bash hack/build-peers.sh
 
 $(UV):
 	python3 -m venv .tools

@@ -304,8 +304,8 @@ def run_live_preemption(
     "--live-scheduler",
     "live_schedulers",
     multiple=True,
-    type=click.Choice(["kube-scheduler", "kube-scheduler-gang", "gangsolve"]),
-    help="Live mode: only these schedulers (repeatable) [default: all three].",
+    type=click.Choice(["kube-scheduler", "kube-scheduler-gang", "gangsolve", "volcano", "volcano-gpu-binpack"]),
+    help="Live mode: only these schedulers (repeatable) [default: all; volcano where `make peers` built it].",
 )
 @click.option(
     "--live-quiet",
@@ -363,7 +363,7 @@ def bench_command(
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench.live.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
-    from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS
+    from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS, REAL_PEERS
     from gangsolve.bench.report import plots, tables, targets  # matplotlib: loaded only when benchmarking
     from gangsolve.bench.static.preemption_rounds import GRID as PREEMPTION_GRID
     from gangsolve.bench.static.preemption_rounds import SCENARIOS as PREEMPTION_SCENARIOS
@@ -432,7 +432,7 @@ def bench_command(
             ),
             "live": run_live(
                 live_names,
-                list(live_schedulers) or list(LIVE_SCHEDULERS),
+                list(live_schedulers) or [*LIVE_SCHEDULERS, *REAL_PEERS],
                 time_limit,
                 live_quiet,
                 out / "live-logs",

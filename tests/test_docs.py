@@ -96,7 +96,7 @@ def test_the_defaults_solve_help_names_are_the_codes() -> None:
 
 
 # Flags of the other tools the docs show: kubectl, helm, kube-apiserver, kube-scheduler (the settings named
-# after its flags), training-operator, hack/build-binaries.sh; and the top command's own.
+# after its flags), training-operator, hack/build-binaries.sh, hack/build-peers.sh; and the top command's own.
 OTHER_TOOLS = {
     "--as",
     "--create-namespace",
@@ -114,6 +114,7 @@ OTHER_TOOLS = {
     "--runtime-config",
     "--set",
     "--set-json",
+    "--source",
     "--subresource",
     "--version",
 }

@@ -194,3 +194,8 @@ LIVE_GRIDS = {
     "scale-5000": [n for n in LIVE_SCENARIOS if n.startswith("live/5000nodes-")],
 }
 LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
+# Other projects' schedulers, built from source (hack/build-peers.sh): each runs where its binary is built and the
+# scenario's users can write what it reads.
+# volcano: the configuration Volcano's Helm chart installs; volcano-gpu-binpack: the same with its binpack plugin
+# scoring GPUs as the plugin documents it.
+REAL_PEERS = ("volcano", "volcano-gpu-binpack")

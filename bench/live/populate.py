@@ -14,7 +14,7 @@ import aiohttp
 import anyio
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds
+from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds, volcano
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE, schedulable
 from gangsolve.live.kube import ApiError, Kube
 from gangsolve.solver import Cluster
@@ -172,11 +172,36 @@ def native_pod_group(gang, pods: list[dict]) -> dict:
     }
 
 
+def scheduler_name(scheduler: str) -> str:
+    """The schedulerName the pods of `scheduler`'s users name."""
+    if scheduler.startswith("volcano"):  # Volcano under any of its configurations
+        return volcano.SCHEDULER_NAME
+    return manifests.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
+
+
+def volcano_members(gang, members: list[dict]) -> tuple[dict, list[dict]]:
+    """A gang as Volcano's users submit it (Kubeflow's training-operator with gang scheduling on): a Volcano
+    PodGroup with minMember = the gang's minimum, and the pods naming it in their group-name annotation."""
+    name = "gang-" + gang.name.split("/", 1)[1]
+    group = volcano.pod_group(name, gang.need, members, manifests.NAMESPACE)
+    annotated = [
+        {
+            **p,
+            "metadata": {
+                **p["metadata"],
+                "annotations": {**(p["metadata"].get("annotations") or {}), volcano.GROUP_NAME_ANNOTATION: name},
+            },
+        }
+        for p in members
+    ]
+    return group, annotated
+
+
 def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: bool = True) -> list[Arrival]:
     """The pending gangs in creation order, with the objects `scheduler`'s users create for each: the PodGroups
-    their pods name, or (kube-scheduler-gang, `native_groups`) a native PodGroup made for each gang."""
-    scheduler_name = manifests.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
-    pods = {f"{manifests.NAMESPACE}/{p['metadata']['name']}": p for p in pending_pods(objs, scheduler_name)}
+    their pods name, or (kube-scheduler-gang, `native_groups`) a native PodGroup made for each gang, or
+    (volcano) a Volcano PodGroup for each gang, single pods included (vc-scheduler binds no pod without one)."""
+    pods = {f"{manifests.NAMESPACE}/{p['metadata']['name']}": p for p in pending_pods(objs, scheduler_name(scheduler))}
     position = {name: i for i, name in enumerate(pods)}
     groups = {o["metadata"]["name"]: o for o in objs if o["kind"] == "PodGroup"}
     out = []
@@ -200,6 +225,9 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
                 }
                 for p in members
             ]
+        if scheduler.startswith("volcano"):
+            group, members = volcano_members(gang, members)
+            made = [group]
         out.append(Arrival(gang.name, made, members))
     return out
 

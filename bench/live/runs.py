@@ -4,7 +4,10 @@ Schedulers: `kube-scheduler` (the pinned release), `kube-scheduler-gang` (the sa
 scheduling: the GenericWorkload and TopologyAwareWorkloadScheduling gates on, a scheduling.k8s.io/v1beta1
 PodGroup per gang with the gang's priority class and, for co-located gangs, a topology constraint) and
 `gangsolve` (`gangsolve run`). Each scheduler's users create what that scheduler reads: nothing for plain
-kube-scheduler, native PodGroups for its gang scheduling, scheduler-plugins PodGroups for gangsolve.
+kube-scheduler, native PodGroups for its gang scheduling, scheduler-plugins PodGroups for gangsolve. The real
+peers (`volcano`, `volcano-gpu-binpack`: Volcano's vc-scheduler and controllers, bench/devcluster/volcano.py) run
+where hack/build-peers.sh built them and the scenario's users can write what they read; their users give each
+gang a Volcano PodGroup.
 
 Two modes, as scheduler_perf measures:
 - **stream**: the scheduler runs, then the pending pods arrive at `rate` pods a second (or as fast as the API
@@ -53,9 +56,9 @@ from typing import Any
 import yaml
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane
+from gangsolve.bench.devcluster import ControlPlane, volcano
 from gangsolve.bench.devcluster.gangsolve_process import REPO, GangsolveProcess
-from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, LiveScenario
+from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import (
     AUDIT_POLICY,
     BindWatch,
@@ -119,6 +122,13 @@ def gangsolve_process(
     )
 
 
+def volcano_conf(peer: volcano.Volcano, cp: ControlPlane, scheduler: str) -> dict[str, Any]:
+    """vc-scheduler's configuration in the live bench: the one its Helm chart installs by default, with GPUs
+    binpacked for `volcano-gpu-binpack`."""
+    conf = peer.chart_scheduler_conf(cp.binaries.helm)
+    return volcano.with_gpu_binpack(conf) if scheduler == "volcano-gpu-binpack" else conf
+
+
 def log_name(scenario: str) -> str:
     """A scenario's name as the start of its log files' names."""
     return scenario.replace("/", "__")
@@ -165,13 +175,17 @@ def run_live(
     pending = sum(len(a.pods) for a in gangs)
     log_dir.mkdir(parents=True, exist_ok=True)
     native = scheduler == "kube-scheduler-gang"
+    kube_scheduler = scheduler.startswith("kube-scheduler")
     flags: dict[str, Any] = {}
     if native or any(o["apiVersion"] == NATIVE_GANG_API for o in objs):
-        flags = workload_flags(scenario.native_gates, scheduler != "gangsolve")
+        flags = workload_flags(scenario.native_gates, kube_scheduler)
     burst = scenario.mode == "burst"
     gs: GangsolveProcess | None = None
+    peer = volcano.Volcano.locate() if scheduler in REAL_PEERS else None
+    peer_conf: dict[str, Any] | None = None
+    peer_processes: volcano.VolcanoProcesses | None = None
     with ControlPlane(
-        scheduler=scheduler != "gangsolve",
+        scheduler=kube_scheduler,
         defer_scheduler=True,
         scheduler_config=scheduler_config(scenario),
         node_leases=not scenario.scale,
@@ -192,8 +206,14 @@ def run_live(
                 if scenario.client_qps:
                     settings = {"kube-api-qps": scenario.client_qps, "kube-api-burst": int(scenario.client_qps)}
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", settings)
+            if peer is not None:
+                peer_conf = volcano_conf(peer, cp, scheduler)
+                volcano.install(cp, peer)
+                peer_processes = volcano.add(cp, peer, peer_conf, qps=scenario.client_qps)
 
             def start_scheduler() -> int:
+                if peer_processes is not None:
+                    return volcano.start(cp, peer_processes)
                 if gs is not None:
                     gs.start()
                     assert gs.proc is not None
@@ -276,6 +296,8 @@ def run_live(
     )
     if served is not None:
         result["pod_group_served"] = served
+    if peer is not None:
+        result["peer"] = {"version": peer.version, "scheduler_conf": peer_conf}
     if scenario.oracle is not None:
         bound_at = {pod: t - timing.t0 for pod, (t, _node) in watch.bound.items()}
         result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)
@@ -299,9 +321,12 @@ def run_scenarios(
         scenario = LIVE_SCENARIOS[name]
         objs = scenario.build()
         kinds = [o["kind"] for o in objs]
+        not_run = {s: why for s in schedulers if (why := peer_not_run(scenario, s))}
+        for scheduler, why in not_run.items():
+            log(f"{name}: {scheduler} not run: {why}")
         runs = each_scheduler(
             name,
-            schedulers,
+            [s for s in schedulers if s not in not_run],
             partial(run_live, scenario, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log),
             on_run,
         )
@@ -321,9 +346,23 @@ def run_scenarios(
                     "pdbs": kinds.count("PodDisruptionBudget"),
                 },
                 "runs": runs,
+                **({"not_run": not_run} if not_run else {}),
             }
         )
     return results
+
+
+def peer_not_run(scenario: LiveScenario, scheduler: str) -> str | None:
+    """Why a real peer does not run in `scenario` (None: it runs, or it is not a real peer)."""
+    if scheduler not in REAL_PEERS:
+        return None
+    if scenario.users is not None:
+        return "the scenario's users write only kube-scheduler's and gangsolve's objects (no Volcano HyperNodes)"
+    try:
+        volcano.Volcano.locate()
+    except volcano.PeerMissing as missing:
+        return str(missing)
+    return None
 
 
 def each_scheduler(

@@ -421,8 +421,27 @@ def print_live(live: list[dict], console: Console) -> None:
     if rows := live_topology_rows(live):
         title = "Live topology: gangs, required level and spans from the final bindings (oracle on node labels)"
         console.print(_by_scenario(title, LIVE_TOPOLOGY_COLUMNS, rows))
-    for line in definition_waits(live):
+    for line in [*definition_waits(live), *peer_notes(live)]:
         console.print(line)
+
+
+def peer_notes(live: list[dict]) -> list[str]:
+    """The real peers that did not run in a scenario and why, and the configuration each one ran with."""
+    out = [f"{sc['name']}: {peer} not run: {why}" for sc in live for peer, why in (sc.get("not_run") or {}).items()]
+    configurations = {
+        r["scheduler"]: r["peer"] for sc in live for r in sc["runs"] if "peer" in r and "scheduler_conf" in r["peer"]
+    }
+    for peer, about in configurations.items():
+        conf = about["scheduler_conf"]
+        plugins = "; ".join(", ".join(map(_plugin, tier["plugins"])) for tier in conf.get("tiers", []))
+        out.append(f"{peer} {about['version']}: actions {conf.get('actions')}; plugin tiers: {plugins}")
+    return out
+
+
+def _plugin(plugin: dict) -> str:
+    """A scheduler plugin as `name`, or `name (key: value, ...)` when it has arguments."""
+    arguments = ", ".join(f"{k}: {v}" for k, v in (plugin.get("arguments") or {}).items())
+    return f"{plugin['name']} ({arguments})" if arguments else plugin["name"]
 
 
 def definition_waits(live: list[dict]) -> list[str]:
@@ -508,6 +527,8 @@ def markdown(results: dict) -> str:
             lines += ["", *md(columns, body)]
     if oracle_rows := live_topology_rows(results.get("live") or []):
         lines += ["", *md(LIVE_TOPOLOGY_COLUMNS, oracle_rows)]
+    if notes := peer_notes(results.get("live") or []):
+        lines += ["", *(f"- {note}" for note in notes)]
     for key in PREEMPTION_TITLES:
         if results.get(key):
             lines += ["", *md(PREEMPTION_COLUMNS, preemption_rows(results[key]))]

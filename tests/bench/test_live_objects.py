@@ -6,6 +6,7 @@ and the scale scenarios' names and modes."""
 from __future__ import annotations
 
 from gangsolve.bench import manifests, scenarios
+from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE as GPU
 from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
 from gangsolve.bench.live.populate import arrivals
 
@@ -68,3 +69,28 @@ def test_scale_scenarios_cover_every_shape_size_and_rate():
     burst = LIVE_SCENARIOS["live/5000nodes-3x1000-burst"]
     pods = [o for o in burst.build() if o["kind"] == "Pod"]
     assert (burst.nodes, len(pods), burst.client_qps) == (5000, 3000, 5000.0)
+
+
+def test_volcano_users_give_every_gang_a_volcano_pod_group_with_its_minimum_and_resources():
+    objs, cluster = synthetic()
+    gangs = {g.name: g for g in cluster.gangs}
+    by_name = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Pod"}
+    volcano_arrivals = arrivals(objs, cluster, "volcano")
+    assert len(volcano_arrivals) == len(cluster.gangs)
+    for arrival in volcano_arrivals:
+        gang = gangs[arrival.gang]
+        (group,) = arrival.groups  # single pods too: vc-scheduler binds no pod without a PodGroup
+        assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+        assert (group["spec"]["minMember"], group["spec"]["queue"]) == (gang.need, "default")
+        gpus = sum(
+            int(by_name[p["metadata"]["name"]]["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0))
+            for p in arrival.pods
+        )
+        assert int(group["spec"]["minResources"].get(GPU, "0")) == gpus
+        classes = {p["spec"].get("priorityClassName") for p in arrival.pods}
+        assert group["spec"].get("priorityClassName") == (classes.pop() if len(classes) == 1 else None)
+        for p in arrival.pods:
+            assert p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == group["metadata"]["name"]
+            assert p["spec"]["schedulerName"] == "volcano"
+    plain = [p["metadata"]["name"] for a in arrivals(objs, cluster, "kube-scheduler") for p in a.pods]
+    assert [p["metadata"]["name"] for a in volcano_arrivals for p in a.pods] == plain

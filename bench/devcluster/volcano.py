@@ -1,0 +1,280 @@
+"""Volcano's scheduler (vc-scheduler), the real peer, on a ControlPlane: where hack/build-peers.sh put it, the
+CRDs, ClusterRole and scheduler configuration its own Helm chart installs, and the process itself.
+
+vc-scheduler runs as kube-scheduler's user (as every scheduler the live bench measures), bound to the chart's
+ClusterRole. It creates the `root` and `default` Queues itself on start; vc-controller-manager's queue
+controller opens them (an unopened Queue admits nothing). vc-scheduler schedules only pods that name a Volcano
+PodGroup (annotation scheduling.k8s.io/group-name): the bench's users create it, as a training operator does
+with gang scheduling on (Kubeflow's training-operator: minMember = every replica).
+
+Volcano's own CRDs matter: a Queue created under a schema-less CRD has no `spec.weight` (the real CRD defaults
+it to 1), and with a total weight of 0 the proportion plugin gives every Queue an empty share, so vc-scheduler
+logs "Queue <default> is overused" and binds nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gangsolve.bench.devcluster.binaries import cache_dir, read_versions
+from gangsolve.bench.devcluster.controlplane import (
+    LOOPBACK,
+    Component,
+    ControlPlane,
+    ControlPlaneError,
+    free_port,
+)
+from gangsolve.bench.devcluster.crds import install as install_crds
+from gangsolve.edge.quantity import parse_quantity
+
+SCHEDULER_NAME = "volcano"  # the chart's default --scheduler-name
+GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"  # a pod's Volcano PodGroup
+POD_GROUP_API = "scheduling.volcano.sh/v1beta1"
+DEFAULT_QUEUE = "default"
+# The CRDs of the objects vc-scheduler and the controllers below watch (the chart installs these and those of
+# Volcano Jobs and its other controllers).
+SCHEDULER_CRDS = (
+    "bus.volcano.sh_commands",
+    "scheduling.volcano.sh_queues",
+    "scheduling.volcano.sh_podgroups",
+    "topology.volcano.sh_hypernodes",
+    "nodeinfo.volcano.sh_numatopologies",
+    "shard.volcano.sh_nodeshards",
+)
+COMPONENT = "vc-scheduler"
+CONTROLLERS_COMPONENT = "vc-controller-manager"
+
+
+class PeerMissing(RuntimeError):
+    """A peer scheduler is not in the cache: hack/build-peers.sh builds it."""
+
+
+@dataclass(frozen=True)
+class Volcano:
+    """vc-scheduler at the pinned version and the Helm chart of the same release, as built into the cache."""
+
+    version: str
+    home: Path  # <cache>/bin/volcano-<version>: vc-scheduler, vc-controller-manager and chart/
+
+    @property
+    def binary(self) -> Path:
+        return self.home / "vc-scheduler"
+
+    @property
+    def controller_manager(self) -> Path:
+        return self.home / "vc-controller-manager"
+
+    @property
+    def chart(self) -> Path:
+        return self.home / "chart"
+
+    @classmethod
+    def locate(cls) -> Volcano:
+        version = read_versions().get("VOLCANO_VERSION")
+        if not version:
+            raise PeerMissing("VOLCANO_VERSION is not set in hack/versions.env")
+        found = cls(version, cache_dir() / "bin" / f"volcano-{version}")
+        if not all(p.is_file() for p in (found.binary, found.controller_manager, found.chart / "Chart.yaml")):
+            raise PeerMissing(
+                f"Volcano's vc-scheduler {version} is not built (expected at {found.binary}): "
+                "`make peers` builds it from source (hack/build-peers.sh; a few minutes on 2 cores)"
+            )
+        return found
+
+    def render_chart(self, helm: Path, namespace: str = "volcano-system") -> list[dict]:
+        """The chart's scheduler objects (ConfigMap, ServiceAccount, ClusterRole, ...) as helm renders them."""
+        only = "templates/scheduler.yaml"
+        out = subprocess.run(
+            [helm, "template", "vc", str(self.chart), "--namespace", namespace, "--show-only", only],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
+
+    def chart_scheduler_conf(self, helm: Path) -> dict[str, Any]:
+        """The scheduler configuration the chart installs by default (volcano-scheduler.conf)."""
+        config_map = next(d for d in self.render_chart(helm) if d["kind"] == "ConfigMap")
+        return yaml.safe_load(config_map["data"]["volcano-scheduler.conf"])
+
+    def crds(self) -> list[dict]:
+        return [yaml.safe_load((self.chart / "crd" / "bases" / f"{name}.yaml").read_text()) for name in SCHEDULER_CRDS]
+
+
+# The binpack plugin's own documented arguments (its source's example, without the example's made-up resource):
+# the chart's default scores cpu and memory only, so GPU pods are spread by nodeorder's leastrequested.
+GPU_BINPACK = {
+    "binpack.weight": 10,
+    "binpack.cpu": 5,
+    "binpack.memory": 1,
+    "binpack.resources": "nvidia.com/gpu",
+    "binpack.resources.nvidia.com/gpu": 2,
+}
+
+
+def with_gpu_binpack(conf: dict[str, Any]) -> dict[str, Any]:
+    """`conf` with the binpack plugin scoring GPUs too (GPU_BINPACK as its arguments)."""
+    tiers = [
+        {**tier, "plugins": [{**p, "arguments": GPU_BINPACK} if p["name"] == "binpack" else p for p in tier["plugins"]]}
+        for tier in conf["tiers"]
+    ]
+    return {**conf, "tiers": tiers}
+
+
+def install(cp: ControlPlane, volcano: Volcano, user: str = "system:kube-scheduler") -> None:
+    """Volcano's CRDs, and the chart's ClusterRole for vc-scheduler bound to `user`."""
+    install_crds(cp, *volcano.crds())
+    role = next(d for d in volcano.render_chart(cp.binaries.helm) if d["kind"] == "ClusterRole")
+    name = role["metadata"]["name"]
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    cp.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    cp.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+
+
+@dataclass(frozen=True)
+class VolcanoProcesses:
+    """vc-scheduler and vc-controller-manager as components of a ControlPlane (stopped with it, watched by its
+    check_alive), each with the port of its /healthz."""
+
+    scheduler: Component
+    controllers: Component
+    scheduler_healthz: int
+    controllers_healthz: int
+
+
+# The controllers the scheduler's path needs: the queue controller opens Queues (vc-scheduler enqueues nothing
+# into a Queue whose status.state is not Open) and the PodGroup controller makes a PodGroup for a pod that has
+# none. The chart runs every controller; the others (Volcano Jobs, JobFlows, HyperNode discovery, ...) act on
+# objects the bench does not create.
+CONTROLLERS = "queue-controller,pg-controller"
+
+
+def add(
+    cp: ControlPlane, volcano: Volcano, conf: dict[str, Any], *, qps: float | None = None, verbosity: int = 3
+) -> VolcanoProcesses:
+    """vc-scheduler (`conf` as its --scheduler-conf, as kube-scheduler's user, `qps` as its client's QPS and
+    burst; None: its own default, 2000) and vc-controller-manager (the chart's client limits, as the admin: its
+    requests are not the scheduler's), added to `cp`, not started."""
+    assert cp.workdir is not None
+    conf_path = cp.workdir / "volcano-scheduler.conf"
+    conf_path.write_text(yaml.safe_dump(conf, sort_keys=False))
+    ports = {name: (free_port(), free_port()) for name in (COMPONENT, CONTROLLERS_COMPONENT)}
+
+    def common(name: str) -> list[str]:
+        healthz, metrics = ports[name]
+        return [
+            "--logtostderr",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            "--leader-elect=false",
+            "--enable-healthz=true",
+            f"--healthz-address={LOOPBACK}:{healthz}",
+            f"--listen-address={LOOPBACK}:{metrics}",
+            f"-v={verbosity}",
+        ]
+
+    limits = [f"--kube-api-qps={qps}", f"--kube-api-burst={int(qps)}"] if qps is not None else []
+    scheduler: list[str | Path] = [
+        volcano.binary,
+        *common(COMPONENT),
+        f"--kubeconfig={cp.scheduler_kubeconfig}",
+        f"--scheduler-conf={conf_path}",
+        f"--cache-dump-dir={cp.workdir}",
+        *limits,
+    ]
+    controllers: list[str | Path] = [
+        volcano.controller_manager,
+        *common(CONTROLLERS_COMPONENT),
+        f"--kubeconfig={cp.kubeconfig}",
+        f"--controllers={CONTROLLERS}",
+        "--kube-api-qps=50",
+        "--kube-api-burst=100",
+    ]
+    logs = cp.workdir / "logs"
+    made = VolcanoProcesses(
+        Component(COMPONENT, scheduler, logs, cp.workdir),
+        Component(CONTROLLERS_COMPONENT, controllers, logs, cp.workdir),
+        ports[COMPONENT][0],
+        ports[CONTROLLERS_COMPONENT][0],
+    )
+    cp.components[COMPONENT] = made.scheduler
+    cp.components[CONTROLLERS_COMPONENT] = made.controllers
+    return made
+
+
+def start(cp: ControlPlane, processes: VolcanoProcesses, timeout: float = 90.0) -> int:
+    """Start the controllers, then the scheduler; return the scheduler's pid once both answer /healthz and the
+    default Queue (which the scheduler creates) is Open (which the queue controller makes it)."""
+    processes.controllers.start()
+    processes.scheduler.start()
+    deadline = time.monotonic() + timeout
+
+    def ready() -> bool:
+        for component in (processes.controllers, processes.scheduler):
+            if not component.alive():
+                assert component.process is not None
+                raise component.failure(f"exited with code {component.process.returncode} while starting")
+        try:
+            queue = cp.get(f"/apis/{POD_GROUP_API}/queues/{DEFAULT_QUEUE}")
+        except Exception:
+            return False
+        state = ((queue or {}).get("status") or {}).get("state")
+        return state == "Open" and _healthy(processes.scheduler_healthz) and _healthy(processes.controllers_healthz)
+
+    while not ready():
+        if time.monotonic() > deadline:
+            raise processes.scheduler.failure(
+                f"not ready within {timeout:.0f}s (healthz of both, the default Queue Open); "
+                f"vc-controller-manager's log: {processes.controllers.log_path}"
+            )
+        time.sleep(0.2)
+    if processes.scheduler.pid is None:
+        raise ControlPlaneError("vc-scheduler has no pid")
+    return processes.scheduler.pid
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/healthz", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def pod_group(
+    name: str, min_member: int, pods: list[dict], namespace: str | None = None, queue: str = DEFAULT_QUEUE
+) -> dict:
+    """A Volcano PodGroup as Kubeflow's training-operator writes one for a job with gang scheduling on:
+    minMember, the job's minimum resources (the sum of its pods' requests), its priority class, its queue."""
+    total: dict[str, Decimal] = {}
+    for pod in pods:
+        for container in pod["spec"]["containers"]:
+            for resource, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
+                total[resource] = total.get(resource, Decimal(0)) + parse_quantity(quantity)
+    spec: dict[str, Any] = {
+        "minMember": min_member,
+        "queue": queue,
+        "minResources": {r: format(v.normalize(), "f") for r, v in total.items()},
+    }
+    classes = {p["spec"].get("priorityClassName") for p in pods}
+    if len(classes) == 1 and (priority_class := classes.pop()):
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": POD_GROUP_API,
+        "kind": "PodGroup",
+        "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
+        "spec": spec,
+    }
