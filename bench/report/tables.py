@@ -270,7 +270,19 @@ def timeline_medians(timeline: list[dict]) -> list[tuple[str, ...]]:
     return out
 
 
-PROMISE_COLUMNS = ("timeline", "jobs started", "start - first shown p5", "p50", "p95", "max", "later by > 1 cycle")
+PROMISE_COLUMNS = (
+    "timeline",
+    "jobs started",
+    "start - first shown p5",
+    "p50",
+    "p95",
+    "max",
+    "later by > 1 cycle",
+    "held a reservation",
+    "start - first held p95",
+    "max",
+    "later by > 1 cycle",
+)
 
 
 def promise_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
@@ -285,6 +297,9 @@ def promise_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
                         str(p["jobs"]),
                         *(num(p[key], "{:.0f}s") for key in ("p5", "p50", "p95", "max")),
                         str(p["late"]),
+                        str(p["held"]["jobs"]),
+                        *(num(p["held"][key], "{:.0f}s") for key in ("p95", "max")),
+                        str(p["held"]["late"]),
                     )
                 )
     return out

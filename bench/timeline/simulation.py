@@ -82,6 +82,7 @@ class Job:
     # gang's wait for the starvation age counts from its pods' creation, as in the live scheduler).
     created: float = 0.0
     shown: float | None = None  # the first start the scheduler showed it (its planned start, or when it started)
+    promised: float | None = None  # the first start it held a reservation for (None: it never held one)
 
     @property
     def gpus(self) -> int:
@@ -302,6 +303,7 @@ def simulate(
     reserved: dict[str, float] = {}  # gang -> its reservation's start at the last cycle
     promised: tuple[Reservation, ...] = ()  # the last cycle's plan, which the next keeps (Cluster.promised)
     shown: dict[str, float] = {}  # gang -> the first start the scheduler showed it (now, if it started at once)
+    promised_at: dict[str, float] = {}  # gang -> the first start it held a reservation for
     later = backfilled = 0
     nominated: dict[str, str] = {}  # pod -> node, from the last cycle's preemptions (their victims are gone)
     lost: list[tuple[int, float, float]] = []  # evicted runs: GPUs, start, eviction (their work is lost)
@@ -380,6 +382,7 @@ def simulate(
         )
         for g, r in plan.items():
             shown.setdefault(g, r["start"])
+            promised_at.setdefault(g, r["start"])
         for g, start in facts.get("forecasts", {}).items():
             shown.setdefault(g, start)
         later += sum(1 for g, r in plan.items() if g in reserved and r["start"] > reserved[g] + PERIOD)
@@ -390,6 +393,7 @@ def simulate(
             pending.remove(job)
             job.start, job.end = now, now + job.duration
             job.shown = shown.pop(job.gang.name, now)
+            job.promised = promised_at.pop(job.gang.name, None)
             job.estimate = runtime[job.gang.name]
             backfilled += bool(reserved_nodes & set(job.bound.values()))
             running.append(job)
@@ -459,18 +463,24 @@ BSLD_FLOOR = 10.0  # seconds: bounded slowdown's threshold for very short jobs (
 
 
 def promise_accuracy(jobs: list[Job]) -> dict:
-    """How each started job's start compared with the first start it was shown: the distribution of actual minus
-    shown (negative: sooner than promised), and how many started later than shown by more than one cycle period
-    (a planned start between two cycles is kept at the next one)."""
-    late = [j.start - j.shown for j in jobs if j.start is not None and j.shown is not None]
-    return {
-        "jobs": len(late),
-        "p5": placement_metrics.percentile(late, 5),
-        "p50": placement_metrics.percentile(late, 50),
-        "p95": placement_metrics.percentile(late, 95),
-        "max": max(late, default=None),
-        "late": sum(1 for d in late if d > PERIOD),
-    }
+    """How each started job's start compared with the first start it was shown (a reservation's or a
+    forecast's, or now if it started at once), and, for the jobs that held a reservation, with the first start
+    it held: the distributions of actual minus expected (negative: sooner), and how many started later by more
+    than one cycle period (a planned start between two cycles is kept at the next one)."""
+
+    def distribution(late: list[float]) -> dict:
+        return {
+            "jobs": len(late),
+            "p5": placement_metrics.percentile(late, 5),
+            "p50": placement_metrics.percentile(late, 50),
+            "p95": placement_metrics.percentile(late, 95),
+            "max": max(late, default=None),
+            "late": sum(1 for d in late if d > PERIOD),
+        }
+
+    shown = [j.start - j.shown for j in jobs if j.start is not None and j.shown is not None]
+    held = [j.start - j.promised for j in jobs if j.start is not None and j.promised is not None]
+    return {**distribution(shown), "held": distribution(held)}
 
 
 def summarize(
