@@ -291,15 +291,16 @@ def promise_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
     for sc in timeline:
         for r in sc["runs"]:
             if p := r["summary"].get("promises"):
+                held = p.get("held", {})  # results written before promises were told apart have none
                 out.append(
                     (
                         timeline_label(sc),
                         str(p["jobs"]),
                         *(num(p[key], "{:.0f}s") for key in ("p5", "p50", "p95", "max")),
                         str(p["late"]),
-                        str(p["held"]["jobs"]),
-                        *(num(p["held"][key], "{:.0f}s") for key in ("p95", "max")),
-                        str(p["held"]["late"]),
+                        str(held.get("jobs", "-")),
+                        *(num(held.get(key), "{:.0f}s") for key in ("p95", "max")),
+                        str(held.get("late", "-")),
                     )
                 )
     return out
