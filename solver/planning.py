@@ -1,19 +1,22 @@
-"""Planning in time: reservations for starving gangs, and the backfill rule that keeps them.
+"""Planning in time: the plan (reservations for the first gangs that cannot start, forecasts for the next), the
+promises it keeps from cycle to cycle, and the backfill rule that keeps them.
 
-A cycle places gangs now. Walking the queue (priority, starving gangs first, then the longest waiting), a
-starving gang that cannot start gets a *reservation*: the earliest time at which running pods' estimated ends
-(and those of gangs started earlier in the walk) free enough capacity for it, and the nodes it would take then.
-At most `SolveConfig.reservations` gangs hold one per cycle. Gangs started now may then use a reserved node only
-where they leave the reservation whole: they are expected to end by its start, or they take only what the
-reservation does not need (Slurm's backfill, per node and resource).
+A cycle places gangs now. Walking the queue (priority, starving gangs first, then the longest waiting), each gang
+that cannot start gets a *reservation*, up to `SolveConfig.reservations` of them: the earliest time at which
+running pods' estimated ends (and those of gangs started or planned earlier in the walk) free enough capacity
+for it for its whole runtime, and the nodes it would take then. The last cycle's reservations come back as
+`Cluster.promised` and are held before the walk, so a gang keeps its start unless it can start sooner. Gangs
+started now may use a reserved node only where they leave the reservation whole: they are expected to end by its
+start, or they take only what the reservation does not need (Slurm's backfill, per node and resource). The gangs
+past the depth get a *forecast*, the start the same rule gives them, which holds nothing.
 
 The rule becomes one capacity limit per reservation start T: on every node, the gangs started now that still
 run at T must fit in what is free at T once the reservations active at T are held. A gang of a higher priority
 than every reservation active at T is not held back (a reservation never delays a higher-priority gang). The
 greedy passes apply the limits through `Limits`, CP-SAT as linear constraints (`GangModel.limit`).
 
-Reservations are a function of the cycle's input (the queue, running pods and their estimated ends), so they
-are rebuilt from the cluster after a restart, and hold from cycle to cycle while that input holds.
+Without the last cycle's plan (after a restart), reservations are a function of the cycle's input (the queue,
+running pods and their estimated ends), so they are rebuilt from the cluster.
 """
 
 from __future__ import annotations
@@ -176,8 +179,8 @@ class Planner(Limits):
     `promised`: the last cycle's reservations. Each is held from the start, so no gang walked before it can
     delay it; when the walk reaches its gang, it starts now if it fits (holding its reservation still, in case
     a later pass does not start it), and otherwise moves to its earliest start if that is sooner, else keeps
-    its place (while it still fits there: an estimate that proved short can
-    push it later). With exact estimates and one priority, no gang therefore starts later than it was shown."""
+    its place (while it still fits there: an estimate that proved short can push it later). With exact
+    estimates and one priority, no gang therefore starts later than it was shown."""
 
     def __init__(self, problem: Problem, most: int, free: np.ndarray, promised: Sequence[Planned] = ()) -> None:
         super().__init__(problem, Plan())
