@@ -1,7 +1,8 @@
 """The plan a cycle's baseline pass makes (planning.py), and the limits it sets every other pass.
 
-A `Plan` is the starving gangs' reservations and one `Check` per reservation start; `Limits` holds a pass (a
-greedy variant, a search step, the warm start) to them, as CP-SAT holds its model to them with constraints.
+A `Plan` is the pending gangs' reservations, one `Check` per reservation start, and the forecasts; `Limits` holds
+a pass (a greedy variant, a search step, the warm start) to the checks, as CP-SAT holds its model to them with
+constraints.
 """
 
 from __future__ import annotations

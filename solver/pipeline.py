@@ -72,7 +72,7 @@ def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping
 def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapping[str, str] | None) -> Placement:
     problem = Problem(cluster)
     begun = time.perf_counter()
-    # Queue order, as Volcano allocates, holding reservations for starving gangs that cannot start: the
+    # Queue order, as Volcano allocates, holding reservations for the gangs that cannot start (the plan): the
     # baseline never to fall below. Without reservations it is the plain greedy allocator.
     counts, plan = planning.plan(problem, config.reservations, config.forecasts)
     took = time.perf_counter() - begun
