@@ -33,6 +33,7 @@ from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.budget import (
     BUILD_SECONDS,
     EXACT_WORK,
+    FORECAST_SHARE,
     HINT_SHARE,
     LOCALITY_MOST,
     LOCALITY_SHARE,
@@ -74,7 +75,7 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     begun = time.perf_counter()
     # Queue order, as Volcano allocates, holding reservations for the gangs that cannot start (the plan): the
     # baseline never to fall below. Without reservations it is the plain greedy allocator.
-    counts, plan = planning.plan(problem, config.reservations, config.forecasts)
+    counts, plan = planning.plan(problem, config.reservations, config.forecasts, budget.until(FORECAST_SHARE))
     took = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"

@@ -21,6 +21,8 @@ running pods and their estimated ends), so they are rebuilt from the cluster.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -36,6 +38,11 @@ MIN_EXTENSION = 60.0
 # A GPU free now that a reservation holds for later weighs as much as two GPUs of best-fit slack (node_scores
 # weighs leftover GPUs 10 each).
 IDLE_WEIGHT = 20.0
+# A busy cluster has a release time per running gang (thousands at 1,000 nodes); trying a placement at each
+# would take seconds per planned gang. Past this many, the first time it fits is found by bisection, as if
+# what frees only ever grew (a reservation starting inside the gang's run can make an earlier time the first):
+# the start found always fits, and is the earliest but for that.
+MOST_CANDIDATE_TIMES = 128
 
 
 def expected_end(start: float, estimate: float | None, now: float) -> float | None:
@@ -111,7 +118,10 @@ class Timeline:
         room = self.free.copy()
         i = 0
         # Only a release can make the gang fit: the times something is freed are the candidates.
-        for t in np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist():
+        candidates = np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist()
+        if len(candidates) > MOST_CANDIDATE_TIMES:
+            return self._bisect(g, runtime, candidates, at_start, need)
+        for t in candidates:
             j = int(np.searchsorted(times, t, side="right"))
             np.add.at(room, nodes[i:j], changes[i:j])
             i = j
@@ -125,6 +135,34 @@ class Timeline:
             if counts is not None:
                 return t, counts
         return None
+
+    def _bisect(
+        self, g: int, runtime: float, candidates: list[float], at_start: dict[float, np.ndarray], need: int
+    ) -> tuple[float, GangCounts] | None:
+        """The first of `candidates` at which gang g fits for `runtime` seconds, by bisection (see
+        MOST_CANDIDATE_TIMES), and where."""
+
+        def fit(t: float) -> GangCounts | None:
+            window = self.at(t)
+            for s, room in at_start.items():
+                if t < s < t + runtime:
+                    window = np.minimum(window, room)
+            if need and int((np.maximum(window, 0) @ self.problem.gpus).sum()) < need:
+                return None
+            return _place(self.problem, g, window, self._idle_aware)
+
+        found = fit(candidates[-1])
+        if found is None:
+            return None
+        lo, hi = 0, len(candidates) - 1  # candidates[hi] fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            counts = fit(candidates[mid])
+            if counts is None:
+                lo = mid + 1
+            else:
+                hi, found = mid, counts
+        return candidates[hi], found
 
     def holds(self, g: int, start: float, counts: GangCounts, runtime: float, starts: list[float]) -> bool:
         """Whether gang g still fits on `counts` from `start` for `runtime` seconds (its own hold taken off)."""
@@ -285,12 +323,15 @@ def promises(problem: Problem) -> list[Planned]:
     return out
 
 
-def forecast(planner: Planner, most: int) -> list[Planned]:
-    """Expected starts for the first `most` gangs the walk passed over past the plan's depth: each the earliest
-    time it fits after the reservations and the forecasts before it, as the plan would make it. They hold
-    nothing (a gang started now may take their room), so they are a forecast, not a promise."""
+def forecast(planner: Planner, most: int, until: float = math.inf) -> list[Planned]:
+    """Expected starts for the first `most` gangs the walk passed over past the plan's depth, until the clock
+    reads `until`: each the earliest time it fits after the reservations and the forecasts before it, as the
+    plan would make it. They hold nothing (a gang started now may take their room), so they are a forecast,
+    not a promise."""
     timeline, out = planner.timeline, list[Planned]()
     for g in planner.past_depth[:most]:
+        if time.perf_counter() >= until:
+            break
         runtime = runtime_of(timeline.problem, g)
         starts = [r.start for r in (*planner.plan.reservations, *out) if r.start is not None]
         found = timeline.earliest(g, runtime, starts)
@@ -302,10 +343,11 @@ def forecast(planner: Planner, most: int) -> list[Planned]:
     return out
 
 
-def plan(problem: Problem, most: int, forecasts: int = 0) -> tuple[Counts, Plan]:
+def plan(problem: Problem, most: int, forecasts: int = 0, until: float = math.inf) -> tuple[Counts, Plan]:
     """The queue-order greedy pass with reservations: its placement (the baseline every other pass must
-    match) and the plan, with `forecasts` gangs past its depth forecast. The plan's checks are stated against
-    the free capacity before this pass's own placements, as every other pass starts from there."""
+    match) and the plan, with `forecasts` gangs past its depth forecast (while the clock is before `until`).
+    The plan's checks are stated against the free capacity before this pass's own placements, as every other
+    pass starts from there."""
     free = problem.free.copy()
     planner = Planner(problem, most, free, promises(problem) if most else ())
     counts = greedy(problem, limits=planner, free=free)
@@ -317,5 +359,5 @@ def plan(problem: Problem, most: int, forecasts: int = 0) -> tuple[Counts, Plan]
                 base.add(r.start, r.counts, r.gang, -1)
                 base.add(r.start + runtime_of(problem, r.gang), r.counts, r.gang, +1)
         result.checks = checks(base, result, planner.priority)
-    result.forecasts = forecast(planner, forecasts) if most else []
+    result.forecasts = forecast(planner, forecasts, until) if most else []
     return counts, result
