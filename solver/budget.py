@@ -25,7 +25,7 @@ from gangsolve.solver.model import SolveConfig
 # at 5,000 nodes and 1,000 gangs).
 RESERVE = 0.15
 HINT_SHARE = 0.4  # for the greedy variants (each estimated by the last one's time)
-FORECAST_SHARE = 0.1  # the plan's forecasts stop once this share of the cycle's time is spent
+FORECAST_SHARE = 0.1  # of the cycle's time limit, for the plan's forecasts after its reservations
 LOCALITY_SHARE = 0.05  # kept from the search for the locality stage at the end ...
 LOCALITY_MOST = 0.1  # ... which may take up to this share when the search ended early
 # With preferred topology levels, the locality tier is what the user asked for and only CP-SAT reduces it:

@@ -231,10 +231,15 @@ class Planner(Limits):
         self._refresh()
 
     def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
-        """Gang g starts now. A promised gang keeps its reservation in the plan all the same: a later pass may
-        leave it out, and then it still starts as promised; the gangs planned after it here count on neither."""
+        """Gang g starts now. A promised gang keeps its reservation in the plan all the same (a later pass may
+        leave it out, and then it still starts as promised), but the gangs planned after it here count on it
+        running from now, not twice."""
         super().take(g, counts, sign)
         self.timeline.add(float(self.ends[g]), counts, g, sign)
+        promise = self.promised.pop(g, None) if sign > 0 else None
+        if promise is not None and promise.start is not None:
+            self.timeline.add(promise.start, promise.counts, g, +1)
+            self.timeline.add(promise.start + runtime_of(self.problem, g), promise.counts, g, -1)
 
     def blocked(self, g: int, free: np.ndarray) -> None:
         gang = self.problem.gangs[g]
@@ -323,12 +328,13 @@ def promises(problem: Problem) -> list[Planned]:
     return out
 
 
-def forecast(planner: Planner, most: int, until: float = math.inf) -> list[Planned]:
-    """Expected starts for the first `most` gangs the walk passed over past the plan's depth, until the clock
-    reads `until`: each the earliest time it fits after the reservations and the forecasts before it, as the
-    plan would make it. They hold nothing (a gang started now may take their room), so they are a forecast,
-    not a promise."""
+def forecast(planner: Planner, most: int, seconds: float = math.inf) -> list[Planned]:
+    """Expected starts for the first `most` gangs the walk passed over past the plan's depth, for at most
+    `seconds` (checked between gangs): each the earliest time it fits after the reservations and the forecasts
+    before it, as the plan would make it. They hold nothing (a gang started now may take their room), so they
+    are a forecast, not a promise."""
     timeline, out = planner.timeline, list[Planned]()
+    until = time.perf_counter() + seconds
     for g in planner.past_depth[:most]:
         if time.perf_counter() >= until:
             break
@@ -343,9 +349,9 @@ def forecast(planner: Planner, most: int, until: float = math.inf) -> list[Plann
     return out
 
 
-def plan(problem: Problem, most: int, forecasts: int = 0, until: float = math.inf) -> tuple[Counts, Plan]:
+def plan(problem: Problem, most: int, forecasts: int = 0, seconds: float = math.inf) -> tuple[Counts, Plan]:
     """The queue-order greedy pass with reservations: its placement (the baseline every other pass must
-    match) and the plan, with `forecasts` gangs past its depth forecast (while the clock is before `until`).
+    match) and the plan, with `forecasts` gangs past its depth forecast (for at most `seconds`).
     The plan's checks are stated against the free capacity before this pass's own placements, as every other
     pass starts from there."""
     free = problem.free.copy()
@@ -359,5 +365,5 @@ def plan(problem: Problem, most: int, forecasts: int = 0, until: float = math.in
                 base.add(r.start, r.counts, r.gang, -1)
                 base.add(r.start + runtime_of(problem, r.gang), r.counts, r.gang, +1)
         result.checks = checks(base, result, planner.priority)
-    result.forecasts = forecast(planner, forecasts, until) if most else []
+    result.forecasts = forecast(planner, forecasts, seconds) if most else []
     return counts, result

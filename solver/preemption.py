@@ -121,6 +121,7 @@ class Preemption:
 
     def __init__(self, cluster: Cluster, placement: Placement, budget: Budget, workers: int = 1) -> None:
         self.placement = placement
+        self.gang_of = {p.name: g.name for g in cluster.gangs for p in g.pods}
         self.budget = budget
         self.workers = workers
         # CP-SAT's deterministic time for the whole stage; None: each call gets what the time left grants.
@@ -339,7 +340,7 @@ class Preemption:
             "preemption", status, chosen + placed, len(self.preemptors), time.perf_counter() - started, detail
         )
         objective = placement.objective + placed
-        moving = {*bindings, *nominations}
+        moving = {self.gang_of[pod] for pod in (*bindings, *nominations)}
         return replace(
             placement,
             bindings=bindings,
@@ -347,8 +348,8 @@ class Preemption:
             evictions=tuple(evictions),
             gangs=tuple(results[r.name] for r in placement.gangs),
             # A gang that preempts to start now no longer waits for its planned start.
-            reservations=tuple(r for r in placement.reservations if not set(r.bindings) & moving),
-            forecasts=tuple(r for r in placement.forecasts if not set(r.bindings) & moving),
+            reservations=tuple(r for r in placement.reservations if r.gang not in moving),
+            forecasts=tuple(r for r in placement.forecasts if r.gang not in moving),
             objective=objective,
             best_bound=max(placement.best_bound, objective),
             stages=(*placement.stages, stage.as_dict()),
