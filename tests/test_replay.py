@@ -141,7 +141,7 @@ def test_export_writes_the_succeeded_pods_of_the_scheduler_named(monkeypatch: py
         if not r.optional and r.path not in kube.lists:
             kube.lists[r.path].append({"metadata": {"resourceVersion": "1"}, "items": []})
 
-    async def connect(_kubeconfig: str | None) -> FakeKube:
+    async def connect(_kubeconfig: str | None, context: str | None = None) -> FakeKube:
         return kube
 
     monkeypatch.setattr(export_module.Kube, "connect", connect)
