@@ -82,6 +82,11 @@ class Timeline:
             self.events.append((time, n, sign * k * self.problem.demand[self.problem.parts[g][p].cls]))
         self._sorted = None
 
+    def hold(self, g: int, start: float, counts: GangCounts, sign: int = 1) -> None:
+        """Gang g's reservation from `start` for its runtime takes its capacity (sign 1), or gives it back (-1)."""
+        self.add(start, counts, g, -sign)
+        self.add(start + runtime_of(self.problem, g), counts, g, sign)
+
     def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._sorted is None:
             self.events.sort(key=lambda e: e[0])
@@ -238,8 +243,7 @@ class Planner(Limits):
         self.timeline.add(float(self.ends[g]), counts, g, sign)
         promise = self.promised.pop(g, None) if sign > 0 else None
         if promise is not None and promise.start is not None:
-            self.timeline.add(promise.start, promise.counts, g, +1)
-            self.timeline.add(promise.start + runtime_of(self.problem, g), promise.counts, g, -1)
+            self.timeline.hold(g, promise.start, promise.counts, -1)
 
     def blocked(self, g: int, free: np.ndarray) -> None:
         gang = self.problem.gangs[g]
@@ -272,14 +276,12 @@ class Planner(Limits):
     def _hold(self, r: Planned) -> None:
         self.plan.reservations.append(r)
         if r.start is not None:
-            self.timeline.add(r.start, r.counts, r.gang, -1)
-            self.timeline.add(r.start + runtime_of(self.problem, r.gang), r.counts, r.gang, +1)
+            self.timeline.hold(r.gang, r.start, r.counts)
 
     def _drop(self, r: Planned) -> None:
         self.plan.reservations.remove(r)
         if r.start is not None:
-            self.timeline.add(r.start, r.counts, r.gang, +1)
-            self.timeline.add(r.start + runtime_of(self.problem, r.gang), r.counts, r.gang, -1)
+            self.timeline.hold(r.gang, r.start, r.counts, -1)
 
     def _refresh(self) -> None:
         """The checks and what each still has room for, from the timeline (which holds this pass's gangs)."""
@@ -344,8 +346,7 @@ def forecast(planner: Planner, most: int, seconds: float = math.inf) -> list[Pla
         if found is not None:
             start, counts = found
             out.append(Planned(g, start, counts))
-            timeline.add(start, counts, g, -1)
-            timeline.add(start + runtime, counts, g, +1)
+            timeline.hold(g, start, counts)
     return out
 
 
@@ -362,8 +363,7 @@ def plan(problem: Problem, most: int, forecasts: int = 0, seconds: float = math.
         base = Timeline(problem, problem.free.copy())
         for r in result.reservations:
             if r.start is not None:
-                base.add(r.start, r.counts, r.gang, -1)
-                base.add(r.start + runtime_of(problem, r.gang), r.counts, r.gang, +1)
+                base.hold(r.gang, r.start, r.counts)
         result.checks = checks(base, result, planner.priority)
     result.forecasts = forecast(planner, forecasts, seconds) if most else []
     return counts, result
