@@ -130,16 +130,23 @@ class Timeline:
             j = int(np.searchsorted(times, t, side="right"))
             np.add.at(room, nodes[i:j], changes[i:j])
             i = j
-            window = room
-            for s in starts:
-                if t < s < t + runtime:
-                    window = np.minimum(window, at_start[s])
-            if need and int((np.maximum(window, 0) @ problem.gpus).sum()) < need:
-                continue
-            counts = _place(problem, g, window, self._idle_aware)
+            counts = self._fit(g, room, t, runtime, at_start, need)
             if counts is not None:
                 return t, counts
         return None
+
+    def _fit(
+        self, g: int, room: np.ndarray, t: float, runtime: float, at_start: dict[float, np.ndarray], need: int
+    ) -> GangCounts | None:
+        """Where gang g fits from `t` (what is free then: `room`) for `runtime` seconds, within what is free at
+        every reservation start during its run; `need`: the GPUs its minimum takes, a cheap first test."""
+        window = room
+        for s, free in at_start.items():
+            if t < s < t + runtime:
+                window = np.minimum(window, free)
+        if need and int((np.maximum(window, 0) @ self.problem.gpus).sum()) < need:
+            return None
+        return _place(self.problem, g, window, self._idle_aware)
 
     def _bisect(
         self, g: int, runtime: float, candidates: list[float], at_start: dict[float, np.ndarray], need: int
@@ -148,13 +155,7 @@ class Timeline:
         MOST_CANDIDATE_TIMES), and where."""
 
         def fit(t: float) -> GangCounts | None:
-            window = self.at(t)
-            for s, room in at_start.items():
-                if t < s < t + runtime:
-                    window = np.minimum(window, room)
-            if need and int((np.maximum(window, 0) @ self.problem.gpus).sum()) < need:
-                return None
-            return _place(self.problem, g, window, self._idle_aware)
+            return self._fit(g, self.at(t), t, runtime, at_start, need)
 
         found = fit(candidates[-1])
         if found is None:
