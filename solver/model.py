@@ -167,7 +167,9 @@ class Running:
 
 @dataclass(frozen=True)
 class Queue:
-    """A tenant's queue (Volcano's Queue). Gangs naming a queue the cluster lacks get weight 1 and no cap."""
+    """A tenant's queue (Volcano's Queue). Gangs naming a queue the cluster lacks get weight 1 and no cap.
+    Queues form a tree (Volcano's `spec.parent`): a department's queue holds its teams' queues, its share of the
+    cluster is divided among them, and its capability caps them together."""
 
     name: str
     weight: int = 1
@@ -176,6 +178,8 @@ class Queue:
     reclaimable: bool = True  # queues below their fair share may evict its gangs past its own (preemption.py)
     allocated: Resources = field(default_factory=dict)  # requests of its bound, unfinished pods
     closed: bool = False  # Volcano's state Closed (or Closing): it admits no new gangs; its running pods stay
+    parent: str = ""  # the queue it belongs to; "" (or Volcano's `root`): the top of the tree
+    deserved: Resources = field(default_factory=dict)  # its fair share per resource named (Volcano's capacity)
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,7 @@ class QueueResult:
     name: str
     weight: int
     capability: Resources
-    allocated: Resources
+    allocated: Resources  # a parent queue: what the queues under it hold, together
     share: float
     fair_share: float
+    parent: str = ""

@@ -163,11 +163,12 @@ class Preemption:
         # What each queue may still take under its capability once this cycle's placement is in (queues.py):
         # a preemptor keeps within its queue's, as every placed gang does.
         row = {name: i for i, name in enumerate(p.queue_names)}
+        path = queues.Tree(queues.queues_of(cluster)).path
         queue_of = {pod.name: g.queue for g in cluster.gangs for pod in g.pods}
         self.cap_left = p.cap_left[: p.borrow_row].copy()
         for name, _node in [*placement.bindings.items(), *placement.nominations.items()]:
-            if queue_of[name] in row:
-                self.cap_left[row[queue_of[name]]] -= self._vector({**pods[name].requests, "pods": 1})
+            rows = [row[q] for q in path(queue_of[name]) if q in row]
+            self.cap_left[rows] -= self._vector({**pods[name].requests, "pods": 1})
 
         # The running pods that could ever be victims, and the gangs (units) they belong to.
         units: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -204,18 +205,24 @@ class Preemption:
         # are gone, per resource; and the resource its share is measured in, in which a queue that loses gangs to
         # reclaim stays at or above its fair share (for a starving preemptor: ends nearer it).
         declared = queues.queues_of(cluster)
-        fair = queues.deserved(cluster)
-        total = self._amounts(queues.schedulable_total(cluster))
+        self.tree = queues.Tree(declared)
+        fair = queues.deserved(cluster)  # a parent queue's: its whole subtree's
+        own_fair = queues.own_deserved(cluster)
+        self.total = self._amounts(queues.schedulable_total(cluster))
         self.fair = {name: self._amounts(fair[name]) for name in declared}
-        self.held = {name: self._amounts(q.allocated) for name, q in declared.items()}
+        self.own_fair = {name: self._amounts(own_fair[name]) for name in declared}
+        self.held = {name: self._amounts(q.allocated) for name, q in declared.items()}  # its own gangs'
         for name, _node in [*placement.bindings.items(), *placement.nominations.items()]:
             self.held[queue_of[name]] += self._vector({**pods[name].requests, "pods": 1})
         for r in cluster.running:
             if r.leaving and r.queue in self.held:
                 self.held[r.queue] -= self._vector(r.requests)
-        # A queue's share is measured in the resource it holds the largest fraction of (GPUs on GPU clusters).
-        fraction = {name: np.divide(h, total, out=np.zeros_like(h), where=total > 0) for name, h in self.held.items()}
-        self.dominant = {name: int(np.argmax(f)) for name, f in fraction.items()}
+        # A queue's share is measured in the resource it (with the queues under it) holds the largest fraction
+        # of (GPUs on GPU clusters).
+        self.dominant = {}
+        for name in declared:
+            h = self._held(name)
+            self.dominant[name] = int(np.argmax(np.divide(h, self.total, out=np.zeros_like(h), where=self.total > 0)))
         self.reclaimable = {name for name, q in declared.items() if q.reclaimable}
         # Gangs within their queue's fair share; the placement kept the others off capacity those wait for.
         self.within = {g.name: g.fair for g in queues.rank(cluster)}
@@ -235,10 +242,19 @@ class Preemption:
         its fair share; with `nearer` (a starving preemptor), less than twice that, so that it ends nearer its
         fair share than it was."""
         k = self.dominant[queue]
-        past = float(self.held[queue][k] - self.fair[queue][k])
+        past = float(self._held(queue)[k] - self.fair[queue][k])
         if nearer:
             return max(0, math.ceil(2 * past - _SLACK) - 1)
         return max(0, int(np.floor(past + _SLACK)))
+
+    def _held(self, queue: str) -> np.ndarray:
+        """What the queue and every queue under it hold (now, with this stage's changes)."""
+        return sum((self.held[q] for q in self.tree.under(queue) if q in self.held), np.zeros(len(self.total)))
+
+    def branch(self, victim: str, preemptor: str) -> list[str]:
+        """The queues a reclaim by `preemptor`'s queue from `victim`'s takes from: the victim's and those above
+        it, up to the nearest queue above both (each must stay at or above its fair share)."""
+        return [q for q in self.tree.branch(victim, preemptor) if q in self.fair]
 
     def _shortfall(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """Gang g's minimum, and what its queue holds below its fair share (now, with this stage's changes), in
@@ -246,7 +262,7 @@ class Preemption:
         queue = self.problem.gangs[g].queue
         need = self.problem.floor[g].astype(np.float64)
         asked = need > 0
-        return need[asked], (self.fair[queue] - self.held[queue])[asked]
+        return need[asked], (self.own_fair[queue] - self.held[queue])[asked]
 
     def _within(self, g: int) -> bool:
         """Whether gang g was within its queue's fair share for the placement, and still is with what this stage
@@ -272,7 +288,12 @@ class Preemption:
         # Within its fair share; a starving gang: nearer it (past it by less than the queue is short of it now).
         if not (need < 2 * short - _SLACK if gang.starving else need <= short + _SLACK).all():
             return none
-        over = {q for q in self.reclaimable if q != mine and self.excess(q, gang.starving) > 0}
+        over = {
+            q
+            for q in self.reclaimable
+            if q != mine
+            and all(a in self.reclaimable and self.excess(a, gang.starving) > 0 for a in self.branch(q, mine))
+        }
         mask: np.ndarray = self.alive & self.evictable & (self.priority == gang.priority)
         mask &= np.array([q in over for q in self.queue], dtype=bool)
         for members in self.units:  # whole gangs only: a gang with a member that may not go stays
@@ -302,17 +323,17 @@ class Preemption:
             if self.budget.passed(deadline):
                 break
             tried += 1
-            queue = int(self.problem.queue_of[g])
-            if (self.problem.floor[g] > self.cap_left[queue]).any():
-                continue  # its queue's capability leaves too little for its minimum
+            rows = list(self.problem.queue_rows[g])  # its queue's and every queue's above it
+            if (self.problem.floor[g] > self.cap_left[rows]).any():
+                continue  # a capability leaves too little for its minimum
             share = None if self.work is None else self.work / len(self.preemptors)
             choice = self.choose(g, self.budget.slice(deadline, len(self.preemptors) - g), share)
             if choice is None:
                 continue
             use = self._use(g, choice).sum(axis=0)
-            if (use > self.cap_left[queue]).any():
+            if (use > self.cap_left[rows]).any():
                 continue
-            self.cap_left[queue] -= use
+            self.cap_left[rows] -= use
             proven &= choice.proven
             now_fits = not choice.victims and self._fits_now(g, choice)
             self._apply(g, choice)
@@ -412,8 +433,12 @@ class Preemption:
         tries: list[tuple[np.ndarray, np.ndarray | None]] = [
             (candidates & (self.priority <= level), None) for level in levels
         ]
-        if reclaim.any():  # last, as its own priority is the highest victim priority
-            tries.append((candidates | reclaim, reclaim))
+        # Reclaim last, as its own priority is the highest victim priority; from the nearest queues first
+        # (siblings, then cousins, up the tree).
+        kin = np.array([self.tree.kinship(q, gang.queue) if q in self.fair else 0 for q in self.queue], dtype=np.int64)
+        for depth in sorted({int(k) for k in kin[reclaim]}, reverse=True):
+            nearer = reclaim & (kin >= depth)
+            tries.append((candidates | nearer, nearer))
         for allowed, reclaiming in tries:
             if self.budget.passed(deadline):
                 return None
@@ -522,11 +547,13 @@ class _Model:
             self._unit(u, allowed, local)
         # Reclaim leaves every queue it takes from at or above its fair share (no reclaim back and forth); for a
         # starving preemptor, nearer its fair share than it was.
+        # In a tree the same holds for every queue above the victims' up to the one above both queues.
         if reclaim is not None:
             taken: dict[str, list[int]] = defaultdict(list)
             for i in self.x:
                 if reclaim[i]:
-                    taken[stage.queue[i]].append(i)
+                    for queue in stage.branch(stage.queue[i], gang.queue):
+                        taken[queue].append(i)
             for queue, members in sorted(taken.items()):
                 k = stage.dominant[queue]
                 amounts = [int(stage.vec[i, k]) for i in members]

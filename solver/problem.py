@@ -133,13 +133,18 @@ class Problem:
         )
 
     def _caps(self, cluster: Cluster) -> None:
-        """Rows of `cap_left`, what may still be taken per resource: one per queue (capability less what it
-        holds), then one for every gang that would borrow (the free capacity less the minimums of the possible
-        gangs within their queue's fair share: capacity a queue below its share waits for is not lent).
-        `cap_rows[g]`: the rows gang g draws from."""
+        """Rows of `cap_left`, what may still be taken per resource: one per queue (capability less what it and
+        the queues under it hold), then one for every gang that would borrow (the free capacity less the minimums
+        of the possible gangs within their queue's fair share: capacity a queue below its share waits for is not
+        lent). `queue_rows[g]`: the rows of gang g's queue and every queue above it; `cap_rows[g]`: the rows gang
+        g draws from."""
         self.queue_names, by_queue = queues.capability_left(cluster, self.gangs, self.resources)
         row = {name: i for i, name in enumerate(self.queue_names)}
         self.queue_of = np.array([row[g.queue] for g in self.gangs], dtype=np.int64)
+        tree = queues.Tree(queues.queues_of(cluster))
+        self.queue_rows = [
+            tuple(row[q] for q in reversed(tree.path(g.queue)) if q in row) or (row[g.queue],) for g in self.gangs
+        ]
         borrow = np.full(len(self.resources), queues.UNLIMITED, dtype=np.int64)
         if not all(g.fair for g in self.gangs):
             usable = np.array([n.ready and not n.unschedulable for n in self.nodes], dtype=bool)
@@ -149,7 +154,7 @@ class Problem:
         self.cap_left = np.vstack([by_queue, borrow[None, :]])
         self.capped: np.ndarray = np.any(self.cap_left < queues.UNLIMITED, axis=1)
         self.cap_rows = [
-            (int(self.queue_of[g]),) if gang.fair else (int(self.queue_of[g]), self.borrow_row)
+            self.queue_rows[g] if gang.fair else (*self.queue_rows[g], self.borrow_row)
             for g, gang in enumerate(self.gangs)
         ]
 

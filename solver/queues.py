@@ -5,6 +5,12 @@ Fair shares are Volcano's `proportion`, made weighted max-min fair: per resource
 schedulable total (so capacity a queue does not ask for goes to the others). A queue's *share* is its
 dominant share: the largest fraction of any resource of the cluster it holds (GPUs, on GPU clusters).
 
+Queues form a tree (Volcano's `spec.parent`; `root` is the top). Fair shares are divided down it: the top
+queues divide the cluster as above, each with the demand of all the queues under it; each queue's fair share
+is then divided the same way among its children (a queue's own gangs, where it has children too, count as one
+more child of weight 1). A queue that sets `deserved` for a resource gets that (within its demand and
+capability), not a weighted part. A queue's capability caps what it and every queue under it hold together.
+
 `rank` turns that into the solver's strict order: walking each queue's gangs in queue order, a gang whose
 minimum still fits the queue's fair share (with what the queue holds and its earlier fitting gangs) is *fair*
 and ranks above every gang of its priority that would borrow; so a queue below its fair share is served
@@ -26,16 +32,81 @@ import numpy as np
 from gangsolve.solver.model import PODS, Cluster, Gang, Queue, QueueResult
 
 UNLIMITED = np.iinfo(np.int64).max // 4  # a resource a queue's capability does not name
+ROOT = "root"  # Volcano's root queue: the top of the tree, standing for the whole cluster
 _EPSILON = 1e-9
 
 
 def queues_of(cluster: Cluster) -> dict[str, Queue]:
-    """Every queue the cluster declares, plus an implicit one (weight 1, no cap) for each name a gang uses
-    that is not declared (`default` among them)."""
-    out = {q.name: q for q in cluster.queues}
+    """Every queue the cluster declares (but `root`, which stands for the cluster), plus an implicit one
+    (weight 1, no cap) for each name a gang uses that is not declared (`default` among them)."""
+    out = {q.name: q for q in cluster.queues if q.name != ROOT}
     for gang in cluster.gangs:
         out.setdefault(gang.queue, Queue(gang.queue))
     return out
+
+
+class Tree:
+    """The queues as a tree: each queue's parent ("" at the top) and children. A parent the cluster does not
+    declare, or one that would close a loop, puts the queue at the top (the edge rejects both)."""
+
+    def __init__(self, queues: Mapping[str, Queue]) -> None:
+        self.queues = queues
+        self.parent: dict[str, str] = {}
+
+        def declared_parent(name: str) -> str:
+            up = queues[name].parent
+            return up if up in queues and up != name else ""
+
+        for name in queues:
+            up, seen = declared_parent(name), {name}
+            while up and up not in seen:
+                seen.add(up)
+                up = declared_parent(up)
+            self.parent[name] = "" if up == name else declared_parent(name)  # back to itself: a loop, cut
+        self.children: dict[str, list[str]] = defaultdict(list)
+        for name in sorted(queues):
+            self.children[self.parent[name]].append(name)
+
+    @property
+    def flat(self) -> bool:
+        return all(not p for p in self.parent.values())
+
+    def path(self, name: str) -> list[str]:
+        """The queues from the top down to `name`, itself last."""
+        out = [name]
+        while self.parent.get(out[-1], ""):
+            out.append(self.parent[out[-1]])
+        return out[::-1]
+
+    def under(self, name: str) -> list[str]:
+        """`name` and every queue below it."""
+        out, todo = [], [name]
+        while todo:
+            q = todo.pop()
+            out.append(q)
+            todo += self.children.get(q, [])
+        return out
+
+    def branch(self, name: str, of: str) -> list[str]:
+        """The queues from `name` up to, not including, the nearest queue above both `name` and `of` (their
+        common ancestor): what a reclaim by `of` from `name` takes from."""
+        above = set(self.path(of))
+        return [q for q in reversed(self.path(name)) if q not in above] or [name]
+
+    def kinship(self, name: str, of: str) -> int:
+        """How near `name` is to `of`: the depth of their nearest common ancestor (siblings are nearest)."""
+        return len(set(self.path(name)) & set(self.path(of)))
+
+    def totals(self, own: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+        """Per queue, `own` (amounts per queue) summed over it and every queue below it."""
+        out: dict[str, dict[str, float]] = {}
+        for name in self.queues:
+            into: dict[str, float] = {}
+            for q in self.under(name):
+                for r, v in own.get(q, {}).items():
+                    into[r] = into.get(r, 0) + v
+            out[name] = into
+        return out
 
 
 def schedulable_total(cluster: Cluster) -> dict[str, int]:
@@ -78,24 +149,82 @@ def water_fill(total: float, weights: list[float], floors: list[float], caps: li
     return given(lo)
 
 
-def deserved(cluster: Cluster) -> dict[str, dict[str, float]]:
-    """Each queue's fair share per resource of the schedulable total, given what it holds and what its pending
-    gangs ask for (all their pods), its weight, capability and guarantee."""
-    queues = queues_of(cluster)
+def demands(cluster: Cluster, queues: Mapping[str, Queue]) -> dict[str, dict[str, int]]:
+    """Per queue, what it holds plus what its pending gangs ask for (all their pods): its own, not its children's."""
     demand: dict[str, dict[str, int]] = {name: dict(q.allocated) for name, q in queues.items()}
     for gang in cluster.gangs:
         for pod in gang.pods:
             _add(demand[gang.queue], pod.requests)
-    total = schedulable_total(cluster)
-    names = sorted(queues)
-    out: dict[str, dict[str, float]] = {name: {} for name in names}
-    for r, amount in total.items():
-        caps = [float(min(demand[n].get(r, 0), queues[n].capability.get(r, UNLIMITED))) for n in names]
-        floors = [float(min(queues[n].guarantee.get(r, 0), c)) for n, c in zip(names, caps, strict=True)]
-        weights = [float(max(queues[n].weight, 0)) for n in names]
-        for n, value in zip(names, water_fill(float(amount), weights, floors, caps), strict=True):
-            out[n][r] = value
+    return demand
+
+
+def deserved(cluster: Cluster) -> dict[str, dict[str, float]]:
+    """Each queue's fair share per resource of the schedulable total, given what it (and the queues under it)
+    holds and asks for, its weight, capability, guarantee and `deserved`, divided down the tree."""
+    return _shares(cluster)[0]
+
+
+def own_deserved(cluster: Cluster) -> dict[str, dict[str, float]]:
+    """Each queue's fair share for its own gangs: its fair share, less what its children's take where it has
+    any."""
+    shares, own = _shares(cluster)
+    return {name: own.get(name, {}) if name in own else share for name, share in shares.items()}
+
+
+def _usable(tree: Tree, own: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Per queue, what it and the queues under it could use: its own demand plus what each child could use,
+    capped by its capability (bottom up: a child's cap limits what its parent can pass on)."""
+    out: dict[str, dict[str, int]] = {}
+
+    def usable(name: str) -> dict[str, int]:
+        if name not in out:
+            total = dict(own.get(name, {}))
+            for child in tree.children.get(name, []):
+                _add(total, usable(child))
+            cap = tree.queues[name].capability
+            out[name] = {r: min(q, cap.get(r, q)) for r, q in total.items()}
+        return out[name]
+
+    for name in tree.queues:
+        usable(name)
     return out
+
+
+def _shares(cluster: Cluster) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    queues = queues_of(cluster)
+    tree = Tree(queues)
+    own = demands(cluster, queues)
+    demand = _usable(tree, own)
+    out: dict[str, dict[str, float]] = {name: {} for name in queues}
+    own_share: dict[str, dict[str, float]] = {}  # a parent queue's share for its own gangs
+    for r, amount in schedulable_total(cluster).items():
+        todo = [("", float(amount))]
+        while todo:
+            parent, given = todo.pop()
+            kids = tree.children.get(parent, [])
+            if not kids:
+                continue
+            # A parent's own gangs compete with its children as one more child of weight 1.
+            mine = parent and own[parent].get(r, 0) > 0
+            weights = [float(max(queues[n].weight, 0)) for n in kids] + ([1.0] if mine else [])
+            caps = [float(min(demand[n].get(r, 0), queues[n].capability.get(r, UNLIMITED))) for n in kids]
+            floors = [float(min(queues[n].guarantee.get(r, 0), c)) for n, c in zip(kids, caps, strict=True)]
+            for i, n in enumerate(kids):
+                if r in queues[n].deserved:  # a set quota: that much, within its demand and capability
+                    caps[i] = floors[i] = max(floors[i], min(caps[i], float(queues[n].deserved[r])))
+            if mine:
+                caps.append(float(own[parent].get(r, 0)))
+                floors.append(0.0)
+            split = water_fill(given, weights, floors, caps)
+            if mine:
+                own_share.setdefault(parent, {})[r] = split.pop()
+            for n, value in zip(kids, split, strict=True):
+                out[n][r] = value
+                todo.append((n, value))
+    for parent in tree.children:  # a parent without gangs of its own keeps nothing for them
+        if parent and tree.children[parent]:
+            own_share.setdefault(parent, {})
+    return out, own_share
 
 
 def dominant(amounts: Mapping[str, float], total: Mapping[str, int]) -> float:
@@ -111,7 +240,7 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
         return tuple(dataclasses.replace(g, fair=True, share=0.0, tier=0) for g in gangs)
     queues = queues_of(cluster)
     total = schedulable_total(cluster)
-    fair_share = deserved(cluster)
+    fair_share = own_deserved(cluster)
     held_fair = {name: dict(q.allocated) for name, q in queues.items()}  # held plus the fair gangs so far
     held_all = {name: dict(q.allocated) for name, q in queues.items()}  # held plus every gang so far
     ranked = list(gangs)
@@ -128,8 +257,15 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
         _add(held_all[q], need)
         share = dominant(held_all[q], total) / max(queues[q].weight, 1)
         ranked[g] = dataclasses.replace(gang, fair=fits, share=share)
-    # Borrowing tiers: queues by the weighted dominant share they hold now, the poorest highest.
-    poorest = sorted(queues, key=lambda q: (dominant(queues[q].allocated, total) / max(queues[q].weight, 1), q))
+    # Borrowing tiers: queues by the weighted dominant share they hold now, the poorest highest; in a tree,
+    # level by level from the top (the poorest department first, then its poorest team).
+    tree = Tree(queues)
+    held = tree.totals({name: q.allocated for name, q in queues.items()})
+
+    def poverty(q: str) -> tuple[tuple[float, ...], str]:
+        return (tuple(dominant(held[a], total) / max(queues[a].weight, 1) for a in tree.path(q)), q)
+
+    poorest = sorted(queues, key=poverty)
     tier = {q: len(poorest) - i for i, q in enumerate(poorest)}
     return tuple(dataclasses.replace(g, tier=len(poorest) + 1 if g.fair else tier[g.queue]) for g in ranked)
 
@@ -137,21 +273,24 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
 def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, ...]:
     """Every queue (declared, or named by a gang) after the placement `bindings` (pod -> node)."""
     queues = queues_of(cluster)
+    tree = Tree(queues)
     total = schedulable_total(cluster)
     fair_share = deserved(cluster)
-    allocated = {name: dict(q.allocated) for name, q in queues.items()}
+    own = {name: dict(q.allocated) for name, q in queues.items()}
     for gang in cluster.gangs:
         for pod in gang.pods:
             if pod.name in bindings:
-                _add(allocated[gang.queue], pod.requests)
+                _add(own[gang.queue], pod.requests)
+    allocated = tree.totals(own)
     return tuple(
         QueueResult(
             name=name,
             weight=queues[name].weight,
             capability=dict(queues[name].capability),
-            allocated={r: q for r, q in sorted(allocated[name].items()) if q},
+            allocated={r: int(q) for r, q in sorted(allocated[name].items()) if q},
             share=round(dominant(allocated[name], total), 4),
             fair_share=round(dominant(fair_share[name], total), 4),
+            parent=tree.parent[name],
         )
         for name in sorted(queues)
     )
@@ -159,16 +298,18 @@ def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, 
 
 def capability_left(cluster: Cluster, gangs: Iterable[Gang], resources: list[str]) -> tuple[list[str], np.ndarray]:
     """The queues of `gangs` (names, indexed as the rows) and what each may still take per resource
-    (`resources` are the columns) under its capability: capability less what it holds; UNLIMITED where the
-    capability does not name the resource. A closed queue may take no pod slot: it admits no new gangs."""
+    (`resources` are the columns) under its capability: capability less what it and the queues under it hold;
+    UNLIMITED where the capability does not name the resource. A closed queue may take no pod slot: it admits
+    no new gangs."""
     declared = queues_of(cluster)
+    held = Tree(declared).totals({name: q.allocated for name, q in declared.items()})
     names = sorted({g.queue for g in gangs} | set(declared))
     left = np.full((len(names), len(resources)), UNLIMITED, dtype=np.int64)
     for i, name in enumerate(names):
         queue = declared[name] if name in declared else Queue(name)
         for r, cap in queue.capability.items():
             if r in resources:
-                left[i, resources.index(r)] = cap - queue.allocated.get(r, 0)
+                left[i, resources.index(r)] = cap - int(held.get(name, {}).get(r, 0))
         if queue.closed and PODS in resources:
             left[i, resources.index(PODS)] = 0
     return names, left

@@ -51,15 +51,30 @@ def validate(cluster: Cluster, bindings: Placement | Mapping[str, str]) -> list[
 
 
 def _over_capability(cluster: Cluster, bindings: Mapping[str, str]) -> list[str]:
-    """A queue's capability caps, per resource it names, what its bound pods hold plus what its pods placed
-    now request. A queue already past its cap (the cap was lowered) may place nothing more of that resource."""
-    holding: dict[str, dict[str, int]] = {q.name: dict(q.allocated) for q in cluster.queues}
+    """A queue's capability caps, per resource it names, what its bound pods and those of every queue below it
+    (`parent` chains) hold plus what their pods placed now request. A queue already past its cap (the cap was
+    lowered) may place nothing more of that resource."""
+    declared = {q.name: q for q in cluster.queues}
+
+    def above(name: str) -> list[str]:  # the queue and its ancestors, each once (a loop ends the walk)
+        out: list[str] = []
+        while name in declared and name not in out:
+            out.append(name)
+            name = declared[name].parent
+        return out or [name]
+
+    holding: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     adding: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for q in cluster.queues:
+        for name in above(q.name):
+            for resource, amount in q.allocated.items():
+                holding[name][resource] += amount
     for gang in cluster.gangs:
         for pod in gang.pods:
             if pod.name in bindings:
-                for resource, amount in pod.requests.items():
-                    adding[gang.queue][resource] += amount
+                for name in above(gang.queue):
+                    for resource, amount in pod.requests.items():
+                        adding[name][resource] += amount
     out = []
     for queue in cluster.queues:
         for resource, cap in sorted(queue.capability.items()):

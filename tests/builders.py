@@ -120,9 +120,15 @@ def k8s_pod_group(
     }
 
 
-def k8s_queue(name: str, weight=None, capability=None, guarantee=None, reclaimable=None, state=None) -> dict:
+def k8s_queue(
+    name: str, weight=None, capability=None, guarantee=None, reclaimable=None, state=None, parent=None, deserved=None
+) -> dict:
     """A Volcano Queue (scheduling.volcano.sh/v1beta1); `state` its status.state (Open, Closed...)."""
     spec: dict = {}
+    if parent is not None:
+        spec["parent"] = parent
+    if deserved is not None:
+        spec["deserved"] = deserved
     if weight is not None:
         spec["weight"] = weight
     if capability is not None:

@@ -28,6 +28,7 @@ def quantities(amounts: Resources) -> dict[str, str]:
 def queue_dict(q: QueueResult) -> dict:
     return {
         "name": q.name,
+        "parent": q.parent,
         "weight": q.weight,
         "capability": quantities(q.capability),
         "allocated": quantities(q.allocated),

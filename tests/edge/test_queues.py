@@ -101,6 +101,7 @@ def test_the_plan_lists_queues_and_keeps_each_under_its_capability():
     (small,) = [q for q in plan["queues"] if q["name"] == "small"]
     assert small == {
         "name": "small",
+        "parent": "",
         "weight": 1,
         "capability": {GPU: "2"},
         "allocated": {"cpu": "2", "memory": "2Gi", GPU: "2", "pods": "2"},
@@ -138,6 +139,15 @@ BAD = {
         "Pod default/p: metadata.annotations.gangsolve.io/queue: names Queue 'ghost', not in snapshot",
     ),
     "duplicate queue": (k8s_queue("default"), "Queue default: metadata.name: duplicate object in snapshot"),
+    "missing parent": (
+        k8s_queue("q", parent="ghost"),
+        "Queue q: spec.parent: names queue 'ghost', which does not exist",
+    ),
+    "parent not text": (k8s_queue("q", parent=3), "Queue q: spec.parent: expected str | null, got int"),
+    "deserved not a quantity": (
+        k8s_queue("q", deserved={"nvidia.com/gpu": "lots"}),
+        "Queue q: spec.deserved.nvidia.com/gpu: quantity 'lots' does not parse",
+    ),
 }
 
 
@@ -149,3 +159,32 @@ def test_a_bad_queue_field_is_one_line_exit_2(case):
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert result.stderr == f"error: {message}\n"
+
+
+def test_a_queue_tree_is_read_from_spec_parent_and_root_is_its_top():
+    c = cluster(
+        k8s_node("n", gpus=8),
+        k8s_queue("root"),
+        k8s_queue("dept", parent="root", capability={"nvidia.com/gpu": "6"}),
+        k8s_queue("team", parent="dept", deserved={"nvidia.com/gpu": "4"}),
+        k8s_pod("run", gpus=2, node_name="n", phase="Running", annotations={"gangsolve.io/queue": "team"}),
+    )
+    queues = {q.name: q for q in c.queues}
+    assert (queues["dept"].parent, queues["team"].parent) == ("", "dept")
+    assert queues["team"].deserved == {GPU: 4}
+    assert queues["team"].allocated[GPU] == 2
+
+
+def test_queues_whose_parents_close_a_loop_are_one_line_exit_2():
+    loop = [k8s_queue("a", parent="b"), k8s_queue("b", parent="a")]
+    result = CliRunner().invoke(cli, ["solve", "-"], input=snapshot(k8s_node("n", gpus=1), *loop))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "error: Queue a: spec.parent: closes a loop: a -> b -> a\n"
+    # Live (and with --skip-invalid) the queues are left out and the rest is scheduled.
+    pod = k8s_pod("p", gpus=1)
+    result = CliRunner().invoke(
+        cli, ["solve", "-", "--skip-invalid", "-o", "json"], input=snapshot(k8s_node("n", gpus=1), *loop, pod)
+    )
+    out = orjson.loads(result.stdout)
+    assert out["bindings"] == {"default/p": "n"}
+    assert {s["object"] for s in out["skipped"]} == {"Queue a", "Queue b"}

@@ -654,6 +654,7 @@ def build_with_origins(
                 nominated[p.key] = p.status.nominatedNodeName
     running, budgets = _running(grouper, bound, scheduler_name, members, names, queue_of)
     queues = [objects.queue(q, allocated[name]) for name, q in sorted(objs.queues.items())]
+    _check_tree(queues, objs.queues)
     if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in objs.queues:  # implicit, as Volcano creates it
         queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))
     cluster = Cluster(
@@ -666,6 +667,22 @@ def build_with_origins(
         queues=tuple(queues),
     )
     return cluster, origins
+
+
+def _check_tree(queues: list[Queue], objs: Mapping[str, schema.Queue]) -> None:
+    """A queue's parent must be a queue (or `root`), and parents must not close a loop: Volcano's webhook
+    refuses both, and a queue the tree cannot place has no fair share."""
+    parent = {q.name: q.parent for q in queues}
+    for q in queues:
+        if q.parent and q.parent not in parent:
+            raise InputError(objs[q.name].describe(), "spec.parent", f"names queue {q.parent!r}, which does not exist")
+        seen = [q.name]
+        while parent.get(seen[-1]):
+            seen.append(parent[seen[-1]])
+            if seen[-1] == q.name:
+                raise InputError(objs[q.name].describe(), "spec.parent", "closes a loop: " + " -> ".join(seen))
+            if len(seen) > len(parent):
+                break  # a loop above this queue: reported at its own queues
 
 
 class _Names:

@@ -14,6 +14,7 @@ from gangsolve.edge.errors import InputError, shown
 from gangsolve.edge.quantity import HUGEPAGES, MAX_UNITS, overcommits, whole_pages
 from gangsolve.edge.schema import units
 from gangsolve.solver.model import PODS, Node, Pod, Queue, Requirement, SelectorTerm, Taint, Toleration
+from gangsolve.solver.queues import ROOT
 
 CLOSED_STATES = ("Closed", "Closing")  # a Queue's status.state in which Volcano admits no new jobs
 _INTEGER = re.compile(r"^[+-]?[0-9]{1,18}$")  # what Gt and Lt compare (an int64, as Go parses it)
@@ -256,4 +257,6 @@ def queue(obj: schema.Queue, allocated: Mapping[str, int]) -> Queue:
         reclaimable=spec.reclaimable is not False,
         allocated=dict(allocated),
         closed=obj.state in CLOSED_STATES,
+        parent="" if spec.parent in (None, "", ROOT) else str(spec.parent),
+        deserved=units(obj, "spec.deserved", spec.deserved, whole=False),
     )

@@ -356,6 +356,8 @@ class QueueSpec(_Struct):
     capability: Resources | None = None
     guarantee: QueueGuarantee | None = None
     reclaimable: bool | None = None
+    parent: str | None = None  # the queue it belongs to (Volcano's hierarchical queues); `root` is the top
+    deserved: Resources | None = None  # its fair share, where set (Volcano's capacity plugin)
 
 
 class QueueStatus(_Struct):
@@ -650,6 +652,7 @@ def _queue_values(queue: Queue) -> None:
     units(
         queue, "spec.guarantee.resource", queue.spec.guarantee.resource if queue.spec.guarantee else None, whole=False
     )
+    units(queue, "spec.deserved", queue.spec.deserved, whole=False)
 
 
 _VALUES: dict[type, Callable[[Any], object]] = {

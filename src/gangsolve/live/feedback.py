@@ -57,6 +57,7 @@ from gangsolve.live.metrics import Metrics
 from gangsolve.live.store import ClusterStore, ObjectKey
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import PODS
+from gangsolve.solver.queues import ROOT
 
 MAX_MESSAGE = 1024  # the API server caps an event's note at 1 kB
 NO_GANG_DEFINITION = "NoGangDefinition"  # the event on pods of a job whose gang fell back to a minimum of 1
@@ -424,6 +425,12 @@ class Feedback:
 
     async def _queues(self, result: CycleResult) -> None:
         held = {q.name: q.allocated for q in result.placement.queues}
+        top: dict[str, int] = {}  # Volcano's root queue holds what the queues at the top hold together
+        for q in result.placement.queues:
+            if not q.parent:
+                for r, v in q.allocated.items():
+                    top[r] = top.get(r, 0) + v
+        held.setdefault(ROOT, top)
         for name, queue in self.store.queues().items():
             allocated = {r: quantity(r, v) for r, v in sorted(held.get(name, {}).items()) if r != PODS and v}
             current = (queue.get("status") or {}).get("allocated") or {}
