@@ -180,6 +180,9 @@ class Queue:
     closed: bool = False  # Volcano's state Closed (or Closing): it admits no new gangs; its running pods stay
     parent: str = ""  # the queue it belongs to; "" (or Volcano's `root`): the top of the tree
     deserved: Resources = field(default_factory=dict)  # its fair share per resource named (Volcano's capacity)
+    # Seconds its pods must have run before they may be evicted, by preemption or reclaim (None: the
+    # scheduler's `preempt_min_runtime` / `reclaim_min_runtime`).
+    min_runtime: float | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,11 @@ class SolveConfig:
     # Pending gangs that get a planned start per cycle, in queue order (as Slurm's backfill depth): each that
     # cannot start now holds a reservation from then on, which no gang started later delays. 0: no plan.
     reservations: int = PLAN_DEPTH
+    # Seconds a running pod must have run before it may be evicted for a higher priority (preemption) or for
+    # another queue's fair share (reclaim): a restarted job loses its work since its last checkpoint. A queue's
+    # own `min_runtime` overrides both for its pods.
+    preempt_min_runtime: float = 0.0
+    reclaim_min_runtime: float = 0.0
     # Pending gangs past those planned that are given an expected start that holds nothing (a forecast).
     forecasts: int = FORECAST_DEPTH
     # A deterministic budget instead of the clock: the search makes at most this many steps, every hint variant

@@ -77,7 +77,7 @@ def cycle(cluster: Cluster, config: SolveConfig, budget: Budget, place: Place) -
     placement = merged(cluster, held, inner)
     if not preempting:
         return replace(placement, solve_seconds=budget.elapsed())
-    placement = Preemption(cluster, placement, budget, config.workers).run(budget.until(PREEMPTION_END))
+    placement = Preemption(cluster, placement, budget, config).run(budget.until(PREEMPTION_END))
     return replace(placement, solve_seconds=budget.elapsed())
 
 
@@ -119,11 +119,11 @@ class Choice:
 class Preemption:
     """The preemption stage of one cycle: state shared by its preemptors, chosen one after another."""
 
-    def __init__(self, cluster: Cluster, placement: Placement, budget: Budget, workers: int = 1) -> None:
+    def __init__(self, cluster: Cluster, placement: Placement, budget: Budget, config: SolveConfig) -> None:
         self.placement = placement
         self.gang_of = {p.name: g.name for g in cluster.gangs for p in g.pods}
         self.budget = budget
-        self.workers = workers
+        self.workers = config.workers
         # CP-SAT's deterministic time for the whole stage; None: each call gets what the time left grants.
         self.work = budget.fixed_work(PREEMPTION_END - PLACE_SHARE, VICTIM_WORK_PER_SECOND)
         results = {r.name: r for r in placement.gangs}
@@ -182,6 +182,9 @@ class Preemption:
         for u, members in enumerate(self.units):
             self.unit_of[members] = u
         self.evictable = np.array([not r.protected and r.gang not in placed_now for r in pool], dtype=bool)
+        # Pods too young to evict (the minimum runtimes): for a higher priority, and for a fair share.
+        self.young_for_preemption = self._young(cluster, pool, config.preempt_min_runtime)
+        self.young_for_reclaim = self._young(cluster, pool, config.reclaim_min_runtime)
         self.alive = np.ones(len(pool), dtype=bool)
         self.priority = np.array([r.priority for r in pool], dtype=np.int64)
         self.node = np.array([p.node_index[r.node] for r in pool], dtype=np.int64)
@@ -227,6 +230,20 @@ class Preemption:
         # Gangs within their queue's fair share; the placement kept the others off capacity those wait for.
         self.within = {g.name: g.fair for g in queues.rank(cluster)}
         self.queue = [r.queue for r in pool]
+
+    @staticmethod
+    def _young(cluster: Cluster, pool: list[Running], default: float) -> np.ndarray:
+        """Which pods of `pool` have run less than their queue's minimum runtime (else `default`) by the
+        cycle's clock; none without a clock."""
+        declared = {q.name: q.min_runtime for q in cluster.queues}
+        if not cluster.now:
+            return np.zeros(len(pool), dtype=bool)
+
+        def least(r: Running) -> float:
+            own = declared.get(r.queue)
+            return default if own is None else own
+
+        return np.array([cluster.now - r.started < least(r) for r in pool], dtype=bool)
 
     def _amounts(self, amounts: Mapping[str, float]) -> np.ndarray:
         """`amounts` as a vector over the problem's resources (floats: fair shares are not whole)."""
@@ -294,7 +311,7 @@ class Preemption:
             if q != mine
             and all(a in self.reclaimable and self.excess(a, gang.starving) > 0 for a in self.branch(q, mine))
         }
-        mask: np.ndarray = self.alive & self.evictable & (self.priority == gang.priority)
+        mask: np.ndarray = self.alive & self.evictable & ~self.young_for_reclaim & (self.priority == gang.priority)
         mask &= np.array([q in over for q in self.queue], dtype=bool)
         for members in self.units:  # whole gangs only: a gang with a member that may not go stays
             if mask[members].any() and not all(mask[i] or not self.alive[i] for i in members):
@@ -423,7 +440,7 @@ class Preemption:
         """The best victims for preemptor g, or None (it cannot fit even with every allowed victim gone, or
         there was no time to find out)."""
         gang = self.problem.gangs[g]
-        candidates = self.alive & self.evictable & (self.priority < gang.priority)
+        candidates = self.alive & self.evictable & ~self.young_for_preemption & (self.priority < gang.priority)
         reclaim = self.reclaim(g)
         levels = sorted({int(x) for x in self.priority[candidates]})
         if not levels and not reclaim.any() and self._within(g):

@@ -160,8 +160,8 @@ def solve(
     """Solve one scheduling cycle for SNAPSHOT (a file of Kubernetes objects, or - for stdin)."""
     from gangsolve import render
     from gangsolve.edge import unknown_fields
-    from gangsolve.edge.estimates import parse_duration
     from gangsolve.edge.hints import hints, unsolvable
+    from gangsolve.edge.quantity import parse_duration
     from gangsolve.edge.snapshot import read
     from gangsolve.live.config import ConfigError, build
 

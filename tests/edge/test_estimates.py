@@ -13,11 +13,11 @@ from gangsolve.edge.estimates import (
     Estimator,
     RuntimeHistory,
     declared_runtime,
-    parse_duration,
     with_estimates,
     workload_key,
 )
 from gangsolve.edge.gangs import build_cluster
+from gangsolve.edge.quantity import parse_duration
 from gangsolve.edge.reservations import WAITING_FOR_ESTIMATE, figures, message, pending_message
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.model import Placement, Reservation

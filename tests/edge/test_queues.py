@@ -139,6 +139,10 @@ BAD = {
         "Pod default/p: metadata.annotations.gangsolve.io/queue: names Queue 'ghost', not in snapshot",
     ),
     "duplicate queue": (k8s_queue("default"), "Queue default: metadata.name: duplicate object in snapshot"),
+    "min-runtime not a duration": (
+        {**k8s_queue("q"), "metadata": {"name": "q", "annotations": {"gangsolve.io/min-runtime": "soon"}}},
+        "Queue q: metadata.annotations.gangsolve.io/min-runtime: expected a duration such as 10m or 1h30m, got 'soon'",
+    ),
     "missing parent": (
         k8s_queue("q", parent="ghost"),
         "Queue q: spec.parent: names queue 'ghost', which does not exist",
@@ -173,6 +177,8 @@ def test_a_queue_tree_is_read_from_spec_parent_and_root_is_its_top():
     assert (queues["dept"].parent, queues["team"].parent) == ("", "dept")
     assert queues["team"].deserved == {GPU: 4}
     assert queues["team"].allocated[GPU] == 2
+    guarded = {**k8s_queue("g"), "metadata": {"name": "g", "annotations": {"gangsolve.io/min-runtime": "1h30m"}}}
+    assert cluster(k8s_node("n", gpus=8), guarded).queues[0].min_runtime == 5400
 
 
 def test_queues_whose_parents_close_a_loop_are_one_line_exit_2():

@@ -25,34 +25,12 @@ import numpy as np
 from gangsolve.edge import objects
 from gangsolve.edge.errors import InputError, describe, shown
 from gangsolve.edge.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTATION, upstream_group_name
+from gangsolve.edge.quantity import parse_duration
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.model import Cluster
 from gangsolve.solver.planning import expected_end
 
 EXPECTED_RUNTIME_ANNOTATION = "gangsolve.io/expected-runtime"
-
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go duration (time.ParseDuration): an optional sign, then numbers with units, e.g.
-    `1h30m`, `1.5h`, `300ms`; `0` alone is zero. Raises ValueError otherwise."""
-    s = text.strip()
-    sign = -1.0 if s.startswith("-") else 1.0
-    s = s[1:] if s[:1] in "+-" else s
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError(f"invalid duration {text!r}")
-    total, pos = 0.0, 0
-    while pos < len(s):
-        m = _DURATION.match(s, pos)
-        if m is None or m.group(1) in ("", "."):
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
 
 
 def _annotated(obj: dict) -> float | None:

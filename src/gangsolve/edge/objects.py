@@ -11,7 +11,7 @@ import msgspec
 
 from gangsolve.edge import schema
 from gangsolve.edge.errors import InputError, shown
-from gangsolve.edge.quantity import HUGEPAGES, MAX_UNITS, overcommits, whole_pages
+from gangsolve.edge.quantity import HUGEPAGES, MAX_UNITS, overcommits, parse_duration, whole_pages
 from gangsolve.edge.schema import units
 from gangsolve.solver.model import PODS, Node, Pod, Queue, Requirement, SelectorTerm, Taint, Toleration
 from gangsolve.solver.queues import ROOT
@@ -244,9 +244,24 @@ def _get(obj: Mapping, path: str, default=None):
     return cur if cur is not None else default
 
 
+MIN_RUNTIME_ANNOTATION = "gangsolve.io/min-runtime"  # on a Queue: how long its pods run before they may be evicted
+
+
 def queue(obj: schema.Queue, allocated: Mapping[str, int]) -> Queue:
     """A Volcano Queue; `allocated` is what its bound pods hold (gangsolve counts it, as Volcano does)."""
     spec = obj.spec
+    min_runtime = None
+    if (text := obj.metadata.annotations.get(MIN_RUNTIME_ANNOTATION)) is not None:
+        try:
+            min_runtime = parse_duration(text)
+        except ValueError:
+            min_runtime = -1.0
+        if min_runtime < 0:
+            raise InputError(
+                obj.describe(),
+                f"metadata.annotations.{MIN_RUNTIME_ANNOTATION}",
+                f"expected a duration such as 10m or 1h30m, got {text!r}",
+            )
     return Queue(
         name=str(obj.metadata.name),
         weight=1 if spec.weight is None else spec.weight,
@@ -259,4 +274,5 @@ def queue(obj: schema.Queue, allocated: Mapping[str, int]) -> Queue:
         closed=obj.state in CLOSED_STATES,
         parent="" if spec.parent in (None, "", ROOT) else str(spec.parent),
         deserved=units(obj, "spec.deserved", spec.deserved, whole=False),
+        min_runtime=min_runtime,
     )

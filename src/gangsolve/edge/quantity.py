@@ -109,3 +109,27 @@ def whole_pages(resource: str, units: int) -> bool:
     except ValueError:
         return False
     return page > 0 and page == page.to_integral_value() and units % int(page) == 0
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go duration (time.ParseDuration): an optional sign, then numbers with units, e.g.
+    `1h30m`, `1.5h`, `300ms`; `0` alone is zero. Raises ValueError otherwise."""
+    s = text.strip()
+    sign = -1.0 if s.startswith("-") else 1.0
+    s = s[1:] if s[:1] in "+-" else s
+    if s == "0":
+        return 0.0
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    total, pos = 0.0, 0
+    while pos < len(s):
+        m = _DURATION.match(s, pos)
+        if m is None or m.group(1) in ("", "."):
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return sign * total

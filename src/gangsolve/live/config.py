@@ -75,6 +75,16 @@ class Config:
         "pending gangs planned per cycle, queue order: each that cannot start holds a reservation at its expected "
         "start, which no gang started later delays (docs/planning.md); 0 turns the plan off",
     )
+    preempt_min_runtime: float = setting(
+        SolveConfig.preempt_min_runtime,
+        "seconds a running pod must have run before a higher priority may preempt it; a Queue's "
+        "`gangsolve.io/min-runtime` annotation overrides it for its pods (docs/queues.md)",
+    )
+    reclaim_min_runtime: float = setting(
+        SolveConfig.reclaim_min_runtime,
+        "seconds a running pod must have run before another queue may reclaim it for its fair share; a Queue's "
+        "`gangsolve.io/min-runtime` annotation overrides it for its pods (docs/queues.md)",
+    )
     workload_label: str | None = setting(
         None,
         "pods sharing this label's value are one workload for the runtime history; none: owner kind and name "
@@ -132,7 +142,13 @@ class Config:
         return Rules(self.scheduler_name, self.group_label, grace, self.starvation_age)
 
     def solve_config(self) -> SolveConfig:
-        return SolveConfig(time_limit=self.time_limit, preemption=self.preemption, reservations=self.reservations)
+        return SolveConfig(
+            time_limit=self.time_limit,
+            preemption=self.preemption,
+            reservations=self.reservations,
+            preempt_min_runtime=self.preempt_min_runtime,
+            reclaim_min_runtime=self.reclaim_min_runtime,
+        )
 
     def estimator(self) -> Estimator:
         return Estimator(default=self.default_runtime, label=self.workload_label)
@@ -148,6 +164,8 @@ CYCLE_SETTINGS = (
     "preemption",
     "starvation_age",
     "reservations",
+    "preempt_min_runtime",
+    "reclaim_min_runtime",
     "workload_label",
     "default_runtime",
 )

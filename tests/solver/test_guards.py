@@ -1,0 +1,53 @@
+"""Minimum runtimes: a running pod younger than its guard is no victim, of preemption or of reclaim; a Queue's
+own minimum overrides the scheduler's for its pods; without a clock nothing is guarded."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gangsolve.solver import Cluster, Queue, SolveConfig, solve
+from tests.builders import node
+from tests.solver.test_preemption import preemptor, running, with_running
+from tests.solver.test_reclaim import team_b_holds_everything
+
+CONFIG = SolveConfig(time_limit=1.0, steps=20)
+NOW = 10_000.0
+
+
+def reclaim_case(started: float, min_runtime: float | None = None) -> Cluster:
+    """team-b holds both nodes (gangs started at `started`); team-a, below its fair share, asks for 8 GPUs."""
+    cluster = team_b_holds_everything()
+    running_ = tuple(replace(r, started=started) for r in cluster.running)
+    queues = tuple(replace(q, min_runtime=min_runtime) if q.name == "team-b" else q for q in cluster.queues)
+    return replace(cluster, running=running_, queues=queues, now=NOW)
+
+
+def test_reclaim_waits_for_the_minimum_runtime():
+    guarded = replace(CONFIG, reclaim_min_runtime=600)
+    assert solve(reclaim_case(started=NOW - 300), CONFIG).evictions  # no guard: reclaimed
+    assert not solve(reclaim_case(started=NOW - 300), guarded).evictions  # 5 minutes old: kept
+    assert solve(reclaim_case(started=NOW - 900), guarded).evictions  # 15 minutes old: reclaimed
+    # The victims' queue says how long its pods are kept, either way.
+    assert not solve(reclaim_case(started=NOW - 900, min_runtime=3600), guarded).evictions
+    assert solve(reclaim_case(started=NOW - 300, min_runtime=0), guarded).evictions
+    # No clock, no guard.
+    assert solve(replace(reclaim_case(started=NOW - 300), now=0.0), guarded).evictions
+
+
+def preemption_case(started: float) -> Cluster:
+    pods = [running("low-0", "n0", gpus=8, gang="low", started=started, queue="batch")]
+    gang = replace(preemptor("team/p", size=1, gpus=8), queue="batch")
+    return Cluster(
+        with_running([node("n0", cpu=64, gpus=8)], pods), (gang,), tuple(pods), queues=(Queue("batch"),), now=NOW
+    )
+
+
+def test_preemption_waits_for_its_own_minimum_runtime():
+    assert solve(preemption_case(NOW - 60), CONFIG).evictions  # the default: none
+    guarded = replace(CONFIG, preempt_min_runtime=300)
+    young = solve(preemption_case(NOW - 60), guarded)
+    assert not young.evictions
+    assert not young.bindings
+    assert solve(preemption_case(NOW - 600), guarded).evictions
+    # The reclaim guard is not preemption's.
+    assert solve(preemption_case(NOW - 60), replace(CONFIG, reclaim_min_runtime=3600)).evictions
