@@ -30,7 +30,7 @@ from gangsolve.solver.model import Node, QueueResult, Running
 SHARE_INTERVAL = 60.0  # seconds per queue-share sample: the last cycle of each minute is kept
 SHARE_SPAN = 6 * 3600.0  # the page shows the queue shares of the last six hours
 MAX_ROWS = 40  # more nodes than this: the Gantt chart shows node groups
-MAX_BARS = 40  # per row; the rest is counted, not drawn (the JSON stays small on a big cluster)
+MAX_BARS = 12  # per row, planned gangs first; the rest is counted, not drawn (the page stays short on a big cluster)
 # Node labels that name a group of nodes (a topology level, a cloud's node pool), tried before node names.
 GROUP_LABELS = (
     "topology.kubernetes.io/zone",
@@ -124,6 +124,9 @@ def node_groups(nodes: Iterable[Node], max_rows: int = MAX_ROWS) -> tuple[str, d
     return "name order", rows
 
 
+_ORDER = {"held": 0, "forecast": 1, "running": 2}
+
+
 def _bar(gang: str, start: str | None, end: str | None, kind: str) -> dict:
     return {"gang": gang, "start": start, "end": end, "kind": kind}
 
@@ -153,7 +156,8 @@ def _gantt(view: PlanView, plan: list[dict]) -> dict:
                 rows[where].setdefault((entry["gang"], kind), _bar(entry["gang"], entry["start"], entry["end"], kind))
     out = []
     for row, bars in rows.items():
-        drawn = sorted(bars.values(), key=lambda b: (b["kind"] != "running", b["start"] or "", b["gang"]))
+        # The plan first (what holds the nodes next), then the running gangs that end soonest.
+        drawn = sorted(bars.values(), key=lambda b: (_ORDER[b["kind"]], b["start"] or b["end"] or "~", b["gang"]))
         out.append(
             {"name": row, "nodes": members[row], "bars": drawn[:MAX_BARS], "more": max(0, len(drawn) - MAX_BARS)}
         )
