@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -42,7 +43,10 @@ class HealthServer:
         assert self.plan is not None
         view = self.plan()
         if self._encoded is None or self._encoded[0] is not view:  # a new cycle since: encode it once
-            self._encoded = (view, plan_page.encode(plan_page.as_json(view)))
+            # In a worker thread (the view is immutable): on a big cluster it takes a while, and the event loop
+            # renews the lease and binds.
+            body = await anyio.to_thread.run_sync(lambda: plan_page.encode(plan_page.as_json(view)))
+            self._encoded = (view, body)
         headers = {"Content-Type": "application/json", "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
         return web.Response(body=self._encoded[1], headers=headers)
 

@@ -127,25 +127,19 @@ def node_groups(nodes: Iterable[Node], max_rows: int = MAX_ROWS) -> tuple[str, d
 _ORDER = {"held": 0, "forecast": 1, "running": 2}
 
 
-def _bar(gang: str, start: str | None, end: str | None, kind: str) -> dict:
-    return {"gang": gang, "start": start, "end": end, "kind": kind}
-
-
 def _gantt(view: PlanView, plan: list[dict]) -> dict:
     """Rows (nodes or node groups) of bars: running gangs until their expected end (null: no estimate), planned
-    gangs from their expected start; one bar per gang and row."""
+    gangs from their expected start; one bar per gang and row. Times are formatted only for the bars drawn: a
+    big cluster runs tens of thousands of pods."""
     result = view.result
     grouped_by, row_of = node_groups(result.cluster.nodes)
-    rows: dict[str, dict[tuple[str, str], dict]] = {row: {} for row in dict.fromkeys(row_of.values())}
-    members = Counter(row_of.values())
+    ends: dict[str, dict[str, float]] = {row: {} for row in dict.fromkeys(row_of.values())}  # gang -> last end
+    planned: dict[str, dict[tuple[str, str], dict]] = {row: {} for row in ends}
     for r in view.running:
         where = row_of.get(r.node)
-        if where is None:
-            continue
-        gang = r.gang or r.name
-        bar = rows[where].setdefault((gang, "running"), _bar(gang, None, reservations.rfc3339(r.end), "running"))
-        if bar["end"] is not None and (r.end is None or reservations.rfc3339(r.end) > bar["end"]):
-            bar["end"] = reservations.rfc3339(r.end)  # the gang's last pod on the row ends it
+        if where is not None:
+            gang, end = r.gang or r.name, math.inf if r.end is None else r.end
+            ends[where][gang] = max(end, ends[where].get(gang, end))  # the gang's last pod on the row ends it
     for entry in plan:
         if any(pod in result.placement.bindings for pod in entry["pods"]):
             continue  # started this cycle: among the running already
@@ -153,14 +147,25 @@ def _gantt(view: PlanView, plan: list[dict]) -> dict:
         for node in dict.fromkeys(entry["pods"].values()):
             where = row_of.get(node)
             if where is not None:
-                rows[where].setdefault((entry["gang"], kind), _bar(entry["gang"], entry["start"], entry["end"], kind))
+                bar = {"gang": entry["gang"], "start": entry["start"], "end": entry["end"], "kind": kind}
+                planned[where].setdefault((entry["gang"], kind), bar)
+    members = Counter(row_of.values())
     out = []
-    for row, bars in rows.items():
+    for row, running in ends.items():
         # The plan first (what holds the nodes next), then the running gangs that end soonest.
-        drawn = sorted(bars.values(), key=lambda b: (_ORDER[b["kind"]], b["start"] or b["end"] or "~", b["gang"]))
-        out.append(
-            {"name": row, "nodes": members[row], "bars": drawn[:MAX_BARS], "more": max(0, len(drawn) - MAX_BARS)}
-        )
+        plan_bars = sorted(planned[row].values(), key=lambda b: (_ORDER[b["kind"]], b["start"] or "~", b["gang"]))
+        soonest = sorted(running.items(), key=lambda item: (item[1], item[0]))[: max(0, MAX_BARS - len(plan_bars))]
+        bars = plan_bars[:MAX_BARS] + [
+            {
+                "gang": gang,
+                "start": None,
+                "end": reservations.rfc3339(None if end == math.inf else end),
+                "kind": "running",
+            }
+            for gang, end in soonest
+        ]
+        more = len(plan_bars) + len(running) - len(bars)
+        out.append({"name": row, "nodes": members[row], "bars": bars, "more": more})
     return {"grouped_by": grouped_by, "rows": out}
 
 
