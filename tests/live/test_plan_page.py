@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
@@ -32,6 +32,13 @@ from tests.live.resources import POD
 
 HOSTILE = "default/<img src=x onerror=window.pwned=1>"
 HOSTILE_REASON = "needs 4 nvidia.com/gpu; annotation says </script><script>window.pwned=2</script>"
+
+
+@pytest.fixture(autouse=True)
+def _clock_now() -> None:
+    """The planning tests' builders make their cluster around their module's NOW: the time this test starts, not the
+    time the suite imported them (as their own tests do)."""
+    planning.NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 def server(plan=None) -> HealthServer:

@@ -37,7 +37,6 @@ GROUP_LABELS = (
     "topology.kubernetes.io/region",
     "cloud.google.com/gke-nodepool",
     "eks.amazonaws.com/nodegroup",
-    "kubernetes.azure.com/agentpool",
     "karpenter.sh/nodepool",
     "node.kubernetes.io/instance-type",
 )
