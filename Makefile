@@ -3,14 +3,14 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: demo test lint sync binaries peers
+.PHONY: demo test lint sync binaries browser peers
 
 demo: .venv/.synced
 	.venv/bin/gangsolve solve examples/tfjob-8.yaml --scheduler-name kube-batchd
 
 # The end-to-end tests run a real control plane: its binaries are built (once, into a cache outside the
-# repository; see docs/dev-cluster.md) before the tests.
-test: .venv/.synced binaries
+# repository; see docs/dev-cluster.md) before the tests; the page of the plan's tests drive a headless browser.
+test: .venv/.synced binaries browser
 	.venv/bin/python -m pytest
 
 # ruff (lint and format) and mypy (strict on solver/); .ci/run runs it before the tests.
@@ -25,6 +25,10 @@ sync: .venv/.synced
 # pinned in hack/versions.env; a no-op when the cache already has them.
 binaries:
 	bash hack/build-binaries.sh
+
+# Chromium from the distribution's packages, when missing (root and apt-get; else its tests skip, except in CI).
+browser:
+	bash hack/install-browser.sh
 
 # The real peer schedulers of the live bench (Volcano's vc-scheduler), built from source at the tags pinned in
 # hack/versions.env into the same cache; not part of `make test`: their e2e tests skip when they are absent.

@@ -58,6 +58,7 @@ SET_BY_THE_CHART = {
     "lease-namespace",
     "identity",  # each replica its own (the pod name, by default): never one value for all
     "metrics-addr",
+    "plan-page",  # planPage.enabled
 }
 
 

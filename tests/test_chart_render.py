@@ -19,6 +19,7 @@ from tests.helm import CHART, CRD_NAME, Helm, only, render
             "podDisruptionBudget.minAvailable=1",
             "crds.installPodGroup=false",
             "dashboard.enabled=true",
+            "planPage.enabled=true",
         ),
     ],
 )
@@ -132,6 +133,22 @@ def test_template_options(helm: Helm) -> None:
     assert "--leader-elect" in one["args"]
 
 
+def test_the_page_of_the_plan_is_one_flag_and_no_permission_more(helm: Helm) -> None:
+    def rbac(docs: list[dict]) -> list[tuple[str, list[dict]]]:
+        return [(d["kind"], d["rules"]) for d in docs if d["kind"] in ("ClusterRole", "Role")]
+
+    off, on = render(helm), render(helm, "planPage.enabled=true")
+    (container,) = only(on, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--plan-page" in container["args"]
+    (without,) = only(off, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--plan-page" not in without["args"]
+    assert rbac(on) == rbac(off)
+    assert len(rbac(on)) == 2
+    # Nothing else changes: the same objects, the same Service and port.
+    assert sorted(d["kind"] for d in on) == sorted(d["kind"] for d in off)
+    assert only(on, "Service") == only(off, "Service")
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -147,6 +164,8 @@ def test_template_options(helm: Helm) -> None:
         "schedulerName=Not_A_Name",
         "podDisruptionBudget.maxUnavailable=lots",
         "rbac.create=maybe",
+        "planPage.enabled=yes",
+        "planPage.path=/plan",
     ],
 )
 def test_values_schema_rejects_bad_values(helm: Helm, bad: str) -> None:

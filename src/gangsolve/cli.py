@@ -259,6 +259,12 @@ def learn_history(estimator: Estimator, snap: Snapshot, scheduler_name: str, str
     show_default=True,
     help="HOST:PORT for /metrics, /healthz and /readyz; empty turns it off.",
 )
+@click.option(
+    "--plan-page/--no-plan-page",
+    default=False,
+    show_default=True,
+    help="Also serve /plan (a read-only page of the plan) and /plan.json on --metrics-addr.",
+)
 @click.option("--time-limit", type=float, default=SolveConfig.time_limit, show_default=True, help="Seconds per solve.")
 @click.option(
     "--preemption/--no-preemption",

@@ -31,6 +31,7 @@ def solver_actor(
     estimator: Estimator | None = None,
     reservations: int = SolveConfig.reservations,
     starvation: float = STARVATION_SECONDS,
+    plan_page: bool = False,
 ) -> SolverActor:
     return SolverActor(
         store,
@@ -40,6 +41,7 @@ def solver_actor(
         SolveConfig(time_limit=time_limit, preemption=preemption, reservations=reservations),
         debounce=debounce,
         estimator=estimator,
+        plan_page=plan_page,
     )
 
 

@@ -124,6 +124,11 @@ class Config:
     metrics_addr: str = setting(
         "0.0.0.0:8080", "HOST:PORT for `/metrics`, `/healthz` and `/readyz`; empty turns it off"
     )
+    plan_page: bool = setting(
+        False,
+        "also serve `/plan` (a read-only page of the plan: pending gangs, a Gantt chart of nodes, queue shares) and "
+        "`/plan.json` on `metrics-addr` (docs/operating.md#the-page-of-the-plan)",
+    )
     event_interval: float = setting(60.0, "an identical event about one pod at most this often (seconds)")
     events_per_second: float = setting(20.0, "all events but `Preempted` together at most this many per second")
     log_format: str = setting("text", "`text` (`msg key=value ...`) or `json` (one object a line)")

@@ -5,7 +5,8 @@ r"""`gangsolve run`: every actor in one task group; a crash in one cancels all.
                              |                             |  \-- CycleResult (latest) --> Feedback <--+
                              +-----------------------------|------------- forget ---------/
     succeeded pods watcher (while leading) ----------------+  (the runtime history)
-    HealthServer (/metrics /healthz /readyz), LeaderElector (Lease: the fence on every write), signals
+    HealthServer (/metrics /healthz /readyz; /plan /plan.json with --plan-page), signals,
+    LeaderElector (Lease: the fence on every write)
 
 Every replica watches and keeps its store warm; only the leader (or the only replica, without
 --leader-elect) runs the solver, binder and feedback. Stopping is cancellation:
@@ -75,6 +76,7 @@ class Scheduler:
             cfg.solve_config(),
             debounce=cfg.debounce,
             estimator=cfg.estimator(),
+            plan_page=cfg.plan_page,
         )
         self.binder = BinderActor(kube, self.store, self.queue, self.metrics, fence, concurrency=cfg.bind_concurrency)
         self.feedback = Feedback(
@@ -88,7 +90,12 @@ class Scheduler:
             events_per_second=cfg.events_per_second,
         )
         hp = cfg.metrics_host_port
-        self.http = HealthServer(self.metrics, hp[0], hp[1], healthy=self._healthy, ready=self._ready) if hp else None
+        plan = (lambda: self.solver.page) if cfg.plan_page else None  # the server reads the actor's latest view
+        self.http = (
+            HealthServer(self.metrics, hp[0], hp[1], healthy=self._healthy, ready=self._ready, plan=plan)
+            if hp
+            else None
+        )
         self.http_port: int | None = None
         self.stop = anyio.Event()
         self._waiting = anyio.CancelScope()  # the wait for leadership and synced caches

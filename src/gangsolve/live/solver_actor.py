@@ -24,7 +24,8 @@ It owns its settings (the cycle's `Rules` and the `SolveConfig`, passed whole), 
 cycle's bindings (the next one's warm start), a cache of converted pods (used only by the one cycle running)
 and the runtime estimator with its workload history, which learns from the succeeded pods a watcher sends it
 (drained before a cycle groups gangs, never while a cycle reads the estimator); it stops when cancelled (a cycle
-cancelled mid-solve has assumed and sent nothing).
+cancelled mid-solve has assumed and sent nothing). With the page of the plan on, it also keeps the queue shares of
+the last hours and, after each cycle, replaces `page` (a frozen `PlanView` the HTTP server reads) at once.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from gangsolve.live import logs
 from gangsolve.live.channels import Latest
 from gangsolve.live.messages import ClaimWrite, CycleResult, Event, GangPlan, Preemption, Resync, Victim
 from gangsolve.live.metrics import Metrics
+from gangsolve.live.plan_page import PlanView, ShareHistory, carried_running, started_now
 from gangsolve.live.queue import SchedulingQueue, Signature
 from gangsolve.live.store import ClusterStore, View
 from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, Reservation, SolveConfig
@@ -157,6 +159,7 @@ class SolverActor:
         *,
         debounce: float,
         estimator: Estimator | None = None,
+        plan_page: bool = False,
     ) -> None:
         self.store = store
         self.queue = queue
@@ -176,6 +179,10 @@ class SolverActor:
         # (to say so, and to time the end of their grace) even with no gang to solve, and how long one had
         # existed when it stopped waiting is what the grace added to its latency.
         self._held: dict[str, datetime | None] = {}
+        # The page of the plan (off: neither is kept): the latest view, replaced whole after each cycle, and the
+        # queue shares sampled so far.
+        self.page: PlanView | None = None
+        self._shares = ShareHistory() if plan_page else None
 
     async def run(
         self,
@@ -303,6 +310,8 @@ class SolverActor:
             prepared.origins,
         )
         results.put(result)
+        if self._shares is not None:
+            self._publish(prepared, decided, result)
         self._log(prepared, decided, len(carried), time.perf_counter() - started)
         return result
 
@@ -384,6 +393,23 @@ class SolverActor:
                 chosen = [(w.pod, w.claim, w.allocation) for w in writes if w.allocation is not None]
                 self.store.assume(gang.name, gang_plan.pods, chosen)
                 plans.send_nowait(gang_plan)
+
+    def _publish(self, prepared: Prepared, decided: Decisions, result: CycleResult) -> None:
+        """The page's view of this cycle, in one assignment. Its running pods: those the cycle read, the gangs
+        it started, and (a partial view reads only what is pending and its gangs) those of the last view that
+        still run."""
+        assert self._shares is not None
+        self._shares.record(result.cluster.now, result.placement.queues)
+        running = (*prepared.cluster.running, *started_now(decided.cluster, decided.placement))
+        if prepared.view.partial and self.page is not None:
+            running = (*running, *carried_running(self.page.running, running, self._still_running))
+        self.page = PlanView(self.cycles, result, running, self._shares.samples())
+
+    def _still_running(self, key: str) -> bool:
+        pod = self.store.pod(key)
+        if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        return bool((pod.get("spec") or {}).get("nodeName")) or self.store.is_assumed(key)
 
     def _log(self, prepared: Prepared, decided: Decisions, carried: int, seconds: float) -> None:
         for kind, count in {**self.store.counts(), "backoff": self.queue.held()}.items():
