@@ -58,8 +58,8 @@ class HealthServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", lambda _r: self._check_async(self.healthy))
-        app.router.add_get("/readyz", lambda _r: self._check_async(self.ready))
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
         if self.plan is not None:
             app.router.add_get("/plan", self._plan_page)
             app.router.add_get("/plan.json", self._plan_json)
@@ -76,8 +76,11 @@ class HealthServer:
         logs.info("serving", addr=f"{self.host}:{port}", paths=paths)
         return port
 
-    async def _check_async(self, check: Callable[[], str | None]) -> web.Response:
-        return self._check(check)
+    async def _healthz(self, _req: web.Request) -> web.Response:
+        return self._check(self.healthy)
+
+    async def _readyz(self, _req: web.Request) -> web.Response:
+        return self._check(self.ready)
 
     async def stop(self) -> None:
         if self.runner is not None:
