@@ -666,7 +666,8 @@ def proportion(cluster: Cluster) -> dict[str, str]:
             request[gang.queue] = request[gang.queue] + problem.demand[part.cls] * len(part.pods)
     weight = {n: float(queues[n].weight if n in queues else 1) for n in names}
     cap = {n: _vector(res, queues[n].capability, np.inf) if n in queues else np.full(len(res), np.inf) for n in names}
-    deserved = _deserved(total.astype(float), names, weight, {n: np.minimum(request[n], cap[n]) for n in names})
+    parent = {n: queues[n].parent if n in queues and queues[n].parent in queues else "" for n in names}
+    deserved = _deserved_tree(total.astype(float), names, parent, weight, request, cap)
 
     jobs = {
         n: sorted(
@@ -684,6 +685,13 @@ def proportion(cluster: Cluster) -> dict[str, str]:
         asked = need > 0
         if ((allocated[n] + need)[asked] > deserved[n][asked] + 1e-9).any():
             continue  # would take the queue past what it deserves: Volcano's proportion does not allocate it
+        above, up = [], parent[n]
+        while up and up not in above:
+            above.append(up)
+            up = parent[up]
+        held = {a: sum((allocated[q] for q in names if a in _ancestors(q, parent)), np.zeros(len(res))) for a in above}
+        if any(((held[a] + need)[asked] > cap[a][asked]).any() for a in above):
+            continue  # a department's capability (Volcano's hierarchical capacity checks every level)
         counts = place_gang(problem, g, free, scorer=greedy.node_scores)
         if counts is None:
             continue
@@ -693,6 +701,42 @@ def proportion(cluster: Cluster) -> dict[str, str]:
             for _ in range(k):
                 bindings[next(p for p in pods if p.name not in bindings).name] = problem.nodes[node].name
     return bindings
+
+
+def _ancestors(name: str, parent: dict[str, str]) -> list[str]:
+    out, up = [], parent.get(name, "")
+    while up and up not in out:
+        out.append(up)
+        up = parent.get(up, "")
+    return out
+
+
+def _deserved_tree(
+    total: np.ndarray,
+    names: list[str],
+    parent: dict[str, str],
+    weight: dict[str, float],
+    request: dict[str, np.ndarray],
+    cap: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """proportion's `deserved`, divided level by level when queues have parents (as Volcano's capacity plugin
+    with hierarchy divides a parent's among its children): a queue requests what it and the queues under it
+    request, each capped by its capability."""
+    asked = {n: request[n].copy() for n in names}
+    for n in sorted(names, key=lambda n: -len(_ancestors(n, parent))):  # the deepest first
+        asked[n] = np.minimum(asked[n], cap[n])
+        if parent[n]:
+            asked[parent[n]] = asked[parent[n]] + asked[n]
+    out: dict[str, np.ndarray] = {}
+    level = [("", total)]
+    while level:
+        up, given = level.pop()
+        kids = [n for n in names if parent[n] == up]
+        if kids:
+            split = _deserved(given, kids, weight, {n: asked[n] for n in kids})
+            out |= split
+            level += list(split.items())
+    return out
 
 
 def _vector(resources: list[str], amounts, missing: float = 0.0) -> np.ndarray:

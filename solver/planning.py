@@ -251,9 +251,13 @@ class Planner(Limits):
         promise = self.promised.pop(g, None)
         if promise is not None:
             self._drop(promise)
-        elif not gang.pods or gang.need == 0:
+        # A gang that would borrow past its queue's fair share holds nothing (and keeps no promise): capacity held
+        # for it would be kept from queues below theirs. It starts where idle capacity lets it.
+        if not gang.pods or gang.need == 0 or not gang.fair:
+            if promise is not None:
+                self._refresh()
             return
-        elif len(self.plan.reservations) >= self.most:
+        if promise is None and len(self.plan.reservations) >= self.most:
             self.past_depth.append(g)
             return
         runtime = gang.runtime if gang.runtime is not None else FOREVER
@@ -311,12 +315,13 @@ def checks(timeline: Timeline, plan: Plan, priority: np.ndarray) -> list[Check]:
 def promises(problem: Problem) -> list[Planned]:
     """The last cycle's reservations (`Cluster.promised`) of gangs still pending, in this cycle's indices. One
     whose start has come is held from now (no gang walked before it may take its nodes); one whose pods or
-    nodes changed is planned afresh."""
+    nodes changed is planned afresh. A gang now past its queue's fair share keeps none: it holds nothing (see
+    `Planner.blocked`)."""
     index = {gang.name: g for g, gang in enumerate(problem.gangs)}
     out = []
     for r in problem.cluster.promised:
         g = index.get(r.gang)
-        if g is None or r.start is None or not r.bindings:
+        if g is None or r.start is None or not r.bindings or not problem.gangs[g].fair:
             continue
         part_of = {pod.name: p for p, part in enumerate(problem.parts[g]) for pod in part.pods}
         counts: dict[tuple[int, int], int] = {}

@@ -202,6 +202,15 @@ TIMELINES = {
             MAX_CYCLES,
             peers=("proportion",),
         ),
+        Timeline(
+            "timeline/tenants-tree",
+            lambda seed: tenants.tenants_timeline(WINDOW * PERIOD, seed=20 + seed, tenants=tenants.DEPARTMENTS),
+            "16 8-GPU nodes; a queue tree: two departments of equal weight, two teams each; department B (capped "
+            "at 96 GPUs) idle for the first 90 minutes, then busy",
+            (WARM_UP * PERIOD, WINDOW * PERIOD),
+            MAX_CYCLES,
+            peers=("proportion",),
+        ),
     )
 }
 TIMELINE_GRIDS = {"quick": ["timeline/synthetic-100nodes"], "full": list(TIMELINES)}
@@ -289,6 +298,7 @@ def simulate(
     priority = {p.name: p.priority for job in jobs for p in job.gang.pods}
     queue_of = {p.name: job.gang.queue for job in jobs for p in job.gang.pods}
     held: dict[str, dict[str, int]] = {q.name: {} for q in queues}  # what each queue's bound pods hold
+    parents = {q.name: q.parent for q in queues}
     violations = 0  # cycles x queues x resources over the queue's capability
 
     def hold(pod: str, node: str, sign: int) -> None:
@@ -411,7 +421,9 @@ def simulate(
             }
         )
         if tenants_mode:
-            violations += sum(held[q.name].get(r, 0) > cap for q in queues for r, cap in q.capability.items())
+            for r in {r for q in queues for r in q.capability}:  # every level: a queue holds what those under it do
+                under = tenants.up_the_tree({q: h.get(r, 0) for q, h in held.items()}, parents)
+                violations += sum(under[q.name] > q.capability[r] for q in queues if r in q.capability)
             waiting = {q.name: 0 for q in queues}
             for j in pending:
                 waiting[j.gang.queue] += sum(p.requests.get(GPU, 0) for p in j.gang.pods if p.name not in j.bound)
@@ -430,8 +442,9 @@ def simulate(
         summary["promises"] = promise_accuracy(jobs)
     if tenants_mode:
         weights = {q.name: q.weight for q in queues}
+        caps = {q.name: float(q.capability[GPU]) for q in queues if GPU in q.capability}
         summary.update(
-            fairness=tenants.fairness(cycles, weights, total_gpus, window),
+            fairness=tenants.fairness(cycles, weights, total_gpus, window, parents, caps),
             tenant_delay_p95=tenants.tenant_delays(jobs, {j.gang.name: j.gang.queue for j in jobs}),
             capability_violations=violations,
             gpus=total_gpus,

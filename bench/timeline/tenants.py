@@ -2,14 +2,17 @@
 shared the GPUs over time (Volcano's `proportion` allocation, the peer, is in bench/baselines.py).
 
 Three teams, Volcano Queues of weights 1:2:4 (team-a also capped at 24 GPUs), each submitting far more than its
-weighted share in bursts.
+weighted share in bursts; or a queue tree: two departments, two teams each, one department idle for the first
+half then busy.
 Fairness is measured against weighted max-min fairness computed here from its definition (not with the
 solver's code): each cycle, the cluster's GPUs divided between the tenants that have demand (GPUs held plus
-GPUs their pending jobs ask for) in proportion to their weights, no tenant getting more than its demand.
+GPUs their pending jobs ask for) in proportion to their weights, no tenant getting more than its demand; in a
+tree, level by level (a department's share divided among its teams).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,34 +20,63 @@ import numpy as np
 from gangsolve.bench import manifests, placement_metrics
 from gangsolve.solver.model import GPU
 
-TENANTS = {"team-a": 1, "team-b": 2, "team-c": 4}  # queue -> weight
-CAPABILITY = {"team-a": {GPU: "24"}}  # a hard cap on team-a: 24 of the 128 GPUs, above its fair share of 18
-OFFERED = {"team-a": 0.5, "team-b": 0.6, "team-c": 0.9}  # GPU load each offers over the window (of the cluster)
+
+@dataclass(frozen=True)
+class Tenant:
+    """A Volcano Queue and the work its team submits: `offered` GPU load (a share of the cluster's GPUs) from
+    `start` (a share of the horizon) on; a department's queue (`parent` of others) submits nothing itself."""
+
+    queue: str
+    weight: int
+    offered: float = 0.0
+    parent: str = ""
+    capability: dict[str, str] | None = None
+    start: float = 0.0
+
+
+# Three teams weighted 1:2:4, team-a also capped at 24 GPUs (of 128, above its fair share of 18).
+TEAMS = (
+    Tenant("team-a", 1, 0.5, capability={GPU: "24"}),
+    Tenant("team-b", 2, 0.6),
+    Tenant("team-c", 4, 0.9),
+)
+# Two departments of equal weight under the root, two teams each; department B is capped at 96 GPUs (of 128)
+# and idle for the first half of the window, then busy: its teams must get their half back from A's.
+DEPARTMENTS = (
+    Tenant("dept-a", 1),
+    Tenant("a1", 1, 0.5, parent="dept-a"),
+    Tenant("a2", 1, 0.5, parent="dept-a"),
+    Tenant("dept-b", 1, capability={GPU: "96"}),
+    Tenant("b1", 1, 0.5, parent="dept-b", start=0.5),
+    Tenant("b2", 2, 0.7, parent="dept-b", start=0.5),
+)
 BURSTS = 6  # per tenant, over the arrival window
 BURST_MINUTES = 10  # a burst's jobs arrive within this long
 HOUR_CYCLES = 60  # a sliding window for GPU-hours shares (cycles are a minute)
 
 
-def queue_object(name: str, weight: int, capability: dict[str, str] | None = None) -> dict:
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "Queue",
-        "metadata": {"name": name},
-        "spec": {"weight": weight, **({"capability": capability} if capability else {})},
-    }
+def queue_object(name: str, weight: int, capability: dict[str, str] | None = None, parent: str = "") -> dict:
+    spec: dict = {"weight": weight, **({"capability": capability} if capability else {})}
+    if parent:
+        spec["parent"] = parent
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
-def tenants_timeline(horizon: float, n_nodes: int = 16, seed: int = 11) -> list[dict]:
-    """`n_nodes` 8-GPU nodes; each tenant's jobs arrive in bursts over `horizon` seconds (gangs of 1-4 pods of
-    1-8 GPUs, durations log-normal, median 20 minutes, 5 to 60), GPU-seconds `OFFERED` x the cluster's."""
+def tenants_timeline(
+    horizon: float, n_nodes: int = 16, seed: int = 11, tenants: tuple[Tenant, ...] = TEAMS
+) -> list[dict]:
+    """`n_nodes` 8-GPU nodes; each tenant's jobs arrive in bursts over its part of `horizon` seconds (gangs of
+    1-4 pods of 1-8 GPUs, durations log-normal, median 20 minutes, 5 to 60), GPU-seconds `offered` x the
+    cluster's over that part."""
     rng = np.random.default_rng(seed)
-    objs: list[dict] = [queue_object(name, weight, CAPABILITY.get(name)) for name, weight in TENANTS.items()]
+    objs: list[dict] = [queue_object(t.queue, t.weight, t.capability, t.parent) for t in tenants]
     objs += [manifests.node(f"gpu-{i:03d}", 64_000, 512 * 1024, gpus=8) for i in range(n_nodes)]
     capacity = 8 * n_nodes
     j = 0
-    for tenant, load in OFFERED.items():
-        budget = load * capacity * horizon  # GPU-seconds this tenant submits
-        starts = np.sort(rng.uniform(0, horizon - BURST_MINUTES * 60, size=BURSTS))
+    for t in (t for t in tenants if t.offered > 0):
+        tenant, first = t.queue, t.start * horizon
+        budget = t.offered * capacity * (horizon - first)  # GPU-seconds this tenant submits
+        starts = np.sort(rng.uniform(first, horizon - BURST_MINUTES * 60, size=BURSTS))
         per_burst = budget / BURSTS
         for start in starts:
             spent = 0.0
@@ -87,17 +119,62 @@ def fair_split(capacity: float, weights: dict[str, int], demands: dict[str, floa
     return fair
 
 
-def fairness(cycles: list[dict], weights: dict[str, int], capacity: int, window: tuple[float, float]) -> dict:
-    """Per tenant, over the cycles of the steady `window` (seconds): GPU-hours share against its weighted fair
-    share (the largest gap over any hour in which it always had demand, and over the whole window); its p95
-    queue delay is added by the caller. Jain's index over tenants of GPU-hours / fair GPU-hours."""
+def up_the_tree(amounts: dict[str, float], parents: dict[str, str]) -> dict[str, float]:
+    """Per queue, `amounts` (per queue) summed over it and every queue below it (`parents`: queue -> parent)."""
+    out = dict.fromkeys(parents, 0.0)
+    for q, v in amounts.items():
+        seen = set()
+        while q in parents and q not in seen:
+            seen.add(q)
+            out[q] += v
+            q = parents[q]
+    return out
+
+
+def tree_split(
+    capacity: float, weights: dict[str, int], parents: dict[str, str], demands: dict[str, float], caps: dict[str, float]
+) -> dict[str, float]:
+    """Fair shares down the queue tree: the top queues divide `capacity` by weight (`fair_split`), each asking
+    for what the queues under it ask for together (at most its cap); each queue's share is divided among its
+    children the same way. Flat queues (no parents) give `fair_split` itself."""
+    asked = {q: min(v, caps.get(q, v)) for q, v in up_the_tree(demands, parents).items()}
+    fair: dict[str, float] = {}
+    level = [("", capacity)]
+    while level:
+        parent, given = level.pop()
+        kids = [q for q in weights if parents.get(q, "") == parent]
+        if kids:
+            split = fair_split(given, {q: weights[q] for q in kids}, {q: asked[q] for q in kids})
+            fair |= split
+            level += list(split.items())
+    return fair
+
+
+def fairness(
+    cycles: list[dict],
+    weights: dict[str, int],
+    capacity: int,
+    window: tuple[float, float],
+    parents: dict[str, str] | None = None,
+    caps: dict[str, float] | None = None,
+) -> dict:
+    """Per queue (every level of the tree: a department holds what its teams hold), over the cycles of the
+    steady `window` (seconds): GPU-hours share against its weighted fair share (the largest gap over any hour in
+    which it always had demand, and over the whole window); its p95 queue delay is added by the caller. Jain's
+    index over the queues at the bottom of the tree of GPU-hours / fair GPU-hours."""
     steady = [c for c in cycles if window[0] <= c["time"] < window[1]]
+    parents = parents or dict.fromkeys(weights, "")
+    caps = caps or {}
     out: dict[str, dict] = {}
     ratios = []
+    held_all = [up_the_tree(c["held"], parents) for c in steady]
+    demand_all = [up_the_tree(c["demand"], parents) for c in steady]
+    fair_all = [tree_split(capacity, weights, parents, c["demand"], caps) for c in steady]
+    leaves = set(weights) - set(parents.values())
     for t in weights:
-        held = np.array([c["held"].get(t, 0) for c in steady], dtype=float)
-        fair = np.array([fair_split(capacity, weights, c["demand"])[t] for c in steady])
-        has = np.array([c["demand"].get(t, 0) > 0 for c in steady], dtype=bool)
+        held = np.array([h.get(t, 0) for h in held_all], dtype=float)
+        fair = np.array([f[t] for f in fair_all])
+        has = np.array([d.get(t, 0) > 0 for d in demand_all], dtype=bool)
         worst = 0.0
         for s in range(max(0, len(steady) - HOUR_CYCLES + 1)):
             if has[s : s + HOUR_CYCLES].all():
@@ -105,12 +182,13 @@ def fairness(cycles: list[dict], weights: dict[str, int], capacity: int, window:
                 worst = max(worst, abs(gap))
         gpu_hours, fair_hours = held[has].sum(), fair[has].sum()
         out[t] = {
+            "parent": parents.get(t, ""),
             "weight": weights[t],
             "share": float(gpu_hours / (has.sum() * capacity)) if has.any() else 0.0,
             "fair_share": float(fair_hours / (has.sum() * capacity)) if has.any() else 0.0,
             "max_hourly_deviation": float(worst),
         }
-        if fair_hours > 0:
+        if fair_hours > 0 and t in leaves:
             ratios.append(gpu_hours / fair_hours)
     jain = float(sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))) if ratios else None
     return {"tenants": out, "jain": jain}
@@ -154,7 +232,7 @@ def tenant_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
                     (
                         f"{sc['name']} seed {sc['seed']} {sc['estimates']}",
                         r["scheduler"],
-                        f"{t} ({f['weight']})",
+                        f"{f['parent'] + '/' if f.get('parent') else ''}{t} ({f['weight']})",
                         f"{f['share']:.1%}",
                         f"{f['fair_share']:.1%}",
                         f"{100 * f['max_hourly_deviation']:.1f} pp",
@@ -180,13 +258,15 @@ def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
         plotted.add(sc["name"])
         fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), sharex=True, squeeze=False)
         for ax, r in zip(axes[:, 0], runs, strict=True):
-            weights = {t: f["weight"] for t, f in r["summary"]["fairness"]["tenants"].items()}
+            tenants_ = r["summary"]["fairness"]["tenants"]
+            weights = {t: f["weight"] for t, f in tenants_.items()}
+            parents = {t: f.get("parent", "") for t, f in tenants_.items()}
             capacity = r["summary"]["gpus"]
             t = [c["time"] / 60 for c in r["cycles"]]
-            for i, tenant in enumerate(weights):
+            for i, tenant in enumerate(q for q in weights if q not in parents.values()):  # the teams
                 color = f"C{i}"
                 ax.plot(t, [c["held"].get(tenant, 0) / capacity for c in r["cycles"]], color=color, label=tenant)
-                fair = [fair_split(capacity, weights, c["demand"])[tenant] / capacity for c in r["cycles"]]
+                fair = [tree_split(capacity, weights, parents, c["demand"], {})[tenant] / capacity for c in r["cycles"]]
                 ax.plot(t, fair, "--", color=color, linewidth=0.8)
             ax.set_ylabel("GPU share")
             ax.set_title(f"{r['scheduler']} (solid: held; dashed: weighted fair share)", fontsize=9)

@@ -8,7 +8,15 @@ from bench_clusters import cluster_objects, gang, gpu_nodes
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import proportion
 from gangsolve.bench.timeline.simulation import PERIOD, simulate
-from gangsolve.bench.timeline.tenants import OFFERED, TENANTS, fair_split, fairness, queue_object, tenants_timeline
+from gangsolve.bench.timeline.tenants import (
+    DEPARTMENTS,
+    TEAMS,
+    fair_split,
+    fairness,
+    queue_object,
+    tenants_timeline,
+    tree_split,
+)
 from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.solver.model import GPU
 
@@ -24,12 +32,49 @@ def test_weighted_max_min_fairness_by_its_definition():
 def test_the_workload_has_three_weighted_queues_each_offering_more_than_its_share():
     objs = tenants_timeline(3600, n_nodes=4)
     queues = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "Queue"}
-    assert {name: spec["weight"] for name, spec in queues.items()} == TENANTS == {"team-a": 1, "team-b": 2, "team-c": 4}
+    assert {name: spec["weight"] for name, spec in queues.items()} == {"team-a": 1, "team-b": 2, "team-c": 4}
     assert queues["team-a"]["capability"] == {GPU: "24"}
-    for tenant, load in OFFERED.items():
-        assert load > TENANTS[tenant] / sum(TENANTS.values())
+    for t in TEAMS:
+        assert t.offered > t.weight / sum(u.weight for u in TEAMS)
     groups = [o for o in objs if o["kind"] == "PodGroup"]
-    assert {g["metadata"]["annotations"]["gangsolve.io/queue"] for g in groups} == set(TENANTS)
+    assert {g["metadata"]["annotations"]["gangsolve.io/queue"] for g in groups} == {t.queue for t in TEAMS}
+
+
+def test_the_tree_workload_has_departments_over_teams_and_one_department_starts_late():
+    horizon = 3 * 3600
+    objs = tenants_timeline(horizon, n_nodes=4, tenants=DEPARTMENTS)
+    queues = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "Queue"}
+    assert {n: s.get("parent", "") for n, s in queues.items()} == {
+        "dept-a": "",
+        "a1": "dept-a",
+        "a2": "dept-a",
+        "dept-b": "",
+        "b1": "dept-b",
+        "b2": "dept-b",
+    }
+    arrivals: dict[str, list[float]] = {}
+    for g in (o for o in objs if o["kind"] == "PodGroup"):
+        notes = g["metadata"]["annotations"]
+        arrivals.setdefault(notes["gangsolve.io/queue"], []).append(float(notes[manifests.ARRIVAL_ANNOTATION]))
+    assert set(arrivals) == {"a1", "a2", "b1", "b2"}  # departments submit nothing themselves
+    assert min(arrivals["b1"] + arrivals["b2"]) >= horizon / 2
+    assert min(arrivals["a1"] + arrivals["a2"]) < horizon / 4
+
+
+def test_tree_fair_shares_divide_each_departments_share_among_its_teams():
+    weights = {"A": 1, "B": 1, "a1": 1, "a2": 3, "b1": 1}
+    parents = {"A": "", "B": "", "a1": "A", "a2": "A", "b1": "B"}
+    # B asks for little: A gets the rest and splits it 1:3.
+    got = tree_split(64, weights, parents, {"a1": 100, "a2": 100, "b1": 4}, {})
+    assert got == pytest.approx({"A": 60, "B": 4, "a1": 15, "a2": 45, "b1": 4})
+    # A capped at 20: B's team may take the rest.
+    got = tree_split(64, weights, parents, {"a1": 100, "a2": 100, "b1": 100}, {"A": 20})
+    assert got == pytest.approx({"A": 20, "B": 44, "a1": 5, "a2": 15, "b1": 44})
+    # Flat queues: the flat split.
+    flat = {"a": 1, "b": 2}
+    assert tree_split(30, flat, {"a": "", "b": ""}, {"a": 100, "b": 100}, {}) == fair_split(
+        30, flat, {"a": 100, "b": 100}
+    )
 
 
 def _queued(name: str, queue: str, pods: int, gpus: int, arrival: float, duration: float) -> list[dict]:
