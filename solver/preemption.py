@@ -199,6 +199,16 @@ class Preemption:
         self.work_lost = np.array(
             [int(r.requests.get(GPU, 0)) * int(max(0.0, clock - r.started) // 60) for r in pool], dtype=np.int64
         )
+        # When the plan expects each pending gang to start without evictions (reservations, then forecasts).
+        self.clock = clock
+        self.expected = {
+            r.gang: r.start for r in (*placement.forecasts, *placement.reservations) if r.start is not None
+        }
+        # For gangs the plan did not reach: the GPUs free once this cycle's placement is in, and the running pods'
+        # expected ends with the GPUs each gives back (a gang cannot start before enough are free, anywhere).
+        gpu = p.res_index.get(GPU)
+        self.free_gpus = int(np.maximum(self.free[:, gpu], 0).sum()) if gpu is not None else 0
+        self.ends = sorted((r.end, int(r.requests.get(GPU, 0))) for r in cluster.running if r.end is not None)
         recency = sorted(range(len(pool)), key=lambda i: (-pool[i].started, pool[i].name))
         self.rank = np.zeros(len(pool), dtype=np.int64)
         self.rank[recency] = np.arange(len(pool))
@@ -470,9 +480,33 @@ class Preemption:
             victims, nominations, key, proven = found
             highest = max((int(self.priority[i]) for i in victims), default=gang.priority)
             reclaimed = reclaiming is not None and any(reclaiming[i] for i in victims)
+            if reclaimed and not self._worth_reclaiming(g, victims):
+                continue
             choice = Choice(victims, nominations, highest, key, proven, reclaimed)
             return choice if self._sound(g, choice) else None
         return None
+
+    def _worth_reclaiming(self, g: int, victims: tuple[int, ...]) -> bool:
+        """Whether reclaim saves more than it throws away: the GPU-minutes gang g would wait for the start the
+        plan expects without it (running pods' ends) against the GPU-minutes its victims have run. For a gang
+        the plan did not reach, the first time enough GPUs are free anywhere (a bound: it waits at least that
+        long). A gang that may wait for ever (running pods without an expected end): always worth it."""
+        gang = self.problem.gangs[g]
+        gpu = self.problem.res_index.get(GPU)
+        gpus = int(self.problem.floor[g][gpu]) if gpu is not None else 0
+        start = self.expected.get(gang.name)
+        if start is None:
+            if self.free_gpus >= gpus:
+                return True  # enough GPUs are free, apart: how long it waits for them together is not known
+            free, start = self.free_gpus, self.clock
+            for end, given in self.ends:
+                free, start = free + given, end
+                if free >= gpus:
+                    break
+            if free < gpus:
+                return True
+        saved = gpus * max(0.0, start - self.clock) / 60
+        return int(sum(int(self.work_lost[i]) for i in victims)) <= saved
 
     def _room(self, g: int, allowed: np.ndarray) -> np.ndarray | None:
         """Nodes where some pod of gang g fits once every allowed victim there is gone, or None when those

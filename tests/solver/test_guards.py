@@ -51,3 +51,15 @@ def test_preemption_waits_for_its_own_minimum_runtime():
     assert solve(preemption_case(NOW - 600), guarded).evictions
     # The reclaim guard is not preemption's.
     assert solve(preemption_case(NOW - 60), replace(CONFIG, reclaim_min_runtime=3600)).evictions
+
+
+def test_reclaim_is_not_worth_it_when_the_plan_expects_room_soon():
+    """team-b's gangs (started 100 minutes ago) end in 2 minutes: team-a's gang waits for that rather than
+    throw away 100 minutes of 8 GPUs' work; ending in 5 hours, reclaiming saves more than it loses."""
+    cluster = reclaim_case(started=NOW - 6000)
+    soon = replace(cluster, running=tuple(replace(r, end=NOW + 120) for r in cluster.running))
+    assert not solve(soon, CONFIG).evictions
+    late = replace(cluster, running=tuple(replace(r, end=NOW + 5 * 3600) for r in cluster.running))
+    assert solve(late, CONFIG).evictions
+    # Without expected ends it may wait for ever: reclaimed.
+    assert solve(cluster, CONFIG).evictions
