@@ -367,7 +367,14 @@ def bench_command(
     from gangsolve.bench.report import plots, tables, targets  # matplotlib: loaded only when benchmarking
     from gangsolve.bench.static.preemption_rounds import GRID as PREEMPTION_GRID
     from gangsolve.bench.static.preemption_rounds import SCENARIOS as PREEMPTION_SCENARIOS
-    from gangsolve.bench.timeline.simulation import ESTIMATES, SEEDS, TIMELINE_GRIDS, TIMELINE_SCHEDULERS, TIMELINES
+    from gangsolve.bench.timeline.simulation import (
+        ESTIMATES,
+        HISTORY_ONLY,
+        SEEDS,
+        TIMELINE_GRIDS,
+        TIMELINE_SCHEDULERS,
+        TIMELINES,
+    )
 
     console = Console()
     if not console.is_terminal:
@@ -403,7 +410,9 @@ def bench_command(
         grid = grid or "quick"
         static = list(dict.fromkeys([*GRIDS[grid], *(n for n in names if n in SCENARIOS)]))
         timed = TIMELINE_GRIDS[grid] if timeline else []
-    timeline_schedulers = list(schedulers) or [s for s in TIMELINE_SCHEDULERS if s not in PEERS_ONLY]
+    timeline_schedulers = list(schedulers) or [
+        s for s in TIMELINE_SCHEDULERS if s not in PEERS_ONLY and s not in HISTORY_ONLY
+    ]
     schedulers = [s for s in schedulers if s in SCHEDULERS] or [s for s in SCHEDULERS if s not in PEERS_ONLY]
     times = _times(quality_times) if quality_times else ()
 

@@ -183,6 +183,9 @@ class Queue:
     # Seconds its pods must have run before they may be evicted, by preemption or reclaim (None: the
     # scheduler's `preempt_min_runtime` / `reclaim_min_runtime`).
     min_runtime: float | None = None
+    # Its past use, for fair share with history: dominant share x seconds, decayed by a half-life (whoever keeps
+    # the history sets it: the live scheduler, the bench). 0 everywhere: instantaneous fair shares.
+    usage: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,18 @@ def _shares(cluster: Cluster) -> tuple[dict[str, dict[str, float]], dict[str, di
     demand = _usable(tree, own)
     out: dict[str, dict[str, float]] = {name: {} for name in queues}
     own_share: dict[str, dict[str, float]] = {}  # a parent queue's share for its own gangs
+    used = tree.totals({name: {"": q.usage} for name, q in queues.items()})
+
+    def history(kids: list[str]) -> list[float]:
+        """Slurm's fair-share factor 2^(-U/S) per sibling: U its share of the siblings' past use, S its share of
+        their weight. A queue that used more than its weight gets less now, one that used less gets more; no
+        history (no use recorded): 1 each."""
+        use = [used[n].get("", 0.0) for n in kids]
+        weight = [float(max(queues[n].weight, 0)) for n in kids]
+        if sum(use) <= 0 or sum(weight) <= 0:
+            return [1.0] * len(kids)
+        return [2.0 ** -((u / sum(use)) / max(w / sum(weight), 1e-9)) for u, w in zip(use, weight, strict=True)]
+
     for r, amount in schedulable_total(cluster).items():
         todo = [("", float(amount))]
         while todo:
@@ -206,7 +218,8 @@ def _shares(cluster: Cluster) -> tuple[dict[str, dict[str, float]], dict[str, di
                 continue
             # A parent's own gangs compete with its children as one more child of weight 1.
             mine = parent and own[parent].get(r, 0) > 0
-            weights = [float(max(queues[n].weight, 0)) for n in kids] + ([1.0] if mine else [])
+            weights = [float(max(queues[n].weight, 0)) * f for n, f in zip(kids, history(kids), strict=True)]
+            weights += [1.0] if mine else []
             caps = [float(min(demand[n].get(r, 0), queues[n].capability.get(r, UNLIMITED))) for n in kids]
             floors = [float(min(queues[n].guarantee.get(r, 0), c)) for n, c in zip(kids, caps, strict=True)]
             for i, n in enumerate(kids):

@@ -211,6 +211,15 @@ TIMELINES = {
             MAX_CYCLES,
             peers=("proportion",),
         ),
+        Timeline(
+            "timeline/tenants-overnight",
+            lambda seed: tenants.tenants_timeline(WINDOW * PERIOD, seed=30 + seed, tenants=tenants.OVERNIGHT),
+            "16 8-GPU nodes; three teams of equal weight: team-night fills the cluster alone for 90 minutes, "
+            "then the two day teams burst past their shares",
+            (WARM_UP * PERIOD, WINDOW * PERIOD),
+            MAX_CYCLES,
+            peers=("proportion", "gangsolve-history"),
+        ),
     )
 }
 TIMELINE_GRIDS = {"quick": ["timeline/synthetic-100nodes"], "full": list(TIMELINES)}
@@ -231,11 +240,15 @@ TIMELINE_STEPS = 100  # search steps per cycle: about what a 0.5 s cycle makes o
 TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
     **SCHEDULERS,
     "gangsolve": solve_with(use_cpsat=True, steps=TIMELINE_STEPS),
+    # The same, with fair shares that count each queue's past use (halved every HALF_LIFE seconds).
+    "gangsolve-history": solve_with(use_cpsat=True, steps=TIMELINE_STEPS),
     "easy-backfill": _easy,
     "conservative-backfill": _conservative,
 }
 BACKFILL = ("easy-backfill", "conservative-backfill")  # peers of the time-based mode only
-USES_ESTIMATES = (*BACKFILL, "gangsolve")  # the others give the same result in every estimate mode
+USES_ESTIMATES = (*BACKFILL, "gangsolve", "gangsolve-history")  # the others: the same in every estimate mode
+HISTORY_ONLY = ("gangsolve-history",)  # run where a timeline names it (its peers)
+HALF_LIFE = 3600.0  # seconds: the usage history gangsolve-history's fair shares count (Slurm's PriorityDecayHalfLife)
 
 
 def jobs_of(
@@ -299,6 +312,9 @@ def simulate(
     queue_of = {p.name: job.gang.queue for job in jobs for p in job.gang.pods}
     held: dict[str, dict[str, int]] = {q.name: {} for q in queues}  # what each queue's bound pods hold
     parents = {q.name: q.parent for q in queues}
+    # Each queue's past use (dominant share x seconds, halved every HALF_LIFE), given to schedulers with history.
+    usage = dict.fromkeys(parents, 0.0)
+    with_history = scheduler == "gangsolve-history"
     violations = 0  # cycles x queues x resources over the queue's capability
 
     def hold(pod: str, node: str, sign: int) -> None:
@@ -363,7 +379,9 @@ def simulate(
             gangs,
             tuple(ends),
             nominated={pod: node for pod, node in nominated.items() if pod in waiting_pods},
-            queues=tuple(replace(q, allocated=dict(held[q.name])) for q in queues),
+            queues=tuple(
+                replace(q, allocated=dict(held[q.name]), usage=usage[q.name] if with_history else 0.0) for q in queues
+            ),
             now=now,
             promised=promised,
         )
@@ -421,6 +439,9 @@ def simulate(
             }
         )
         if tenants_mode:
+            decay = 0.5 ** (PERIOD / HALF_LIFE)
+            for q in usage:
+                usage[q] = usage[q] * decay + held[q].get(GPU, 0) / total_gpus * PERIOD
             for r in {r for q in queues for r in q.capability}:  # every level: a queue holds what those under it do
                 under = tenants.up_the_tree({q: h.get(r, 0) for q, h in held.items()}, parents)
                 violations += sum(under[q.name] > q.capability[r] for q in queues if r in q.capability)

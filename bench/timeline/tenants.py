@@ -50,6 +50,13 @@ DEPARTMENTS = (
     Tenant("b1", 1, 0.5, parent="dept-b", start=0.5),
     Tenant("b2", 2, 0.7, parent="dept-b", start=0.5),
 )
+# Three teams of equal weight: team-night has the cluster to itself for the first half (it ran all night), then
+# the two day teams burst past their shares; with a usage history, team-night should yield to them.
+OVERNIGHT = (
+    Tenant("team-night", 1, 0.9),
+    Tenant("team-day1", 1, 0.6, start=0.5),
+    Tenant("team-day2", 1, 0.6, start=0.5),
+)
 BURSTS = 6  # per tenant, over the arrival window
 BURST_MINUTES = 10  # a burst's jobs arrive within this long
 HOUR_CYCLES = 60  # a sliding window for GPU-hours shares (cycles are a minute)

@@ -122,3 +122,16 @@ def test_proportion_gives_each_queue_what_it_deserves_and_no_more():
     bindings = proportion(cluster)
     per_queue = {q: sum(1 for g in cluster.gangs if g.queue == q for p in g.pods if p.name in bindings) for q in "ab"}
     assert per_queue == {"a": 2, "b": 6}
+
+
+def test_with_a_usage_history_the_queue_that_had_the_cluster_yields_to_the_newcomer():
+    """8 GPUs, equal weights: a fills the cluster for 10 cycles alone, then b arrives. Without history they
+    converge to 4 and 4; counting a's past use (Slurm's factor), b gets more than half while a's use decays."""
+    jobs = [_queued(f"a{i}", "a", 1, 1, 0, 20 * PERIOD) for i in range(16)]
+    jobs += [_queued(f"b{i}", "b", 1, 1, 10 * PERIOD, 20 * PERIOD) for i in range(16)]
+    objs = [queue_object("a", 1), queue_object("b", 1), *cluster_objects(gpu_nodes(2), *jobs)]
+    plain = simulate(objs, "gangsolve", time_limit=0.5)
+    history = simulate(objs, "gangsolve-history", time_limit=0.5)
+    later = slice(21, 40)  # after a's first jobs ended
+    assert max(c["held"]["b"] for c in plain["cycles"][later]) == 4
+    assert max(c["held"]["b"] for c in history["cycles"][later]) > 4

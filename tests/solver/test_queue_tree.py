@@ -202,3 +202,22 @@ def test_a_cousin_gives_back_only_what_its_department_holds_past_its_share():
     placement = solve(cluster_of(nodes, pods, gangs, queues), CONFIG)
     assert len(placement.evictions) == 1
     assert "reclaimed from queue b1" in placement.evictions[0].reason
+
+
+def test_past_use_lowers_a_queues_fair_share_by_slurms_factor():
+    """Equal weights; `night` used everything lately (U = 1 of S = 1/2: factor 2^-2), `day` nothing (factor 1):
+    of 10 GPUs night's fair share is 10 x 0.25 / 1.25 = 2, day's 8. No use recorded: 5 and 5."""
+    gangs = tuple(
+        Gang(f"{q}/g", tuple(pod(f"{q}/g-{i}", gpus=1, order=i) for i in range(10)), 1, queue=q)
+        for q in ("night", "day")
+    )
+    nodes = (node("n0", cpu=64, gpus=8), node("n1", cpu=64, gpus=2))
+    fresh = Cluster(nodes, gangs, queues=(Queue("night"), Queue("day")))
+    assert {q: s[GPU] for q, s in deserved(fresh).items()} == {"night": 5.0, "day": 5.0}
+    used = replace(fresh, queues=(Queue("night", usage=3600.0), Queue("day")))
+    got = {q: s[GPU] for q, s in deserved(used).items()}
+    assert abs(got["night"] - 2.0) < 1e-6
+    assert abs(got["day"] - 8.0) < 1e-6
+    # Each placed gang takes one GPU: the day queue's gangs rank within its share first.
+    placement = solve(replace(used, gangs=gangs), CONFIG)
+    assert sum(1 for p in placement.bindings if p.startswith("day/")) == 8
