@@ -496,13 +496,11 @@ class Preemption:
         gpus = int(self.problem.floor[g][gpu]) if gpu is not None else 0
         start = self.expected.get(gang.name)
         if start is None:
-            if self.free_gpus >= gpus:
-                return True  # enough GPUs are free, apart: how long it waits for them together is not known
             free, start = self.free_gpus, self.clock
             for end, given in self.ends:
+                if free >= gpus and start > self.clock:
+                    break  # enough GPUs free by then, and something ended that may bring them together
                 free, start = free + given, end
-                if free >= gpus:
-                    break
             if free < gpus:
                 return True
         saved = gpus * max(0.0, start - self.clock) / 60
