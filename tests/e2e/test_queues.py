@@ -150,3 +150,50 @@ def test_a_queue_below_its_fair_share_reclaims_a_whole_gang_from_one_past_its_ow
         for name in (lender, borrower):
             with contextlib.suppress(ApiError):
                 control_plane.request("DELETE", f"{QUEUES}/{name}")
+
+
+def test_a_departments_capability_caps_its_teams_together_and_its_status_holds_theirs(
+    control_plane, gangsolve_factory, make_nodes, namespace, pod_group_crds
+):
+    """A department queue capped at 2 GPUs over two uncapped team queues (spec.parent): of the teams' two gangs
+    of two 1-GPU pods, one binds, the other's pods say the department's cap holds them, and the department's
+    status.allocated is what its teams hold together."""
+    dept, team1, team2 = f"dept-{namespace}", f"t1-{namespace}", f"t2-{namespace}"
+    create(control_plane, namespace, _queue(dept, weight=1, capability={"nvidia.com/gpu": "2"}))
+    create(control_plane, namespace, _queue(team1, weight=1, parent=dept))
+    create(control_plane, namespace, _queue(team2, weight=1, parent=dept))
+    try:
+        g = gangsolve_factory()
+        tag = {"gangsolve.dev/test": namespace}
+        make_nodes(1, gpus=8, labels=tag)
+        _gang(control_plane, namespace, g.scheduler_name, "g1", team1, tag)
+        _gang(control_plane, namespace, g.scheduler_name, "g2", team2, tag)
+        poll(lambda: len(bound(pods(control_plane, namespace))) == 2, timeout=60, what="one team's gang bound")
+        held = f"held by queue {dept}'s capability: needs 2 nvidia.com/gpu, 0 left under its cap"
+        waiting = [p for p in pods(control_plane, namespace) if not p["spec"].get("nodeName")]
+        poll(
+            lambda: all(
+                _condition(control_plane.get(f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}")).get(
+                    "message"
+                )
+                == held
+                for p in waiting
+            ),
+            timeout=30,
+            what="the held gang's conditions",
+        )
+        assert len(bound(pods(control_plane, namespace))) == 2  # 6 GPUs stay free: the department's cap is hard
+        poll(
+            lambda: (
+                ((control_plane.get(f"{QUEUES}/{dept}").get("status") or {}).get("allocated") or {}).get(
+                    "nvidia.com/gpu"
+                )
+                == "2"
+            ),
+            timeout=30,
+            what="the department's status.allocated",
+        )
+    finally:
+        for name in (team1, team2, dept):
+            with contextlib.suppress(ApiError):
+                control_plane.request("DELETE", f"{QUEUES}/{name}")
