@@ -13,25 +13,19 @@ from gangsolve.solver import GPU, Cluster, Gang, Queue, SolveConfig, solve, vali
 from gangsolve.solver.queues import deserved
 from tests.builders import node, pod
 from tests.solver.test_preemption import running
+from tests.solver.test_queues import max_min_fair
 from tests.solver.test_reclaim import cluster_of, without
 
 CONFIG = SolveConfig(time_limit=1.0, steps=20)
 TREE = {"dept-a": ("a1", "a2"), "dept-b": ("b1", "b2")}
-
-
-def fill(capacity: float, weights: dict[str, int], demands: dict[str, float]) -> dict[str, float]:
-    """Weighted max-min fairness by progressive filling: raise every queue with unmet demand in proportion to
-    its weight until the capacity is spent; a queue stops at its demand."""
-    fair = dict.fromkeys(weights, 0.0)
-    left = capacity
-    active = {q for q in weights if demands[q] > 1e-9}
-    while active and left > 1e-9:
-        step = min(left / sum(weights[q] for q in active), *((demands[q] - fair[q]) / weights[q] for q in active))
-        for q in active:
-            fair[q] += step * weights[q]
-        left -= step * sum(weights[q] for q in active)
-        active = {q for q in active if demands[q] - fair[q] > 1e-9}
-    return fair
+# dept-a over a1 and a2, dept-b over b1: equal weights.
+TWO_DEPARTMENTS = (
+    Queue("dept-a"),
+    Queue("dept-b"),
+    Queue("a1", parent="dept-a"),
+    Queue("a2", parent="dept-a"),
+    Queue("b1", parent="dept-b"),
+)
 
 
 def tree_fair(capacity: float, queues: dict[str, Queue], demand: dict[str, float]) -> dict[str, float]:
@@ -42,9 +36,9 @@ def tree_fair(capacity: float, queues: dict[str, Queue], demand: dict[str, float
         return min(asked, queues[q].capability.get(GPU, asked))
 
     dept_demand = {d: capped(d, sum(capped(t, demand[t]) for t in TREE[d])) for d in TREE}
-    out = fill(capacity, {d: queues[d].weight for d in TREE}, dept_demand)
+    out = max_min_fair(capacity, {d: queues[d].weight for d in TREE}, dept_demand)
     for d, teams in TREE.items():
-        out |= fill(out[d], {t: queues[t].weight for t in teams}, {t: capped(t, demand[t]) for t in teams})
+        out |= max_min_fair(out[d], {t: queues[t].weight for t in teams}, {t: capped(t, demand[t]) for t in teams})
     return out
 
 
@@ -149,13 +143,7 @@ def sibling_or_cousin() -> Cluster:
         running("b1/r0", "n2", gpus=8, gang="b1/r0", started=2, queue="b1"),
     ]
     want = Gang("a1/x", (pod("a1/x-0", gpus=8),), 1, queue="a1")
-    queues = [
-        Queue("dept-a"),
-        Queue("dept-b"),
-        Queue("a1", parent="dept-a"),
-        Queue("a2", parent="dept-a"),
-        Queue("b1", parent="dept-b"),
-    ]
+    queues = list(TWO_DEPARTMENTS)
     return cluster_of(nodes, pods, [want], queues)
 
 
@@ -165,7 +153,7 @@ def test_reclaim_takes_from_a_sibling_and_never_takes_a_cousin_below_its_departm
     assert [e.pod for e in placement.evictions] == ["a2/r1"]  # the most recent of the sibling's
     assert "reclaimed from queue a2" in placement.evictions[0].reason
     assert not validate(Cluster(without(cluster, {"a2/r1"}), cluster.gangs), placement.nominations)
-    # With b1 holding a node past its department's share instead, a1 still takes from its sibling first.
+    # Four nodes, two held by each department (each at its share): a1 still takes from its sibling a2.
     more = cluster_of(
         [node(f"n{i}", cpu=64, gpus=8) for i in range(4)],
         [
@@ -175,13 +163,7 @@ def test_reclaim_takes_from_a_sibling_and_never_takes_a_cousin_below_its_departm
             running("b1/r1", "n3", gpus=8, gang="b1/r1", started=3, queue="b1"),
         ],
         [Gang("a1/x", (pod("a1/x-0", gpus=8),), 1, queue="a1")],
-        [
-            Queue("dept-a"),
-            Queue("dept-b"),
-            Queue("a1", parent="dept-a"),
-            Queue("a2", parent="dept-a"),
-            Queue("b1", parent="dept-b"),
-        ],
+        list(TWO_DEPARTMENTS),
     )
     assert [e.pod for e in solve(more, CONFIG).evictions] == ["a2/r1"]
 
@@ -192,13 +174,7 @@ def test_a_cousin_gives_back_only_what_its_department_holds_past_its_share():
     nodes = [node(f"n{i}", cpu=64, gpus=8) for i in range(3)]
     pods = [running(f"b1/r{i}", f"n{i}", gpus=8, gang=f"b1/r{i}", started=i, queue="b1") for i in range(3)]
     gangs = [Gang("a1/x", tuple(pod(f"a1/x-{i}", gpus=8, order=i) for i in range(2)), 1, queue="a1")]
-    queues = [
-        Queue("dept-a"),
-        Queue("dept-b"),
-        Queue("a1", parent="dept-a"),
-        Queue("a2", parent="dept-a"),
-        Queue("b1", parent="dept-b"),
-    ]
+    queues = list(TWO_DEPARTMENTS)
     placement = solve(cluster_of(nodes, pods, gangs, queues), CONFIG)
     assert len(placement.evictions) == 1
     assert "reclaimed from queue b1" in placement.evictions[0].reason
