@@ -253,7 +253,8 @@ class Preemption:
             own = declared.get(r.queue)
             return default if own is None else own
 
-        return np.array([cluster.now - r.started < least(r) for r in pool], dtype=bool)
+        # (a guard of 0 guards nothing, whatever the clocks say: a start after the cycle's clock is no reason)
+        return np.array([least(r) > 0 and cluster.now - r.started < least(r) for r in pool], dtype=bool)
 
     def _amounts(self, amounts: Mapping[str, float]) -> np.ndarray:
         """`amounts` as a vector over the problem's resources (floats: fair shares are not whole)."""
