@@ -297,3 +297,4 @@ class QueueResult:
     share: float
     fair_share: float
     parent: str = ""
+    usage: float = 0.0  # its usage history (with its children's), as the fair share counted it

@@ -295,6 +295,7 @@ def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, 
             if pod.name in bindings:
                 _add(own[gang.queue], pod.requests)
     allocated = tree.totals(own)
+    used = tree.totals({name: {"": q.usage} for name, q in queues.items()})
     return tuple(
         QueueResult(
             name=name,
@@ -304,6 +305,7 @@ def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, 
             share=round(dominant(allocated[name], total), 4),
             fair_share=round(dominant(fair_share[name], total), 4),
             parent=tree.parent[name],
+            usage=round(used[name].get("", 0.0), 1),
         )
         for name in sorted(queues)
     )

@@ -33,6 +33,7 @@ from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.bench.timeline import tenants
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
+from gangsolve.edge.usage import accrue
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Reservation, Running
 from gangsolve.solver.planning import expected_end
@@ -439,9 +440,8 @@ def simulate(
             }
         )
         if tenants_mode:
-            decay = 0.5 ** (PERIOD / HALF_LIFE)
-            for q in usage:
-                usage[q] = usage[q] * decay + held[q].get(GPU, 0) / total_gpus * PERIOD
+            for q in usage:  # what it held until the next cycle, as the live scheduler accrues it
+                usage[q] = accrue(usage[q], held[q].get(GPU, 0) / total_gpus, PERIOD, HALF_LIFE)
             for r in {r for q in queues for r in q.capability}:  # every level: a queue holds what those under it do
                 under = tenants.up_the_tree({q: h.get(r, 0) for q, h in held.items()}, parents)
                 violations += sum(under[q.name] > q.capability[r] for q in queues if r in q.capability)

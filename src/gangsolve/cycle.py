@@ -39,6 +39,7 @@ class Rules:
     group_label: str | None = None
     grace: Grace = field(default_factory=Grace)
     starvation: float = STARVATION_SECONDS  # seconds pending before a gang starves (see `gangs.starvation_age`)
+    usage_half_life: float = 0.0  # seconds: queues' usage histories decay by half in this long; 0: none kept
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ def group(
                 nodes=nodes,
                 convert_pod=convert_pod,
                 starvation_seconds=rules.starvation,
+                usage_half_life=rules.usage_half_life,
             )
             if estimator is not None and now is not None:
                 cluster = with_estimates(snapshot, cluster, now, estimator, rules.scheduler_name)

@@ -34,6 +34,7 @@ def queue_dict(q: QueueResult) -> dict:
         "allocated": quantities(q.allocated),
         "share": q.share,
         "fairShare": q.fair_share,
+        "usage": q.usage,
     }
 
 

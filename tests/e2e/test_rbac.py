@@ -39,7 +39,8 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
     control_plane, scheduler_account, gangsolve_factory, make_nodes, namespace, pod_group_crds, tmp_path
 ):
     config = tmp_path / "gangsolve.yaml"
-    config.write_text(yaml.safe_dump({"lease-duration": 4, "renew-deadline": 3, "retry-period": 0.5}))
+    settings = {"lease-duration": 4, "renew-deadline": 3, "retry-period": 0.5, "usage-half-life": 3600}
+    config.write_text(yaml.safe_dump(settings))
     assert control_plane.get(gangsolve_factory.lease_path) is None  # so the scheduler creates it
     g = gangsolve_factory("--config", str(config), "--leader-elect")
     tag = {"gangsolve.dev/test": namespace}
@@ -127,6 +128,13 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         lambda: (control_plane.get(f"{queues}/q-{namespace}").get("status") or {}).get("allocated"),
         timeout=30,
         what="the Queue's status",
+    )
+    poll(
+        lambda: (
+            "gangsolve.io/usage" in (control_plane.get(f"{queues}/q-{namespace}")["metadata"].get("annotations") or {})
+        ),
+        timeout=30,
+        what="the Queue's usage history",
     )
     control_plane.request("DELETE", f"{queues}/q-{namespace}")
     poll(lambda: events(control_plane, namespace, "FailedScheduling"), timeout=30, what="the oversized pod's event")

@@ -107,6 +107,7 @@ def test_the_plan_lists_queues_and_keeps_each_under_its_capability():
         "allocated": {"cpu": "2", "memory": "2Gi", GPU: "2", "pods": "2"},
         "share": 0.25,
         "fairShare": 0.25,  # it asks for 4 of the 8 GPUs, but no share exceeds its queue's cap
+        "usage": 0.0,
     }
     held = [g["reason"] for g in plan["gangs"] if not g["placed"]]
     assert held == ["held by queue small's capability: needs 1 nvidia.com/gpu, 0 left under its cap"] * 2

@@ -577,6 +577,7 @@ def build_with_origins(
     *,
     nodes: Sequence[Node] | None = None,
     convert_pod: Callable[[dict, Mapping[str, dict], int], Pod] | None = None,
+    usage_half_life: float = 0.0,
 ) -> tuple[Cluster, dict[str, Origin]]:
     """Every node with the capacity bound pods hold, every gang with pending pods of our scheduler, and every
     bound pod of the snapshot as preemption sees it (priority, gang, PDBs, start). With `now` (the live
@@ -653,7 +654,7 @@ def build_with_origins(
             if not p.bound and p.status.nominatedNodeName:
                 nominated[p.key] = p.status.nominatedNodeName
     running, budgets = _running(grouper, bound, scheduler_name, members, names, queue_of)
-    queues = [objects.queue(q, allocated[name]) for name, q in sorted(objs.queues.items())]
+    queues = [objects.queue(q, allocated[name], now, usage_half_life) for name, q in sorted(objs.queues.items())]
     _check_tree(queues, objs.queues)
     if DEFAULT_QUEUE in allocated and DEFAULT_QUEUE not in objs.queues:  # implicit, as Volcano creates it
         queues.append(Queue(DEFAULT_QUEUE, allocated=allocated[DEFAULT_QUEUE]))

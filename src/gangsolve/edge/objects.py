@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 
 import msgspec
 
-from gangsolve.edge import schema
+from gangsolve.edge import schema, usage
 from gangsolve.edge.errors import InputError, shown
 from gangsolve.edge.quantity import HUGEPAGES, MAX_UNITS, overcommits, parse_duration, whole_pages
 from gangsolve.edge.schema import units
@@ -247,9 +248,24 @@ def _get(obj: Mapping, path: str, default=None):
 MIN_RUNTIME_ANNOTATION = "gangsolve.io/min-runtime"  # on a Queue: how long its pods run before they may be evicted
 
 
-def queue(obj: schema.Queue, allocated: Mapping[str, int]) -> Queue:
-    """A Volcano Queue; `allocated` is what its bound pods hold (gangsolve counts it, as Volcano does)."""
+def queue(
+    obj: schema.Queue, allocated: Mapping[str, int], now: datetime | None = None, half_life: float = 0.0
+) -> Queue:
+    """A Volcano Queue; `allocated` is what its bound pods hold (gangsolve counts it, as Volcano does). With a
+    `half_life` and the cycle's clock `now`, its usage history (the annotation the live scheduler writes),
+    decayed to `now`."""
     spec = obj.spec
+    past = 0.0
+    if half_life > 0 and now is not None and (text := obj.metadata.annotations.get(usage.ANNOTATION)) is not None:
+        try:
+            value, at = usage.read(text)
+        except ValueError:
+            raise InputError(
+                obj.describe(),
+                f"metadata.annotations.{usage.ANNOTATION}",
+                f"expected a number and a time such as '5400.0 2026-12-01T08:00:00Z', got {text!r}",
+            ) from None
+        past = usage.decayed(value, (now - at).total_seconds(), half_life)
     min_runtime = None
     if (text := obj.metadata.annotations.get(MIN_RUNTIME_ANNOTATION)) is not None:
         try:
@@ -275,4 +291,5 @@ def queue(obj: schema.Queue, allocated: Mapping[str, int]) -> Queue:
         parent="" if spec.parent in (None, "", ROOT) else str(spec.parent),
         deserved=units(obj, "spec.deserved", spec.deserved, whole=False),
         min_runtime=min_runtime,
+        usage=past,
     )

@@ -85,6 +85,12 @@ class Config:
         "seconds a running pod must have run before another queue may reclaim it for its fair share; a Queue's "
         "`gangsolve.io/min-runtime` annotation overrides it for its pods (docs/queues.md)",
     )
+    usage_half_life: float = setting(
+        0.0,
+        "seconds: fair shares count each queue's past use, halved every this long (Slurm's "
+        "PriorityDecayHalfLife); the history is kept on each Queue as annotation `gangsolve.io/usage`; 0: fair "
+        "shares forget (docs/queues.md)",
+    )
     workload_label: str | None = setting(
         None,
         "pods sharing this label's value are one workload for the runtime history; none: owner kind and name "
@@ -144,7 +150,7 @@ class Config:
     # The one mapping of settings to what a cycle reads, for `gangsolve run` and `gangsolve solve --config`.
     def rules(self) -> Rules:
         grace = Grace(self.definition_grace).with_kinds(self.training_kinds)
-        return Rules(self.scheduler_name, self.group_label, grace, self.starvation_age)
+        return Rules(self.scheduler_name, self.group_label, grace, self.starvation_age, self.usage_half_life)
 
     def solve_config(self) -> SolveConfig:
         return SolveConfig(
@@ -171,6 +177,7 @@ CYCLE_SETTINGS = (
     "reservations",
     "preempt_min_runtime",
     "reclaim_min_runtime",
+    "usage_half_life",
     "workload_label",
     "default_runtime",
 )

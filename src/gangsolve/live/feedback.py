@@ -37,7 +37,7 @@ import anyio
 from aiolimiter import AsyncLimiter
 from anyio.abc import ObjectReceiveStream
 
-from gangsolve.edge import reservations
+from gangsolve.edge import reservations, usage
 from gangsolve.edge.gang_hints import pod_group_of
 from gangsolve.edge.gangs import (
     POD_GROUP_LABEL,
@@ -60,6 +60,7 @@ from gangsolve.solver.model import PODS
 from gangsolve.solver.queues import ROOT
 
 MAX_MESSAGE = 1024  # the API server caps an event's note at 1 kB
+USAGE_EVERY = 60.0  # seconds: a queue's usage history is written at most this often (unless it moved by 1%)
 NO_GANG_DEFINITION = "NoGangDefinition"  # the event on pods of a job whose gang fell back to a minimum of 1
 
 
@@ -208,6 +209,7 @@ class Feedback:
         self._waiting_groups: set[ObjectKey] = set()  # PodGroups looked at again next pass
         self._reasons: dict[str, str] = {}  # the latest cycle's: pod key -> why it waits
         self._allocated_written: dict[str, dict] = {}  # Queue uid -> status.allocated written
+        self._usage_written: dict[str, tuple[float, float]] = {}  # Queue uid -> the usage history written, when
 
     async def run(self, results: Latest[CycleResult], bound: ObjectReceiveStream[Bound | Evicted]) -> None:
         async with anyio.create_task_group() as tg:
@@ -304,6 +306,7 @@ class Feedback:
         self._status_written = {u: s for u, s in self._status_written.items() if u in groups}
         queues = {_uid(q) for q in self.store.queues().values()}
         self._allocated_written = {u: a for u, a in self._allocated_written.items() if u in queues}
+        self._usage_written = {u: a for u, a in self._usage_written.items() if u in queues}
         self.metrics.held_objects.labels("feedback").set(self.written())
 
     def written(self) -> int:
@@ -448,6 +451,28 @@ class Feedback:
             except _WRITE_ERRORS as exc:
                 if not (isinstance(exc, ApiError) and exc.status in (404, 409)):
                     logs.warning("Queue status not written", queue=name, error=str(exc))
+        for name, queue in self.store.queues().items():
+            if name in result.usage:
+                await self._usage(name, queue, *result.usage[name])
+
+    async def _usage(self, name: str, queue: dict, value: float, at: float) -> None:
+        """The queue's usage history on the Queue (annotation), where a restarted scheduler starts from: each
+        minute at most, as it changes slowly."""
+        uid = _uid(queue)
+        last = self._usage_written.get(uid)
+        if last is not None and at - last[1] < USAGE_EVERY and abs(value - last[0]) <= 0.01 * max(last[0], 1.0):
+            return
+        text = usage.write(value, datetime.fromtimestamp(at, UTC))
+        body = {"metadata": {"uid": uid, "annotations": {usage.ANNOTATION: text}}}
+        try:
+            async with self.limiter:
+                await self.kube.patch(
+                    f"/apis/{QUEUE_GROUP}/v1beta1/queues/{name}", body, timeout=self.fence.remaining()
+                )
+            self._usage_written[uid] = (value, at)
+        except _WRITE_ERRORS as exc:
+            if not (isinstance(exc, ApiError) and exc.status in (404, 409)):
+                logs.warning("Queue usage not written", queue=name, error=str(exc))
 
     # ------------------------------------------------------------------ PodGroups
 

@@ -96,6 +96,7 @@ class CycleResult:
     waiting: dict[str, Waiting] = field(default_factory=dict)  # pods joining no gang yet, and why
     carried: int = 0  # gangs not solved again: nothing changed for them since they last did not fit
     origins: dict[str, Origin] = field(default_factory=dict)  # gang name -> the rule that defined it
+    usage: dict[str, tuple[float, float]] = field(default_factory=dict)  # queue -> (usage history, when): to write
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,12 @@ class Metrics:
             registry=r,
         )
         self.queue_weight = Gauge("gangsolve_queue_weight", "A queue's weight.", ["queue"], registry=r)
+        self.queue_usage = Gauge(
+            "gangsolve_queue_usage",
+            "A queue's usage history (dominant share x seconds, decayed by `usage-half-life`; with its children's).",
+            ["queue"],
+            registry=r,
+        )
         self.queue_pending_gangs = Gauge(
             "gangsolve_queue_pending_gangs", "Gangs of a queue left pending by the last cycle.", ["queue"], registry=r
         )
@@ -172,6 +178,7 @@ class Metrics:
             self.queue_fair_share,
             self.queue_weight,
             self.queue_pending_gangs,
+            self.queue_usage,
         )
         for gauge in gauges:
             gauge.clear()
@@ -184,3 +191,4 @@ class Metrics:
             self.queue_fair_share.labels(q.name).set(q.fair_share)
             self.queue_weight.labels(q.name).set(q.weight)
             self.queue_pending_gangs.labels(q.name).set(pending.get(q.name, 0))
+            self.queue_usage.labels(q.name).set(q.usage)

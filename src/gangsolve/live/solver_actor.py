@@ -40,7 +40,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gangsolve import cycle
 from gangsolve.cycle import Decisions, Rules
-from gangsolve.edge import dra, objects, reservations
+from gangsolve.edge import dra, objects, reservations, usage
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.estimates import Estimator
 from gangsolve.edge.gangs import Origin, Waiting, created
@@ -183,6 +183,8 @@ class SolverActor:
         # queue shares sampled so far.
         self.page: PlanView | None = None
         self._shares = ShareHistory() if plan_page else None
+        # Queues' usage histories, for fair shares that remember (none without a half-life).
+        self._usage = usage.History(rules.usage_half_life) if rules.usage_half_life > 0 else None
 
     async def run(
         self,
@@ -293,6 +295,9 @@ class SolverActor:
         for err in skipped:
             logs.warning("object left out of the cycle", object=err.obj, error=str(err))
             self.metrics.objects_skipped.inc()
+        if self._usage is not None and decided.cluster.now and not prepared.view.partial:
+            # (a partial view counts only some of each queue's pods: its shares would under-count)
+            self._usage.record(decided.cluster.queues, decided.placement.queues, decided.cluster.now)
         carried = self._requeue(prepared, decided, full)
         everything = replace(decided.cluster, gangs=(*decided.cluster.gangs, *(g for g, _r in carried)))
         report = replace(decided.placement, gangs=(*decided.placement.gangs, *(r for _g, r in carried)))
@@ -308,6 +313,7 @@ class SolverActor:
             prepared.waiting,
             len(carried),
             prepared.origins,
+            self._usage.values() if self._usage is not None else {},
         )
         results.put(result)
         if self._shares is not None:
@@ -321,6 +327,9 @@ class SolverActor:
         solving = {g.name for g in prepared.solve}
         promised = tuple(r for name, r in self._promised.items() if name in solving)
         cluster = replace(prepared.cluster, gangs=prepared.solve, promised=promised)
+        if self._usage is not None and cluster.now:
+            now, history = cluster.now, self._usage
+            cluster = replace(cluster, queues=tuple(replace(q, usage=history.at(q, now)) for q in cluster.queues))
         if prepared.view.partial:  # its running pods are not all the possible victims: no preemption on it
             cluster = replace(cluster, running=(), budgets={})
         try:
