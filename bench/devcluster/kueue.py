@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -495,29 +496,49 @@ def queues_for(objs: list[dict], namespace: str, queue: str = "bench") -> list[d
 
 
 def create_queues(cp: ControlPlane, queues: list[dict], timeout: float = 60.0) -> None:
-    """Create the flavors and queues (through Kueue's webhooks) and wait until every ClusterQueue is Active."""
-    plural = {
-        "ResourceFlavor": "resourceflavors",
-        "ClusterQueue": "clusterqueues",
-        "LocalQueue": "localqueues",
-        "Cohort": "cohorts",
-    }
+    """Create the flavors and queues (through Kueue's webhooks) and wait until Kueue has taken in every
+    ClusterQueue: Active, or (held) inactive for no reason but its stop policy."""
+    plural = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
     for obj in queues:
         ns = obj["metadata"].get("namespace")
         base = f"/apis/{API}" + (f"/namespaces/{ns}" if ns else "")
         cp.request("POST", f"{base}/{plural[obj['kind']]}", obj)
     for obj in (q for q in queues if q["kind"] == "ClusterQueue"):
-        path = f"/apis/{API}/clusterqueues/{obj['metadata']['name']}"
+        name = obj["metadata"]["name"]
+        expected = ("False", "Stopped") if obj["spec"].get("stopPolicy", "None") != "None" else ("True", None)
         cp.wait_for(
-            lambda path=path: _active(cp.get(path)),
+            partial(_taken_in, cp, name, expected),
             timeout=timeout,
-            what=f"ClusterQueue {path.rsplit('/', 1)[1]} Active",
+            what=f"ClusterQueue {name} taken in by Kueue",
+            component=COMPONENT,
         )
 
 
-def _active(cq: dict | None) -> bool:
+def _taken_in(cp: ControlPlane, name: str, expected: tuple[str, str | None]) -> bool:
+    return _active(cp.get(f"/apis/{API}/clusterqueues/{name}")) == expected
+
+
+def held(queue: dict) -> dict:
+    """`queue` as created to admit nothing yet (a ClusterQueue with `stopPolicy: Hold`; others as they are)."""
+    if queue["kind"] != "ClusterQueue":
+        return queue
+    return {**queue, "spec": {**queue["spec"], "stopPolicy": "Hold"}}
+
+
+def release(cp: ControlPlane, queues: list[dict]) -> None:
+    """Let the held ClusterQueues admit (`stopPolicy: None`)."""
+    for queue in (q for q in queues if q["kind"] == "ClusterQueue"):
+        path = f"/apis/{API}/clusterqueues/{queue['metadata']['name']}"
+        cp.request("PATCH", path, {"spec": {"stopPolicy": "None"}}, "application/merge-patch+json")
+
+
+def _active(cq: dict | None) -> tuple[str, str | None] | None:
+    """A ClusterQueue's Active condition: (status, reason when not active), None before Kueue wrote one."""
     conditions = ((cq or {}).get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+    active = next((c for c in conditions if c["type"] == "Active"), None)
+    if active is None:
+        return None
+    return (active["status"], None if active["status"] == "True" else active.get("reason"))
 
 
 def label_members(members: list[dict], group: str | None, queue: str = "bench") -> list[dict]:
