@@ -305,7 +305,15 @@ def run_live_preemption(
     "live_schedulers",
     multiple=True,
     type=click.Choice(
-        ["kube-scheduler", "kube-scheduler-gang", "gangsolve", "volcano", "volcano-gpu-binpack", "kueue"]
+        [
+            "kube-scheduler",
+            "kube-scheduler-gang",
+            "gangsolve",
+            "volcano",
+            "volcano-gpu-binpack",
+            "kueue",
+            "kueue-unblocked",
+        ]
     ),
     help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them].",
 )

@@ -122,12 +122,14 @@ def manager_config(
     health_port: int,
     cert_dir: Path,
     qps: float | None = None,
+    block_admission: bool = True,
     fair: bool = False,
 ) -> dict[str, Any]:
-    """The chart's configuration as the bench runs it: waitForPodsReady for all-or-nothing gangs, the pod
-    integration only (the bench's users create plain pods), one process on loopback (no leader election, webhook
-    and probes on 127.0.0.1, no metrics or visibility server: nothing here reads them), the scenario's client
-    QPS where it sets one; with `fair`, fair sharing and admission fair sharing."""
+    """The chart's configuration as the bench runs it: waitForPodsReady for all-or-nothing gangs (without
+    `block_admission`: admitting on while earlier workloads wait for their pods, evicting those not Ready within
+    the timeout), the pod integration only (the bench's users create plain pods), one process on loopback (no
+    leader election, webhook and probes on 127.0.0.1, no metrics or visibility server: nothing here reads them),
+    the scenario's client QPS where it sets one; with `fair`, fair sharing and admission fair sharing."""
     conf = {k: v for k, v in chart_conf.items() if k not in ("leaderElection", "metrics")}
     conf.update(
         {
@@ -137,7 +139,7 @@ def manager_config(
             "metrics": {"bindAddress": "0"},
             "webhook": {"host": LOOPBACK, "port": webhook_port, "certDir": str(cert_dir)},
             "integrations": {"frameworks": ["pod"]},
-            "waitForPodsReady": WAIT_FOR_PODS_READY,
+            "waitForPodsReady": {**WAIT_FOR_PODS_READY, "blockAdmission": block_admission},
             "featureGates": {"VisibilityOnDemand": False},
         }
     )
@@ -312,6 +314,7 @@ def add(
     webhook_port: int,
     *,
     qps: float | None = None,
+    block_admission: bool = True,
     fair: bool = False,
 ) -> KueueProcess:
     """Kueue's manager (the chart's configuration as manager_config changes it, the chart's `--zap-log-level=2`,
@@ -331,6 +334,7 @@ def add(
         health_port=health,
         cert_dir=cert_dir,
         qps=qps,
+        block_admission=block_admission,
         fair=fair,
     )
     conf_path = cp.workdir / "kueue-config.yaml"

@@ -198,6 +198,6 @@ LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
 # scenario's users can write what it reads.
 # volcano: the configuration Volcano's Helm chart installs; volcano-gpu-binpack: the same with its binpack plugin
 # scoring GPUs as the plugin documents it; kueue: Kueue admitting (its chart's configuration with
-# waitForPodsReady, one ClusterQueue over the free capacity) and kube-scheduler placing. bench/live/peers.py
-# runs them.
-REAL_PEERS = ("volcano", "volcano-gpu-binpack", "kueue")
+# waitForPodsReady blocking admission, one ClusterQueue over the free capacity) and kube-scheduler placing;
+# kueue-unblocked: the same without blocking admission. bench/live/peers.py runs them.
+REAL_PEERS = ("volcano", "volcano-gpu-binpack", "kueue", "kueue-unblocked")

@@ -3,7 +3,8 @@ the run records about it.
 
 - `volcano`, `volcano-gpu-binpack`: vc-scheduler and its controllers (bench/devcluster/volcano.py), installed
   and added once the scenario's background runs, started as the scheduler under test;
-- `kueue`: Kueue's manager (bench/devcluster/kueue.py) with kube-scheduler placing what it admits. Its pod
+- `kueue`, `kueue-unblocked`: Kueue's manager (bench/devcluster/kueue.py) with kube-scheduler placing what it
+  admits; waitForPodsReady blocking admission until each admitted workload's pods are Ready, or not. Its pod
   webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
   admitted) and released when the scheduler "starts", together with kube-scheduler.
@@ -18,7 +19,7 @@ from gangsolve.bench.devcluster import ControlPlane, kueue, volcano
 from gangsolve.bench.live.live_scenarios import REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
 
-KUEUE_PEERS = ("kueue",)
+KUEUE_PEERS = ("kueue", "kueue-unblocked")
 
 
 def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue:
@@ -81,7 +82,8 @@ class KueueRun:
     def before_pods(self, objs: list[dict], burst: bool) -> None:
         port = kueue.free_port()
         certs = kueue.install(self.cp, self.peer, port)
-        self.process = kueue.add(self.cp, self.peer, certs, port, qps=self.scenario.client_qps)
+        block = self.scheduler != "kueue-unblocked"
+        self.process = kueue.add(self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block)
         self.pid = kueue.start(self.cp, self.process)
         self.queues = kueue.queues_for(objs, manifests.NAMESPACE)
         self.held = burst

@@ -157,6 +157,10 @@ def test_kueue_runs_the_charts_configuration_with_pods_ready_gangs_on_loopback(t
     assert conf["controller"] == CHART_CONF["controller"]
     assert "fairSharing" not in conf
     assert "admissionFairSharing" not in conf
+    unblocked = kueue.manager_config(
+        CHART_CONF, webhook_port=1, health_port=2, cert_dir=tmp_path, block_admission=False
+    )
+    assert unblocked["waitForPodsReady"] == {**kueue.WAIT_FOR_PODS_READY, "blockAdmission": False}
     fair = kueue.manager_config(CHART_CONF, webhook_port=1, health_port=2, cert_dir=tmp_path, fair=True)
     assert fair["fairSharing"]["preemptionStrategies"] == ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
     assert fair["admissionFairSharing"]["usageHalfLifeTime"] == "168h"
