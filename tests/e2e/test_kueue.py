@@ -99,15 +99,17 @@ def test_pod_group_admitted_and_bound_whole_or_not_at_all(kueue_plane: ControlPl
 
 
 def test_the_live_bench_runs_kueue_on_the_users_tfjobs(binaries: Binaries, tmp_path) -> None:
-    """The bench's own path (its users' pod groups, one ClusterQueue over what the cluster leaves free): the
-    8-pod TFJob is bound whole, the 6-pod one not at all, and the configuration it ran with is in the result."""
+    """The bench's own path (its users' pod groups, one ClusterQueue over what the cluster leaves free): one
+    TFJob is bound whole, the other not at all, and the configuration it ran with is in the result. Which one
+    is a race: Kueue admits by its Workloads' creation, and it makes the two groups' Workloads concurrently."""
     if KUEUE is None:
         pytest.skip(NOT_BUILT)
     from gangsolve.bench.live.runs import run_scenarios
     from tests.e2e.live_helpers import bench_runs
 
     run = bench_runs(run_scenarios, "live/tfjob", ["kueue"], tmp_path)["kueue"]
-    assert (run["pods_placed"], run["gangs_placed"], run["partial_gangs"], run["violations"]) == (8, 1, 0, [])
+    assert (run["gangs_placed"], run["partial_gangs"], run["violations"]) == (1, 0, [])
+    assert run["pods_placed"] in (8, 6)  # the 8-pod TFJob (7 GPUs) or the 6-pod one (5 GPUs), whole
     conf = run["peer"]["manager_config"]
     assert conf["waitForPodsReady"]["blockAdmission"] is True
     assert conf["integrations"]["frameworks"] == ["pod"]
