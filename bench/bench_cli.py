@@ -313,6 +313,7 @@ def run_live_preemption(
             "volcano-gpu-binpack",
             "kueue",
             "kueue-unblocked",
+            "kueue-tas",
         ]
     ),
     help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them].",

@@ -374,8 +374,12 @@ def _ready(port: int) -> bool:
 # --- queues -------------------------------------------------------------------------------------------------------
 
 
-def resource_flavor(name: str, node_labels: dict[str, str] | None = None, taints: list[dict] | None = None) -> dict:
+def resource_flavor(
+    name: str, node_labels: dict[str, str] | None = None, taints: list[dict] | None = None, topology: str | None = None
+) -> dict:
     spec: dict[str, Any] = {}
+    if topology:
+        spec["topologyName"] = topology
     if node_labels:
         spec["nodeLabels"] = node_labels
     if taints:
@@ -391,6 +395,8 @@ class GpuPool:
     node_labels: dict[str, str]
     taints: list[dict]
     gpus: int
+    cpu: Decimal = Decimal(0)  # the pool's free CPU cores and memory bytes (quota of a TAS flavor)
+    memory: Decimal = Decimal(0)
 
 
 def cluster_queue(
@@ -464,9 +470,10 @@ def free_capacity(objs: list[dict]) -> tuple[Decimal, Decimal, list[GpuPool]]:
     for name, node in nodes.items():
         alloc = node["status"]["allocatable"]
         taken = used.get(name, {})
-        cpu += parse_quantity(alloc["cpu"]) - taken.get("cpu", Decimal(0))
-        memory += parse_quantity(alloc["memory"]) - taken.get("memory", Decimal(0))
         gpus = int(parse_quantity(alloc.get(GPU, "0")) - taken.get(GPU, Decimal(0)))
+        free_cpu = parse_quantity(alloc["cpu"]) - taken.get("cpu", Decimal(0))
+        free_memory = parse_quantity(alloc["memory"]) - taken.get("memory", Decimal(0))
+        cpu, memory = cpu + free_cpu, memory + free_memory
         if not parse_quantity(alloc.get(GPU, "0")):
             continue
         labels = node["metadata"].get("labels") or {}
@@ -475,7 +482,10 @@ def free_capacity(objs: list[dict]) -> tuple[Decimal, Decimal, list[GpuPool]]:
         key = (tuple(sorted(selector.items())), tuple(sorted((t["key"], t.get("value", "")) for t in taints)))
         pool = pools.get(key)
         flavor = pool.flavor if pool else _flavor_name(selector, len(pools))
-        pools[key] = GpuPool(flavor, selector, taints, (pool.gpus if pool else 0) + gpus)
+        before = pool or GpuPool(flavor, selector, taints, 0)
+        pools[key] = GpuPool(
+            flavor, selector, taints, before.gpus + gpus, before.cpu + free_cpu, before.memory + free_memory
+        )
     return cpu, memory, list(pools.values())
 
 
@@ -499,10 +509,59 @@ def queues_for(objs: list[dict], namespace: str, queue: str = "bench") -> list[d
     return [*flavors, cluster_queue(queue, cpu, memory, pools), local_queue(queue, namespace, queue)]
 
 
+# Kueue's topology-aware scheduling at node level: a Topology of one level, the node's hostname.
+TOPOLOGY = "hostname"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+CPU_NODES_FLAVOR = "cpu-nodes"
+
+
+def tas_queues_for(objs: list[dict], namespace: str, queue: str = "bench") -> list[dict]:
+    """The same quota for topology-aware scheduling (TAS), where Kueue picks every pod's node from the nodes'
+    free capacity before it admits: a node-level Topology, and every flavor a TAS flavor in one resource group
+    (a TAS pod set takes all its resources from one flavor): one per GPU pool (its free CPU, memory and GPUs)
+    and last one over every node (`kubernetes.io/os: linux`, which every kubelet sets: a TAS flavor must name a
+    node label) for the CPU-only nodes' CPU and memory. A ClusterQueue of TAS flavors only
+    gives every workload TAS without annotations (Kueue's implied, unconstrained topology request)."""
+    cpu, memory, pools = free_capacity(objs)
+    rest_cpu, rest_memory = cpu - sum(p.cpu for p in pools), memory - sum(p.memory for p in pools)
+    topology = {
+        "apiVersion": API,
+        "kind": "Topology",
+        "metadata": {"name": TOPOLOGY},
+        "spec": {"levels": [{"nodeLabel": HOSTNAME_LABEL}]},
+    }
+    flavors = [resource_flavor(p.flavor, p.node_labels, p.taints, TOPOLOGY) for p in pools]
+    flavors.append(resource_flavor(CPU_NODES_FLAVOR, {"kubernetes.io/os": "linux"}, topology=TOPOLOGY))
+
+    def quota(name: str, cpu: Decimal, memory: Decimal, gpus: int) -> dict:
+        resources = [("cpu", _quantity(cpu)), ("memory", _quantity(memory)), (GPU, str(gpus))]
+        return {"name": name, "resources": [{"name": r, "nominalQuota": q} for r, q in resources]}
+
+    spec = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory", GPU],
+                "flavors": [
+                    *(quota(p.flavor, p.cpu, p.memory, p.gpus) for p in pools),
+                    quota(CPU_NODES_FLAVOR, rest_cpu, rest_memory, 0),
+                ],
+            }
+        ],
+    }
+    cq = {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": queue}, "spec": spec}
+    return [topology, *flavors, cq, local_queue(queue, namespace, queue)]
+
+
 def create_queues(cp: ControlPlane, queues: list[dict], timeout: float = 60.0) -> None:
     """Create the flavors and queues (through Kueue's webhooks) and wait until Kueue has taken in every
     ClusterQueue: Active, or (held) inactive for no reason but its stop policy."""
-    plural = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
+    plural = {
+        "Topology": "topologies",
+        "ResourceFlavor": "resourceflavors",
+        "ClusterQueue": "clusterqueues",
+        "LocalQueue": "localqueues",
+    }
     for obj in queues:
         ns = obj["metadata"].get("namespace")
         base = f"/apis/{API}" + (f"/namespaces/{ns}" if ns else "")

@@ -4,7 +4,8 @@ the run records about it.
 - `volcano`, `volcano-gpu-binpack`: vc-scheduler and its controllers (bench/devcluster/volcano.py), installed
   and added once the scenario's background runs, started as the scheduler under test;
 - `kueue`, `kueue-unblocked`: Kueue's manager (bench/devcluster/kueue.py) with kube-scheduler placing what it
-  admits; waitForPodsReady blocking admission until each admitted workload's pods are Ready, or not. Its pod
+  admits; waitForPodsReady blocking admission until each admitted workload's pods are Ready, or not; with
+  topology-aware scheduling at node level (`kueue-tas`: Kueue chooses each pod's node, kube-scheduler binds). Its pod
   webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
   admitted) and released when the scheduler "starts", together with kube-scheduler.
@@ -19,7 +20,7 @@ from gangsolve.bench.devcluster import ControlPlane, kueue, volcano
 from gangsolve.bench.live.live_scenarios import REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
 
-KUEUE_PEERS = ("kueue", "kueue-unblocked")
+KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")
 
 
 def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue:
@@ -82,10 +83,13 @@ class KueueRun:
     def before_pods(self, objs: list[dict], burst: bool) -> None:
         port = kueue.free_port()
         certs = kueue.install(self.cp, self.peer, port)
-        block = self.scheduler != "kueue-unblocked"
+        block = self.scheduler == "kueue"  # with TAS Kueue fits gangs to nodes itself: no need to admit one by one
         self.process = kueue.add(self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block)
         self.pid = kueue.start(self.cp, self.process)
-        self.queues = kueue.queues_for(objs, manifests.NAMESPACE)
+        if self.scheduler == "kueue-tas":
+            self.queues = kueue.tas_queues_for(objs, manifests.NAMESPACE)
+        else:
+            self.queues = kueue.queues_for(objs, manifests.NAMESPACE)
         self.held = burst
         kueue.create_queues(self.cp, [kueue.held(q) if burst else q for q in self.queues])
 
