@@ -312,3 +312,27 @@ def test_the_report_shows_kueues_admission_settings_and_quotas() -> None:
     assert note.startswith("kueue v9: waitForPodsReady (timeout 5m, blockAdmission True); frameworks pod; ")
     assert "ClusterQueue bench (BestEffortFIFO): default-flavor cpu=32, memory=" in note
     assert note.endswith("; gpu-a100 nvidia.com/gpu=8")
+
+
+def test_kueue_tas_gives_each_pool_one_flavor_with_all_its_resources_on_a_node_topology() -> None:
+    """A TAS pod set takes all its resources from one flavor, and a TAS flavor must name a node label: each GPU
+    pool's flavor holds its free CPU, memory and GPUs; the last flavor, over every node, the CPU-only nodes'."""
+    objs = [
+        _gpu_node("a-0", "A100", 8),
+        manifests.node("cpu-0", 64000, 256 * 1024),
+        manifests.pod("bg-0", 4000, 32 * 1024, 3, node_name="a-0"),
+        manifests.pod("bg-1", 1000, 1024, node_name="cpu-0"),
+    ]
+    topology, a100, cpu_nodes, cq, local = kueue.tas_queues_for(objs, "bench")
+    assert (topology["kind"], topology["spec"]) == ("Topology", {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]})
+    assert a100["spec"] == {"topologyName": "hostname", "nodeLabels": {manifests.GPU_MODEL_LABEL: "A100"}}
+    assert cpu_nodes["spec"] == {"topologyName": "hostname", "nodeLabels": {"kubernetes.io/os": "linux"}}
+    (group,) = cq["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
+    quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
+    assert quotas == {
+        "gpu-a100": {"cpu": "28", "memory": str((256 - 32) * 2**30), "nvidia.com/gpu": "5"},
+        "cpu-nodes": {"cpu": "63", "memory": str((256 - 1) * 2**30), "nvidia.com/gpu": "0"},
+    }
+    assert [f["name"] for f in group["flavors"]][-1] == "cpu-nodes"  # GPU pools first: CPU pods fall through
+    assert local["spec"] == {"clusterQueue": "bench"}
