@@ -408,6 +408,7 @@ def cluster_queue(
     cohort: str | None = None,
     fair_weight: str | None = None,
     preemption: dict[str, str] | None = None,
+    admission_fair_sharing: bool = False,
 ) -> dict:
     """A ClusterQueue as Kueue's documentation sets one up for GPUs: CPU and memory under one flavor that names
     no nodes, and GPUs in a resource group of their own with a flavor per GPU pool (so a GPU pod is admitted
@@ -438,7 +439,39 @@ def cluster_queue(
         spec["fairSharing"] = {"weight": fair_weight}
     if preemption:
         spec["preemption"] = preemption
+    if admission_fair_sharing:  # its LocalQueues ordered by their decayed usage (the manager's admissionFairSharing)
+        spec["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
     return {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+# Fair sharing between teams as Kueue's documentation sets it up: reclaim what others borrowed of one's nominal
+# quota whatever their priority, and preempt lower priorities in one's own queue.
+TEAM_PREEMPTION = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+
+
+def team_queues(
+    teams: dict[str, str], cpu: Decimal, memory: Decimal, pools: list[GpuPool], cohort: str = "teams"
+) -> list[dict]:
+    """One ClusterQueue per team (team -> its fair-sharing weight) in one cohort, each with an equal share of
+    the capacity as its nominal quota (GPUs split whole, the remainder to the first teams) and free to borrow
+    the rest, fair sharing and admission fair sharing on; a LocalQueue in each team's namespace (named after
+    the team)."""
+    n = len(teams)
+    out: list[dict] = []
+    for i, (team, weight) in enumerate(teams.items()):
+        shares = [GpuPool(p.flavor, p.node_labels, p.taints, p.gpus // n + (1 if i < p.gpus % n else 0)) for p in pools]
+        queue = cluster_queue(
+            team,
+            cpu / n,
+            memory / n,
+            shares,
+            cohort=cohort,
+            fair_weight=weight,
+            preemption=TEAM_PREEMPTION,
+            admission_fair_sharing=True,
+        )
+        out += [queue, local_queue(team, team, team)]
+    return out
 
 
 def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict:

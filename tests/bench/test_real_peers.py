@@ -5,6 +5,7 @@ webhooks, how the report names a peer's configuration, and the build script's ba
 from __future__ import annotations
 
 import subprocess
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -336,3 +337,27 @@ def test_kueue_tas_gives_each_pool_one_flavor_with_all_its_resources_on_a_node_t
     }
     assert [f["name"] for f in group["flavors"]][-1] == "cpu-nodes"  # GPU pools first: CPU pods fall through
     assert local["spec"] == {"clusterQueue": "bench"}
+
+
+def test_kueue_teams_share_one_cohort_fairly_and_reclaim_what_was_lent() -> None:
+    pools = [kueue.GpuPool("gpu-a100", {manifests.GPU_MODEL_LABEL: "A100"}, [], 10)]
+    queues = kueue.team_queues({"team-a": "2", "team-b": "1", "team-c": "1"}, Decimal(30), Decimal(3 * 2**30), pools)
+    cqs = [q for q in queues if q["kind"] == "ClusterQueue"]
+    assert [q["metadata"]["name"] for q in cqs] == ["team-a", "team-b", "team-c"]
+    for cq, weight in zip(cqs, ("2", "1", "1"), strict=True):
+        spec = cq["spec"]
+        assert (spec["cohortName"], spec["fairSharing"]) == ("teams", {"weight": weight})
+        assert spec["preemption"] == {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+        assert spec["admissionScope"] == {"admissionMode": "UsageBasedAdmissionFairSharing"}
+        assert spec["resourceGroups"][0]["flavors"][0]["resources"] == [
+            {"name": "cpu", "nominalQuota": "10"},
+            {"name": "memory", "nominalQuota": str(2**30)},
+        ]
+    gpus = [int(cq["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0]["nominalQuota"]) for cq in cqs]
+    assert gpus == [4, 3, 3]  # every GPU given out, whole
+    locals_ = [q for q in queues if q["kind"] == "LocalQueue"]
+    assert [(q["metadata"]["namespace"], q["spec"]["clusterQueue"]) for q in locals_] == [
+        ("team-a", "team-a"),
+        ("team-b", "team-b"),
+        ("team-c", "team-c"),
+    ]
