@@ -49,6 +49,7 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
+REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 COMPONENT = "kueue"
 # The chart's names: the certificate rotator derives the webhook configurations' names from the Service's.
 SERVICE = "kueue-webhook-service"
@@ -542,26 +543,31 @@ def queues_for(objs: list[dict], namespace: str, queue: str = "bench") -> list[d
     return [*flavors, cluster_queue(queue, cpu, memory, pools), local_queue(queue, namespace, queue)]
 
 
-# Kueue's topology-aware scheduling at node level: a Topology of one level, the node's hostname.
-TOPOLOGY = "hostname"
+# Kueue's topology-aware scheduling: a Topology whose levels are the bench's block and rack labels where every
+# node carries them, and the node's hostname.
+TOPOLOGY = "nodes"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+LEVEL_LABELS = ("topology.gangsolve.io/block", "topology.gangsolve.io/rack")
 CPU_NODES_FLAVOR = "cpu-nodes"
 
 
 def tas_queues_for(objs: list[dict], namespace: str, queue: str = "bench") -> list[dict]:
     """The same quota for topology-aware scheduling (TAS), where Kueue picks every pod's node from the nodes'
-    free capacity before it admits: a node-level Topology, and every flavor a TAS flavor in one resource group
+    free capacity before it admits: a Topology (racks and blocks where the nodes have them, then nodes), and
+    every flavor a TAS flavor in one resource group
     (a TAS pod set takes all its resources from one flavor): one per GPU pool (its free CPU, memory and GPUs)
     and last one over every node (`kubernetes.io/os: linux`, which every kubelet sets: a TAS flavor must name a
     node label) for the CPU-only nodes' CPU and memory. A ClusterQueue of TAS flavors only
     gives every workload TAS without annotations (Kueue's implied, unconstrained topology request)."""
     cpu, memory, pools = free_capacity(objs)
     rest_cpu, rest_memory = cpu - sum(p.cpu for p in pools), memory - sum(p.memory for p in pools)
+    nodes = [o for o in objs if o["kind"] == "Node"]
+    levels = [k for k in LEVEL_LABELS if nodes and all(k in (n["metadata"].get("labels") or {}) for n in nodes)]
     topology = {
         "apiVersion": API,
         "kind": "Topology",
         "metadata": {"name": TOPOLOGY},
-        "spec": {"levels": [{"nodeLabel": HOSTNAME_LABEL}]},
+        "spec": {"levels": [{"nodeLabel": level} for level in (*levels, HOSTNAME_LABEL)]},
     }
     flavors = [resource_flavor(p.flavor, p.node_labels, p.taints, TOPOLOGY) for p in pools]
     flavors.append(resource_flavor(CPU_NODES_FLAVOR, {"kubernetes.io/os": "linux"}, topology=TOPOLOGY))
@@ -637,16 +643,24 @@ def _active(cq: dict | None) -> tuple[str, str | None] | None:
     return (active["status"], None if active["status"] == "True" else active.get("reason"))
 
 
-def label_members(members: list[dict], group: str | None, queue: str = "bench") -> list[dict]:
+def label_members(
+    members: list[dict], group: str | None, queue: str = "bench", required_topology: str | None = None
+) -> list[dict]:
     """A gang's pods as Kueue's users write them: the LocalQueue label, and for a gang of more than one pod the
-    pod-group name and total count (Kueue admits the group whole: it has no minimum below the count)."""
+    pod-group name and total count (Kueue admits the group whole: it has no minimum below the count). With
+    `required_topology` (a co-located gang under TAS) the pods ask Kueue for one domain of that level instead
+    of asking kube-scheduler through pod affinity, which Kueue's TAS does not read."""
     out = []
     for p in members:
         labels = {**(p["metadata"].get("labels") or {}), QUEUE_NAME_LABEL: queue}
         annotations = dict(p["metadata"].get("annotations") or {})
+        spec = p["spec"]
         if group is not None and len(members) > 1:
             labels[POD_GROUP_NAME_LABEL] = group
             annotations[POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(len(members))
+        if required_topology:
+            annotations[REQUIRED_TOPOLOGY_ANNOTATION] = required_topology
+            spec = {k: v for k, v in spec.items() if k != "affinity"}
         meta = {**p["metadata"], "labels": labels, **({"annotations": annotations} if annotations else {})}
-        out.append({**p, "metadata": meta})
+        out.append({**p, "metadata": meta, "spec": spec})
     return out

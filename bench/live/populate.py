@@ -230,7 +230,9 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
             group, members = volcano_members(gang, members)
             made = [group]
         if scheduler.startswith("kueue"):
-            made, members = [], kueue.label_members(members, "gang-" + gang.name.split("/", 1)[1])
+            # Under TAS a co-located gang asks Kueue for its rack; Kueue alone cannot see pod affinity.
+            required = gang.colocate if scheduler == "kueue-tas" else None
+            made, members = [], kueue.label_members(members, "gang-" + gang.name.split("/", 1)[1], "bench", required)
         out.append(Arrival(gang.name, made, members))
     return out
 

@@ -326,8 +326,8 @@ def test_kueue_tas_gives_each_pool_one_flavor_with_all_its_resources_on_a_node_t
     ]
     topology, a100, cpu_nodes, cq, local = kueue.tas_queues_for(objs, "bench")
     assert (topology["kind"], topology["spec"]) == ("Topology", {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]})
-    assert a100["spec"] == {"topologyName": "hostname", "nodeLabels": {manifests.GPU_MODEL_LABEL: "A100"}}
-    assert cpu_nodes["spec"] == {"topologyName": "hostname", "nodeLabels": {"kubernetes.io/os": "linux"}}
+    assert a100["spec"] == {"topologyName": "nodes", "nodeLabels": {manifests.GPU_MODEL_LABEL: "A100"}}
+    assert cpu_nodes["spec"] == {"topologyName": "nodes", "nodeLabels": {"kubernetes.io/os": "linux"}}
     (group,) = cq["spec"]["resourceGroups"]
     assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
     quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
@@ -361,3 +361,25 @@ def test_kueue_teams_share_one_cohort_fairly_and_reclaim_what_was_lent() -> None
         ("team-b", "team-b"),
         ("team-c", "team-c"),
     ]
+
+
+def test_kueue_tas_users_ask_for_a_co_located_gangs_rack_and_the_topology_has_racks() -> None:
+    from gangsolve.bench.live.populate import arrivals
+
+    objs = scenarios.synthetic(100, 40, seed=100)  # racks on every node, some gangs co-located by rack
+    (topology,) = [q for q in kueue.tas_queues_for(objs, "bench") if q["kind"] == "Topology"]
+    assert topology["spec"]["levels"] == [{"nodeLabel": manifests.RACK_LABEL}, {"nodeLabel": "kubernetes.io/hostname"}]
+    cluster = manifests.to_cluster(objs)
+    colocated = {g.name for g in cluster.gangs if g.colocate}
+    assert colocated
+    tas, plain = arrivals(objs, cluster, "kueue-tas"), arrivals(objs, cluster, "kueue")
+    for with_tas, without in zip(tas, plain, strict=True):
+        for p, q in zip(with_tas.pods, without.pods, strict=True):
+            asked = (p["metadata"].get("annotations") or {}).get(kueue.REQUIRED_TOPOLOGY_ANNOTATION)
+            if with_tas.gang in colocated:
+                assert asked == manifests.RACK_LABEL
+                assert "affinity" not in p["spec"]  # Kueue's TAS reads the annotation, not pod affinity
+                assert "affinity" in q["spec"]  # without TAS kube-scheduler keeps the users' affinity
+            else:
+                assert asked is None
+                assert p["spec"] == q["spec"]
