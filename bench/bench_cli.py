@@ -304,8 +304,19 @@ def run_live_preemption(
     "--live-scheduler",
     "live_schedulers",
     multiple=True,
-    type=click.Choice(["kube-scheduler", "kube-scheduler-gang", "gangsolve", "volcano", "volcano-gpu-binpack"]),
-    help="Live mode: only these schedulers (repeatable) [default: all; volcano where `make peers` built it].",
+    type=click.Choice(
+        [
+            "kube-scheduler",
+            "kube-scheduler-gang",
+            "gangsolve",
+            "volcano",
+            "volcano-gpu-binpack",
+            "kueue",
+            "kueue-unblocked",
+            "kueue-tas",
+        ]
+    ),
+    help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them].",
 )
 @click.option(
     "--live-quiet",

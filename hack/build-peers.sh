@@ -4,15 +4,19 @@
 #
 #   hack/build-peers.sh                          # every peer that is missing
 #   hack/build-peers.sh volcano                  # only Volcano's vc-scheduler
+#   hack/build-peers.sh kueue                    # only Kueue's manager
 #   hack/build-peers.sh volcano --source DIR     # from DIR: a source tree at the pinned tag, or a git
 #                                                # repository (bare or not) that holds the tag
 #
-# Source: DIR if given, else <cache>/src/<peer>-<version>/ if present, else a shallow clone of the pinned tag
-# (where the network allows it). The Go module proxy serves every dependency: Volcano's go.mod replaces its own
-# volcano.sh/apis with ./staging, which is why it is built from its source tree and not with `go install`.
+# Volcano's source: DIR if given, else <cache>/src/<peer>-<version>/ if present, else a shallow clone of the
+# pinned tag (where the network allows it). The Go module proxy serves every dependency: Volcano's go.mod
+# replaces its own volcano.sh/apis with ./staging, which is why it is built from its source tree and not with
+# `go install`. Kueue's module has no replace directive: the proxy serves it whole, so it is built with
+# `go install module@version` (or from DIR when given) and its Helm chart is copied from the module's source.
 #
 # Cache: ${GANGSOLVE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsolve}/bin/<peer>-<version>/
-# A cold build of vc-scheduler takes a few minutes on 2 cores (most of it Kubernetes' packages).
+# A cold build of vc-scheduler takes a few minutes on 2 cores (most of it Kubernetes' packages); Kueue's manager
+# about 12 minutes with its modules downloaded.
 set -euo pipefail
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,7 +26,7 @@ source "${HACK_DIR}/versions.env"
 CACHE_DIR=${GANGSOLVE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsolve}
 BIN_DIR=${CACHE_DIR}/bin
 SRC_DIR=${CACHE_DIR}/src
-ALL_PEERS=(volcano)
+ALL_PEERS=(volcano kueue)
 
 log() { printf '[build-peers %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -33,7 +37,7 @@ source_arg=
 while (($#)); do
   case $1 in
     --source) (($# >= 2)) || bad_input "--source needs a directory"; source_arg=$2; shift 2 ;;
-    -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) peers+=("$1"); shift ;;
   esac
 done
@@ -43,24 +47,41 @@ done
 peer_version() {
   case $1 in
     volcano) echo "${VOLCANO_VERSION}" ;;
+    kueue) echo "${KUEUE_VERSION}" ;;
     *) bad_input "unknown peer '$1' (known: ${ALL_PEERS[*]})" ;;
   esac
 }
 peer_repository() {
   case $1 in
     volcano) echo "https://github.com/volcano-sh/volcano" ;;
+    kueue) echo "https://github.com/kubernetes-sigs/kueue" ;;
   esac
 }
 # Executable -> Go package inside the peer's module.
 peer_targets() {
   case $1 in
     volcano) echo "vc-scheduler=./cmd/scheduler vc-controller-manager=./cmd/controller-manager" ;;
+    kueue) echo "kueue=./cmd/kueue" ;;
   esac
 }
 # Directories of the source tree the bench needs beside the binary: DEST=SOURCE (symlinks resolved).
 peer_assets() {
   case $1 in
     volcano) echo "chart=installer/helm/chart/volcano" ;; # its CRDs (crd/bases) and the scheduler's RBAC and config
+    kueue) echo "chart=charts/kueue" ;; # its CRDs, RBAC, webhook configurations and manager configuration
+  esac
+}
+# The Go module a peer is installed from with `go install` (none: built from its source tree).
+peer_module() {
+  case $1 in
+    kueue) echo "sigs.k8s.io/kueue" ;;
+  esac
+}
+peer_ldflags() {
+  local version=$2
+  case $1 in
+    volcano) echo "-s -w -X volcano.sh/volcano/pkg/version.Version=${version} -X volcano.sh/volcano/pkg/version.GitSHA=${version}" ;;
+    kueue) echo "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${version} -X sigs.k8s.io/kueue/pkg/version.GitCommit=${version}" ;;
   esac
 }
 peer_dir() { echo "${BIN_DIR}/$1-$(peer_version "$1")"; }
@@ -98,13 +119,44 @@ prepare_source() {
   echo "${dest}"
 }
 
+# Prints the module's source in the Go module cache, downloading it through the proxy when needed.
+module_source() {
+  local module=$1 version=$2
+  GOFLAGS=-mod=mod go mod download -json "${module}@${version}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+install_module_peer() {
+  local peer=$1 version=$2 out=$3 module target package asset src
+  module=$(peer_module "${peer}")
+  for target in $(peer_targets "${peer}"); do
+    package=${module}/${target#*=./}
+    log "${peer} ${version}: go install ${package}@${version}"
+    # Outside any module, so the peer's own go.mod and go.sum decide its dependencies.
+    (cd "${out}" && GOBIN=${out} go install -trimpath -ldflags "$(peer_ldflags "${peer}" "${version}")" \
+      "${package}@${version}")
+    [[ ${target%%=*} == "${package##*/}" ]] || mv "${out}/${package##*/}" "${out}/${target%%=*}"
+  done
+  src=$(module_source "${module}" "${version}")
+  [[ -d ${src} ]] || die "${peer}: the module proxy gave no source for ${module}@${version}"
+  for asset in $(peer_assets "${peer}"); do
+    cp -RL "${src}/${asset#*=}" "${out}/${asset%%=*}"
+    chmod -R u+w "${out}/${asset%%=*}" # the module cache is read-only
+  done
+}
+
 build_peer() {
   local peer=$1 version src out target ldflags asset
   version=$(peer_version "${peer}")
-  src=$(prepare_source "${peer}")
   out=${BIN_DIR}/.staging-${peer}-${version}
   rm -rf "${out}" && mkdir -p "${out}"
-  ldflags="-s -w -X volcano.sh/volcano/pkg/version.Version=${version} -X volcano.sh/volcano/pkg/version.GitSHA=${version}"
+  if [[ -n $(peer_module "${peer}") && -z ${source_arg} ]]; then
+    install_module_peer "${peer}" "${version}" "${out}"
+    rm -rf "$(peer_dir "${peer}")"
+    mv "${out}" "$(peer_dir "${peer}")"
+    return
+  fi
+  src=$(prepare_source "${peer}")
+  ldflags=$(peer_ldflags "${peer}" "${version}")
   for target in $(peer_targets "${peer}"); do
     log "${peer} ${version}: compiling ${target#*=} from ${src}"
     # -mod=mod: the tree has no vendor directory and go.sum may lack entries for the build list's tests.

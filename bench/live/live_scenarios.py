@@ -197,5 +197,8 @@ LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
 # Other projects' schedulers, built from source (hack/build-peers.sh): each runs where its binary is built and the
 # scenario's users can write what it reads.
 # volcano: the configuration Volcano's Helm chart installs; volcano-gpu-binpack: the same with its binpack plugin
-# scoring GPUs as the plugin documents it.
-REAL_PEERS = ("volcano", "volcano-gpu-binpack")
+# scoring GPUs as the plugin documents it; kueue: Kueue admitting (its chart's configuration with
+# waitForPodsReady blocking admission, one ClusterQueue over the free capacity) and kube-scheduler placing;
+# kueue-unblocked: the same without blocking admission; kueue-tas: with its topology-aware scheduling at node
+# level, not blocking admission. bench/live/peers.py runs them.
+REAL_PEERS = ("volcano", "volcano-gpu-binpack", "kueue", "kueue-unblocked", "kueue-tas")

@@ -14,7 +14,7 @@ import aiohttp
 import anyio
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds, volcano
+from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds, kueue, volcano
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE, schedulable
 from gangsolve.live.kube import ApiError, Kube
 from gangsolve.solver import Cluster
@@ -200,7 +200,8 @@ def volcano_members(gang, members: list[dict]) -> tuple[dict, list[dict]]:
 def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: bool = True) -> list[Arrival]:
     """The pending gangs in creation order, with the objects `scheduler`'s users create for each: the PodGroups
     their pods name, or (kube-scheduler-gang, `native_groups`) a native PodGroup made for each gang, or
-    (volcano) a Volcano PodGroup for each gang, single pods included (vc-scheduler binds no pod without one)."""
+    (volcano) a Volcano PodGroup for each gang, single pods included (vc-scheduler binds no pod without one), or
+    (kueue) no object but the LocalQueue and pod-group labels on the pods."""
     pods = {f"{manifests.NAMESPACE}/{p['metadata']['name']}": p for p in pending_pods(objs, scheduler_name(scheduler))}
     position = {name: i for i, name in enumerate(pods)}
     groups = {o["metadata"]["name"]: o for o in objs if o["kind"] == "PodGroup"}
@@ -228,6 +229,10 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
         if scheduler.startswith("volcano"):
             group, members = volcano_members(gang, members)
             made = [group]
+        if scheduler.startswith("kueue"):
+            # Under TAS a co-located gang asks Kueue for its rack; Kueue alone cannot see pod affinity.
+            required = gang.colocate if scheduler == "kueue-tas" else None
+            made, members = [], kueue.label_members(members, "gang-" + gang.name.split("/", 1)[1], "bench", required)
         out.append(Arrival(gang.name, made, members))
     return out
 

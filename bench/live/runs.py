@@ -5,9 +5,9 @@ scheduling: the GenericWorkload and TopologyAwareWorkloadScheduling gates on, a 
 PodGroup per gang with the gang's priority class and, for co-located gangs, a topology constraint) and
 `gangsolve` (`gangsolve run`). Each scheduler's users create what that scheduler reads: nothing for plain
 kube-scheduler, native PodGroups for its gang scheduling, scheduler-plugins PodGroups for gangsolve. The real
-peers (`volcano`, `volcano-gpu-binpack`: Volcano's vc-scheduler and controllers, bench/devcluster/volcano.py) run
-where hack/build-peers.sh built them and the scenario's users can write what they read; their users give each
-gang a Volcano PodGroup.
+peers (`volcano`, `volcano-gpu-binpack`: Volcano's vc-scheduler and controllers; `kueue`: Kueue admitting and
+kube-scheduler placing; bench/live/peers.py) run where hack/build-peers.sh built them and the scenario's users
+can write what they read; their users give each gang a Volcano PodGroup, or Kueue's pod-group labels.
 
 Two modes, as scheduler_perf measures:
 - **stream**: the scheduler runs, then the pending pods arrive at `rate` pods a second (or as fast as the API
@@ -56,8 +56,9 @@ from typing import Any
 import yaml
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane, volcano
+from gangsolve.bench.devcluster import ControlPlane
 from gangsolve.bench.devcluster.gangsolve_process import REPO, GangsolveProcess
+from gangsolve.bench.live import peers
 from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import (
     AUDIT_POLICY,
@@ -122,13 +123,6 @@ def gangsolve_process(
     )
 
 
-def volcano_conf(peer: volcano.Volcano, cp: ControlPlane, scheduler: str) -> dict[str, Any]:
-    """vc-scheduler's configuration in the live bench: the one its Helm chart installs by default, with GPUs
-    binpacked for `volcano-gpu-binpack`."""
-    conf = peer.chart_scheduler_conf(cp.binaries.helm)
-    return volcano.with_gpu_binpack(conf) if scheduler == "volcano-gpu-binpack" else conf
-
-
 def log_name(scenario: str) -> str:
     """A scenario's name as the start of its log files' names."""
     return scenario.replace("/", "__")
@@ -175,15 +169,14 @@ def run_live(
     pending = sum(len(a.pods) for a in gangs)
     log_dir.mkdir(parents=True, exist_ok=True)
     native = scheduler == "kube-scheduler-gang"
-    kube_scheduler = scheduler.startswith("kube-scheduler")
+    # Kueue admits, kube-scheduler places: it runs under Kueue too.
+    kube_scheduler = scheduler.startswith("kube-scheduler") or scheduler in peers.KUEUE_PEERS
     flags: dict[str, Any] = {}
     if native or any(o["apiVersion"] == NATIVE_GANG_API for o in objs):
         flags = workload_flags(scenario.native_gates, kube_scheduler)
     burst = scenario.mode == "burst"
     gs: GangsolveProcess | None = None
-    peer = volcano.Volcano.locate() if scheduler in REAL_PEERS else None
-    peer_conf: dict[str, Any] | None = None
-    peer_processes: volcano.VolcanoProcesses | None = None
+    peer: peers.VolcanoRun | peers.KueueRun | None = None
     with ControlPlane(
         scheduler=kube_scheduler,
         defer_scheduler=True,
@@ -206,14 +199,13 @@ def run_live(
                 if scenario.client_qps:
                     settings = {"kube-api-qps": scenario.client_qps, "kube-api-burst": int(scenario.client_qps)}
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", settings)
-            if peer is not None:
-                peer_conf = volcano_conf(peer, cp, scheduler)
-                volcano.install(cp, peer)
-                peer_processes = volcano.add(cp, peer, peer_conf, qps=scenario.client_qps)
+            if scheduler in REAL_PEERS:
+                peer = peers.peer_run(cp, scheduler, scenario)
+                peer.before_pods(objs, burst)
 
             def start_scheduler() -> int:
-                if peer_processes is not None:
-                    return volcano.start(cp, peer_processes)
+                if peer is not None:
+                    return peer.start()
                 if gs is not None:
                     gs.start()
                     assert gs.proc is not None
@@ -230,7 +222,7 @@ def run_live(
                 log(f"{scheduler}: creating {pending} pending pods, then starting the scheduler")
                 run_async(cp.kubeconfig, lambda kube: arrive(kube, gangs, None, created, CREATE_CONCURRENCY))
                 wall0 = datetime.now(UTC)
-                timing = Timing(time.monotonic(), created)
+                timing = Timing(time.monotonic(), created, cpu_start=peer.cpu_at_start() if peer else 0.0)
                 pid = start_scheduler()
             else:
                 pid = start_scheduler()
@@ -268,6 +260,7 @@ def run_live(
             }
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
+            peer_record = peer.record() if peer is not None else None
             requests = api_requests(cp, wall0)
             served = first_pod_group_served(cp)
         finally:
@@ -287,6 +280,11 @@ def run_live(
         time_limit=limit if scheduler == "gangsolve" else None,
     )
     result.update(usage)
+    placer = (peer_record or {}).get("kube_scheduler")
+    if placer:  # Kueue admits and kube-scheduler places: together they are the scheduler under test
+        result["cpu_seconds"] += placer["cpu_seconds"]
+        if result["peak_rss_mib"] is not None and placer["peak_rss_mib"] is not None:
+            result["peak_rss_mib"] += placer["peak_rss_mib"]
     result["api_requests"] = requests
     total = sum(requests.values())
     result["api_requests_per_pod"] = total / len(final) if final else None
@@ -296,8 +294,8 @@ def run_live(
     )
     if served is not None:
         result["pod_group_served"] = served
-    if peer is not None:
-        result["peer"] = {"version": peer.version, "scheduler_conf": peer_conf}
+    if peer_record is not None:
+        result["peer"] = peer_record
     if scenario.oracle is not None:
         bound_at = {pod: t - timing.t0 for pod, (t, _node) in watch.bound.items()}
         result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)
@@ -352,17 +350,7 @@ def run_scenarios(
     return results
 
 
-def peer_not_run(scenario: LiveScenario, scheduler: str) -> str | None:
-    """Why a real peer does not run in `scenario` (None: it runs, or it is not a real peer)."""
-    if scheduler not in REAL_PEERS:
-        return None
-    if scenario.users is not None:
-        return "the scenario's users write only kube-scheduler's and gangsolve's objects (no Volcano HyperNodes)"
-    try:
-        volcano.Volcano.locate()
-    except volcano.PeerMissing as missing:
-        return str(missing)
-    return None
+peer_not_run = peers.not_run
 
 
 def each_scheduler(

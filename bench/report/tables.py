@@ -444,14 +444,40 @@ def print_live(live: list[dict], console: Console) -> None:
 def peer_notes(live: list[dict]) -> list[str]:
     """The real peers that did not run in a scenario and why, and the configuration each one ran with."""
     out = [f"{sc['name']}: {peer} not run: {why}" for sc in live for peer, why in (sc.get("not_run") or {}).items()]
-    configurations = {
-        r["scheduler"]: r["peer"] for sc in live for r in sc["runs"] if "peer" in r and "scheduler_conf" in r["peer"]
-    }
+    configurations = {r["scheduler"]: r["peer"] for sc in live for r in sc["runs"] if "peer" in r}
     for peer, about in configurations.items():
-        conf = about["scheduler_conf"]
-        plugins = "; ".join(", ".join(map(_plugin, tier["plugins"])) for tier in conf.get("tiers", []))
-        out.append(f"{peer} {about['version']}: actions {conf.get('actions')}; plugin tiers: {plugins}")
+        if "scheduler_conf" in about:
+            conf = about["scheduler_conf"]
+            plugins = "; ".join(", ".join(map(_plugin, tier["plugins"])) for tier in conf.get("tiers", []))
+            out.append(f"{peer} {about['version']}: actions {conf.get('actions')}; plugin tiers: {plugins}")
+        elif "manager_config" in about:
+            out.append(f"{peer} {about['version']}: {_kueue_note(about['manager_config'], about.get('queues') or [])}")
     return out
+
+
+def _kueue_note(conf: dict, queues: list[dict]) -> str:
+    """Kueue's manager configuration and ClusterQueues in one line: what decides its admissions."""
+    ready = conf.get("waitForPodsReady")
+    parts = [
+        "waitForPodsReady "
+        + (f"(timeout {ready.get('timeout')}, blockAdmission {ready.get('blockAdmission')})" if ready else "off"),
+        "frameworks " + ", ".join((conf.get("integrations") or {}).get("frameworks") or []),
+    ]
+    if "fairSharing" in conf:
+        parts.append("fair sharing (" + ", ".join(conf["fairSharing"].get("preemptionStrategies") or []) + ")")
+    if "admissionFairSharing" in conf:
+        parts.append(f"admission fair sharing (half-life {conf['admissionFairSharing'].get('usageHalfLifeTime')})")
+    for cq in (q for q in queues if q["kind"] == "ClusterQueue"):
+        spec = cq["spec"]
+        quotas = [
+            f"{f['name']} " + ", ".join(f"{r['name']}={r['nominalQuota']}" for r in f["resources"])
+            for group in spec["resourceGroups"]
+            for f in group["flavors"]
+        ]
+        extra = "".join(f", {key} {spec[key]}" for key in ("cohortName", "fairSharing", "preemption") if key in spec)
+        strategy = spec.get("queueingStrategy", "BestEffortFIFO")
+        parts.append(f"ClusterQueue {cq['metadata']['name']} ({strategy}{extra}): " + "; ".join(quotas))
+    return "; ".join(parts)
 
 
 def _plugin(plugin: dict) -> str:

@@ -1,14 +1,17 @@
-"""The real peers without running them: where the bench finds Volcano and says why it does not run it, the
-PodGroups its users create, how the report names a peer's configuration, and the build script's bad input."""
+"""The real peers without running them: where the bench finds Volcano and Kueue and says why it does not run
+them, the PodGroups and pod-group labels their users create, Kueue's configuration, queues, certificates and
+webhooks, how the report names a peer's configuration, and the build script's bad input."""
 
 from __future__ import annotations
 
 import subprocess
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from gangsolve.bench.devcluster import volcano
+from gangsolve.bench import manifests, scenarios
+from gangsolve.bench.devcluster import kueue, volcano
 from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS
 from gangsolve.bench.live.runs import peer_not_run
 from gangsolve.bench.report.tables import peer_notes
@@ -18,12 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def unbuilt_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """versions.env pinning a Volcano release that no cache holds."""
+    """versions.env pinning Volcano and Kueue releases that no cache holds."""
     text = (REPO / "hack" / "versions.env").read_text()
     pinned = tmp_path / "versions.env"
+    unbuilt = {"VOLCANO_": "VOLCANO_VERSION=v0.0.0-unbuilt", "KUEUE_": "KUEUE_VERSION=v0.0.0-unbuilt"}
     pinned.write_text(
         "\n".join(
-            "VOLCANO_VERSION=v0.0.0-unbuilt" if line.startswith("VOLCANO_") else line for line in text.splitlines()
+            next((pin for prefix, pin in unbuilt.items() if line.startswith(prefix)), line)
+            for line in text.splitlines()
         )
     )
     monkeypatch.setenv("GANGSOLVE_VERSIONS_ENV", str(pinned))
@@ -38,12 +43,20 @@ def test_an_unbuilt_peer_is_named_with_the_command_that_builds_it(unbuilt_versio
     assert why is not None
     assert "make peers" in why
     assert peer_not_run(LIVE_SCENARIOS["live/tfjob"], "kube-scheduler") is None  # not a peer: always runs
+    with pytest.raises(volcano.PeerMissing, match=rf"Kueue's manager {unbuilt_version} is not built.*`make peers`"):
+        kueue.Kueue.locate()
+    why = peer_not_run(LIVE_SCENARIOS["live/tfjob"], "kueue")
+    assert why is not None
+    assert "Kueue's manager" in why
 
 
-def test_volcano_does_not_run_where_the_users_write_only_other_schedulers_objects() -> None:
+def test_peers_do_not_run_where_the_users_write_only_other_schedulers_objects() -> None:
     why = peer_not_run(LIVE_SCENARIOS["live/topology-seed1"], "volcano")
     assert why is not None
     assert "HyperNodes" in why
+    why = peer_not_run(LIVE_SCENARIOS["live/topology-seed1"], "kueue")
+    assert why is not None
+    assert "Kueue Topologies" in why
 
 
 def test_a_volcano_pod_group_sums_its_pods_requests_as_min_resources() -> None:
@@ -76,7 +89,7 @@ def test_the_report_says_which_peer_did_not_run_and_how_each_was_configured() ->
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["bogus"], "unknown peer 'bogus' (known: volcano)"),
+        (["bogus"], "unknown peer 'bogus' (known: volcano kueue)"),
         (["volcano", "--source", "/nonexistent"], "--source /nonexistent: not a directory"),
         (["volcano", "--source"], "--source needs a directory"),
         (["volcano", "--source", "{empty}"], "--source {empty}: neither a source tree (go.mod) nor a git repository"),
@@ -114,3 +127,259 @@ def test_the_gpu_binpack_variant_changes_only_the_binpack_plugins_arguments() ->
     (note,) = peer_notes([{"name": "live/a", "runs": [run]}])
     assert "binpack (binpack.weight: 10, binpack.cpu: 5" in note
     assert "binpack.resources: nvidia.com/gpu" in note
+
+
+# --- Kueue ------------------------------------------------------------------------------------------------------
+
+CHART_CONF = {  # the shape of the chart's controller_manager_config.yaml
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "controller": {"groupKindConcurrency": {"Pod": 5}},
+    "health": {"healthProbeBindAddress": ":8081"},
+    "integrations": {"frameworks": ["batch/job", "pod", "deployment"]},
+    "internalCertManagement": {"enable": True, "webhookServiceName": kueue.SERVICE, "webhookSecretName": kueue.SECRET},
+    "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    "metrics": {"bindAddress": ":8443"},
+    "webhook": {"port": 9443},
+}
+
+
+def test_kueue_runs_the_charts_configuration_with_pods_ready_gangs_on_loopback(tmp_path: Path) -> None:
+    conf = kueue.manager_config(CHART_CONF, webhook_port=1234, health_port=5678, cert_dir=tmp_path, qps=5000.0)
+    assert conf["waitForPodsReady"] == kueue.WAIT_FOR_PODS_READY
+    assert conf["waitForPodsReady"]["blockAdmission"] is True  # admission one gang at a time: Kueue's all-or-nothing
+    assert conf["integrations"] == {"frameworks": ["pod"]}
+    assert conf["webhook"] == {"host": "127.0.0.1", "port": 1234, "certDir": str(tmp_path)}
+    assert conf["health"] == {"healthProbeBindAddress": "127.0.0.1:5678"}
+    assert conf["leaderElection"] == {"leaderElect": False}
+    assert conf["clientConnection"] == {"qps": 5000.0, "burst": 5000}
+    # What the chart sets and the bench has no reason to change stays: its certificate management, concurrency.
+    assert conf["internalCertManagement"] == CHART_CONF["internalCertManagement"]
+    assert conf["controller"] == CHART_CONF["controller"]
+    assert "fairSharing" not in conf
+    assert "admissionFairSharing" not in conf
+    unblocked = kueue.manager_config(
+        CHART_CONF, webhook_port=1, health_port=2, cert_dir=tmp_path, block_admission=False
+    )
+    assert unblocked["waitForPodsReady"] == {**kueue.WAIT_FOR_PODS_READY, "blockAdmission": False}
+    fair = kueue.manager_config(CHART_CONF, webhook_port=1, health_port=2, cert_dir=tmp_path, fair=True)
+    assert fair["fairSharing"]["preemptionStrategies"] == ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+    assert fair["admissionFairSharing"]["usageHalfLifeTime"] == "168h"
+    assert "clientConnection" not in fair  # the chart's own limits where the scenario sets none
+    assert CHART_CONF["integrations"]["frameworks"] == ["batch/job", "pod", "deployment"]  # the chart's is untouched
+
+
+def _gpu_node(name: str, model: str, gpus: int, taints: list[dict] | None = None) -> dict:
+    return manifests.node(name, 32000, 256 * 1024, gpus, {manifests.GPU_MODEL_LABEL: model}, taints)
+
+
+def test_kueue_quota_is_what_the_background_leaves_free_per_gpu_pool() -> None:
+    taint = {"key": "dedicated", "value": "h100", "effect": "NoSchedule"}
+    objs = [
+        _gpu_node("a-0", "A100", 8),
+        _gpu_node("a-1", "A100", 8),
+        _gpu_node("h-0", "H100", 8, [taint]),
+        manifests.node("cpu-0", 64000, 256 * 1024),
+        manifests.pod("bg-0", 4000, 32 * 1024, 3, node_name="a-0"),
+        manifests.pod("bg-1", 1000, 1024, node_name="cpu-0"),
+        manifests.pod("pending", 1000, 1024, 1),  # not bound: not taken from the quota
+    ]
+    queues = kueue.queues_for(objs, "bench")
+    kinds = [q["kind"] for q in queues]
+    assert kinds == ["ResourceFlavor"] * 3 + ["ClusterQueue", "LocalQueue"]
+    flavors = {q["metadata"]["name"]: q["spec"] for q in queues if q["kind"] == "ResourceFlavor"}
+    assert flavors == {
+        "default-flavor": {},  # CPU and memory: no node labels, so no node selector added to CPU-only pods
+        "gpu-a100": {"nodeLabels": {manifests.GPU_MODEL_LABEL: "A100"}},
+        "gpu-h100": {"nodeLabels": {manifests.GPU_MODEL_LABEL: "H100"}, "nodeTaints": [taint]},
+    }
+    (cq,) = [q for q in queues if q["kind"] == "ClusterQueue"]
+    cpu_memory, gpus = cq["spec"]["resourceGroups"]
+    assert cpu_memory["coveredResources"] == ["cpu", "memory"]
+    assert cpu_memory["flavors"][0]["resources"] == [
+        {"name": "cpu", "nominalQuota": str(32 * 3 + 64 - 4 - 1)},
+        {"name": "memory", "nominalQuota": str((4 * 256 * 1024 - 32 * 1024 - 1024) * 2**20)},
+    ]
+    assert gpus == {
+        "coveredResources": ["nvidia.com/gpu"],
+        "flavors": [
+            {"name": "gpu-a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "13"}]},
+            {"name": "gpu-h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]},
+        ],
+    }
+    local = queues[-1]
+    assert (local["metadata"], local["spec"]) == ({"name": "bench", "namespace": "bench"}, {"clusterQueue": "bench"})
+    assert kueue.held(cq)["spec"]["stopPolicy"] == "Hold"
+    assert "stopPolicy" not in cq["spec"]
+    assert kueue.held(local) is local
+
+
+def test_kueue_users_label_a_gang_as_a_pod_group_and_a_single_pod_only_with_its_queue() -> None:
+    members = [{"metadata": {"name": f"p{i}", "labels": {"app": "x"}}, "spec": {}} for i in range(3)]
+    group = kueue.label_members(members, "gang-a")
+    for p in group:
+        assert p["metadata"]["labels"] == {
+            "app": "x",
+            kueue.QUEUE_NAME_LABEL: "bench",
+            kueue.POD_GROUP_NAME_LABEL: "gang-a",
+        }
+        assert p["metadata"]["annotations"] == {kueue.POD_GROUP_TOTAL_COUNT_ANNOTATION: "3"}
+    (single,) = kueue.label_members(members[:1], "gang-b")
+    assert single["metadata"]["labels"] == {"app": "x", kueue.QUEUE_NAME_LABEL: "bench"}
+    assert "annotations" not in single["metadata"]
+    assert members[0]["metadata"]["labels"] == {"app": "x"}  # the scenario's objects are left as they were
+
+
+def test_kueue_users_create_no_group_object_and_leave_the_pods_to_kube_scheduler() -> None:
+    from gangsolve.bench.live.populate import arrivals
+
+    objs = scenarios.synthetic(100, 40, seed=100)
+    cluster = manifests.to_cluster(objs)
+    for arrival in arrivals(objs, cluster, "kueue"):
+        assert arrival.groups == []
+        for p in arrival.pods:
+            assert p["spec"]["schedulerName"] == "default-scheduler"
+            assert p["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] == "bench"
+            if len(arrival.pods) > 1:
+                assert p["metadata"]["labels"][kueue.POD_GROUP_NAME_LABEL] == "gang-" + arrival.gang.split("/")[1]
+
+
+def test_kueue_webhooks_and_conversions_call_loopback_with_the_runs_ca() -> None:
+    service = {"service": {"name": kueue.SERVICE, "namespace": kueue.NAMESPACE, "path": "/mutate--v1-pod"}}
+    chart = [
+        {
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "kueue-mutating-webhook-configuration", "namespace": kueue.NAMESPACE},
+            "webhooks": [{"name": "mpod.kb.io", "clientConfig": service, "failurePolicy": "Fail"}],
+        },
+        {
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "workloads.kueue.x-k8s.io"},
+            "spec": {
+                "conversion": {
+                    "strategy": "Webhook",
+                    "webhook": {"clientConfig": {"service": {**service["service"], "path": "/convert"}}},
+                }
+            },
+        },
+        {"kind": "CustomResourceDefinition", "metadata": {"name": "topologies.kueue.x-k8s.io"}, "spec": {}},
+        {"kind": "Deployment", "metadata": {"name": "kueue-controller-manager"}},  # the bench runs the process
+    ]
+    hook, workloads, topologies = kueue.on_loopback(chart, 9443, b"CA")
+    assert hook["metadata"] == {"name": "kueue-mutating-webhook-configuration"}  # cluster-scoped: no namespace
+    assert hook["webhooks"] == [
+        {
+            "name": "mpod.kb.io",
+            "failurePolicy": "Fail",
+            "clientConfig": {"url": "https://127.0.0.1:9443/mutate--v1-pod", "caBundle": "Q0E="},
+        }
+    ]
+    assert workloads["spec"]["conversion"]["webhook"]["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/convert",
+        "caBundle": "Q0E=",
+    }
+    assert topologies == chart[2]
+
+
+def test_kueue_certificates_pass_its_rotators_checks_and_the_api_servers() -> None:
+    """Kueue's rotator keeps a Secret's certificates only if the CA is valid for `kueue-ca` and the serving
+    certificate for its Service's name; the API server calls 127.0.0.1."""
+    import ipaddress
+
+    from cryptography import x509
+
+    certs = kueue.webhook_certs()
+    ca = x509.load_pem_x509_certificate(certs.ca)
+    leaf = x509.load_pem_x509_certificate(certs.cert)
+    leaf.verify_directly_issued_by(ca)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert ca.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    ) == [kueue.CA_NAME]
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == [f"{kueue.SERVICE}.{kueue.NAMESPACE}.svc"]
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert leaf.not_valid_after_utc.year - leaf.not_valid_before_utc.year >= 9  # beyond the rotator's lookahead
+
+
+def test_the_report_shows_kueues_admission_settings_and_quotas() -> None:
+    objs = [_gpu_node("a-0", "A100", 8)]
+    conf = kueue.manager_config(CHART_CONF, webhook_port=1, health_port=2, cert_dir=Path("certs"))
+    run = {
+        "scheduler": "kueue",
+        "peer": {"version": "v9", "manager_config": conf, "queues": kueue.queues_for(objs, "b")},
+    }
+    (note,) = peer_notes([{"name": "live/a", "runs": [run]}])
+    assert note.startswith("kueue v9: waitForPodsReady (timeout 5m, blockAdmission True); frameworks pod; ")
+    assert "ClusterQueue bench (BestEffortFIFO): default-flavor cpu=32, memory=" in note
+    assert note.endswith("; gpu-a100 nvidia.com/gpu=8")
+
+
+def test_kueue_tas_gives_each_pool_one_flavor_with_all_its_resources_on_a_node_topology() -> None:
+    """A TAS pod set takes all its resources from one flavor, and a TAS flavor must name a node label: each GPU
+    pool's flavor holds its free CPU, memory and GPUs; the last flavor, over every node, the CPU-only nodes'."""
+    objs = [
+        _gpu_node("a-0", "A100", 8),
+        manifests.node("cpu-0", 64000, 256 * 1024),
+        manifests.pod("bg-0", 4000, 32 * 1024, 3, node_name="a-0"),
+        manifests.pod("bg-1", 1000, 1024, node_name="cpu-0"),
+    ]
+    topology, a100, cpu_nodes, cq, local = kueue.tas_queues_for(objs, "bench")
+    assert (topology["kind"], topology["spec"]) == ("Topology", {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]})
+    assert a100["spec"] == {"topologyName": "nodes", "nodeLabels": {manifests.GPU_MODEL_LABEL: "A100"}}
+    assert cpu_nodes["spec"] == {"topologyName": "nodes", "nodeLabels": {"kubernetes.io/os": "linux"}}
+    (group,) = cq["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
+    quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in group["flavors"]}
+    assert quotas == {
+        "gpu-a100": {"cpu": "28", "memory": str((256 - 32) * 2**30), "nvidia.com/gpu": "5"},
+        "cpu-nodes": {"cpu": "63", "memory": str((256 - 1) * 2**30), "nvidia.com/gpu": "0"},
+    }
+    assert [f["name"] for f in group["flavors"]][-1] == "cpu-nodes"  # GPU pools first: CPU pods fall through
+    assert local["spec"] == {"clusterQueue": "bench"}
+
+
+def test_kueue_teams_share_one_cohort_fairly_and_reclaim_what_was_lent() -> None:
+    pools = [kueue.GpuPool("gpu-a100", {manifests.GPU_MODEL_LABEL: "A100"}, [], 10)]
+    queues = kueue.team_queues({"team-a": "2", "team-b": "1", "team-c": "1"}, Decimal(30), Decimal(3 * 2**30), pools)
+    cqs = [q for q in queues if q["kind"] == "ClusterQueue"]
+    assert [q["metadata"]["name"] for q in cqs] == ["team-a", "team-b", "team-c"]
+    for cq, weight in zip(cqs, ("2", "1", "1"), strict=True):
+        spec = cq["spec"]
+        assert (spec["cohortName"], spec["fairSharing"]) == ("teams", {"weight": weight})
+        assert spec["preemption"] == {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+        assert spec["admissionScope"] == {"admissionMode": "UsageBasedAdmissionFairSharing"}
+        assert spec["resourceGroups"][0]["flavors"][0]["resources"] == [
+            {"name": "cpu", "nominalQuota": "10"},
+            {"name": "memory", "nominalQuota": str(2**30)},
+        ]
+    gpus = [int(cq["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0]["nominalQuota"]) for cq in cqs]
+    assert gpus == [4, 3, 3]  # every GPU given out, whole
+    locals_ = [q for q in queues if q["kind"] == "LocalQueue"]
+    assert [(q["metadata"]["namespace"], q["spec"]["clusterQueue"]) for q in locals_] == [
+        ("team-a", "team-a"),
+        ("team-b", "team-b"),
+        ("team-c", "team-c"),
+    ]
+
+
+def test_kueue_tas_users_ask_for_a_co_located_gangs_rack_and_the_topology_has_racks() -> None:
+    from gangsolve.bench.live.populate import arrivals
+
+    objs = scenarios.synthetic(100, 40, seed=100)  # racks on every node, some gangs co-located by rack
+    (topology,) = [q for q in kueue.tas_queues_for(objs, "bench") if q["kind"] == "Topology"]
+    assert topology["spec"]["levels"] == [{"nodeLabel": manifests.RACK_LABEL}, {"nodeLabel": "kubernetes.io/hostname"}]
+    cluster = manifests.to_cluster(objs)
+    colocated = {g.name for g in cluster.gangs if g.colocate}
+    assert colocated
+    tas, plain = arrivals(objs, cluster, "kueue-tas"), arrivals(objs, cluster, "kueue")
+    for with_tas, without in zip(tas, plain, strict=True):
+        for p, q in zip(with_tas.pods, without.pods, strict=True):
+            asked = (p["metadata"].get("annotations") or {}).get(kueue.REQUIRED_TOPOLOGY_ANNOTATION)
+            if with_tas.gang in colocated:
+                assert asked == manifests.RACK_LABEL
+                assert "affinity" not in p["spec"]  # Kueue's TAS reads the annotation, not pod affinity
+                assert "affinity" in q["spec"]  # without TAS kube-scheduler keeps the users' affinity
+            else:
+                assert asked is None
+                assert p["spec"] == q["spec"]

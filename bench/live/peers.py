@@ -1,0 +1,121 @@
+"""The real peers in a live run: what each one installs and starts on the run's control plane, when, and what
+the run records about it.
+
+- `volcano`, `volcano-gpu-binpack`: vc-scheduler and its controllers (bench/devcluster/volcano.py), installed
+  and added once the scenario's background runs, started as the scheduler under test;
+- `kueue`, `kueue-unblocked`: Kueue's manager (bench/devcluster/kueue.py) with kube-scheduler placing what it
+  admits; waitForPodsReady blocking admission until each admitted workload's pods are Ready, or not; with
+  topology-aware scheduling at node level (`kueue-tas`: Kueue chooses each pod's node, kube-scheduler binds). Its pod
+  webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
+  mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
+  admitted) and released when the scheduler "starts", together with kube-scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangsolve.bench import manifests
+from gangsolve.bench.devcluster import ControlPlane, kueue, volcano
+from gangsolve.bench.live.live_scenarios import REAL_PEERS, LiveScenario
+from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
+
+KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")
+
+
+def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue:
+    """The peer's build in the cache; PeerMissing (saying how to build it) where there is none."""
+    return kueue.Kueue.locate() if scheduler in KUEUE_PEERS else volcano.Volcano.locate()
+
+
+def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
+    """Why a real peer does not run in `scenario` (None: it runs, or it is not a real peer)."""
+    if scheduler not in REAL_PEERS:
+        return None
+    if scenario.users is not None:
+        missing = "Kueue Topologies" if scheduler in KUEUE_PEERS else "Volcano HyperNodes"
+        return f"the scenario's users write only kube-scheduler's and gangsolve's objects (no {missing})"
+    try:
+        locate(scheduler)
+    except volcano.PeerMissing as missing:
+        return str(missing)
+    return None
+
+
+class VolcanoRun:
+    """vc-scheduler (the chart's configuration; GPUs binpacked for volcano-gpu-binpack) and its controllers."""
+
+    def __init__(self, cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> None:
+        self.cp, self.scheduler, self.scenario = cp, scheduler, scenario
+        self.peer = volcano.Volcano.locate()
+        self.conf: dict[str, Any] = {}
+        self.processes: volcano.VolcanoProcesses | None = None
+
+    def before_pods(self, objs: list[dict], burst: bool) -> None:
+        conf = self.peer.chart_scheduler_conf(self.cp.binaries.helm)
+        self.conf = volcano.with_gpu_binpack(conf) if self.scheduler == "volcano-gpu-binpack" else conf
+        volcano.install(self.cp, self.peer)
+        self.processes = volcano.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
+
+    def cpu_at_start(self) -> float:
+        return 0.0  # not running yet
+
+    def start(self) -> int:
+        assert self.processes is not None
+        return volcano.start(self.cp, self.processes)
+
+    def record(self) -> dict[str, Any]:
+        return {"version": self.peer.version, "scheduler_conf": self.conf}
+
+
+class KueueRun:
+    """Kueue's manager, its queues over the scenario's free capacity, and kube-scheduler."""
+
+    def __init__(self, cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> None:
+        self.cp, self.scheduler, self.scenario = cp, scheduler, scenario
+        self.peer = kueue.Kueue.locate()
+        self.process: kueue.KueueProcess | None = None
+        self.queues: list[dict] = []
+        self.held = False
+        self.pid = 0  # the manager's, once started
+        self.scheduler_cpu0 = 0.0
+
+    def before_pods(self, objs: list[dict], burst: bool) -> None:
+        port = kueue.free_port()
+        certs = kueue.install(self.cp, self.peer, port)
+        block = self.scheduler == "kueue"  # with TAS Kueue fits gangs to nodes itself: no need to admit one by one
+        self.process = kueue.add(self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block)
+        self.pid = kueue.start(self.cp, self.process)
+        if self.scheduler == "kueue-tas":
+            self.queues = kueue.tas_queues_for(objs, manifests.NAMESPACE)
+        else:
+            self.queues = kueue.queues_for(objs, manifests.NAMESPACE)
+        self.held = burst
+        kueue.create_queues(self.cp, [kueue.held(q) if burst else q for q in self.queues])
+
+    def cpu_at_start(self) -> float:
+        return cpu_seconds(self.pid)  # it has been gating pods and making Workloads
+
+    def start(self) -> int:
+        self.cp.start_scheduler()
+        self.scheduler_cpu0 = cpu_seconds(self.cp.pids()["kube-scheduler"])
+        if self.held:
+            kueue.release(self.cp, self.queues)
+        return self.pid
+
+    def record(self) -> dict[str, Any]:
+        assert self.process is not None
+        pid = self.cp.pids().get("kube-scheduler")
+        placer = (
+            {"cpu_seconds": cpu_seconds(pid) - self.scheduler_cpu0, "peak_rss_mib": peak_rss_mib(pid)} if pid else {}
+        )
+        return {
+            "version": self.peer.version,
+            "manager_config": self.process.config,
+            "queues": self.queues,
+            "kube_scheduler": placer,
+        }
+
+
+def peer_run(cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> VolcanoRun | KueueRun:
+    return KueueRun(cp, scheduler, scenario) if scheduler in KUEUE_PEERS else VolcanoRun(cp, scheduler, scenario)
