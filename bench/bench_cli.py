@@ -227,9 +227,9 @@ def run_live_preemption(
     "--scheduler",
     "schedulers",
     multiple=True,
-    type=click.Choice([*SCHEDULERS, "easy-backfill", "conservative-backfill"]),
-    help="Only these schedulers (repeatable) [default: all; easy-backfill and conservative-backfill run in the "
-    "time-based mode only].",
+    type=click.Choice([*SCHEDULERS, "easy-backfill", "conservative-backfill", "gangsolve-history"]),
+    help="Only these schedulers (repeatable) [default: all; easy-backfill, conservative-backfill and "
+    "gangsolve-history run in the time-based mode only].",
 )
 @click.option(
     "--time-limit",
