@@ -67,10 +67,6 @@ class Tree:
         for name in sorted(queues):
             self.children[self.parent[name]].append(name)
 
-    @property
-    def flat(self) -> bool:
-        return all(not p for p in self.parent.values())
-
     def path(self, name: str) -> list[str]:
         """The queues from the top down to `name`, itself last."""
         out = [name]
