@@ -219,8 +219,7 @@ class Preemption:
         # reclaim stays at or above its fair share (for a starving preemptor: ends nearer it).
         declared = queues.queues_of(cluster)
         self.tree = queues.Tree(declared)
-        fair = queues.deserved(cluster)  # a parent queue's: its whole subtree's
-        own_fair = queues.own_deserved(cluster)
+        fair, own_fair = queues.deserved_both(cluster)  # a parent queue's fair: its whole subtree's
         self.total = self._amounts(queues.schedulable_total(cluster))
         self.fair = {name: self._amounts(fair[name]) for name in declared}
         self.own_fair = {name: self._amounts(own_fair[name]) for name in declared}

@@ -163,8 +163,13 @@ def deserved(cluster: Cluster) -> dict[str, dict[str, float]]:
 def own_deserved(cluster: Cluster) -> dict[str, dict[str, float]]:
     """Each queue's fair share for its own gangs: its fair share, less what its children's take where it has
     any."""
+    return deserved_both(cluster)[1]
+
+
+def deserved_both(cluster: Cluster) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """`deserved` and `own_deserved` from one division of the tree."""
     shares, own = _shares(cluster)
-    return {name: own.get(name, {}) if name in own else share for name, share in shares.items()}
+    return shares, {name: own.get(name, {}) if name in own else share for name, share in shares.items()}
 
 
 def _usable(tree: Tree, own: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
