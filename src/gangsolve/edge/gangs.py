@@ -105,9 +105,13 @@ class _Pdbs:
                     self._unindexed.setdefault(ns, []).append(i)
                 else:
                     self._required.setdefault((ns, *required), []).append(i)
-        self._live: dict[tuple[str, str, str] | str, list[schema.Pod]] = {}  # live pods by (ns, key, value), by ns
+        # Live pods by (ns, key, value) and by ns, of the namespaces with PDBs only: at 50,000 pods, indexing
+        # every label of every pod costs more than everything else the edge does with them.
+        self._live: dict[tuple[str, str, str] | str, list[schema.Pod]] = {}
         for p in live:
             ns = str(p.metadata.namespace)
+            if ns not in self.by_ns:
+                continue
             self._live.setdefault(ns, []).append(p)
             for k, v in p.metadata.labels.items():
                 self._live.setdefault((ns, k, v), []).append(p)

@@ -82,9 +82,38 @@ def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
         into[k] = into.get(k, 0) + v
 
 
+# Requests by the pod's resource fields: a cluster's pods repeat a few shapes tens of thousands of times, and
+# reading one is most of what the edge spends on a bound pod. Only readable shapes are kept (a bad one raises,
+# naming each pod that has it); bounded, as the live scheduler runs for weeks.
+_REQUESTS: dict[tuple, dict[str, int]] = {}
+_REQUESTS_KEPT = 4096
+
+
+def _resources_key(containers: list[schema.Container] | None) -> tuple:
+    return tuple(
+        (
+            tuple((c.resources.requests or {}).items()) if c.resources else (),
+            tuple((c.resources.limits or {}).items()) if c.resources else (),
+            c.restartPolicy,
+        )
+        for c in containers or ()
+    )
+
+
 def pod_requests(obj: schema.Pod) -> dict[str, int]:
     """Effective requests as kube-scheduler computes them: the containers' sum (plus sidecars), raised to any
     init container's request (plus the sidecars started before it), plus the pod overhead; and one pod slot."""
+    spec = obj.spec
+    key = (_resources_key(spec.containers), _resources_key(spec.initContainers), tuple((spec.overhead or {}).items()))
+    known = _REQUESTS.get(key)
+    if known is None:
+        if len(_REQUESTS) >= _REQUESTS_KEPT:
+            _REQUESTS.clear()
+        known = _REQUESTS[key] = _read_requests(obj)
+    return dict(known)
+
+
+def _read_requests(obj: schema.Pod) -> dict[str, int]:
     spec = obj.spec
     total: dict[str, int] = {}
     for i, c in enumerate(spec.containers or ()):
