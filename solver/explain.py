@@ -3,6 +3,8 @@ constraint excluded which nodes, or which other gangs took the room this cycle."
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from gangsolve.solver.greedy import place_colocated, place_gang
@@ -36,13 +38,34 @@ def _where(pod: Pod) -> str:
     return "on nodes matching " + " and ".join(parts) if parts else "on schedulable nodes"
 
 
-def _exclusions(problem: Problem, g: int, cache: dict[tuple[int, ...], str]) -> str:
+# What placing a gang alone reads of it (`_shape`).
+Shape = tuple[tuple[tuple[int, int, int], ...], int, str | None, tuple[str, ...], tuple[str, ...]]
+
+
+@dataclass
+class Explained:
+    """What explaining one cycle's gangs derives once and reuses: a large cluster's pending gangs repeat a few
+    shapes (one job template, many jobs), and trying a gang alone on the free capacity is the costly part."""
+
+    exclusions: dict[tuple[int, ...], str] = field(default_factory=dict)  # by the gang's pod classes
+    alone: dict[Shape, bool] = field(default_factory=dict)  # fits_alone, by the gang's shape
+
+
+def _exclusions(problem: Problem, g: int, cache: Explained) -> str:
     """Nodes no pod of the gang may use, grouped by the first constraint that rules them out."""
     parts = problem.parts[g]
     key = tuple(part.cls for part in parts)
-    if key not in cache:
-        cache[key] = _exclusions_of(problem, parts)
-    return cache[key]
+    if key not in cache.exclusions:
+        cache.exclusions[key] = _exclusions_of(problem, parts)
+    return cache.exclusions[key]
+
+
+def _shape(problem: Problem, g: int) -> Shape:
+    """What placing the gang alone reads of it: its parts' pod classes, sizes and priorities (the order parts
+    are placed in), its need, its topology levels and where its bound members are."""
+    gang = problem.gangs[g]
+    parts = tuple((part.cls, len(part.pods), part.pods[0].priority) for part in problem.parts[g])
+    return parts, gang.need, gang.colocate, gang.preferred, tuple(sorted(gang.bound_nodes))
 
 
 def _exclusions_of(problem: Problem, parts: tuple[GangPart, ...]) -> str:
@@ -142,8 +165,17 @@ def _over_capability(problem: Problem, g: int, counts: Counts) -> str | None:
     return None
 
 
-def fits_alone(problem: Problem, g: int) -> bool:
+def fits_alone(problem: Problem, g: int, cache: Explained | None = None) -> bool:
     """Whether the gang's minimum fits the cycle's free capacity with no other gang placed."""
+    if cache is None:
+        return _fits_alone(problem, g)
+    key = _shape(problem, g)
+    if key not in cache.alone:
+        cache.alone[key] = _fits_alone(problem, g)
+    return cache.alone[key]
+
+
+def _fits_alone(problem: Problem, g: int) -> bool:
     gang, parts = problem.gangs[g], problem.parts[g]
     if len(parts) == 1 and not gang.colocate:  # one pod class: nodes are independent, so counting is exact
         return int(np.minimum(problem.fit[parts[0].cls], len(parts[0].pods)).sum()) >= max(gang.need, 1)
@@ -162,10 +194,10 @@ def explain(
     problem: Problem,
     g: int,
     counts: Counts,
-    cache: dict[tuple[int, ...], str] | None = None,
+    cache: Explained | None = None,
     limits: Limits | None = None,
 ) -> str:
-    """`cache` (any dict, shared across the gangs of one cycle) saves re-deriving exclusions per pod class.
+    """`cache` (shared across the gangs of one cycle) saves re-deriving what gangs of one shape share.
     `limits`: the cycle's reservations, which a gang may fit beside now but would still be running into."""
     gang = problem.gangs[g]
     total = len(gang.pods) + len(gang.bound_nodes)
@@ -177,15 +209,17 @@ def explain(
     capped = _over_capability(problem, g, counts)
     if capped:
         return capped
-    excluded = _exclusions(problem, g, {} if cache is None else cache)
+    cache = Explained() if cache is None else cache
+    excluded = _exclusions(problem, g, cache)
     why = _shortage(problem, g) or _single_pod(problem, g)
     if why is None:
-        if fits_alone(problem, g) and limits is not None and not _fits_within(problem, g, limits):
+        alone = fits_alone(problem, g, cache)
+        if alone and limits is not None and not _fits_within(problem, g, limits):
             why = (
                 "fits the free capacity now, but would still be running when a reservation for a gang waiting "
                 "longer needs those nodes"
             )
-        elif fits_alone(problem, g):
+        elif alone:
             why = (
                 "fits the free capacity on its own, but gangs placed this cycle (higher priority or better fit) took it"
             )

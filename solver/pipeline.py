@@ -48,7 +48,7 @@ from gangsolve.solver.budget import (
 from gangsolve.solver.candidates import candidates
 from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.cpsat import MAX, MIN, GangModel, Stage, possible_gangs
-from gangsolve.solver.explain import explain
+from gangsolve.solver.explain import Explained, explain
 from gangsolve.solver.greedy import greedy, most_allocated_off_gpus, queue_order, smallest_first_order
 from gangsolve.solver.limits import Limits, Plan, Planned
 from gangsolve.solver.lns import Search
@@ -417,7 +417,7 @@ def _placement(
         pod: node for g, gang_counts in counts.items() for pod, node in problem.bindings(g, gang_counts).items()
     }
     results = []
-    explained: dict[tuple[int, ...], str] = {}
+    explained = Explained()
     plan = plan or Plan()
     limits = _limits(problem, plan)
     for g, gang in enumerate(problem.gangs):
