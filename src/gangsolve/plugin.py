@@ -268,9 +268,9 @@ def cluster_cycle(kubeconfig: str | None, context: str | None, config_file: str 
 
     from gangsolve import render
     from gangsolve.edge.hints import unsolvable
-    from gangsolve.edge.snapshot import parse
+    from gangsolve.edge.snapshot import of_documents
     from gangsolve.live.config import ConfigError, build
-    from gangsolve.live.export import export
+    from gangsolve.live.export import listing
     from gangsolve.live.kube import default_kubeconfig
 
     try:
@@ -281,11 +281,11 @@ def cluster_cycle(kubeconfig: str | None, context: str | None, config_file: str 
     if not kubeconfig:
         fail("no kubeconfig: pass --kubeconfig or set KUBECONFIG")
     try:
-        data = anyio.run(export, kubeconfig, cfg.scheduler_name, context)
+        listed = anyio.run(listing, kubeconfig, cfg.scheduler_name, context)
     except Exception as exc:
         fail(f"cluster: {type(exc).__name__}: {exc}")
     try:
-        snap = parse(data.decode())
+        snap = of_documents([listed])
         missing = unsolvable(snap)
         if missing:
             fail(missing)

@@ -271,8 +271,13 @@ def _expanded_size(root: Any, limit: int) -> int:
 
 
 def parse(text: str) -> Snapshot:
+    return of_documents(_documents(text))
+
+
+def of_documents(documents: list) -> Snapshot:
+    """The snapshot of decoded documents: objects, lists of them, or `kind: ...List` objects."""
     snap = Snapshot()
-    for doc in _documents(text):
+    for doc in documents:
         items = doc if isinstance(doc, list) else [doc]
         for obj in items:
             kind = obj.get("kind") if isinstance(obj, dict) else None

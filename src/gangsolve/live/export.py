@@ -16,6 +16,11 @@ async def export(kubeconfig: str | None, scheduler_name: str = "gangsolve", cont
     """Also records when it listed (an annotation on the List), which `gangsolve solve` takes as the cycle's
     clock, and lists the pods of `scheduler_name` that succeeded, as a leader does when it starts, so a live
     cycle replays offline exactly: starving gangs, pods waiting for their gang and runtime estimates included."""
+    return orjson.dumps(await listing(kubeconfig, scheduler_name, context), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+async def listing(kubeconfig: str | None, scheduler_name: str = "gangsolve", context: str | None = None) -> dict:
+    """What `export` writes, as the List object (`kubectl gangsolve` reads it without writing it out)."""
     kube = await Kube.connect(kubeconfig, context=context)
     items: list[dict] = []
     taken = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -33,10 +38,9 @@ async def export(kubeconfig: str | None, scheduler_name: str = "gangsolve", cont
             items.extend(objs)
     finally:
         await kube.close()
-    listing = {
+    return {
         "apiVersion": "v1",
         "kind": "List",
         "metadata": {"annotations": {TAKEN_AT_ANNOTATION: taken}},
         "items": items,
     }
-    return orjson.dumps(listing, option=orjson.OPT_INDENT_2) + b"\n"
