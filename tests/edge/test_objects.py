@@ -8,6 +8,7 @@ from gangsolve.edge.errors import InputError
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.quantity import MAX_UNITS, SUPPORTED_OBJECTS, parse_quantity, to_units
 from gangsolve.edge.snapshot import Snapshot
+from gangsolve.solver.model import GPU
 from tests.builders import k8s_node, k8s_pod, k8s_queue
 
 GI = 2**30
@@ -105,6 +106,20 @@ def test_bad_request_names_pod_and_field():
         str(err.value)
         == "Pod team-a/worker-0: spec.containers[0].resources.requests.cpu: quantity 'lots' does not parse"
     )
+
+
+def test_pods_of_one_shape_are_read_alike_and_each_bad_one_is_named():
+    # Requests are remembered by the pod's resource fields: a second pod of the same shape must get the same
+    # requests (a copy it may change), and a second bad pod must be named, not the first.
+    first, second = (schema.check(k8s_pod(name, ns="team-a", cpu="2", gpus=1), "Pod") for name in ("w0", "w1"))
+    got = objects.pod_requests(first)
+    got["cpu"] = 0
+    assert (
+        objects.pod_requests(second) == objects.pod_requests(first) == {"cpu": 2000, "memory": 2**30, GPU: 1, "pods": 1}
+    )
+    for name in ("bad-0", "bad-1"):
+        with pytest.raises(InputError, match=rf"^Pod team-a/{name}: spec.containers\[0\]"):
+            objects.pod_requests(schema.check(k8s_pod(name, ns="team-a", cpu="lots"), "Pod"))
 
 
 def _pod_with(resources: dict, **spec) -> dict:
