@@ -57,7 +57,7 @@ from ortools.sat.python import cp_model
 from gangsolve.solver import queues
 from gangsolve.solver.budget import MIN_VICTIM_SECONDS, PLACE_SHARE, PREEMPTION_END, VICTIM_WORK_PER_SECOND, Budget
 from gangsolve.solver.cpsat import Stage, cpsat_solver
-from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, Placement, Running, SolveConfig
+from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, Eviction, Gang, Placement, Running, SolveConfig
 from gangsolve.solver.nominations import gangs_with, holds, merged, node_list, with_holds
 from gangsolve.solver.problem import Problem
 from gangsolve.solver.validate import validate
@@ -335,6 +335,8 @@ class Preemption:
             if i is not None:
                 v[i] = q
         v[self.problem.res_index["pods"]] = max(1, int(requests.get("pods", 1)))
+        if self.problem.shared:  # a whole GPU freed is all of its share freed
+            v[self.problem.res_index[SHARE]] += WHOLE * v[self.problem.res_index[GPU]]
         return v
 
     # ------------------------------------------------------------------ the stage

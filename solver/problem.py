@@ -16,7 +16,7 @@ import numpy as np
 from gangsolve.solver import queues
 from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from gangsolve.solver.constraints.taints import untolerated
-from gangsolve.solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
+from gangsolve.solver.model import GPU, GPU_MEMORY_LABEL, PODS, SHARE, WHOLE, Cluster, Gang, Level, Node, Pod
 
 # Node rows an array operation reads: all of them, or some.
 Rows: TypeAlias = slice | Sequence[int] | np.ndarray
@@ -41,6 +41,8 @@ def exclusion(pod: Pod, node: Node) -> str | None:
         return f"nodeSelector {mismatch}"
     if not affinity_holds(pod.affinity, node.name, node.labels):
         return "required node affinity"
+    if pod.gpu_memory and node.gpu_memory < pod.gpu_memory:
+        return f"GPU memory below {pod.gpu_memory} MiB" if node.gpu_memory else f"no label {GPU_MEMORY_LABEL}"
     return None
 
 
@@ -50,6 +52,7 @@ def _class_key(pod: Pod) -> tuple[object, ...]:
         tuple(sorted(pod.node_selector.items())),
         pod.affinity,
         pod.tolerations,
+        pod.gpu_memory,
     )
 
 
@@ -71,6 +74,7 @@ class Problem:
         self.nodes: Sequence[Node] = cluster.nodes
         self.gangs: Sequence[Gang] = queues.rank(cluster)  # with their fair-share tier set
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.shared = False  # some pending pod asks for a GPU share (the SHARE column; shares.py's devices)
         self._domains: dict[str, np.ndarray] = {}
         self._fitting: dict[int, np.ndarray] = {}
 
@@ -93,8 +97,14 @@ class Problem:
             for r, q in node.allocatable.items():
                 self.allocatable[i, self.res_index[r]] = q
             for r, q in node.used.items():
-                self.free[i, self.res_index[r]] -= q
+                if r in self.res_index:  # (SHARE when no pending pod asks for one: the GPU column counts it)
+                    self.free[i, self.res_index[r]] -= q
         self.free += self.allocatable
+        if SHARE in self.res_index:
+            self._shares()
+        elif any(node.gpu_shares for node in self.nodes):
+            # A GPU that fractional pods hold part of is not whole: whole-GPU pods never take it.
+            self.free[:, self.res_index[GPU]] -= [len(node.gpu_shares) for node in self.nodes]
         self.inv_allocatable = np.divide(1.0, self.allocatable, out=np.zeros(shape), where=self.allocatable > 0)
 
         # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
@@ -121,6 +131,8 @@ class Problem:
             for r, q in pod.requests.items():
                 self.demand[c, self.res_index[r]] = q
             self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
+        if SHARE in self.res_index:  # a whole GPU is all of a device's share
+            self.demand[:, self.res_index[SHARE]] += WHOLE * self.demand[:, self.res_index[GPU]]
         self.eligible = self._eligibility()
         self.floor = self._floors()
         self._caps(cluster)
@@ -131,6 +143,18 @@ class Problem:
             if self.class_pods
             else (np.zeros((0, len(self.nodes)), dtype=np.int64))
         )
+
+    def _shares(self) -> None:
+        """Pending pods ask for GPU shares: column SHARE is milli-GPU, what whole GPUs and shares take together.
+        Per node: the GPU column counts whole devices (those holding no share), SHARE the whole devices' milli
+        plus what is left on the shared ones. A share taking part of one device, never of two, is the device
+        model's (solver/shares.py); these two columns are what every stage sees of it."""
+        gpu, share = self.res_index[GPU], self.res_index[SHARE]
+        self.free[:, gpu] -= [len(node.gpu_shares) for node in self.nodes]
+        left = [sum(max(WHOLE - taken, 0) for taken in node.gpu_shares.values()) for node in self.nodes]
+        self.allocatable[:, share] = WHOLE * self.allocatable[:, gpu]
+        self.free[:, share] = WHOLE * np.maximum(self.free[:, gpu], 0) + np.array(left, dtype=np.int64)
+        self.shared = True
 
     def _caps(self, cluster: Cluster) -> None:
         """Rows of `cap_left`, what may still be taken per resource: one per queue (capability less what it and
@@ -208,7 +232,9 @@ class Problem:
         eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)
         groups_by_keys: dict[tuple[object, ...], dict[tuple[object, ...], list[int]]] = {}
         for c, pod in enumerate(self.class_pods):
-            keys = tuple(sorted(label_keys(pod.node_selector, pod.affinity)))
+            keys = tuple(
+                sorted(label_keys(pod.node_selector, pod.affinity) | ({GPU_MEMORY_LABEL} if pod.gpu_memory else set()))
+            )
             by_name = reads_node_name(pod.affinity)
             groups = groups_by_keys.get((keys, by_name))
             if groups is None:
