@@ -24,12 +24,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, GangResult, Node, Placement, Pod, Share
-from gangsolve.solver.problem import Counts, Problem
+from gangsolve.solver.problem import Counts, Devices, Problem, devices
 
 Workload = tuple[tuple[int, float], ...]  # (milli-GPU asked, its probability)
 _SEARCH_STEPS = 20_000  # the exhaustive packing's budget per node: beyond it a node's shares count as not packed
@@ -67,26 +67,6 @@ def fragmentation(left: Sequence[int], expected: Workload) -> float:
             stranded = total if whole * WHOLE < milli else sum(r for r in left if r < WHOLE)
         out += p * stranded
     return out
-
-
-@dataclass(frozen=True)
-class Devices:
-    """One node's devices for new shares: shared ones (index -> milli left) and the indices of whole free
-    ones, lowest first."""
-
-    shared: Mapping[int, int]
-    whole: tuple[int, ...]
-
-
-def devices(node: Node, whole_now: int = 0) -> Devices:
-    """`node`'s devices once `whole_now` whole GPUs more are taken. Devices whole-GPU pods hold are counted, not
-    named; the free ones are the lowest indices holding no share. A share on an unnamed device (a negative
-    index) leaves no room: its device cannot be named to a new pod."""
-    gpus = int(node.allocatable.get(GPU, 0))
-    taken = node.gpu_shares
-    free = gpus - int(node.used.get(GPU, 0)) - len(taken) - whole_now
-    whole = tuple(i for i in range(gpus) if i not in taken)[: max(free, 0)]
-    return Devices({i: WHOLE - t for i, t in taken.items() if i >= 0 and t < WHOLE}, whole)
 
 
 def pack(room: Devices, shares: Sequence[tuple[str, int]], expected: Workload = ()) -> dict[str, int] | None:

@@ -91,7 +91,7 @@ def _mixed() -> Cluster:
     return Cluster(nodes, gangs)
 
 
-def test_greedy_and_cpsat_give_each_share_one_gpu_and_cpsat_places_more():
+def test_greedy_and_cpsat_give_each_share_one_gpu_and_reach_the_best_there_is():
     cluster = _mixed()
     greedy = solve(cluster, GREEDY)
     best = solve(cluster, EXACT)
@@ -100,8 +100,9 @@ def test_greedy_and_cpsat_give_each_share_one_gpu_and_cpsat_places_more():
         assert all(m <= 1000 for m in held(cluster, placement).values())
         fractional = {p for p in placement.bindings if p.startswith("f")}
         assert set(placement.shares) == fractional
-    assert best.objective > greedy.objective
-    assert best.objective == 5  # every fraction but one 0.6 and the 2-GPU gang: the best there is
+    # Every fraction but one 0.6 (three 0.6 need three GPUs beside the 0.5 held) and not the 2-GPU gang: the
+    # greedy pass puts each share on a GPU as it goes, so it finds the best there is too, which CP-SAT proves.
+    assert greedy.objective == best.objective == 5
     assert best.status == "OPTIMAL"
 
 
