@@ -161,3 +161,20 @@ def test_solve_gives_each_fractional_pod_its_gpu(monkeypatch):
     for node in whole_nodes:
         whole = sum(1 for i in range(3) if out["bindings"][f"ml/finetune-{i}"] == node) + (2 if node == "a100-2" else 0)
         assert whole + len({gpu for (n, gpu) in held if n == node}) <= 4
+
+
+def test_the_live_scheduler_leaves_pods_asking_for_shares_out_and_says_why():
+    """Live, the store's nodes do not say which GPUs hold shares yet: such a pod is left out with its reason
+    (as any object the live scheduler cannot read), never placed blind; the others are scheduled."""
+    from gangsolve import cycle
+    from gangsolve.edge import objects, schema
+
+    snap = Snapshot()
+    node = k8s_node("n", gpus=2)
+    for obj in (node, k8s_pod("share", annotations={"gpu-fraction": "0.5"}), k8s_pod("whole", gpus=1)):
+        snap.add(obj)
+    nodes = (objects.node(schema.check(node, "Node")),)
+    grouped = cycle.group(snap, cycle.Rules(), now=None, nodes=nodes)
+    assert [(e.obj, e.field) for e in grouped.skipped] == [("Pod default/share", "metadata.annotations.gpu-fraction")]
+    assert "live scheduler does not record their GPUs yet" in grouped.skipped[0].message
+    assert [g.name for g in grouped.cluster.gangs] == ["default/whole"]

@@ -613,7 +613,7 @@ def build_with_origins(
     objs = snap.decoded(nodes=nodes is None)
     devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(objs, group_label, strict, grace, now)
-    converted = [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
+    live, converted = nodes is not None, [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
     bound = _bound(objs, converted)
     nodes = _with_device_capacity(_nodes_with_usage(converted, bound) if nodes is None else nodes, devices)
     memories = sorted({n.gpu_memory for n in nodes if n.gpu_memory})
@@ -649,7 +649,7 @@ def build_with_origins(
                 for r, q in requests_of.get(id(p), objects.pod_requests(p)).items():
                     held[r] = held.get(r, 0) + q
         pending = [
-            _with_devices(shares.planned_pod(convert(p, order), p, memories), devices)
+            _with_devices(shares.planned_pod(convert(p, order), p, memories, live), devices)
             for order, p in pods
             if not p.bound
         ]
