@@ -155,7 +155,8 @@ class State:
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         most = max((int(n.allocatable.get(GPU, 0)) for n in self.nodes), default=0)
         gpus = np.array([int(n.allocatable.get(GPU, 0)) for n in self.nodes])
-        self.left = np.where(np.arange(max(most, 1))[None, :] < gpus[:, None], WHOLE, -1)
+        self.present = np.arange(max(most, 1))[None, :] < gpus[:, None]  # the GPUs nodes have
+        self.left = np.where(self.present, WHOLE, -1)
         for i, n in enumerate(self.nodes):  # bound shares on their GPUs, whole GPUs held on the last free ones
             for d, taken in n.gpu_shares.items():
                 if 0 <= d < gpus[i]:
@@ -206,7 +207,7 @@ class State:
 
     def allocated(self) -> int:
         """Thousandths of a GPU allocated."""
-        return int(np.where(self.left >= 0, WHOLE - self.left, 0).sum())
+        return int(np.where(self.present, WHOLE - self.left, 0).sum())
 
     def stranded(self) -> float:
         return float(fragmentation(self.left, self.cpu, self.memory).sum())
@@ -229,7 +230,7 @@ def tightest(left: np.ndarray, milli: int) -> int:
 
 def metrics(state: State, arrived: int) -> dict:
     """GPUs allocated and stranded, in GPUs and as shares of the cluster's, against the arrived GPU demand."""
-    capacity = int((state.left >= 0).sum()) * WHOLE
+    capacity = int(state.present.sum()) * WHOLE
     allocated, stranded = state.allocated(), state.stranded()
     return {
         "gpu_arrived": arrived / WHOLE,
@@ -238,6 +239,7 @@ def metrics(state: State, arrived: int) -> dict:
         "gpu_stranded": stranded / WHOLE,
         "gpu_stranded_share": stranded / (capacity - allocated) if capacity > allocated else 0.0,
         "gpu_capacity": capacity / WHOLE,
+        "gpus_over": int((state.left[state.present] < 0).sum()),  # GPUs given more than all of them: 0
     }
 
 
