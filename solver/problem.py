@@ -180,13 +180,14 @@ class Problem:
         model's (solver/shares.py); these two columns are what every stage sees of it."""
         gpu, share = self.res_index[GPU], self.res_index[SHARE]
         self.free[:, gpu] -= [len(node.gpu_shares) for node in self.nodes]
-        left = [sum(max(WHOLE - taken, 0) for taken in node.gpu_shares.values()) for node in self.nodes]
+        left = [sum(max(WHOLE - t, 0) for d, t in node.gpu_shares.items() if d >= 0) for node in self.nodes]
         self.allocatable[:, share] = WHOLE * self.allocatable[:, gpu]
         self.free[:, share] = WHOLE * np.maximum(self.free[:, gpu], 0) + np.array(left, dtype=np.int64)
         self.shared = True
         # What is left on each GPU, so that the greedy passes put each share on one GPU (`take`): a shared GPU
         # its room, a whole free one WHOLE, a GPU whole-GPU pods hold (or whose share is unnamed) 0.
-        self.devices = np.array([self.res_index[r] for r in self.resources if r.startswith(DEVICE)], dtype=np.int64)
+        gpus = sum(1 for r in self.resources if r.startswith(DEVICE))
+        self.devices = np.array([self.res_index[f"{DEVICE}{d}"] for d in range(gpus)], dtype=np.int64)
         for i, node in enumerate(self.nodes):
             room = devices(node)
             for d, r in room.shared.items():

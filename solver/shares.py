@@ -8,7 +8,8 @@ lets a node hold shares its devices cannot (three 0.6 shares on two free GPUs). 
 - `pack` puts one node's shares on its devices: each share, largest first, where it adds the least expected
   fragmentation (below); when that leaves a share out, an exhaustive search over the devices decides;
 - `repair` takes off the gangs whose shares a node cannot pack (the lowest in queue order first), so that the
-  greedy passes and the search hand CP-SAT placements its device constraints accept;
+  search (which moves pods on the relaxation's columns) hands CP-SAT placements its device constraints accept
+  (the greedy passes keep each GPU's room as they go: `Problem.take`);
 - `DeviceVars` adds those constraints to a CP-SAT model: per fractional variable and device, how many of its
   pods go there, within each device's share, whole-GPU pods on whole devices only;
 - `finish` chooses every placed fractional pod's device (Placement.shares), taking off what cannot be packed.
@@ -78,8 +79,8 @@ def pack(room: Devices, shares: Sequence[tuple[str, int]], expected: Workload = 
     out: dict[str, int] = {}
     for name, milli in sorted(shares, key=lambda s: (-s[1], s[0])):
         options = [i for i, r in left.items() if r >= milli] + fresh[:1]
-        if not options:
-            return _search(room, shares)
+        if not options:  # best fit where the measure's choices do not pack, then every packing
+            return pack(room, shares) if expected else _search(room, shares)
         best = _choose(left, len(fresh), options, milli, expected)
         if best not in left:
             fresh.remove(best)
