@@ -57,6 +57,14 @@ def test_the_exhaustive_search_packs_what_best_fit_leaves_out():
     assert per_gpu == {0: 1000, 1: 1000}
 
 
+def test_the_measures_choices_fall_back_to_a_packing_that_holds_every_share():
+    shares = [("a", 400), ("b", 400), ("c", 300), ("d", 300), ("e", 300), ("f", 300)]
+    for expected in ((), ((300, 1.0),), ((400, 0.5), (1000, 0.5))):
+        got = pack(Devices({}, (0, 1)), shares, expected)
+        assert got is not None
+        assert all(sum(m for name, m in shares if got[name] == gpu) <= 1000 for gpu in (0, 1))
+
+
 def test_a_share_goes_to_a_shared_gpu_before_a_whole_one_and_whole_gpus_open_lowest_first():
     room = devices(node("n", gpus=4, gpu_shares={1: 700}))
     assert room == Devices({1: 300}, (0, 2, 3))
