@@ -67,7 +67,8 @@ def run_static(
             path.write_bytes(manifests.dumps(objs))
             limit = time_limit or scenario.time_limit
             runs = []
-            for scheduler in dict.fromkeys([*schedulers, *scenario.peers]):
+            usual = [s for s in schedulers if scenario.only is None or s in scenario.only]
+            for scheduler in dict.fromkeys([*usual, *scenario.peers]):
                 progress.update(task, description=f"{name}: {scheduler}")
                 runs.append(runner.run(path, scheduler, limit, repeat))
                 progress.advance(task)

@@ -1,8 +1,9 @@
 """The CP-SAT model of one cycle and its lexicographic solve.
 
 Variables: x[g, p, n] = pods of gang g's part p on node n (integer, only on candidate nodes); placed[g] = gang g
-reaches its minimum. Constraints: all-or-nothing per gang, node capacity per resource, each queue's capability
-per resource, one label domain per co-located gang, starving gangs the hint placed stay placed. Objectives in
+reaches its minimum; where pending pods ask for GPU shares, their devices (shares.DeviceVars). Constraints:
+all-or-nothing per gang, node capacity per resource, each share on one device, each queue's capability per
+resource, one label domain per co-located gang, starving gangs the hint placed stay placed. Objectives in
 strict order, each a stage that holds the earlier stages' values: gangs placed per level (priority, then within
 fair share, then starving; one weighted stage when exact weights fit), resources placed (GPUs first), then
 locality. Each stage starts from the best placement
@@ -23,6 +24,7 @@ from gangsolve.solver import score
 from gangsolve.solver.budget import MIN_STAGE_SECONDS
 from gangsolve.solver.model import Level
 from gangsolve.solver.problem import Counts, Problem
+from gangsolve.solver.shares import DeviceVars
 
 MAX, MIN = "max", "min"
 
@@ -127,6 +129,8 @@ class GangModel:
         for n, terms in per_node.items():
             self._node_capacity(n, terms)
         self._queue_caps()
+        # Pending shares: which device each takes (no device variables when no pending pod asks for a share).
+        self.devices = DeviceVars(self.model, problem, self.x, self.ub) if problem.shared else None
         self._hint()
 
     def _gang(self, g: int, cands: dict[tuple[int, int], np.ndarray], per_node: dict[int, NodeTerms]) -> None:
@@ -249,6 +253,8 @@ class GangModel:
                 for level in range(len(self.problem.gangs[g].preferred))
             }
             values.update({var.index: int(key in used) for key, var in self.spans.items()})
+        if self.devices is not None:
+            values.update({var.index: value for var, value in self.devices.hint(self.counts).items()})
         values.update({var.index: value for var, value in (extra or {}).items()})
         hint = self.model.proto.solution_hint
         hint.vars.extend(values.keys())

@@ -9,7 +9,7 @@ import numpy as np
 
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.limits import Limits
-from gangsolve.solver.model import PODS, Pod
+from gangsolve.solver.model import PODS, SHARE, Pod
 from gangsolve.solver.problem import Counts, GangPart, Problem
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
@@ -17,7 +17,7 @@ _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
 def quantity(resource: str, value: int) -> str:
     """A readable Kubernetes quantity: cpu from millicores, memory-like resources from bytes."""
-    if resource == "cpu":
+    if resource in ("cpu", SHARE):  # a GPU share is in thousandths of a GPU, as cpu in millicores
         return str(value // 1000) if value % 1000 == 0 else f"{value}m"
     if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
         for suffix, size in _BINARY:

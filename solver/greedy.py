@@ -13,7 +13,7 @@ import numpy as np
 
 from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.limits import Limits
-from gangsolve.solver.model import Level
+from gangsolve.solver.model import GPU, Level
 from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
 
 
@@ -106,11 +106,13 @@ def place_gang(
     used_nodes[[n for (_p, n) in counts]] = True
     placed = sum(counts.values())
     most = sum(len(part.pods) for part in problem.parts[g]) if most is None else most
+    # With shares pending, what is left on each GPU and the whole GPUs, as they were (a gang that does not fit
+    # gives them back whole: taking shares is not undone per pod).
+    kept = (free[:, problem.devices].copy(), free[:, problem.res_index[GPU]].copy()) if problem.shared else None
     # Higher-priority parts first, so the gang's most important members get the room.
     parts = sorted(enumerate(problem.parts[g]), key=lambda ip: (-ip[1].pods[0].priority, ip[0]))
     for p, part in parts:
         left = min(len(part.pods) - sum(k for (q, _n), k in counts.items() if q == p), most - placed)
-        demand = problem.demand[part.cls]
         # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there). Scores
         # for those once per part; afterwards only the node just filled changes.
         rows = np.flatnonzero(problem.eligible[part.cls]) if later else problem.fitting(part.cls)
@@ -124,7 +126,7 @@ def place_gang(
                 break
             n = int(rows[i])
             k = int(min(left, fit[i]))
-            free[n] -= demand * k
+            problem.take(part.cls, free, n, k)
             counts[(p, n)] = counts.get((p, n), 0) + k
             used_nodes[n] = True
             placed += k
@@ -135,6 +137,8 @@ def place_gang(
     if placed < max(gang.need, 1):
         for (p, n), k in counts.items():
             free[n] += problem.demand[problem.parts[g][p].cls] * (k - already.get((p, n), 0))
+        if kept is not None:
+            free[:, problem.devices], free[:, problem.res_index[GPU]] = kept
         return None
     return counts
 
@@ -259,7 +263,7 @@ def greedy(
     result: Counts = {g: dict(c) for g, c in (placed or {}).items()}
     for g, gang_counts in result.items():
         for (p, n), k in gang_counts.items():
-            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+            problem.take(problem.parts[g][p].cls, free, n, k)
         if limits is not None:
             limits.take(g, gang_counts)
     caps = QueueCaps(problem, placed=result)
@@ -303,7 +307,7 @@ def place_within(
         return None
     if room is not free:  # placed on a copy: take it from `free` too
         for (p, n), k in _added(found, counts).items():
-            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+            problem.take(problem.parts[g][p].cls, free, n, k)
     if caps is not None:
         found = caps.admit(g, found, free, keep=counts)  # what it takes off goes back to `free`
     if found is not None and limits is not None:

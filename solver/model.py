@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 GPU = "nvidia.com/gpu"
 PODS = "pods"
+# A part of one GPU, in thousandths (milli-GPU): what a fractional pod requests and a device holds (WHOLE).
+SHARE = "gangsolve.io/gpu-share"
+WHOLE = 1000
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB of each of a node's GPUs, as GPU feature discovery labels it
 
 Resources = Mapping[str, int]
 # (priority, fair-share tier, starving): the strict order gangs are placed in
@@ -70,6 +74,10 @@ class Node:
     unschedulable: bool = False
     ready: bool = True
     used: Resources = field(default_factory=dict)  # requests of bound, unfinished pods
+    gpu_memory: int = 0  # MiB of each GPU (label GPU_MEMORY_LABEL); 0: not labelled
+    # Device index -> milli-GPU that bound fractional pods hold on it. Those devices are not whole any more;
+    # a fractional pod whose device is unknown is filed under a negative index, a device of its own.
+    gpu_shares: Mapping[int, int] = field(default_factory=dict)
 
     def free(self, resource: str) -> int:
         return self.allocatable.get(resource, 0) - self.used.get(resource, 0)
@@ -85,6 +93,9 @@ class Pod:
     tolerations: tuple[Toleration, ...] = ()
     order: int = 0  # queue position among equals (creation order)
     preempts: bool = True  # preemptionPolicy is not Never (from the pod or its PriorityClass)
+    # A GPU share asked as memory (MiB of one GPU): its share is that part of the chosen node's GPU memory, and
+    # requests[SHARE] is its share of the smallest GPU that holds it (what the solver plans with, at most).
+    gpu_memory: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,6 +174,7 @@ class Running:
     protected: bool = False  # never a victim (system-cluster-critical, system-node-critical)
     leaving: bool = False  # terminating: holds its capacity until gone, and is no victim
     queue: str = ""  # the queue of its gang when this scheduler placed it; "": none (never reclaimed)
+    gpu: int | None = None  # the device index its GPU share is on (requests[SHARE]); None: no share
 
 
 @dataclass(frozen=True)
@@ -268,6 +280,15 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class Share:
+    """The device a fractional pod takes part of: GPU `gpu` of `node`, `milli` thousandths of it."""
+
+    node: str
+    gpu: int
+    milli: int
+
+
+@dataclass(frozen=True)
 class Placement:
     bindings: Mapping[str, str]  # pod -> node
     gangs: tuple[GangResult, ...]
@@ -283,6 +304,7 @@ class Placement:
     forecasts: tuple[Reservation, ...] = ()  # expected starts of gangs past the reservations; nothing held
     backfilled: tuple[str, ...] = ()  # gangs started on nodes a reservation holds (they leave it whole)
     queues: tuple[QueueResult, ...] = ()
+    shares: Mapping[str, Share] = field(default_factory=dict)  # fractional pod placed -> its device
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from gangsolve.solver import planning, preemption, queues, score
+from gangsolve.solver import planning, preemption, queues, score, shares
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.budget import (
     BUILD_SECONDS,
@@ -68,7 +68,8 @@ def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping
     node, typically the last cycle's plan) is a warm start: where those pods are still pending and their nodes
     still hold them, it competes as a hint."""
     config = config or SolveConfig()
-    return preemption.cycle(cluster, config, Budget.of(config), lambda c, b: _place(c, config, b, previous))
+    placement = preemption.cycle(cluster, config, Budget.of(config), lambda c, b: _place(c, config, b, previous))
+    return shares.finish(cluster, placement)
 
 
 def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapping[str, str] | None) -> Placement:
@@ -79,6 +80,7 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     # Forecasts read the clock only on the wall-clock budget: on a budget of steps they all run, as in the bench.
     seconds = FORECAST_SHARE * config.time_limit if config.steps is None else math.inf
     counts, plan = planning.plan(problem, config.reservations, config.forecasts, seconds)
+    counts = shares.repair(problem, counts, queue_order(problem))
     took = time.perf_counter() - begun
     stages: list[Stage] = []
     status = "GREEDY"
@@ -113,7 +115,10 @@ def _optimise(
     stages: list[Stage] = []
 
     begun = time.perf_counter()
-    counts = _best_hint(problem, plan, baseline, took, previous, scale, budget, search_end)
+    queued = queue_order(problem)
+    counts = shares.repair(
+        problem, _best_hint(problem, plan, baseline, took, previous, scale, budget, search_end), queued
+    )
     stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
     begun = time.perf_counter()
@@ -148,7 +153,12 @@ def _optimise(
             # A level reached its bound: the levels below are now bounded with it held at its count.
             closed = level_bounds(relaxation, now, most, budget.left(search_end))
             bounds, total = _tighter((bounds, total), closed)
-    counts = search.counts
+    if problem.shared:  # the search moves shares within the problem's columns only: devices may not hold them
+        repaired = shares.repair(problem, search.counts, queued)
+        better = score.rank(problem, repaired, scale) >= score.rank(problem, counts, scale)
+        counts = repaired if better else counts
+    else:
+        counts = search.counts
     if ended == "TIME_LIMIT" and not budget.may_step(search.steps):
         ended = "STEP_LIMIT"
     if search.steps:

@@ -29,7 +29,7 @@ import numpy as np
 
 from gangsolve.solver.greedy import Scorer, greedy, node_scores, place_colocated, place_gang
 from gangsolve.solver.limits import FOREVER, Check, Limits, Plan, Planned, reserved_at_checks, runtime_of
-from gangsolve.solver.model import Resources
+from gangsolve.solver.model import GPU, SHARE, WHOLE, Resources
 from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
 
 # A pod that outran its estimate is expected to run on for half the time it has run so far, at least this
@@ -198,6 +198,8 @@ def _vector(problem: Problem, requests: Resources) -> np.ndarray:
     for r, q in requests.items():
         if r in problem.res_index:
             vector[problem.res_index[r]] = q
+    if problem.shared:  # a whole GPU is all of its share
+        vector[problem.res_index[SHARE]] += WHOLE * vector[problem.res_index[GPU]]
     return vector
 
 

@@ -57,9 +57,9 @@ from ortools.sat.python import cp_model
 from gangsolve.solver import queues
 from gangsolve.solver.budget import MIN_VICTIM_SECONDS, PLACE_SHARE, PREEMPTION_END, VICTIM_WORK_PER_SECOND, Budget
 from gangsolve.solver.cpsat import Stage, cpsat_solver
-from gangsolve.solver.model import GPU, Cluster, Eviction, Gang, Placement, Running, SolveConfig
+from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, Eviction, Gang, Placement, Running, SolveConfig
 from gangsolve.solver.nominations import gangs_with, holds, merged, node_list, with_holds
-from gangsolve.solver.problem import Problem
+from gangsolve.solver.problem import Problem, devices
 from gangsolve.solver.validate import validate
 
 Place = Callable[[Cluster, Budget], Placement]
@@ -193,6 +193,8 @@ class Preemption:
             if pool
             else np.zeros((0, len(p.resources)), dtype=np.int64)
         )
+        if p.shared:
+            self._devices_freed(pool)
         self.gpus = np.array([int(r.requests.get(GPU, 0)) for r in pool], dtype=np.int64)
         # GPU-minutes each has run (its work lost if evicted), on the cycle's clock, else from the latest start.
         clock = max([cluster.now, *(r.started for r in pool)])
@@ -328,6 +330,21 @@ class Preemption:
                 mask[members] = False
         return mask
 
+    def _devices_freed(self, pool: list[Running]) -> None:
+        """What each victim gives back on its node's GPUs: a share on the GPU it names; whole GPUs on those the
+        node's whole-GPU pods hold (counted, not named: given to them in turn)."""
+        p = self.problem
+        held = {n: iter(range(len(devices(p.nodes[n]).whole), 1 << 30)) for n in set(self.node.tolist())}
+        for i, r in enumerate(pool):
+            n = int(self.node[i])
+            if r.gpu is not None and 0 <= r.gpu < len(p.devices) and r.requests.get(SHARE):
+                self.vec[i, p.devices[r.gpu]] += int(r.requests[SHARE])
+            unshared = [d for d in range(int(p.allocatable[n, p.res_index[GPU]])) if d not in p.nodes[n].gpu_shares]
+            for _ in range(int(r.requests.get(GPU, 0))):
+                k = next(held[n])
+                if k < len(unshared):
+                    self.vec[i, p.devices[unshared[k]]] += WHOLE
+
     def _vector(self, requests: Mapping[str, int]) -> np.ndarray:
         v = np.zeros(len(self.problem.resources), dtype=np.int64)
         for r, q in requests.items():
@@ -335,6 +352,8 @@ class Preemption:
             if i is not None:
                 v[i] = q
         v[self.problem.res_index["pods"]] = max(1, int(requests.get("pods", 1)))
+        if self.problem.shared:  # a whole GPU freed is all of its share freed
+            v[self.problem.res_index[SHARE]] += WHOLE * v[self.problem.res_index[GPU]]
         return v
 
     # ------------------------------------------------------------------ the stage

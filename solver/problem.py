@@ -16,7 +16,9 @@ import numpy as np
 from gangsolve.solver import queues
 from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from gangsolve.solver.constraints.taints import untolerated
-from gangsolve.solver.model import GPU, PODS, Cluster, Gang, Level, Node, Pod
+from gangsolve.solver.model import GPU, GPU_MEMORY_LABEL, PODS, SHARE, WHOLE, Cluster, Gang, Level, Node, Pod
+
+DEVICE = "gangsolve.io/device-gpu"  # + index: a column of what is left on that GPU of each node (Problem._shares)
 
 # Node rows an array operation reads: all of them, or some.
 Rows: TypeAlias = slice | Sequence[int] | np.ndarray
@@ -25,6 +27,26 @@ Rows: TypeAlias = slice | Sequence[int] | np.ndarray
 # counts[gang] = that gang's gang_counts.
 GangCounts: TypeAlias = dict[tuple[int, int], int]
 Counts: TypeAlias = dict[int, GangCounts]
+
+
+@dataclass(frozen=True)
+class Devices:
+    """One node's devices for new shares: shared ones (index -> milli left) and the indices of whole free
+    ones, lowest first."""
+
+    shared: Mapping[int, int]
+    whole: tuple[int, ...]
+
+
+def devices(node: Node, whole_now: int = 0) -> Devices:
+    """`node`'s devices once `whole_now` whole GPUs more are taken. Devices whole-GPU pods hold are counted, not
+    named; the free ones are the lowest indices holding no share. A share on an unnamed device (a negative
+    index) leaves no room: its device cannot be named to a new pod."""
+    gpus = int(node.allocatable.get(GPU, 0))
+    taken = node.gpu_shares
+    free = gpus - int(node.used.get(GPU, 0)) - len(taken) - whole_now
+    whole = tuple(i for i in range(gpus) if i not in taken)[: max(free, 0)]
+    return Devices({i: WHOLE - t for i, t in taken.items() if i >= 0 and t < WHOLE}, whole)
 
 
 def exclusion(pod: Pod, node: Node) -> str | None:
@@ -41,6 +63,8 @@ def exclusion(pod: Pod, node: Node) -> str | None:
         return f"nodeSelector {mismatch}"
     if not affinity_holds(pod.affinity, node.name, node.labels):
         return "required node affinity"
+    if pod.gpu_memory and node.gpu_memory < pod.gpu_memory:
+        return f"GPU memory below {pod.gpu_memory} MiB" if node.gpu_memory else f"no label {GPU_MEMORY_LABEL}"
     return None
 
 
@@ -50,6 +74,7 @@ def _class_key(pod: Pod) -> tuple[object, ...]:
         tuple(sorted(pod.node_selector.items())),
         pod.affinity,
         pod.tolerations,
+        pod.gpu_memory,
     )
 
 
@@ -71,6 +96,8 @@ class Problem:
         self.nodes: Sequence[Node] = cluster.nodes
         self.gangs: Sequence[Gang] = queues.rank(cluster)  # with their fair-share tier set
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.shared = False  # some pending pod asks for a GPU share (the SHARE column; shares.py's devices)
+        self.devices = np.zeros(0, dtype=np.int64)  # the columns of the GPUs of each node (with shares pending)
         self._domains: dict[str, np.ndarray] = {}
         self._fitting: dict[int, np.ndarray] = {}
 
@@ -80,6 +107,9 @@ class Problem:
         for gang in self.gangs:
             for pod in gang.pods:
                 names.update(pod.requests)
+        # With shares pending, one column per GPU of a node (the most any node has): what is left on it.
+        gpus = max((int(n.allocatable.get(GPU, 0)) for n in self.nodes), default=0) if SHARE in names else 0
+        names.update(f"{DEVICE}{d}" for d in range(gpus))
         self.resources = sorted(names)
         self.res_index = {r: i for i, r in enumerate(self.resources)}
         # 1 on the resources counted as GPUs: `x @ gpus` is the GPUs in a row of any per-resource array.
@@ -93,8 +123,14 @@ class Problem:
             for r, q in node.allocatable.items():
                 self.allocatable[i, self.res_index[r]] = q
             for r, q in node.used.items():
-                self.free[i, self.res_index[r]] -= q
+                if r in self.res_index:  # (SHARE when no pending pod asks for one: the GPU column counts it)
+                    self.free[i, self.res_index[r]] -= q
         self.free += self.allocatable
+        if SHARE in self.res_index:
+            self._shares()
+        elif any(node.gpu_shares for node in self.nodes):
+            # A GPU that fractional pods hold part of is not whole: whole-GPU pods never take it.
+            self.free[:, self.res_index[GPU]] -= [len(node.gpu_shares) for node in self.nodes]
         self.inv_allocatable = np.divide(1.0, self.allocatable, out=np.zeros(shape), where=self.allocatable > 0)
 
         # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
@@ -121,6 +157,11 @@ class Problem:
             for r, q in pod.requests.items():
                 self.demand[c, self.res_index[r]] = q
             self.demand[c, self.res_index[PODS]] = max(1, pod.requests.get(PODS, 1))
+        self.share_of = np.zeros(len(self.class_pods), dtype=np.int64)  # a fractional pod's share, per class
+        if SHARE in self.res_index:  # a whole GPU is all of a device's share
+            gpu, share = self.res_index[GPU], self.res_index[SHARE]
+            self.share_of = np.where(self.demand[:, gpu] == 0, self.demand[:, share], 0)
+            self.demand[:, share] += WHOLE * self.demand[:, gpu]
         self.eligible = self._eligibility()
         self.floor = self._floors()
         self._caps(cluster)
@@ -131,6 +172,29 @@ class Problem:
             if self.class_pods
             else (np.zeros((0, len(self.nodes)), dtype=np.int64))
         )
+
+    def _shares(self) -> None:
+        """Pending pods ask for GPU shares: column SHARE is milli-GPU, what whole GPUs and shares take together.
+        Per node: the GPU column counts whole devices (those holding no share), SHARE the whole devices' milli
+        plus what is left on the shared ones. A share taking part of one device, never of two, is the device
+        model's (solver/shares.py); these two columns are what every stage sees of it."""
+        gpu, share = self.res_index[GPU], self.res_index[SHARE]
+        self.free[:, gpu] -= [len(node.gpu_shares) for node in self.nodes]
+        left = [sum(max(WHOLE - t, 0) for d, t in node.gpu_shares.items() if d >= 0) for node in self.nodes]
+        self.allocatable[:, share] = WHOLE * self.allocatable[:, gpu]
+        self.free[:, share] = WHOLE * np.maximum(self.free[:, gpu], 0) + np.array(left, dtype=np.int64)
+        self.shared = True
+        # What is left on each GPU, so that the greedy passes put each share on one GPU (`take`): a shared GPU
+        # its room, a whole free one WHOLE, a GPU whole-GPU pods hold (or whose share is unnamed) 0.
+        gpus = sum(1 for r in self.resources if r.startswith(DEVICE))
+        self.devices = np.array([self.res_index[f"{DEVICE}{d}"] for d in range(gpus)], dtype=np.int64)
+        for i, node in enumerate(self.nodes):
+            room = devices(node)
+            for d, r in room.shared.items():
+                self.allocatable[i, self.devices[d]] = WHOLE
+                self.free[i, self.devices[d]] = r
+            for d in room.whole:
+                self.allocatable[i, self.devices[d]] = self.free[i, self.devices[d]] = WHOLE
 
     def _caps(self, cluster: Cluster) -> None:
         """Rows of `cap_left`, what may still be taken per resource: one per queue (capability less what it and
@@ -185,7 +249,26 @@ class Problem:
         need = self.demand[cls]
         used = need > 0
         count = np.min(np.maximum(free[rows][:, used], 0) // need[used], axis=1)
+        if self.shared and self.share_of[cls]:  # each share on one GPU: what fits GPU by GPU
+            count = np.minimum(count, (np.maximum(free[rows][:, self.devices], 0) // self.share_of[cls]).sum(axis=1))
         return np.where(self.eligible[cls][rows], count, 0)
+
+    def take(self, cls: int, free: np.ndarray, n: int, k: int) -> None:
+        """Take k pods of class `cls` from node n's `free`; with shares pending, on its GPUs too: each share on
+        the tightest GPU that holds it (a whole GPU opened for it is no longer whole), whole-GPU pods on whole
+        GPUs."""
+        free[n] -= self.demand[cls] * k
+        if not self.shared:
+            return
+        gpus, milli = int(self.demand[cls, self.res_index[GPU]]), int(self.share_of[cls])
+        left = free[n, self.devices]
+        for _ in range(k * (gpus if gpus else bool(milli))):
+            room = np.where(left >= (milli or WHOLE), left, WHOLE + 1)
+            d = int(np.argmin(room) if milli else np.argmax(left == WHOLE))
+            if left[d] == WHOLE and milli:
+                free[n, self.res_index[GPU]] -= 1
+            left[d] -= milli or WHOLE
+        free[n, self.devices] = left
 
     def _floors(self) -> np.ndarray:
         """floor[g, r]: the least of resource r any placement of gang g's minimum consumes (per resource, the
@@ -208,7 +291,9 @@ class Problem:
         eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)
         groups_by_keys: dict[tuple[object, ...], dict[tuple[object, ...], list[int]]] = {}
         for c, pod in enumerate(self.class_pods):
-            keys = tuple(sorted(label_keys(pod.node_selector, pod.affinity)))
+            keys = tuple(
+                sorted(label_keys(pod.node_selector, pod.affinity) | ({GPU_MEMORY_LABEL} if pod.gpu_memory else set()))
+            )
             by_name = reads_node_name(pod.affinity)
             groups = groups_by_keys.get((keys, by_name))
             if groups is None:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from gangsolve.solver.model import PODS, Cluster, Gang, Queue, QueueResult
+from gangsolve.solver.model import GPU, PODS, SHARE, WHOLE, Cluster, Gang, Queue, QueueResult
 
 UNLIMITED = np.iinfo(np.int64).max // 4  # a resource a queue's capability does not name
 ROOT = "root"  # Volcano's root queue: the top of the tree, standing for the whole cluster
@@ -242,7 +242,9 @@ def _shares(cluster: Cluster) -> tuple[dict[str, dict[str, float]], dict[str, di
 
 
 def dominant(amounts: Mapping[str, float], total: Mapping[str, int]) -> float:
-    """The largest fraction of any resource of `total` that `amounts` hold."""
+    """The largest fraction of any resource of `total` that `amounts` hold (GPU shares count as GPUs)."""
+    if amounts.get(SHARE):
+        amounts = {**amounts, GPU: amounts.get(GPU, 0) + amounts[SHARE] / WHOLE}
     return max((amounts.get(r, 0) / t for r, t in total.items() if t > 0), default=0.0)
 
 
@@ -326,6 +328,14 @@ def capability_left(cluster: Cluster, gangs: Iterable[Gang], resources: list[str
         for r, cap in queue.capability.items():
             if r in resources:
                 left[i, resources.index(r)] = cap - int(held.get(name, {}).get(r, 0))
+        if GPU in queue.capability and GPU in resources and SHARE not in queue.capability:
+            # Its GPUs include its shares: whole GPUs and shares together within the GPU capability, in milli.
+            room = WHOLE * queue.capability[GPU] - int(
+                WHOLE * held.get(name, {}).get(GPU, 0) + held.get(name, {}).get(SHARE, 0)
+            )
+            left[i, resources.index(GPU)] = room // WHOLE
+            if SHARE in resources:
+                left[i, resources.index(SHARE)] = room
         if queue.closed and PODS in resources:
             left[i, resources.index(PODS)] = 0
     return names, left

@@ -14,13 +14,30 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from gangsolve.solver.devices import Allocations, DeviceId, DeviceState
-from gangsolve.solver.model import Cluster, Gang, Node, Placement, Pod, Requirement, SelectorTerm, Taint, Toleration
+from gangsolve.solver.model import (
+    GPU,
+    SHARE,
+    WHOLE,
+    Cluster,
+    Gang,
+    Node,
+    Placement,
+    Pod,
+    Requirement,
+    SelectorTerm,
+    Share,
+    Taint,
+    Toleration,
+)
 
 _INT64 = re.compile(r"^[+-]?[0-9]+$")  # Go's strconv.ParseInt(s, 10, 64), which Gt and Lt use
 
 
 def validate(cluster: Cluster, bindings: Placement | Mapping[str, str]) -> list[str]:
+    """Everything wrong with `bindings` (pod -> node); given a Placement, its GPU shares too."""
+    shares: Mapping[str, Share] | None = None
     if isinstance(bindings, Placement):
+        shares = bindings.shares
         bindings = bindings.bindings
     nodes = {n.name: n for n in cluster.nodes}
     pending = {p.name: (p, gang) for gang in cluster.gangs for p in gang.pods}
@@ -47,7 +64,68 @@ def validate(cluster: Cluster, bindings: Placement | Mapping[str, str]) -> list[
     for gang in cluster.gangs:
         violations += _gang_violations(gang, per_gang.get(gang.name, []), nodes)
     violations += _over_capability(cluster, bindings)
+    if shares is not None:
+        violations += validate_shares(cluster, bindings, shares)
     return violations
+
+
+def validate_shares(cluster: Cluster, bindings: Mapping[str, str], shares: Mapping[str, Share]) -> list[str]:
+    """Every placed pod asking for a GPU share (requests[SHARE], or GPU memory) has one GPU of its own node,
+    taking what it asks of that GPU (a memory request: that part of the node's GPU memory, rounded up to
+    thousandths); no GPU holds more than all of it, bound shares counted; and the GPUs holding shares plus the
+    whole GPUs taken (bound and placed) are no more than the node has, so no whole GPU is shared."""
+    nodes = {n.name: n for n in cluster.nodes}
+    pods = {p.name: p for gang in cluster.gangs for p in gang.pods}
+    out = []
+    held: dict[tuple[str, int], int] = defaultdict(int)  # (node, gpu) -> thousandths held
+    whole: dict[str, int] = defaultdict(int)
+    for node in cluster.nodes:
+        for gpu, milli in node.gpu_shares.items():
+            held[(node.name, gpu)] += milli
+        whole[node.name] += node.used.get(GPU, 0)
+    for name, node_name in bindings.items():
+        pod = pods.get(name)
+        if pod is not None and node_name in nodes:
+            whole[node_name] += pod.requests.get(GPU, 0)
+    for name, share in sorted(shares.items()):
+        pod = pods.get(name)
+        if pod is None or not (pod.requests.get(SHARE) or pod.gpu_memory):
+            out.append(f"{name}: given a GPU share it does not ask for")
+            continue
+        if bindings.get(name) != share.node or share.node not in nodes:
+            out.append(f"{name}: GPU share on {share.node}, pod placed on {bindings.get(name)}")
+            continue
+        node = nodes[share.node]
+        if not 0 <= share.gpu < node.allocatable.get(GPU, 0):
+            out.append(f"{name}: GPU {share.gpu} of {share.node}, which has {node.allocatable.get(GPU, 0)}")
+        asked = pod.requests.get(SHARE, 0)
+        if pod.gpu_memory:
+            if node.gpu_memory < pod.gpu_memory:
+                out.append(
+                    f"{name}: {pod.gpu_memory} MiB of GPU memory on {share.node}, whose GPUs have {node.gpu_memory}"
+                )
+                continue
+            asked = -(-WHOLE * pod.gpu_memory // node.gpu_memory)
+        if share.milli != asked:
+            out.append(f"{name}: given {share.milli} thousandths of a GPU, asks for {asked}")
+        held[(share.node, share.gpu)] += share.milli
+    for name in sorted(set(bindings) - set(shares)):
+        pod = pods.get(name)
+        if pod is not None and (pod.requests.get(SHARE) or pod.gpu_memory):
+            out.append(f"{name}: placed on {bindings[name]} without a GPU for its share")
+    for (node_name, gpu), milli in sorted(held.items()):
+        if milli > WHOLE:
+            out.append(f"{node_name}: GPU {gpu} shared past all of it ({milli} thousandths)")
+    shared: dict[str, int] = defaultdict(int)
+    for node_name, _gpu in held:
+        shared[node_name] += 1
+    for node_name in sorted(set(shared) | set(whole)):
+        gpus = nodes[node_name].allocatable.get(GPU, 0) if node_name in nodes else 0
+        if shared[node_name] and shared[node_name] + whole[node_name] > gpus:
+            out.append(
+                f"{node_name}: a whole GPU shared ({whole[node_name]} whole, {shared[node_name]} shared, {gpus} GPUs)"
+            )
+    return out
 
 
 def _over_capability(cluster: Cluster, bindings: Mapping[str, str]) -> list[str]:
@@ -80,6 +158,10 @@ def _over_capability(cluster: Cluster, bindings: Mapping[str, str]) -> list[str]
         for resource, cap in sorted(queue.capability.items()):
             added = adding[queue.name].get(resource, 0)
             held = holding[queue.name].get(resource, 0)
+            if resource == GPU and (adding[queue.name].get(SHARE) or holding[queue.name].get(SHARE)):
+                # A queue's GPUs include its shares: counted in thousandths of a GPU.
+                added = WHOLE * added + adding[queue.name].get(SHARE, 0)
+                held, cap = WHOLE * held + holding[queue.name].get(SHARE, 0), WHOLE * cap
             if added > 0 and held + added > cap:
                 out.append(f"queue {queue.name}: {resource} over capability ({held} held + {added} placed > {cap})")
     return out
@@ -147,7 +229,7 @@ def _overcommitted(node: Node, pods: list[Pod]) -> list[str]:
     adding: dict[str, int] = defaultdict(int)
     for pod in pods:
         for resource, amount in pod.requests.items():
-            if resource != "pods":
+            if resource not in ("pods", SHARE):  # shares are a GPU's parts: validate_shares checks them
                 adding[resource] += amount
     adding["pods"] = len(pods)
     out = []

@@ -98,6 +98,42 @@ TOPOLOGY_COLUMNS = (
 )
 
 
+SHARING_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "GPUs arrived",
+    "GPUs allocated",
+    "of capacity",
+    "unallocated stranded",
+    "pods placed",
+    "cycle p50",
+)
+SHARING_TITLE = "GPU sharing: GPUs allocated, and unallocated GPUs stranded (FGD's fragmentation), against the arrived"
+
+
+def sharing_rows(results: dict) -> list[tuple[str, ...]]:
+    """Scenarios with GPU shares (openb/sharing-*): the GPUs each scheduler allocated and left stranded."""
+    out: list[tuple[str, ...]] = []
+    for sc in results["scenarios"]:
+        for r in sc["runs"]:
+            if "error" in r or r.get("gpu_allocated") is None:
+                continue
+            stranded = f"{r['gpu_stranded']:.0f} ({pct(r['gpu_stranded_share'])})"
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{r['gpu_arrived']:.0f}",
+                    f"{r['gpu_allocated']:.1f}",
+                    pct(r["gpu_allocated_share"], 2),
+                    stranded,
+                    f"{r['pods_placed']}/{r['pods']}",
+                    secs(r.get("cycle_p50")),
+                )
+            )
+    return out
+
+
 def topology_rows(results: dict) -> list[tuple[str, ...]]:
     """Scenarios with racks and blocks: how far each scheduler spreads gangs, and the racks it leaves broken."""
     out: list[tuple[str, ...]] = []
@@ -178,6 +214,8 @@ def print_table(results: dict, console: Console) -> None:
     if topology_rows(results):
         title = "Topology: racks and blocks per placed gang, racks left partly used"
         console.print(_by_scenario(title, TOPOLOGY_COLUMNS, topology_rows(results)))
+    if sharing_rows(results):
+        console.print(_by_scenario(SHARING_TITLE, SHARING_COLUMNS, sharing_rows(results)))
     if any(sc.get("quality") for sc in results["scenarios"]):
         title = "gangsolve's quality against its time limit (gangsolve alone; medians over runs)"
         console.print(_by_scenario(title, QUALITY_COLUMNS, quality_rows(results)))
@@ -555,6 +593,8 @@ def markdown(results: dict) -> str:
     lines = md(COLUMNS, rows(results)) if results["scenarios"] else []
     if topology_rows(results):
         lines += ["", *md(TOPOLOGY_COLUMNS, topology_rows(results))]
+    if sharing_rows(results):
+        lines += ["", *md(SHARING_COLUMNS, sharing_rows(results))]
     if any(sc.get("quality") for sc in results["scenarios"]):
         lines += ["", *md(QUALITY_COLUMNS, quality_rows(results))]
     if results.get("timeline"):

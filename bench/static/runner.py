@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from gangsolve.bench import placement_metrics
+from gangsolve.bench import placement_metrics, sharing
 from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, proportion, tas_best_fit
 from gangsolve.bench.manifests import SCHEDULER
 from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, SolveConfig
@@ -65,6 +65,7 @@ def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
             "forecasts": {r.gang: r.start for r in placement.forecasts if r.start is not None},
             "evictions": [e.pod for e in placement.evictions],
             "nominations": dict(placement.nominations),
+            "shares": {pod: [share.node, share.gpu] for pod, share in placement.shares.items()},
         }
 
     return run
@@ -79,9 +80,11 @@ SCHEDULERS: dict[str, Scheduler] = {
     "tas-bestfit": lambda cluster, _snapshot, _limit: (tas_best_fit(cluster), {}),
     # Volcano's proportion plugin (queues by weight) with greedy gang allocation: run on queue timelines only.
     "proportion": lambda cluster, _snapshot, _limit: (proportion(cluster), {}),
+    # The GPU-sharing policies of "Beware of Fragmentation" (bench/sharing.py): run on openb/sharing-* only.
+    **{name: sharing.peer(name) for name in sharing.POLICIES},
 }
 # Run where a scenario or timeline names them (Scenario.peers, Timeline.peers), not by default.
-PEERS_ONLY = ("tas-bestfit", "proportion")
+PEERS_ONLY = ("tas-bestfit", "proportion", *sharing.POLICIES)
 
 
 def _rss_mib() -> float:
@@ -106,6 +109,9 @@ def run_one(snapshot: str, scheduler: str, time_limit: float, repeat: int = 1) -
         started = time.perf_counter()
         bindings, facts = SCHEDULERS[scheduler](cluster, snapshot, time_limit)
         cycles.append(time.perf_counter() - started)
+    if "shares" in facts and sharing.arrived(cluster):  # GPUs allocated and stranded, as the peers report them
+        shares = {pod: (node, gpu) for pod, (node, gpu) in facts.pop("shares").items()}
+        facts.update(sharing.metrics(sharing.replay(cluster, bindings, shares), sharing.arrived(cluster)))
     return {
         "scheduler": scheduler,
         "time_limit": time_limit if scheduler == "gangsolve" else None,

@@ -26,7 +26,7 @@ from gangsolve.edge.gangs import STARVATION_SECONDS, Grace, Origin, Waiting, bui
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, Node, Placement, Pod, SolveConfig
 from gangsolve.solver.devices import Allocations, allocate
-from gangsolve.solver.validate import validate_devices
+from gangsolve.solver.validate import validate_devices, validate_shares
 
 logger = logging.getLogger("gangsolve")
 
@@ -188,14 +188,20 @@ def _allocate(
     snapshot: Snapshot, scheduler_name: str, cluster: Cluster, placement: Placement
 ) -> tuple[Placement, Allocations]:
     """Devices for the claims of the placed pods (gangs whose claims cannot be met are taken off), checked by
-    the device oracle."""
+    the device oracle; the GPU shares of the pods left, checked by the validator."""
     model = dra.model(snapshot, scheduler_name)
-    if not model.claims_of:
-        return placement, {}
-    placement, allocations = allocate(cluster, placement, model.state)
-    violations = validate_devices(model.state, placement, allocations)
-    if violations:
-        raise RuntimeError(f"device assignment unsound: {violations[0]}")
+    allocations: Allocations = {}
+    if model.claims_of:
+        placement, allocations = allocate(cluster, placement, model.state)
+        violations = validate_devices(model.state, placement, allocations)
+        if violations:
+            raise RuntimeError(f"device assignment unsound: {violations[0]}")
+    if placement.shares:
+        shares = {pod: share for pod, share in placement.shares.items() if pod in placement.bindings}
+        placement = replace(placement, shares=shares)
+        violations = validate_shares(cluster, placement.bindings, shares)
+        if violations:
+            raise RuntimeError(f"GPU share assignment unsound: {violations[0]}")
     return placement, allocations
 
 

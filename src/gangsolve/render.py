@@ -17,7 +17,7 @@ from gangsolve.cycle import Decisions
 from gangsolve.edge import reservations
 from gangsolve.edge.errors import InputError, printable
 from gangsolve.solver.explain import quantity
-from gangsolve.solver.model import QueueResult, Resources
+from gangsolve.solver.model import WHOLE, QueueResult, Resources
 
 
 def quantities(amounts: Resources) -> dict[str, str]:
@@ -43,7 +43,8 @@ def as_dict(decisions: Decisions) -> dict:
     podgroup, volcano, pdb, label, owner, single); `gated`, pods held back by scheduling gates (pod -> gate
     names), never placed; `waiting`, pods that join no gang yet (pod -> why: their PodGroup does not exist, their
     gang definition or their ResourceClaim may still come, or a claim uses what gangsolve does not model);
-    `allocations`, the devices of the claims of the pods placed (Dynamic Resource Allocation); `skipped`,
+    `allocations`, the devices of the claims of the pods placed (Dynamic Resource Allocation); `gpuShares`, the
+    GPU each fractional pod placed takes part of (node, index, share); `skipped`,
     objects left out as unreadable (`--skip-invalid`) and gangs the solver failed on."""
     placement = decisions.placement
     return {
@@ -73,6 +74,10 @@ def as_dict(decisions: Decisions) -> dict:
         "allocations": {
             claim: [{"request": r, "driver": d[0], "pool": d[1], "device": d[2]} for r, d in devices]
             for claim, devices in decisions.allocations.items()
+        },
+        "gpuShares": {
+            pod: {"node": share.node, "gpu": share.gpu, "share": share.milli / WHOLE}
+            for pod, share in sorted(placement.shares.items())
         },
         "nominations": dict(placement.nominations),
         "evictions": [
@@ -147,6 +152,13 @@ def print_table(decisions: Decisions, console: Console) -> None:
             ("CLAIM", "DEVICES"),
             ((claim, ", ".join("/".join(d) for _r, d in got)) for claim, got in allocations.items()),
             wrap={"DEVICES"},
+        )
+    if placement.shares:
+        print_rows(
+            console,
+            "GPU shares (the GPU each fractional pod takes part of)",
+            ("POD", "NODE", "GPU", "SHARE"),
+            ((p, s.node, str(s.gpu), f"{s.milli / WHOLE:g}") for p, s in sorted(placement.shares.items())),
         )
     if placement.nominations:
         print_rows(

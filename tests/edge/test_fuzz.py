@@ -169,7 +169,36 @@ def _dra_snapshot() -> list[dict]:
     ]
 
 
-BASES = [_rich_snapshot(), _users_snapshot(), [k8s_node("n", gpus=4), k8s_pod("p", gpus=1)], _dra_snapshot()]
+def _shares_snapshot() -> list[dict]:
+    """GPU shares: nodes with and without the GPU memory label, bound pods holding shares of named (and
+    unnamed) GPUs, pending fractions, memory requests and whole GPUs in one gang."""
+    memory = {"nvidia.com/gpu.memory": "81920"}
+    return [
+        k8s_node("n0", gpus=4, labels=memory),
+        k8s_node("n1", gpus=2, labels={"nvidia.com/gpu.memory": "24576"}),
+        k8s_node("n2", gpus=1),
+        k8s_pod(
+            "held", node_name="n0", phase="Running", annotations={"gpu-fraction": "0.5", "gangsolve.io/gpu-index": "1"}
+        ),
+        k8s_pod(
+            "mem", node_name="n1", phase="Running", annotations={"gpu-memory": "8192", "gangsolve.io/gpu-index": "0"}
+        ),
+        k8s_pod("unnamed", node_name="n2", phase="Running", annotations={"gpu-fraction": "0.25"}),
+        k8s_pod("f0", annotations={"gpu-fraction": "0.5"}),
+        k8s_pod("f1", annotations={"gpu-fraction": ".75"}, labels={"scheduling.x-k8s.io/pod-group": "mix"}),
+        k8s_pod("m0", annotations={"gpu-memory": "20000"}, labels={"scheduling.x-k8s.io/pod-group": "mix"}),
+        k8s_pod("w0", gpus=1, labels={"scheduling.x-k8s.io/pod-group": "mix"}),
+        k8s_pod_group("mix", 3),
+    ]
+
+
+BASES = [
+    _rich_snapshot(),
+    _users_snapshot(),
+    [k8s_node("n", gpus=4), k8s_pod("p", gpus=1)],
+    _dra_snapshot(),
+    _shares_snapshot(),
+]
 
 # --- values and mutations -------------------------------------------------------------------------------------
 
@@ -186,6 +215,8 @@ INTERESTING = [
     *("ResourceSlice", "ResourceClaim", "DeviceClass", "resource.k8s.io/v1", "All", "ExactCount", "gpu.example.com"),
     *('device.driver == "gpu.example.com"', "1/0 == 1", 'device.attributes["x"].y', "(((", "quantity('x') == 1"),
     *('semver("1.2") == semver("1.2.3")', "device.capacity", "size(device.attributes) > 0", "true"),
+    *("gpu-fraction", "gpu-memory", "gangsolve.io/gpu-index", "nvidia.com/gpu.memory", "0.5", "1.0", "1.5", "0.0001"),
+    *("0.", "1e-3", "81920", "999999999", "4", "-1", "00.5", "0.5 "),
 ]
 LEAVES = st.one_of(
     st.none(),

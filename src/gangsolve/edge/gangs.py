@@ -26,11 +26,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from gangsolve.edge import dra, objects, schema
+from gangsolve.edge import dra, objects, schema, shares
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.schema import UPSTREAM_GROUP, int_or_percent, positive_int
 from gangsolve.edge.snapshot import Decoded, Snapshot
-from gangsolve.solver.model import DEFAULT_QUEUE, GPU, Cluster, Gang, Node, Pod, Queue, Running
+from gangsolve.solver.model import DEFAULT_QUEUE, GPU, SHARE, Cluster, Gang, Node, Pod, Queue, Running
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -524,21 +524,38 @@ def _with_devices(pod: Pod, devices: dra.Dra) -> Pod:
     return replace(pod, requests={**pod.requests, **(extra or {})}, affinity=devices.affinity(pod.name, pod.affinity))
 
 
-def _bound(objs: Decoded, nodes: Iterable[str]) -> list[tuple[schema.Pod, dict[str, int]]]:
+# A bound pod, its requests (its GPU share, SHARE, included) and the device index of its share (None: no share,
+# or the pod does not say which device).
+Bound = tuple[schema.Pod, dict[str, int], int | None]
+
+
+def _bound(objs: Decoded, nodes: Iterable[Node]) -> list[Bound]:
     """The snapshot's bound, unfinished pods on known nodes, with their requests. As kube-scheduler counts, a
     terminating pod holds its capacity until it is gone."""
-    names = set(nodes)
-    return [(p, objects.pod_requests(p)) for p in objs.pods if p.spec.nodeName in names and not p.finished]
+    by_name = {n.name: n for n in nodes}
+    out: list[Bound] = []
+    for p in objs.pods:
+        node = by_name.get(str(p.spec.nodeName)) if p.spec.nodeName else None
+        if node is None or p.finished:
+            continue
+        requests = objects.pod_requests(p)
+        share = shares.asked(p, requests)
+        index = None
+        if share is not None:
+            gpus = node.allocatable.get(GPU, 0)
+            index, requests[SHARE] = shares.on_node(p, share, node.name, gpus, node.gpu_memory)
+        out.append((p, requests, index))
+    return out
 
 
-def _nodes_with_usage(nodes: list[schema.Node], bound: list[tuple[schema.Pod, dict[str, int]]]) -> list[Node]:
-    converted = [objects.node(n) for n in nodes]
+def _nodes_with_usage(nodes: list[Node], bound: list[Bound]) -> list[Node]:
     used: dict[str, dict[str, int]] = {}
-    for p, requests in bound:
+    for p, requests, _index in bound:
         on = used.setdefault(str(p.spec.nodeName), {})
         for r, q in requests.items():
             on[r] = on.get(r, 0) + q
-    return [replace(n, used=used.get(n.name, {})) for n in converted]
+    held = shares.held((str(p.spec.nodeName), requests.get(SHARE, 0), index) for p, requests, index in bound)
+    return [replace(n, used=used.get(n.name, {}), gpu_shares=held.get(n.name, {})) for n in nodes]
 
 
 def _with_device_capacity(nodes: Sequence[Node], devices: dra.Dra) -> tuple[Node, ...]:
@@ -600,8 +617,10 @@ def build_with_origins(
     objs = snap.decoded(nodes=nodes is None)
     devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(objs, group_label, strict, grace, now)
-    bound = _bound(objs, (n.name for n in nodes) if nodes is not None else (str(n.metadata.name) for n in objs.nodes))
-    nodes = _with_device_capacity(_nodes_with_usage(objs.nodes, bound) if nodes is None else nodes, devices)
+    live, converted = nodes is not None, [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
+    bound = _bound(objs, converted)
+    nodes = _with_device_capacity(_nodes_with_usage(converted, bound) if nodes is None else nodes, devices)
+    memories = sorted({n.gpu_memory for n in nodes if n.gpu_memory})
     node_gpus = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
 
     def convert(p: schema.Pod, order: int) -> Pod:
@@ -619,6 +638,7 @@ def build_with_origins(
             if key is not None:
                 members.setdefault(key, []).append((order, p))
 
+    requests_of = {id(p): requests for p, requests, _index in bound}  # with the shares their nodes give
     names = _Names()
     gangs = []
     allocated: dict[str, dict[str, int]] = {name: {} for name in objs.queues}  # what bound members hold
@@ -630,9 +650,13 @@ def build_with_origins(
         held = allocated.setdefault(queue, {})
         for _o, p in pods:
             if p.bound:
-                for r, q in objects.pod_requests(p).items():
+                for r, q in requests_of.get(id(p), objects.pod_requests(p)).items():
                     held[r] = held.get(r, 0) + q
-        pending = [_with_devices(convert(p, order), devices) for order, p in pods if not p.bound]
+        pending = [
+            _with_devices(shares.planned_pod(convert(p, order), p, memories, live), devices)
+            for order, p in pods
+            if not p.bound
+        ]
         if not pending:
             continue
         objs_ = [p for _o, p in pods]
@@ -713,7 +737,7 @@ SYSTEM_PRIORITY = 2_000_000_000  # the system classes' values start here; no use
 
 def _running(
     grouper: _Grouper,
-    bound: list[tuple[schema.Pod, dict[str, int]]],
+    bound: list[Bound],
     scheduler_name: str,
     members: dict[GangKey, list[tuple[int, schema.Pod]]],
     names: _Names,
@@ -725,21 +749,21 @@ def _running(
     Volcano's or scheduler-plugins'), else to no gang. A PDB that defines one of our gangs (rule 3) is that
     gang's minimum, not a budget to keep."""
     classes = grouper.objs.priority_classes
-    keyed: list[tuple[schema.Pod, dict[str, int], GangKey | None, str]] = []
+    keyed: list[tuple[schema.Pod, dict[str, int], GangKey | None, str, int | None]] = []
     by_key: dict[GangKey, list[schema.Pod]] = {key: [p for _o, p in pods] for key, pods in members.items()}
-    for p, requests in bound:
+    for p, requests, index in bound:
         key = grouper.running_key(p, p.spec.schedulerName == scheduler_name)
         queue = queue_of.get(key, "") if key is not None else ""  # our gangs' only: theirs are never reclaimed
         if key is not None and key.rule == "single":
             key = None
         if key is not None and key not in members:
             by_key.setdefault(key, []).append(p)
-        keyed.append((p, requests, key, queue))
+        keyed.append((p, requests, key, queue, index))
     gang_pdbs = {(k.namespace, k.name) for k in by_key if k.rule == "pdb"}
     minimum: dict[GangKey, int] = {}
     budgets: dict[str, int] = {}
     running = []
-    for p, requests, key, queue in keyed:
+    for p, requests, key, queue, index in keyed:
         meta, spec = p.metadata, p.spec
         ns = str(meta.namespace)
         pdbs = []
@@ -770,6 +794,7 @@ def _running(
                 protected=protected or spec.priorityClassName in SYSTEM_CLASSES or priority >= SYSTEM_PRIORITY,
                 leaving=p.terminating,
                 queue=queue,
+                gpu=index,
             )
         )
     return tuple(running), budgets

@@ -10,11 +10,11 @@ from datetime import datetime
 
 import msgspec
 
-from gangsolve.edge import schema, usage
+from gangsolve.edge import schema, shares, usage
 from gangsolve.edge.errors import InputError, shown
 from gangsolve.edge.quantity import HUGEPAGES, MAX_UNITS, overcommits, parse_duration, whole_pages
 from gangsolve.edge.schema import units
-from gangsolve.solver.model import PODS, Node, Pod, Queue, Requirement, SelectorTerm, Taint, Toleration
+from gangsolve.solver.model import PODS, SHARE, Node, Pod, Queue, Requirement, SelectorTerm, Taint, Toleration
 from gangsolve.solver.queues import ROOT
 
 CLOSED_STATES = ("Closed", "Closing")  # a Queue's status.state in which Volcano admits no new jobs
@@ -37,6 +37,7 @@ def node(obj: schema.Node) -> Node:
         taints=tuple(Taint(t.key, t.value or "", t.effect) for t in obj.spec.taints or ()),
         unschedulable=bool(obj.spec.unschedulable),
         ready=ready,
+        gpu_memory=shares.gpu_memory(obj),
     )
 
 
@@ -102,7 +103,9 @@ def _resources_key(containers: list[schema.Container] | None) -> tuple:
 
 def pod_requests(obj: schema.Pod) -> dict[str, int]:
     """Effective requests as kube-scheduler computes them: the containers' sum (plus sidecars), raised to any
-    init container's request (plus the sidecars started before it), plus the pod overhead; and one pod slot."""
+    init container's request (plus the sidecars started before it), plus the pod overhead; and one pod slot.
+    A GPU fraction (annotation `gpu-fraction`) adds its milli-GPU as SHARE; a share asked as memory depends on
+    the node, and is added where the node is known (gangs.py)."""
     spec = obj.spec
     key = (_resources_key(spec.containers), _resources_key(spec.initContainers), tuple((spec.overhead or {}).items()))
     known = _REQUESTS.get(key)
@@ -137,6 +140,9 @@ def _read_requests(obj: schema.Pod) -> dict[str, int]:
     _check_resources(obj, "spec.overhead", schema.ResourceRequirements(limits=spec.overhead), {}, overhead)
     _add(total, overhead)
     total[PODS] = 1
+    share = shares.asked(obj, total)
+    if share is not None and share.milli:
+        total[SHARE] = share.milli
     for k, v in total.items():
         if v > MAX_UNITS:  # each quantity is in range, their sum need not be
             raise InputError(
@@ -228,15 +234,18 @@ def pod(obj: dict, classes: Mapping[str, dict], order: int) -> Pod:
 
 
 def to_pod(obj: schema.Pod, classes: PriorityClasses, order: int) -> Pod:
+    requests = pod_requests(obj)
+    share = shares.asked(obj, requests)
     return Pod(
         name=obj.key,
-        requests=pod_requests(obj),
+        requests=requests,
         priority=priority(obj, classes),
         node_selector=dict(obj.spec.nodeSelector or {}),
         affinity=_affinity(obj),
         tolerations=_tolerations(obj),
         order=order,
         preempts=preempts(obj, classes),
+        gpu_memory=share.memory if share is not None else 0,
     )
 
 
