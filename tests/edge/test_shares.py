@@ -178,3 +178,19 @@ def test_the_live_scheduler_leaves_pods_asking_for_shares_out_and_says_why():
     assert [(e.obj, e.field) for e in grouped.skipped] == [("Pod default/share", "metadata.annotations.gpu-fraction")]
     assert "live scheduler does not record their GPUs yet" in grouped.skipped[0].message
     assert [g.name for g in grouped.cluster.gangs] == ["default/whole"]
+
+
+def test_a_share_is_read_for_each_pod_even_among_pods_of_one_resource_shape():
+    # The edge remembers requests by resource fields; a share comes from annotations, so two pods alike but for
+    # the annotation must not get each other's requests, in either order.
+    pods = _pending(
+        _cluster(
+            k8s_node("n", gpus=2),
+            k8s_pod("plain"),
+            k8s_pod("half", annotations={"gpu-fraction": "0.5"}),
+            k8s_pod("plain-again"),
+        )
+    )
+    assert pods["default/half"].requests[SHARE] == 500
+    assert SHARE not in pods["default/plain"].requests
+    assert SHARE not in pods["default/plain-again"].requests

@@ -113,7 +113,11 @@ def pod_requests(obj: schema.Pod) -> dict[str, int]:
         if len(_REQUESTS) >= _REQUESTS_KEPT:
             _REQUESTS.clear()
         known = _REQUESTS[key] = _read_requests(obj)
-    return dict(known)
+    requests = dict(known)
+    share = shares.asked(obj, requests)  # from the annotations, which the shape leaves out
+    if share is not None and share.milli:
+        requests[SHARE] = share.milli
+    return requests
 
 
 def _read_requests(obj: schema.Pod) -> dict[str, int]:
@@ -140,9 +144,6 @@ def _read_requests(obj: schema.Pod) -> dict[str, int]:
     _check_resources(obj, "spec.overhead", schema.ResourceRequirements(limits=spec.overhead), {}, overhead)
     _add(total, overhead)
     total[PODS] = 1
-    share = shares.asked(obj, total)
-    if share is not None and share.milli:
-        total[SHARE] = share.milli
     for k, v in total.items():
         if v > MAX_UNITS:  # each quantity is in range, their sum need not be
             raise InputError(
