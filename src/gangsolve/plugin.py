@@ -9,8 +9,10 @@ solve`), so its answers are solve's on an export of the same cluster. Every view
 from __future__ import annotations
 
 import gc
+import importlib
 import re
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -281,6 +283,9 @@ def cluster_cycle(kubeconfig: str | None, context: str | None, config_file: str 
     kubeconfig = kubeconfig or default_kubeconfig()
     if not kubeconfig:
         fail("no kubeconfig: pass --kubeconfig or set KUBECONFIG")
+    # The solver's second of imports, while the API server answers the lists (half their time is its own).
+    solver = threading.Thread(target=importlib.import_module, args=("gangsolve.solver.pipeline",), daemon=True)
+    solver.start()
     try:
         listed = anyio.run(listing, kubeconfig, cfg.scheduler_name, context)
     except Exception as exc:
