@@ -314,6 +314,7 @@ def run_live_preemption(
             "kueue",
             "kueue-unblocked",
             "kueue-tas",
+            "kai",
         ]
     ),
     help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them].",
