@@ -19,6 +19,7 @@ import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,19 @@ def default_queues(chart: list[dict]) -> list[dict]:
     return [d for d in chart if d["kind"] == "Queue" and d["apiVersion"] == QUEUE_API]
 
 
+def with_quota(queues: list[dict], cpu: Decimal, memory: Decimal, gpus: int) -> list[dict]:
+    """`queues` each guaranteed `cpu` cores, `memory` bytes and `gpus` GPUs (in KAI's units: millicores,
+    megabytes, GPUs), limits and weights unchanged. KAI runs a gang whose priority is 100 or more (its
+    "non-preemptible" work) only within its queue's quota and every ancestor's: with the quick start's quota 0
+    such a gang is never scheduled."""
+    quota = {"cpu": int(cpu * 1000), "memory": int(memory / 10**6), "gpu": gpus}
+    out = []
+    for queue in queues:
+        resources = {r: {**v, "quota": quota[r]} for r, v in queue["spec"]["resources"].items()}
+        out.append({**queue, "spec": {**queue["spec"], "resources": resources}})
+    return out
+
+
 def default_shard(chart: list[dict]) -> dict:
     """The chart's default SchedulingShard's spec (its placement strategy: binpack for GPUs and CPUs)."""
     return next(d for d in chart if d["kind"] == "SchedulingShard")["spec"]
@@ -162,8 +176,8 @@ def scheduler_conf(shard: dict[str, Any]) -> dict[str, Any]:
 
 
 def install(cp: ControlPlane, kai: Kai, user: str = "system:kube-scheduler") -> list[dict]:
-    """KAI's CRDs, the chart's ClusterRoles for the scheduler and the binder bound to `user`, the namespaces
-    the two use, and the chart's default queues. Returns the chart as rendered."""
+    """KAI's CRDs, the chart's ClusterRoles for the scheduler and the binder bound to `user`, and the
+    namespaces the two use. Returns the chart as rendered (create_queues makes its queues)."""
     chart = kai.render_chart(cp.binaries.helm)
     install_crds(cp, *kai.crds())
     for namespace in (NAMESPACE, RESERVATION_NAMESPACE):
@@ -179,10 +193,13 @@ def install(cp: ControlPlane, kai: Kai, user: str = "system:kube-scheduler") -> 
         }
         cp.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
         cp.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
-    for queue in default_queues(chart):
-        body = {**queue, "metadata": {"name": queue["metadata"]["name"]}}
-        cp.request("POST", f"/apis/{QUEUE_API}/queues", body)
     return chart
+
+
+def create_queues(cp: ControlPlane, queues: list[dict]) -> None:
+    """Create KAI Queues, parents first (as `default_queues` lists them)."""
+    for queue in queues:
+        cp.request("POST", f"/apis/{QUEUE_API}/queues", {**queue, "metadata": {"name": queue["metadata"]["name"]}})
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ the run records about it.
   webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
   admitted) and released when the scheduler "starts", together with kube-scheduler;
-- `kai`: NVIDIA's KAI scheduler and its binder (bench/devcluster/kai.py) with the chart's default queues and the
-  scheduler configuration KAI's operator writes for the chart's default SchedulingShard, installed and added
-  once the scenario's background runs, started as the scheduler under test.
+- `kai`, `kai-quota`: NVIDIA's KAI scheduler and its binder (bench/devcluster/kai.py) with the chart's default
+  queues (quota 0, as its quick start has them; or, `kai-quota`, guaranteed what the background leaves free)
+  and the scheduler configuration KAI's operator writes for the chart's default SchedulingShard, installed and
+  added once the scenario's background runs, started as the scheduler under test.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gangsolve.bench.live.live_scenarios import REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
 
 KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")
-KAI_PEERS = ("kai",)
+KAI_PEERS = ("kai", "kai-quota")
 
 
 def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue | kai.Kai:
@@ -125,8 +126,8 @@ class KueueRun:
 
 
 class KaiRun:
-    """KAI's scheduler and binder, the chart's default queues, the operator's configuration for the default
-    shard."""
+    """KAI's scheduler and binder, the chart's default queues (with kai-quota: guaranteed the free capacity),
+    the operator's configuration for the default shard."""
 
     def __init__(self, cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> None:
         self.cp, self.scheduler, self.scenario = cp, scheduler, scenario
@@ -138,6 +139,10 @@ class KaiRun:
     def before_pods(self, objs: list[dict], burst: bool) -> None:
         chart = kai.install(self.cp, self.peer)
         self.queues = kai.default_queues(chart)
+        if self.scheduler == "kai-quota":
+            cpu, memory, pools = kueue.free_capacity(objs)
+            self.queues = kai.with_quota(self.queues, cpu, memory, sum(p.gpus for p in pools))
+        kai.create_queues(self.cp, self.queues)
         self.conf = kai.scheduler_conf(kai.default_shard(chart))
         self.processes = kai.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
 

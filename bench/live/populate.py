@@ -176,7 +176,7 @@ def scheduler_name(scheduler: str) -> str:
     """The schedulerName the pods of `scheduler`'s users name."""
     if scheduler.startswith("volcano"):  # Volcano under any of its configurations
         return volcano.SCHEDULER_NAME
-    if scheduler == "kai":
+    if scheduler.startswith("kai"):  # KAI under any of its queue set-ups
         return kai.SCHEDULER_NAME
     return manifests.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
 
@@ -232,7 +232,7 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
         if scheduler.startswith("volcano"):
             group, members = volcano_members(gang, members)
             made = [group]
-        if scheduler == "kai":
+        if scheduler.startswith("kai"):
             name = "gang-" + gang.name.split("/", 1)[1]
             made = [kai.pod_group(name, gang.need, members, manifests.NAMESPACE)]
             members = kai.label_members(members, name)

@@ -506,3 +506,30 @@ def test_the_report_shows_kais_actions_plugins_and_queues() -> None:
         "queue default-parent-queue (gpu quota 0 limit -1 weight 1); "
         "queue default-queue under default-parent-queue (gpu quota 0 limit None weight None)"
     )
+
+
+def test_kai_quota_guarantees_the_free_capacity_in_kais_units_and_keeps_limits_and_weights() -> None:
+    unlimited = {"quota": 0, "limit": -1, "overQuotaWeight": 1}
+    queues = [
+        {
+            "kind": "Queue",
+            "metadata": {"name": "parent"},
+            "spec": {"resources": dict.fromkeys(("cpu", "memory", "gpu"), unlimited)},
+        },
+        {
+            "kind": "Queue",
+            "metadata": {"name": "leaf"},
+            "spec": {"parentQueue": "parent", "resources": {"gpu": unlimited}},
+        },
+    ]
+    parent, leaf = kai.with_quota(queues, Decimal("12.5"), Decimal(3 * 10**9), 40)
+    assert parent["spec"]["resources"] == {
+        "cpu": {"quota": 12500, "limit": -1, "overQuotaWeight": 1},
+        "memory": {"quota": 3000, "limit": -1, "overQuotaWeight": 1},
+        "gpu": {"quota": 40, "limit": -1, "overQuotaWeight": 1},
+    }
+    assert leaf["spec"] == {
+        "parentQueue": "parent",
+        "resources": {"gpu": {"quota": 40, "limit": -1, "overQuotaWeight": 1}},
+    }
+    assert queues[0]["spec"]["resources"]["gpu"]["quota"] == 0  # the chart's queues are left as they were
