@@ -205,12 +205,13 @@ def create_queues(cp: ControlPlane, queues: list[dict]) -> None:
 @dataclass(frozen=True)
 class KaiProcesses:
     """The scheduler and the binder as components of a ControlPlane (stopped with it, watched by its
-    check_alive): the scheduler's metrics port (it serves no health endpoint) and the binder's probe port."""
+    check_alive), with their metrics ports: neither serves a health check (the binder's probe server has none
+    registered), so serving metrics is the sign each is up."""
 
     scheduler: Component
     binder: Component
     scheduler_metrics: int
-    binder_health: int
+    binder_metrics: int
     args: dict[str, list[str]]  # each process's flags, for the record
 
 
@@ -251,7 +252,7 @@ def add(
         Component(SCHEDULER_COMPONENT, [kai.scheduler, *scheduler_args], logs, cp.workdir, env),
         Component(BINDER_COMPONENT, [kai.binder, *binder_args], logs, cp.workdir, env),
         metrics,
-        binder_health,
+        binder_metrics,
         {"scheduler": scheduler_args[1:], "binder": binder_args},
     )
     cp.components[SCHEDULER_COMPONENT] = made.scheduler
@@ -260,8 +261,8 @@ def add(
 
 
 def start(processes: KaiProcesses, timeout: float = 90.0) -> int:
-    """Start the binder, then the scheduler; return the scheduler's pid once the binder answers /readyz and
-    the scheduler serves its metrics (it has built its caches and runs its sessions)."""
+    """Start the binder, then the scheduler; return the scheduler's pid once both serve their metrics (the
+    scheduler has built its caches and runs its sessions)."""
     processes.binder.start()
     processes.scheduler.start()
     deadline = time.monotonic() + timeout
@@ -271,14 +272,14 @@ def start(processes: KaiProcesses, timeout: float = 90.0) -> int:
             if not component.alive():
                 assert component.process is not None
                 raise component.failure(f"exited with code {component.process.returncode} while starting")
-        return _answers(f"http://{LOOPBACK}:{processes.binder_health}/readyz") and _answers(
+        return _answers(f"http://{LOOPBACK}:{processes.binder_metrics}/metrics") and _answers(
             f"http://{LOOPBACK}:{processes.scheduler_metrics}/metrics"
         )
 
     while not ready():
         if time.monotonic() > deadline:
             raise processes.scheduler.failure(
-                f"not ready within {timeout:.0f}s (the binder's /readyz, the scheduler's /metrics); "
+                f"not ready within {timeout:.0f}s (the binder's and the scheduler's /metrics); "
                 f"the binder's log: {processes.binder.log_path}"
             )
         time.sleep(0.2)

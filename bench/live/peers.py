@@ -155,11 +155,14 @@ class KaiRun:
 
     def record(self) -> dict[str, Any]:
         assert self.processes is not None
+        binder = self.processes.binder.pid
         return {
             "version": self.peer.version,
             "scheduler_conf": self.conf,
             "queues": [{"name": q["metadata"]["name"], **q["spec"]} for q in self.queues],
             "args": self.processes.args,
+            # Started with the scheduler: its CPU seconds from 0. The two together are the scheduler under test.
+            "binder": {"cpu_seconds": cpu_seconds(binder), "peak_rss_mib": peak_rss_mib(binder)} if binder else {},
         }
 
 

@@ -281,8 +281,10 @@ def run_live(
         time_limit=limit if scheduler == "gangsolve" else None,
     )
     result.update(usage)
-    placer = (peer_record or {}).get("kube_scheduler")
-    if placer:  # Kueue admits and kube-scheduler places: together they are the scheduler under test
+    # Kueue admits and kube-scheduler places; KAI's scheduler decides and its binder binds: each pair together is
+    # the scheduler under test.
+    placer = (peer_record or {}).get("kube_scheduler") or (peer_record or {}).get("binder")
+    if placer:
         result["cpu_seconds"] += placer["cpu_seconds"]
         if result["peak_rss_mib"] is not None and placer["peak_rss_mib"] is not None:
             result["peak_rss_mib"] += placer["peak_rss_mib"]
