@@ -153,10 +153,10 @@ PLACEMENTS = ("binpack", "spread")
 
 
 def scheduler_conf(shard: dict[str, Any]) -> dict[str, Any]:
-    """The scheduler configuration KAI's operator writes for a SchedulingShard without plugin or action
-    overrides: every default plugin in one tier by descending priority (GPU binpacking packs GPUs with gpupack
-    and orders shared GPUs; spreading uses gpuspread), nodeplacement given the shard's GPU and CPU strategies,
-    and the default actions, consolidation only where neither strategy spreads."""
+    """The scheduler configuration KAI's operator writes for a SchedulingShard without plugin overrides: every
+    default plugin in one tier by descending priority (GPU binpacking packs GPUs with gpupack and orders shared
+    GPUs; spreading uses gpuspread), nodeplacement given the shard's GPU and CPU strategies, and the default
+    actions, consolidation only where neither strategy spreads, with the shard's action overrides merged in."""
     placement = shard.get("placementStrategy") or {}
     gpu, cpu = placement.get("gpu", "binpack"), placement.get("cpu", "binpack")
     for resource, strategy in (("gpu", gpu), ("cpu", cpu)):
@@ -164,15 +164,34 @@ def scheduler_conf(shard: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(
                 f"SchedulingShard spec.placementStrategy.{resource}: {strategy!r} is not one of {PLACEMENTS}"
             )
-    if shard.get("plugins") or shard.get("actions"):
-        raise ValueError("SchedulingShard spec.plugins/spec.actions: overrides are not modelled here")
+    if shard.get("plugins"):
+        raise ValueError("SchedulingShard spec.plugins: plugin overrides are not modelled here")
     binpack = gpu == "binpack"
     disabled = {"gpuspread"} if binpack else {"gpupack", "gpusharingorder"}
     plugins = sorted((p for p in PLUGIN_PRIORITIES if p not in disabled), key=lambda p: (-PLUGIN_PRIORITIES[p], p))
-    actions = [a for a in ACTION_PRIORITIES if a != "consolidation" or "spread" not in (gpu, cpu)]
-    actions.sort(key=lambda a: -ACTION_PRIORITIES[a])
+    actions = {
+        a: {"enabled": a != "consolidation" or "spread" not in (gpu, cpu), "priority": p}
+        for a, p in ACTION_PRIORITIES.items()
+    }
+    for name, override in (shard.get("actions") or {}).items():
+        if name not in actions:
+            raise ValueError(f"SchedulingShard spec.actions.{name}: not one of KAI's actions {tuple(actions)}")
+        actions[name] = {**actions[name], **{k: v for k, v in override.items() if k in ("enabled", "priority")}}
+    enabled = sorted((a for a, c in actions.items() if c["enabled"]), key=lambda a: (-actions[a]["priority"], a))
     tier = [{"name": p, **({"arguments": {"gpu": gpu, "cpu": cpu}} if p == "nodeplacement" else {})} for p in plugins]
-    return {"actions": ", ".join(actions), "tiers": [{"plugins": tier}]}
+    return {"actions": ", ".join(enabled), "tiers": [{"plugins": tier}]}
+
+
+# The actions that evict running pods, turned off for the bench (a SchedulingShard's `spec.actions`, KAI's own
+# switch): its placement scenarios let no scheduler preempt (their PriorityClasses say Never, which KAI does not
+# read), and their pods are plain pods that no controller recreates once evicted. With consolidation on, KAI
+# evicted a gang it had just bound to make room for another and the evicted pods were gone.
+NO_EVICTIONS = {"consolidation": {"enabled": False}, "reclaim": {"enabled": False}, "preempt": {"enabled": False}}
+
+
+def without_evictions(shard: dict[str, Any]) -> dict[str, Any]:
+    """`shard` with the actions that evict turned off (NO_EVICTIONS)."""
+    return {**shard, "actions": {**(shard.get("actions") or {}), **NO_EVICTIONS}}
 
 
 def install(cp: ControlPlane, kai: Kai, user: str = "system:kube-scheduler") -> list[dict]:

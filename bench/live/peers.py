@@ -127,11 +127,12 @@ class KueueRun:
 
 class KaiRun:
     """KAI's scheduler and binder, the chart's default queues (with kai-quota: guaranteed the free capacity),
-    the operator's configuration for the default shard."""
+    the operator's configuration for the chart's default shard with the evicting actions off."""
 
     def __init__(self, cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> None:
         self.cp, self.scheduler, self.scenario = cp, scheduler, scenario
         self.peer = kai.Kai.locate()
+        self.shard: dict[str, Any] = {}
         self.conf: dict[str, Any] = {}
         self.queues: list[dict] = []
         self.processes: kai.KaiProcesses | None = None
@@ -143,7 +144,8 @@ class KaiRun:
             cpu, memory, pools = kueue.free_capacity(objs)
             self.queues = kai.with_quota(self.queues, cpu, memory, sum(p.gpus for p in pools))
         kai.create_queues(self.cp, self.queues)
-        self.conf = kai.scheduler_conf(kai.default_shard(chart))
+        self.shard = kai.without_evictions(kai.default_shard(chart))
+        self.conf = kai.scheduler_conf(self.shard)
         self.processes = kai.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
 
     def cpu_at_start(self) -> float:
@@ -158,6 +160,7 @@ class KaiRun:
         binder = self.processes.binder.pid
         return {
             "version": self.peer.version,
+            "shard": self.shard,
             "scheduler_conf": self.conf,
             "queues": [{"name": q["metadata"]["name"], **q["spec"]} for q in self.queues],
             "args": self.processes.args,

@@ -462,6 +462,16 @@ def test_kai_spreading_gpus_swaps_the_gpu_plugins_and_drops_consolidation() -> N
         kai.scheduler_conf({"placementStrategy": {"cpu": "pack"}})
 
 
+def test_the_bench_turns_off_kais_evicting_actions_through_the_shards_action_overrides() -> None:
+    shard = {"placementStrategy": {"gpu": "binpack", "cpu": "binpack"}, "actions": {"allocate": {"priority": 50}}}
+    quiet = kai.without_evictions(shard)
+    assert kai.scheduler_conf(quiet)["actions"] == "stalegangeviction, allocate"  # allocate's priority now 50
+    assert shard["actions"] == {"allocate": {"priority": 50}}  # the chart's shard is left as it was
+    assert kai.scheduler_conf(kai.without_evictions({}))["actions"] == "allocate, stalegangeviction"
+    with pytest.raises(ValueError, match=r"spec.actions.backfill: not one of KAI's actions"):
+        kai.scheduler_conf({"actions": {"backfill": {"enabled": True}}})
+
+
 def test_kai_users_give_every_gang_a_pod_group_and_its_pods_the_queue_and_the_scheduler() -> None:
     from gangsolve.bench.live.populate import arrivals
 
