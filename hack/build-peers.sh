@@ -12,8 +12,9 @@
 # Volcano's and KAI's source: DIR if given, else <cache>/src/<peer>-<version>/ if present, else a shallow clone
 # of the pinned tag (where the network allows it). The Go module proxy serves every dependency: Volcano's go.mod
 # replaces its own volcano.sh/apis with ./staging, and KAI's replaces k8s.io/api and k8s.io/apimachinery, which
-# is why both are built from their source trees and not with `go install`. Kueue's module has no replace directive: the proxy serves it whole, so it is built with
-# `go install module@version` (or from DIR when given) and its Helm chart is copied from the module's source.
+# is why both are built from their source trees and not with `go install`. Kueue's module has no replace
+# directive: the proxy serves it whole, so it is built with `go install module@version` (or from DIR when
+# given) and its Helm chart is copied from the module's source.
 #
 # Cache: ${GANGSOLVE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsolve}/bin/<peer>-<version>/
 # A cold build of vc-scheduler takes a few minutes on 2 cores (most of it Kubernetes' packages); Kueue's manager
@@ -38,7 +39,7 @@ source_arg=
 while (($#)); do
   case $1 in
     --source) (($# >= 2)) || bad_input "--source needs a directory"; source_arg=$2; shift 2 ;;
-    -h | --help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) peers+=("$1"); shift ;;
   esac
 done
