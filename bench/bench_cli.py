@@ -315,6 +315,8 @@ def run_live_preemption(
             "kueue",
             "kueue-unblocked",
             "kueue-tas",
+            "kai",
+            "kai-quota",
         ]
     ),
     help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them].",

@@ -5,18 +5,20 @@
 #   hack/build-peers.sh                          # every peer that is missing
 #   hack/build-peers.sh volcano                  # only Volcano's vc-scheduler
 #   hack/build-peers.sh kueue                    # only Kueue's manager
+#   hack/build-peers.sh kai                      # only KAI's scheduler and binder
 #   hack/build-peers.sh volcano --source DIR     # from DIR: a source tree at the pinned tag, or a git
 #                                                # repository (bare or not) that holds the tag
 #
-# Volcano's source: DIR if given, else <cache>/src/<peer>-<version>/ if present, else a shallow clone of the
-# pinned tag (where the network allows it). The Go module proxy serves every dependency: Volcano's go.mod
-# replaces its own volcano.sh/apis with ./staging, which is why it is built from its source tree and not with
-# `go install`. Kueue's module has no replace directive: the proxy serves it whole, so it is built with
-# `go install module@version` (or from DIR when given) and its Helm chart is copied from the module's source.
+# Volcano's and KAI's source: DIR if given, else <cache>/src/<peer>-<version>/ if present, else a shallow clone
+# of the pinned tag (where the network allows it). The Go module proxy serves every dependency: Volcano's go.mod
+# replaces its own volcano.sh/apis with ./staging, and KAI's replaces k8s.io/api and k8s.io/apimachinery, which
+# is why both are built from their source trees and not with `go install`. Kueue's module has no replace
+# directive: the proxy serves it whole, so it is built with `go install module@version` (or from DIR when
+# given) and its Helm chart is copied from the module's source.
 #
 # Cache: ${GANGSOLVE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsolve}/bin/<peer>-<version>/
 # A cold build of vc-scheduler takes a few minutes on 2 cores (most of it Kubernetes' packages); Kueue's manager
-# about 12 minutes with its modules downloaded.
+# about 12 minutes with its modules downloaded; KAI's scheduler and binder longer still (docs/dev-cluster.md).
 set -euo pipefail
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,7 +28,7 @@ source "${HACK_DIR}/versions.env"
 CACHE_DIR=${GANGSOLVE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsolve}
 BIN_DIR=${CACHE_DIR}/bin
 SRC_DIR=${CACHE_DIR}/src
-ALL_PEERS=(volcano kueue)
+ALL_PEERS=(volcano kueue kai)
 
 log() { printf '[build-peers %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -48,6 +50,7 @@ peer_version() {
   case $1 in
     volcano) echo "${VOLCANO_VERSION}" ;;
     kueue) echo "${KUEUE_VERSION}" ;;
+    kai) echo "${KAI_VERSION}" ;;
     *) bad_input "unknown peer '$1' (known: ${ALL_PEERS[*]})" ;;
   esac
 }
@@ -55,6 +58,7 @@ peer_repository() {
   case $1 in
     volcano) echo "https://github.com/volcano-sh/volcano" ;;
     kueue) echo "https://github.com/kubernetes-sigs/kueue" ;;
+    kai) echo "https://github.com/kai-scheduler/KAI-Scheduler" ;;
   esac
 }
 # Executable -> Go package inside the peer's module.
@@ -62,6 +66,10 @@ peer_targets() {
   case $1 in
     volcano) echo "vc-scheduler=./cmd/scheduler vc-controller-manager=./cmd/controller-manager" ;;
     kueue) echo "kueue=./cmd/kueue" ;;
+    # The scheduler and the binder it hands every placement to (BindRequests): the rest of KAI (podgrouper,
+    # admission webhooks, queue and PodGroup status controllers) is not on the path of pods that name their
+    # PodGroup (docs/benchmarks.md, "Real peers: KAI").
+    kai) echo "kai-scheduler=./cmd/scheduler kai-binder=./cmd/binder" ;;
   esac
 }
 # Directories of the source tree the bench needs beside the binary: DEST=SOURCE (symlinks resolved).
@@ -69,6 +77,7 @@ peer_assets() {
   case $1 in
     volcano) echo "chart=installer/helm/chart/volcano" ;; # its CRDs (crd/bases) and the scheduler's RBAC and config
     kueue) echo "chart=charts/kueue" ;; # its CRDs, RBAC, webhook configurations and manager configuration
+    kai) echo "chart=deployments/kai-scheduler" ;; # its CRDs, RBAC, default queues and default SchedulingShard
   esac
 }
 # The Go module a peer is installed from with `go install` (none: built from its source tree).
@@ -82,6 +91,7 @@ peer_ldflags() {
   case $1 in
     volcano) echo "-s -w -X volcano.sh/volcano/pkg/version.Version=${version} -X volcano.sh/volcano/pkg/version.GitSHA=${version}" ;;
     kueue) echo "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${version} -X sigs.k8s.io/kueue/pkg/version.GitCommit=${version}" ;;
+    kai) echo "-s -w -X github.com/kai-scheduler/KAI-scheduler/pkg/scheduler/version.gitVersion=${version} -X github.com/kai-scheduler/KAI-scheduler/pkg/scheduler/version.gitCommit=${version}" ;;
   esac
 }
 peer_dir() { echo "${BIN_DIR}/$1-$(peer_version "$1")"; }

@@ -200,5 +200,8 @@ LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
 # scoring GPUs as the plugin documents it; kueue: Kueue admitting (its chart's configuration with
 # waitForPodsReady blocking admission, one ClusterQueue over the free capacity) and kube-scheduler placing;
 # kueue-unblocked: the same without blocking admission; kueue-tas: with its topology-aware scheduling at node
-# level, not blocking admission. bench/live/peers.py runs them.
-REAL_PEERS = ("volcano", "volcano-gpu-binpack", "kueue", "kueue-unblocked", "kueue-tas")
+# level, not blocking admission; kai: NVIDIA's KAI scheduler and binder with its chart's default queues (quota 0)
+# and its operator's configuration for the default shard (GPUs and CPUs binpacked); kai-quota: the same with the
+# queues guaranteed what the background leaves free (KAI runs gangs of priority 100 or more only within quota).
+# bench/live/peers.py runs them.
+REAL_PEERS = ("volcano", "volcano-gpu-binpack", "kueue", "kueue-unblocked", "kueue-tas", "kai", "kai-quota")

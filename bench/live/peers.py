@@ -8,7 +8,11 @@ the run records about it.
   topology-aware scheduling at node level (`kueue-tas`: Kueue chooses each pod's node, kube-scheduler binds). Its pod
   webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
-  admitted) and released when the scheduler "starts", together with kube-scheduler.
+  admitted) and released when the scheduler "starts", together with kube-scheduler;
+- `kai`, `kai-quota`: NVIDIA's KAI scheduler and its binder (bench/devcluster/kai.py) with the chart's default
+  queues (quota 0, as its quick start has them; or, `kai-quota`, guaranteed what the background leaves free)
+  and the scheduler configuration KAI's operator writes for the chart's default SchedulingShard, installed and
+  added once the scenario's background runs, started as the scheduler under test.
 """
 
 from __future__ import annotations
@@ -16,16 +20,19 @@ from __future__ import annotations
 from typing import Any
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane, kueue, volcano
+from gangsolve.bench.devcluster import ControlPlane, kai, kueue, volcano
 from gangsolve.bench.live.live_scenarios import REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
 
 KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")
+KAI_PEERS = ("kai", "kai-quota")
 
 
-def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue:
+def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue | kai.Kai:
     """The peer's build in the cache; PeerMissing (saying how to build it) where there is none."""
-    return kueue.Kueue.locate() if scheduler in KUEUE_PEERS else volcano.Volcano.locate()
+    if scheduler in KUEUE_PEERS:
+        return kueue.Kueue.locate()
+    return kai.Kai.locate() if scheduler in KAI_PEERS else volcano.Volcano.locate()
 
 
 def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
@@ -33,7 +40,8 @@ def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
     if scheduler not in REAL_PEERS:
         return None
     if scenario.users is not None:
-        missing = "Kueue Topologies" if scheduler in KUEUE_PEERS else "Volcano HyperNodes"
+        family = scheduler.split("-")[0]
+        missing = {"kueue": "Kueue Topologies", "kai": "KAI Topologies"}.get(family, "Volcano HyperNodes")
         return f"the scenario's users write only kube-scheduler's and gangsolve's objects (no {missing})"
     try:
         locate(scheduler)
@@ -117,5 +125,54 @@ class KueueRun:
         }
 
 
-def peer_run(cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> VolcanoRun | KueueRun:
-    return KueueRun(cp, scheduler, scenario) if scheduler in KUEUE_PEERS else VolcanoRun(cp, scheduler, scenario)
+class KaiRun:
+    """KAI's scheduler and binder, the chart's default queues (with kai-quota: guaranteed the free capacity),
+    the operator's configuration for the chart's default shard with the evicting actions off."""
+
+    def __init__(self, cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> None:
+        self.cp, self.scheduler, self.scenario = cp, scheduler, scenario
+        self.peer = kai.Kai.locate()
+        self.shard: dict[str, Any] = {}
+        self.conf: dict[str, Any] = {}
+        self.queues: list[dict] = []
+        self.processes: kai.KaiProcesses | None = None
+
+    def before_pods(self, objs: list[dict], burst: bool) -> None:
+        chart = kai.install(self.cp, self.peer)
+        self.queues = kai.default_queues(chart)
+        if self.scheduler == "kai-quota":
+            cpu, memory, pools = kueue.free_capacity(objs)
+            self.queues = kai.with_quota(self.queues, cpu, memory, sum(p.gpus for p in pools))
+        kai.create_queues(self.cp, self.queues)
+        self.shard = kai.without_evictions(kai.default_shard(chart))
+        self.conf = kai.scheduler_conf(self.shard)
+        self.processes = kai.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
+
+    def cpu_at_start(self) -> float:
+        return 0.0  # not running yet
+
+    def start(self) -> int:
+        assert self.processes is not None
+        return kai.start(self.processes)
+
+    def record(self) -> dict[str, Any]:
+        assert self.processes is not None
+        binder = self.processes.binder.pid
+        return {
+            "version": self.peer.version,
+            "shard": self.shard,
+            "scheduler_conf": self.conf,
+            "queues": [{"name": q["metadata"]["name"], **q["spec"]} for q in self.queues],
+            "args": self.processes.args,
+            # Started with the scheduler: its CPU seconds from 0. The two together are the scheduler under test.
+            "binder": {"cpu_seconds": cpu_seconds(binder), "peak_rss_mib": peak_rss_mib(binder)} if binder else {},
+        }
+
+
+PeerRun = VolcanoRun | KueueRun | KaiRun
+
+
+def peer_run(cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> PeerRun:
+    if scheduler in KUEUE_PEERS:
+        return KueueRun(cp, scheduler, scenario)
+    return KaiRun(cp, scheduler, scenario) if scheduler in KAI_PEERS else VolcanoRun(cp, scheduler, scenario)

@@ -14,7 +14,7 @@ import aiohttp
 import anyio
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds, kueue, volcano
+from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds, kai, kueue, volcano
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE, schedulable
 from gangsolve.live.kube import ApiError, Kube
 from gangsolve.solver import Cluster
@@ -176,6 +176,8 @@ def scheduler_name(scheduler: str) -> str:
     """The schedulerName the pods of `scheduler`'s users name."""
     if scheduler.startswith("volcano"):  # Volcano under any of its configurations
         return volcano.SCHEDULER_NAME
+    if scheduler.startswith("kai"):  # KAI under any of its queue set-ups
+        return kai.SCHEDULER_NAME
     return manifests.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
 
 
@@ -201,7 +203,8 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
     """The pending gangs in creation order, with the objects `scheduler`'s users create for each: the PodGroups
     their pods name, or (kube-scheduler-gang, `native_groups`) a native PodGroup made for each gang, or
     (volcano) a Volcano PodGroup for each gang, single pods included (vc-scheduler binds no pod without one), or
-    (kueue) no object but the LocalQueue and pod-group labels on the pods."""
+    (kueue) no object but the LocalQueue and pod-group labels on the pods, or (kai) a KAI PodGroup for each gang,
+    single pods included, the pods naming it and KAI's default queue."""
     pods = {f"{manifests.NAMESPACE}/{p['metadata']['name']}": p for p in pending_pods(objs, scheduler_name(scheduler))}
     position = {name: i for i, name in enumerate(pods)}
     groups = {o["metadata"]["name"]: o for o in objs if o["kind"] == "PodGroup"}
@@ -229,6 +232,10 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
         if scheduler.startswith("volcano"):
             group, members = volcano_members(gang, members)
             made = [group]
+        if scheduler.startswith("kai"):
+            name = "gang-" + gang.name.split("/", 1)[1]
+            made = [kai.pod_group(name, gang.need, members, manifests.NAMESPACE)]
+            members = kai.label_members(members, name)
         if scheduler.startswith("kueue"):
             # Under TAS a co-located gang asks Kueue for its rack; Kueue alone cannot see pod affinity.
             required = gang.colocate if scheduler == "kueue-tas" else None

@@ -6,8 +6,9 @@ PodGroup per gang with the gang's priority class and, for co-located gangs, a to
 `gangsolve` (`gangsolve run`). Each scheduler's users create what that scheduler reads: nothing for plain
 kube-scheduler, native PodGroups for its gang scheduling, scheduler-plugins PodGroups for gangsolve. The real
 peers (`volcano`, `volcano-gpu-binpack`: Volcano's vc-scheduler and controllers; `kueue`: Kueue admitting and
-kube-scheduler placing; bench/live/peers.py) run where hack/build-peers.sh built them and the scenario's users
-can write what they read; their users give each gang a Volcano PodGroup, or Kueue's pod-group labels.
+kube-scheduler placing; `kai`: NVIDIA's KAI scheduler and binder; bench/live/peers.py) run where
+hack/build-peers.sh built them and the scenario's users can write what they read; their users give each gang a
+Volcano PodGroup, Kueue's pod-group labels, or a KAI PodGroup.
 
 Two modes, as scheduler_perf measures:
 - **stream**: the scheduler runs, then the pending pods arrive at `rate` pods a second (or as fast as the API
@@ -176,7 +177,7 @@ def run_live(
         flags = workload_flags(scenario.native_gates, kube_scheduler)
     burst = scenario.mode == "burst"
     gs: GangsolveProcess | None = None
-    peer: peers.VolcanoRun | peers.KueueRun | None = None
+    peer: peers.PeerRun | None = None
     with ControlPlane(
         scheduler=kube_scheduler,
         defer_scheduler=True,
@@ -280,8 +281,10 @@ def run_live(
         time_limit=limit if scheduler == "gangsolve" else None,
     )
     result.update(usage)
-    placer = (peer_record or {}).get("kube_scheduler")
-    if placer:  # Kueue admits and kube-scheduler places: together they are the scheduler under test
+    # Kueue admits and kube-scheduler places; KAI's scheduler decides and its binder binds: each pair together is
+    # the scheduler under test.
+    placer = (peer_record or {}).get("kube_scheduler") or (peer_record or {}).get("binder")
+    if placer:
         result["cpu_seconds"] += placer["cpu_seconds"]
         if result["peak_rss_mib"] is not None and placer["peak_rss_mib"] is not None:
             result["peak_rss_mib"] += placer["peak_rss_mib"]

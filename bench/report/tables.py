@@ -487,7 +487,8 @@ def peer_notes(live: list[dict]) -> list[str]:
         if "scheduler_conf" in about:
             conf = about["scheduler_conf"]
             plugins = "; ".join(", ".join(map(_plugin, tier["plugins"])) for tier in conf.get("tiers", []))
-            out.append(f"{peer} {about['version']}: actions {conf.get('actions')}; plugin tiers: {plugins}")
+            queues = "".join(f"; {_kai_queue(q)}" for q in about.get("queues") or [])
+            out.append(f"{peer} {about['version']}: actions {conf.get('actions')}; plugin tiers: {plugins}{queues}")
         elif "manager_config" in about:
             out.append(f"{peer} {about['version']}: {_kueue_note(about['manager_config'], about.get('queues') or [])}")
     return out
@@ -516,6 +517,16 @@ def _kueue_note(conf: dict, queues: list[dict]) -> str:
         strategy = spec.get("queueingStrategy", "BestEffortFIFO")
         parts.append(f"ClusterQueue {cq['metadata']['name']} ({strategy}{extra}): " + "; ".join(quotas))
     return "; ".join(parts)
+
+
+def _kai_queue(queue: dict) -> str:
+    """A KAI Queue as `queue <name> [under <parent>] (gpu quota Q limit L weight W, ...)`."""
+    parent = f" under {queue['parentQueue']}" if queue.get("parentQueue") else ""
+    resources = ", ".join(
+        f"{r} quota {v.get('quota')} limit {v.get('limit')} weight {v.get('overQuotaWeight')}"
+        for r, v in (queue.get("resources") or {}).items()
+    )
+    return f"queue {queue['name']}{parent} ({resources})"
 
 
 def _plugin(plugin: dict) -> str:

@@ -1,6 +1,7 @@
-"""The real peers without running them: where the bench finds Volcano and Kueue and says why it does not run
-them, the PodGroups and pod-group labels their users create, Kueue's configuration, queues, certificates and
-webhooks, how the report names a peer's configuration, and the build script's bad input."""
+"""The real peers without running them: where the bench finds Volcano, Kueue and KAI and says why it does not
+run them, the PodGroups and pod-group labels their users create, Kueue's configuration, queues, certificates and
+webhooks, KAI's scheduler configuration and queues, how the report names a peer's configuration, and the build
+script's bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gangsolve.bench import manifests, scenarios
-from gangsolve.bench.devcluster import kueue, volcano
+from gangsolve.bench.devcluster import kai, kueue, volcano
 from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS
 from gangsolve.bench.live.runs import peer_not_run
 from gangsolve.bench.report.tables import peer_notes
@@ -21,10 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def unbuilt_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """versions.env pinning Volcano and Kueue releases that no cache holds."""
+    """versions.env pinning Volcano, Kueue and KAI releases that no cache holds."""
     text = (REPO / "hack" / "versions.env").read_text()
     pinned = tmp_path / "versions.env"
-    unbuilt = {"VOLCANO_": "VOLCANO_VERSION=v0.0.0-unbuilt", "KUEUE_": "KUEUE_VERSION=v0.0.0-unbuilt"}
+    unbuilt = {
+        "VOLCANO_": "VOLCANO_VERSION=v0.0.0-unbuilt",
+        "KUEUE_": "KUEUE_VERSION=v0.0.0-unbuilt",
+        "KAI_": "KAI_VERSION=v0.0.0-unbuilt",
+    }
     pinned.write_text(
         "\n".join(
             next((pin for prefix, pin in unbuilt.items() if line.startswith(prefix)), line)
@@ -48,6 +53,11 @@ def test_an_unbuilt_peer_is_named_with_the_command_that_builds_it(unbuilt_versio
     why = peer_not_run(LIVE_SCENARIOS["live/tfjob"], "kueue")
     assert why is not None
     assert "Kueue's manager" in why
+    with pytest.raises(volcano.PeerMissing, match=rf"KAI's scheduler {unbuilt_version} is not built.*`make peers`"):
+        kai.Kai.locate()
+    why = peer_not_run(LIVE_SCENARIOS["live/tfjob"], "kai")
+    assert why is not None
+    assert "KAI's scheduler" in why
 
 
 def test_peers_do_not_run_where_the_users_write_only_other_schedulers_objects() -> None:
@@ -57,6 +67,9 @@ def test_peers_do_not_run_where_the_users_write_only_other_schedulers_objects() 
     why = peer_not_run(LIVE_SCENARIOS["live/topology-seed1"], "kueue")
     assert why is not None
     assert "Kueue Topologies" in why
+    why = peer_not_run(LIVE_SCENARIOS["live/topology-seed1"], "kai")
+    assert why is not None
+    assert "KAI Topologies" in why
 
 
 def test_a_volcano_pod_group_sums_its_pods_requests_as_min_resources() -> None:
@@ -89,7 +102,7 @@ def test_the_report_says_which_peer_did_not_run_and_how_each_was_configured() ->
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["bogus"], "unknown peer 'bogus' (known: volcano kueue)"),
+        (["bogus"], "unknown peer 'bogus' (known: volcano kueue kai)"),
         (["volcano", "--source", "/nonexistent"], "--source /nonexistent: not a directory"),
         (["volcano", "--source"], "--source needs a directory"),
         (["volcano", "--source", "{empty}"], "--source {empty}: neither a source tree (go.mod) nor a git repository"),
@@ -383,3 +396,150 @@ def test_kueue_tas_users_ask_for_a_co_located_gangs_rack_and_the_topology_has_ra
             else:
                 assert asked is None
                 assert p["spec"] == q["spec"]
+
+
+# --- KAI --------------------------------------------------------------------------------------------------------
+
+# The scheduler configuration KAI's operator writes for a binpack shard, from its own test of it
+# (pkg/operator/operands/scheduler/resources_test.go at v0.17.0).
+KAI_BINPACK_PLUGINS = [
+    "predicates",
+    "proportion",
+    "priority",
+    "nodeavailability",
+    "resourcetype",
+    "podaffinity",
+    "elastic",
+    "kubeflow",
+    "ray",
+    "subgrouporder",
+    "taskorder",
+    "nominatednode",
+    "dynamicresources",
+    "minruntime",
+    "topology",
+    "snapshot",
+    "sg-nodelocalgreedy",
+    "sg-multinodegang",
+    "gpupack",
+    "nodeplacement",
+    "gpusharingorder",
+]
+
+
+def test_kai_runs_the_operators_configuration_for_the_charts_default_shard() -> None:
+    chart = [
+        {
+            "apiVersion": "kai.scheduler/v1",
+            "kind": "SchedulingShard",
+            "spec": {"placementStrategy": {"gpu": "binpack", "cpu": "binpack"}},
+        },
+        {
+            "apiVersion": "scheduling.run.ai/v2",
+            "kind": "Queue",
+            "metadata": {"name": "default-parent-queue"},
+            "spec": {},
+        },
+        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "default-queue"}, "spec": {}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}},
+    ]
+    conf = kai.scheduler_conf(kai.default_shard(chart))
+    assert conf["actions"] == "allocate, consolidation, reclaim, preempt, stalegangeviction"
+    (tier,) = conf["tiers"]
+    assert [p["name"] for p in tier["plugins"]] == KAI_BINPACK_PLUGINS
+    placement = next(p for p in tier["plugins"] if p["name"] == "nodeplacement")
+    assert placement["arguments"] == {"gpu": "binpack", "cpu": "binpack"}
+    assert [q["metadata"]["name"] for q in kai.default_queues(chart)] == ["default-parent-queue", "default-queue"]
+
+
+def test_kai_spreading_gpus_swaps_the_gpu_plugins_and_drops_consolidation() -> None:
+    conf = kai.scheduler_conf({"placementStrategy": {"gpu": "spread", "cpu": "binpack"}})
+    names = [p["name"] for p in conf["tiers"][0]["plugins"]]
+    assert "gpuspread" in names
+    assert not {"gpupack", "gpusharingorder"} & set(names)
+    assert conf["actions"] == "allocate, reclaim, preempt, stalegangeviction"
+    with pytest.raises(ValueError, match=r"spec.placementStrategy.cpu: 'pack' is not one of"):
+        kai.scheduler_conf({"placementStrategy": {"cpu": "pack"}})
+
+
+def test_the_bench_turns_off_kais_evicting_actions_through_the_shards_action_overrides() -> None:
+    shard = {"placementStrategy": {"gpu": "binpack", "cpu": "binpack"}, "actions": {"allocate": {"priority": 50}}}
+    quiet = kai.without_evictions(shard)
+    assert kai.scheduler_conf(quiet)["actions"] == "stalegangeviction, allocate"  # allocate's priority now 50
+    assert shard["actions"] == {"allocate": {"priority": 50}}  # the chart's shard is left as it was
+    assert kai.scheduler_conf(kai.without_evictions({}))["actions"] == "allocate, stalegangeviction"
+    with pytest.raises(ValueError, match=r"spec.actions.backfill: not one of KAI's actions"):
+        kai.scheduler_conf({"actions": {"backfill": {"enabled": True}}})
+
+
+def test_kai_users_give_every_gang_a_pod_group_and_its_pods_the_queue_and_the_scheduler() -> None:
+    from gangsolve.bench.live.populate import arrivals
+
+    objs = scenarios.synthetic(100, 40, seed=100)
+    cluster = manifests.to_cluster(objs)
+    need = {g.name: g.need for g in cluster.gangs}
+    gangs = arrivals(objs, cluster, "kai")
+    assert len(gangs) == len(cluster.gangs)
+    for arrival in gangs:
+        (group,) = arrival.groups  # single pods too: KAI schedules no pod outside a PodGroup
+        assert group["apiVersion"] == kai.POD_GROUP_API
+        assert group["spec"]["minMember"] == need[arrival.gang]
+        assert group["spec"]["queue"] == kai.DEFAULT_QUEUE
+        for p in arrival.pods:
+            assert p["spec"]["schedulerName"] == kai.SCHEDULER_NAME
+            assert p["metadata"]["labels"][kai.QUEUE_LABEL] == kai.DEFAULT_QUEUE
+            assert p["metadata"]["annotations"][kai.POD_GROUP_ANNOTATION] == group["metadata"]["name"]
+
+
+def test_a_kai_pod_group_carries_the_gangs_priority_class_and_leaves_the_pods_as_they_were() -> None:
+    members = [{"metadata": {"name": f"p{i}"}, "spec": {"priorityClassName": "high"}} for i in range(2)]
+    group = kai.pod_group("g", 2, members, "ns")
+    assert group["spec"] == {"minMember": 2, "queue": "default-queue", "priorityClassName": "high"}
+    labelled = kai.label_members(members, "g")
+    assert labelled[0]["metadata"]["annotations"] == {"pod-group-name": "g"}
+    assert members[0]["metadata"] == {"name": "p0"}  # the scenario's objects are left as they were
+    mixed = [*members, {"metadata": {"name": "p2"}, "spec": {}}]
+    assert "priorityClassName" not in kai.pod_group("g", 3, mixed, "ns")["spec"]
+
+
+def test_the_report_shows_kais_actions_plugins_and_queues() -> None:
+    conf = kai.scheduler_conf({})
+    queues = [
+        {"name": "default-parent-queue", "resources": {"gpu": {"quota": 0, "limit": -1, "overQuotaWeight": 1}}},
+        {"name": "default-queue", "parentQueue": "default-parent-queue", "resources": {"gpu": {"quota": 0}}},
+    ]
+    run = {"scheduler": "kai", "peer": {"version": "v1", "scheduler_conf": conf, "queues": queues}}
+    (note,) = peer_notes([{"name": "live/a", "runs": [run]}])
+    assert note.startswith("kai v1: actions allocate, consolidation, reclaim")
+    assert "nodeplacement (gpu: binpack, cpu: binpack)" in note
+    assert note.endswith(
+        "queue default-parent-queue (gpu quota 0 limit -1 weight 1); "
+        "queue default-queue under default-parent-queue (gpu quota 0 limit None weight None)"
+    )
+
+
+def test_kai_quota_guarantees_the_free_capacity_in_kais_units_and_keeps_limits_and_weights() -> None:
+    unlimited = {"quota": 0, "limit": -1, "overQuotaWeight": 1}
+    queues = [
+        {
+            "kind": "Queue",
+            "metadata": {"name": "parent"},
+            "spec": {"resources": dict.fromkeys(("cpu", "memory", "gpu"), unlimited)},
+        },
+        {
+            "kind": "Queue",
+            "metadata": {"name": "leaf"},
+            "spec": {"parentQueue": "parent", "resources": {"gpu": unlimited}},
+        },
+    ]
+    parent, leaf = kai.with_quota(queues, Decimal("12.5"), Decimal(3 * 10**9), 40)
+    assert parent["spec"]["resources"] == {
+        "cpu": {"quota": 12500, "limit": -1, "overQuotaWeight": 1},
+        "memory": {"quota": 3000, "limit": -1, "overQuotaWeight": 1},
+        "gpu": {"quota": 40, "limit": -1, "overQuotaWeight": 1},
+    }
+    assert leaf["spec"] == {
+        "parentQueue": "parent",
+        "resources": {"gpu": {"quota": 40, "limit": -1, "overQuotaWeight": 1}},
+    }
+    assert queues[0]["spec"]["resources"]["gpu"]["quota"] == 0  # the chart's queues are left as they were
