@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from gangsolve.solver.model import Cluster, GangResult, Placement
+from gangsolve.solver.model import Cluster, Gang, GangResult, Placement
 
 DeviceId = tuple[str, str, str]  # driver, pool, device name
 ALL = 0  # Request.count for allocationMode All: every matching device of the node
@@ -68,6 +68,15 @@ class DeviceState:
 Allocations = Mapping[str, tuple[tuple[str, DeviceId], ...]]
 
 
+def take_off(bindings: dict[str, str], gang: Gang, pod: str) -> None:
+    """Unbind `pod`, and the rest of its gang when that no longer reaches the gang's need (all or nothing)."""
+    bindings.pop(pod, None)
+    left = [p.name for p in gang.pods if p.name in bindings]
+    if left and len(left) < gang.need:
+        for name in left:
+            del bindings[name]
+
+
 def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tuple[Placement, Allocations]:
     """The placement less the pods whose claims could not be met (their gang too when it falls below its
     minimum), and the devices of every claim of the pods left."""
@@ -82,11 +91,7 @@ def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tupl
             break
         for pod, why in sorted(failed.items()):
             gang = gang_of[pod]
-            bindings.pop(pod, None)
-            left = [p.name for p in gang.pods if p.name in bindings]
-            if left and len(left) < gang.need:
-                for name in left:
-                    del bindings[name]
+            take_off(bindings, gang, pod)
             if not any(p.name in bindings for p in gang.pods):
                 dropped.setdefault(gang.name, f"devices: {why}")
     if not dropped:

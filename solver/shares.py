@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
+from gangsolve.solver.devices import take_off
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, GangResult, Node, Placement, Pod, Share
 from gangsolve.solver.problem import Counts, Devices, Problem, devices
 
@@ -304,11 +305,7 @@ def finish(cluster: Cluster, placement: Placement) -> Placement:
             break
         for pod, node in failed:
             gang = gang_of[pod]
-            bindings.pop(pod, None)
-            left = [p.name for p in gang.pods if p.name in bindings]
-            if left and len(left) < gang.need:
-                for name in left:
-                    del bindings[name]
+            take_off(bindings, gang, pod)
             dropped.setdefault(gang.name, f"GPU shares: no GPU of {node} has the share left")
     return replace(_without(cluster, placement, bindings, dropped), shares=chosen)
 
