@@ -15,7 +15,6 @@ write status for people and metrics; the scheduler reads specs).
 
 from __future__ import annotations
 
-import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -25,10 +24,9 @@ from typing import Any
 
 import yaml
 
-from gangsolve.bench.devcluster.binaries import cache_dir, read_versions
 from gangsolve.bench.devcluster.controlplane import LOOPBACK, Component, ControlPlane, ControlPlaneError, free_port
 from gangsolve.bench.devcluster.crds import install as install_crds
-from gangsolve.bench.devcluster.volcano import PeerMissing
+from gangsolve.bench.devcluster.volcano import PeerMissing, helm_template, pinned_build
 
 SCHEDULER_NAME = "kai-scheduler"  # the chart's global.schedulerName default
 NAMESPACE = "kai-scheduler"  # the chart's namespace: the scheduler's --namespace
@@ -73,26 +71,17 @@ class Kai:
 
     @classmethod
     def locate(cls) -> Kai:
-        version = read_versions().get("KAI_VERSION")
-        if not version:
-            raise PeerMissing("KAI_VERSION is not set in hack/versions.env")
-        found = cls(version, cache_dir() / "bin" / f"kai-{version}")
+        found = cls(*pinned_build("KAI_VERSION", "kai"))
         if not all(p.is_file() for p in (found.scheduler, found.binder, found.chart / "Chart.yaml")):
             raise PeerMissing(
-                f"KAI's scheduler {version} is not built (expected at {found.scheduler}): "
+                f"KAI's scheduler {found.version} is not built (expected at {found.scheduler}): "
                 "`make peers` builds it from source (hack/build-peers.sh; about 15 minutes on 2 cores)"
             )
         return found
 
     def render_chart(self, helm: Path) -> list[dict]:
         """Every object the chart installs by default (hooks included), as helm renders them."""
-        out = subprocess.run(
-            [helm, "template", "kai", str(self.chart), "--namespace", NAMESPACE],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
+        return helm_template(helm, self.chart, "kai", NAMESPACE)
 
     def crds(self) -> list[dict]:
         return [yaml.safe_load((self.chart / "crds" / f"{name}.yaml").read_text()) for name in CRDS]

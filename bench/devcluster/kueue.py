@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterable
@@ -37,10 +36,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gangsolve.bench.devcluster.binaries import cache_dir, read_versions
 from gangsolve.bench.devcluster.controlplane import LOOPBACK, Component, ControlPlane, ControlPlaneError, free_port
 from gangsolve.bench.devcluster.crds import install as install_crds
-from gangsolve.bench.devcluster.volcano import PeerMissing
+from gangsolve.bench.devcluster.volcano import PeerMissing, helm_template, pinned_build
 from gangsolve.edge.quantity import parse_quantity
 
 API = "kueue.x-k8s.io/v1beta2"
@@ -88,26 +86,17 @@ class Kueue:
 
     @classmethod
     def locate(cls) -> Kueue:
-        version = read_versions().get("KUEUE_VERSION")
-        if not version:
-            raise PeerMissing("KUEUE_VERSION is not set in hack/versions.env")
-        found = cls(version, cache_dir() / "bin" / f"kueue-{version}")
+        found = cls(*pinned_build("KUEUE_VERSION", "kueue"))
         if not (found.binary.is_file() and (found.chart / "Chart.yaml").is_file()):
             raise PeerMissing(
-                f"Kueue's manager {version} is not built (expected at {found.binary}): "
+                f"Kueue's manager {found.version} is not built (expected at {found.binary}): "
                 "`make peers` builds it from its Go module (hack/build-peers.sh; about 12 minutes on 2 cores)"
             )
         return found
 
     def render_chart(self, helm: Path) -> list[dict]:
         """Every object the chart installs by default, as helm renders them."""
-        out = subprocess.run(
-            [helm, "template", "kueue", str(self.chart), "--namespace", NAMESPACE],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
+        return helm_template(helm, self.chart, "kueue", NAMESPACE)
 
 
 def chart_manager_config(chart: list[dict]) -> dict[str, Any]:

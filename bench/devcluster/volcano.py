@@ -57,6 +57,25 @@ class PeerMissing(RuntimeError):
     """A peer scheduler is not in the cache: hack/build-peers.sh builds it."""
 
 
+def pinned_build(key: str, name: str) -> tuple[str, Path]:
+    """The version hack/versions.env pins under `key`, and the cache folder hack/build-peers.sh builds it in."""
+    version = read_versions().get(key)
+    if not version:
+        raise PeerMissing(f"{key} is not set in hack/versions.env")
+    return version, cache_dir() / "bin" / f"{name}-{version}"
+
+
+def helm_template(helm: Path, chart: Path, release: str, namespace: str, *flags: str) -> list[dict]:
+    """The objects a chart installs, as `helm template` renders them."""
+    out = subprocess.run(
+        [helm, "template", release, str(chart), "--namespace", namespace, *flags],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
 @dataclass(frozen=True)
 class Volcano:
     """vc-scheduler at the pinned version and the Helm chart of the same release, as built into the cache."""
@@ -78,27 +97,17 @@ class Volcano:
 
     @classmethod
     def locate(cls) -> Volcano:
-        version = read_versions().get("VOLCANO_VERSION")
-        if not version:
-            raise PeerMissing("VOLCANO_VERSION is not set in hack/versions.env")
-        found = cls(version, cache_dir() / "bin" / f"volcano-{version}")
+        found = cls(*pinned_build("VOLCANO_VERSION", "volcano"))
         if not all(p.is_file() for p in (found.binary, found.controller_manager, found.chart / "Chart.yaml")):
             raise PeerMissing(
-                f"Volcano's vc-scheduler {version} is not built (expected at {found.binary}): "
+                f"Volcano's vc-scheduler {found.version} is not built (expected at {found.binary}): "
                 "`make peers` builds it from source (hack/build-peers.sh; a few minutes on 2 cores)"
             )
         return found
 
     def render_chart(self, helm: Path, namespace: str = "volcano-system") -> list[dict]:
         """The chart's scheduler objects (ConfigMap, ServiceAccount, ClusterRole, ...) as helm renders them."""
-        only = "templates/scheduler.yaml"
-        out = subprocess.run(
-            [helm, "template", "vc", str(self.chart), "--namespace", namespace, "--show-only", only],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
+        return helm_template(helm, self.chart, "vc", namespace, "--show-only", "templates/scheduler.yaml")
 
     def chart_scheduler_conf(self, helm: Path) -> dict[str, Any]:
         """The scheduler configuration the chart installs by default (volcano-scheduler.conf)."""
