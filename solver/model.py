@@ -176,6 +176,13 @@ class Running:
     queue: str = ""  # the queue of its gang when this scheduler placed it; "": none (never reclaimed)
     gpu: int | None = None  # the device index its GPU share is on (requests[SHARE]); None: no share
 
+    def ending(self, end: float | None) -> Running:
+        """This pod with expected end `end`: `replace(self, end=end)` without its walk over the fields, which
+        is a third of what estimating the ends of 40,000 running pods costs a cycle."""
+        copy = object.__new__(Running)
+        copy.__dict__.update(self.__dict__, end=end)
+        return copy
+
 
 @dataclass(frozen=True)
 class Queue:

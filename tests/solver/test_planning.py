@@ -366,3 +366,14 @@ def test_a_reserved_gang_started_now_after_all_gives_its_reservation_back():
     assert limits.room_for(g_long, problem.free)[n0, gpu] == 1
     limits.take(g_big, {(0, n1): 1}, -1)
     assert limits.room_for(g_long, problem.free)[n0, gpu] == 0
+
+
+def test_a_running_pod_with_an_end_is_the_same_pod_otherwise() -> None:
+    """`Running.ending` copies without dataclasses.replace: every other field must come along, and the original
+    must stay as it was (frozen objects are shared across cycles)."""
+    pod = Running(
+        "n1", {GPU: 1}, None, name="t/a", priority=5, gang="t/g", min_member=2, pdbs=("t/pdb",), started=3.0,
+        protected=True, leaving=True, queue="q", gpu=1,
+    )  # fmt: skip
+    assert pod.ending(90.0) == replace(pod, end=90.0)
+    assert pod.end is None

@@ -180,7 +180,7 @@ def _group_of(snap: Snapshot, pod: dict) -> dict | None:
 def _at(obj: object, path: str) -> object:
     """The value at a dotted path, None where the path ends early or meets a non-object."""
     for part in path.split("."):
-        obj = obj.get(part) if isinstance(obj, Mapping) else None
+        obj = obj.get(part) if isinstance(obj, dict) else None  # JSON objects (not Mapping: an ABC check is slow)
     return obj
 
 
@@ -233,5 +233,5 @@ def with_estimates(
             ours = (pod.get("spec") or {}).get("schedulerName", "default-scheduler") == scheduler_name
             estimate = estimator.runtime([pod], group, owner) if ours else declared_runtime([pod], group, owner)
             end = expected_end(started.timestamp(), estimate, clock) if started else None
-        running.append(replace(r, end=end))
+        running.append(r.ending(end))
     return replace(cluster, gangs=tuple(gangs), running=tuple(running), now=clock)
