@@ -119,7 +119,8 @@ def place_gang(
         if allowed is not None:
             rows = rows[allowed[rows]]
         fit = problem.fits(part.cls, free, rows)
-        score = np.where(fit > 0, scorer(problem, part.cls, free, rows) - _USED * used_nodes[rows], np.inf)
+        rows, fit = rows[fit > 0], fit[fit > 0]  # a node that holds none now never will here: score only the rest
+        score = scorer(problem, part.cls, free, rows) - _USED * used_nodes[rows]
         while left > 0:
             i = int(np.argmin(score)) if len(rows) else 0
             if not len(rows) or score[i] == np.inf:
