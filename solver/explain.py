@@ -49,6 +49,7 @@ class Explained:
 
     exclusions: dict[tuple[int, ...], str] = field(default_factory=dict)  # by the gang's pod classes
     alone: dict[Shape, bool] = field(default_factory=dict)  # fits_alone, by the gang's shape
+    free: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)  # free totals on the classes' nodes
 
 
 def _exclusions(problem: Problem, g: int, cache: Explained) -> str:
@@ -88,21 +89,25 @@ def _exclusions_of(problem: Problem, parts: tuple[GangPart, ...]) -> str:
     return "; ".join(phrases)
 
 
-def _shortage(problem: Problem, g: int) -> str | None:
+def _shortage(problem: Problem, g: int, cache: Explained) -> str | None:
     """The first resource the gang's minimum needs more of than the free total on its eligible nodes."""
     gang = problem.gangs[g]
     parts = sorted(problem.parts[g], key=lambda part: -part.pods[0].priority)
     need = max(gang.need, 1)
     required = np.zeros(len(problem.resources), dtype=np.int64)
-    available = np.zeros(len(problem.nodes), dtype=bool)
+    classes = []
     for part in parts:
         k = min(need, len(part.pods))
         required += problem.demand[part.cls] * k
-        available |= problem.eligible[part.cls]
+        classes.append(part.cls)
         need -= k
         if need == 0:
             break
-    free = np.maximum(problem.free[available], 0).sum(axis=0)
+    key = tuple(sorted(set(classes)))
+    if key not in cache.free:  # a sum over every node: once per set of classes, not once per gang
+        available = np.logical_or.reduce([problem.eligible[c] for c in key])
+        cache.free[key] = np.maximum(problem.free[available], 0).sum(axis=0)
+    free = cache.free[key]
     # Scarce resources first: GPUs, then extended resources, then the rest.
     order = sorted(
         range(len(problem.resources)),
@@ -211,7 +216,7 @@ def explain(
         return capped
     cache = Explained() if cache is None else cache
     excluded = _exclusions(problem, g, cache)
-    why = _shortage(problem, g) or _single_pod(problem, g)
+    why = _shortage(problem, g, cache) or _single_pod(problem, g)
     if why is None:
         alone = fits_alone(problem, g, cache)
         if alone and limits is not None and not _fits_within(problem, g, limits):
