@@ -65,11 +65,15 @@ class Timeline:
         self.events: list[tuple[float, int, np.ndarray]] = []  # (time, node, change)
         self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.unknown = np.zeros_like(free)  # held by running pods without an estimated end
+        vectors: dict[tuple, np.ndarray] = {}  # by requests: running pods repeat a few shapes (never written to)
         for pod in problem.cluster.running:
             n = problem.node_index.get(pod.node)
             if n is None:
                 continue
-            vector = _vector(problem, pod.requests)
+            shape = tuple(pod.requests.items())
+            vector = vectors.get(shape)
+            if vector is None:
+                vector = vectors[shape] = _vector(problem, pod.requests)
             if pod.end is None:
                 self.unknown[n] += vector
             else:
