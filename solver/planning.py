@@ -65,7 +65,8 @@ class Timeline:
         self.events: list[tuple[float, int, np.ndarray]] = []  # (time, node, change)
         self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.unknown = np.zeros_like(free)  # held by running pods without an estimated end
-        vectors: dict[tuple, np.ndarray] = {}  # by requests: running pods repeat a few shapes (never written to)
+        # By requests: running pods repeat a few shapes (the vectors are never written to).
+        vectors: dict[tuple[tuple[str, int], ...], np.ndarray] = {}
         for pod in problem.cluster.running:
             n = problem.node_index.get(pod.node)
             if n is None:
