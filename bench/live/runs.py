@@ -31,10 +31,12 @@ is the scheduler under test), so no run shares capacity, caches or leftovers wit
    validator's overcommit check, from real bindings);
 5. reads the scheduler process's CPU seconds and peak RSS, and counts its API requests in the API server's
    audit log. Every scheduler runs as kube-scheduler's user (`system:kube-scheduler`; gangsolve gets the few
-   read rights kube-scheduler lacks), so all share one API Priority and Fairness flow and one audit identity.
+   rights kube-scheduler lacks: reads, and a pod patch for a fractional pod's GPU), so all share one API
+   Priority and Fairness flow and one audit identity.
 
 A scenario may say what each scheduler's users create from its objects (`users`: live/topology gives each
-its own way of asking for one block and few racks) and check the final bindings with an oracle of its own.
+its own way of asking for one block and few racks), check the final bindings with an oracle of its own, and
+check what the API holds after the run (`api_check`: live/openb-shares counts the GPUs shared past 100%).
 
 Timing is wall clock on a shared machine (the bench process, the control plane and the scheduler share its
 cores); compare schedulers measured in the same run.
@@ -259,6 +261,9 @@ def run_live(
                 for p in list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
                 if p["spec"].get("nodeName")
             }
+            api: tuple[list[dict], list[dict]] = ([], [])  # the nodes and pods, for the scenario's own check
+            if scenario.api_check is not None:
+                api = (cp.request("GET", "/api/v1/nodes")["items"], cp.request("GET", "/api/v1/pods")["items"])
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
             peer_record = peer.record() if peer is not None else None
@@ -299,6 +304,8 @@ def run_live(
         result["pod_group_served"] = served
     if peer_record is not None:
         result["peer"] = peer_record
+    if scenario.api_check is not None:
+        result["api_check"] = scenario.api_check(*api)
     if scenario.oracle is not None:
         bound_at = {pod: t - timing.t0 for pod, (t, _node) in watch.bound.items()}
         result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)
