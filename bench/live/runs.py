@@ -90,6 +90,7 @@ from gangsolve.bench.live.populate import (
 )
 
 FIRST_BIND_WAIT = 60.0  # seconds a run waits for its first binding, however short its quiet time
+DRA = ("resourceclaims", "resourceslices")  # what a scenario's own check may read besides nodes and pods
 
 
 def python_env(cache: Path) -> dict[str, str]:
@@ -261,9 +262,10 @@ def run_live(
                 for p in list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
                 if p["spec"].get("nodeName")
             }
-            api: tuple[list[dict], list[dict]] = ([], [])  # the nodes and pods, for the scenario's own check
+            api: dict[str, list[dict]] = {}  # for the scenario's own check
             if scenario.api_check is not None:
-                api = (cp.request("GET", "/api/v1/nodes")["items"], cp.request("GET", "/api/v1/pods")["items"])
+                for path in ("/api/v1/nodes", "/api/v1/pods", *(f"/apis/resource.k8s.io/v1/{r}" for r in DRA)):
+                    api[path.rsplit("/", 1)[1]] = cp.request("GET", path)["items"]
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
             peer_record = peer.record() if peer is not None else None
@@ -305,7 +307,7 @@ def run_live(
     if peer_record is not None:
         result["peer"] = peer_record
     if scenario.api_check is not None:
-        result["api_check"] = scenario.api_check(*api)
+        result["api_check"] = scenario.api_check(api)
     if scenario.oracle is not None:
         bound_at = {pod: t - timing.t0 for pod, (t, _node) in watch.bound.items()}
         result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)
