@@ -8,6 +8,8 @@ import math
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gangsolve.edge.shares import INDEX
 from gangsolve.live.binder import BinderActor
@@ -205,3 +207,89 @@ def test_the_last_check_refuses_a_share_whose_gpu_was_taken_meanwhile():
     assert b.last_check(plan) is None  # its own assumption does not count against it
     s.apply(Event(POD, "ADDED", _bound_share("other", "0", "0.75")))
     assert b.last_check(plan) == "n1: GPU 0 shared past all of it (1250 thousandths)"
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+share_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "bind", "assume", "confirm", "forget", "delete", "reindex", "read"]),
+        st.integers(0, 4),  # which pod
+        st.sampled_from(["n1", "n2"]),
+        st.sampled_from([None, "0", "1"]),  # the GPU index a bind or a reindex writes
+        st.sampled_from(["0.25", "0.5", "0.1"]),  # the fraction of a new pod
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(share_ops)
+def test_what_each_gpu_holds_follows_the_definition(steps):
+    """The definition, from scratch: a GPU holds the shares of the pods bound on its node whose annotation
+    names it, and of the pods assumed there with it chosen; a bound share whose annotation names none holds a
+    GPU of its own. Checked through node_view (as the binder reads it) and the cycle's view after every step."""
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node(n, gpus=2) for n in ("n1", "n2")]))
+    pods: dict[str, dict] = {}  # name -> {"fraction", "uid", "node", "index"}
+    assumed: dict[str, tuple[str, int]] = {}  # name -> (node, gpu)
+
+    def emit(name: str) -> None:
+        p = pods[name]
+        marks = {"gpu-fraction": p["fraction"], **({INDEX: p["index"]} if p["index"] is not None else {})}
+        s.apply(Event(POD, "MODIFIED", _pod(name, p["uid"], node_name=p["node"], annotations=marks)))
+
+    def model(node: str) -> tuple[dict[int, int], list[int]]:
+        named: dict[int, int] = {}
+        unnamed = []
+        for name, p in pods.items():
+            milli = round(float(p["fraction"]) * 1000)
+            if p["node"] == node:
+                if p["index"] is None:
+                    unnamed.append(milli)
+                else:
+                    named[int(p["index"])] = named.get(int(p["index"]), 0) + milli
+            elif not p["node"] and assumed.get(name, ("",))[0] == node:
+                gpu = assumed[name][1]
+                named[gpu] = named.get(gpu, 0) + milli
+        return named, sorted(unnamed)
+
+    def seen(held) -> tuple[dict[int, int], list[int]]:
+        return {d: m for d, m in held.items() if d >= 0}, sorted(m for d, m in held.items() if d < 0)
+
+    for i, (op, which, node, index, fraction) in enumerate(steps):
+        name = f"p{which}"
+        if op == "add" and name not in pods:
+            pods[name] = {"fraction": fraction, "uid": f"{name}-{i}", "node": None, "index": None}
+            emit(name)
+        elif name not in pods:
+            continue
+        elif op == "bind" and not pods[name]["node"] and name not in assumed:
+            pods[name].update(node=node, index=index)  # bound by another scheduler, with or without an index
+            emit(name)
+        elif op == "assume" and not pods[name]["node"] and name not in assumed:
+            gpu = int(index or 0)
+            s.assume("g", [(f"default/{name}", pods[name]["uid"], node)], gpus={f"default/{name}": gpu})
+            assumed[name] = (node, gpu)
+        elif op == "confirm" and name in assumed:
+            target, gpu = assumed.pop(name)
+            pods[name].update(index=str(gpu))
+            emit(name)  # the binder's patch, then the bind
+            pods[name].update(node=target)
+            emit(name)
+        elif op == "forget" and name in assumed:
+            s.forget(f"default/{name}", pods[name]["uid"])
+            del assumed[name]
+        elif op == "delete":
+            p = pods.pop(name)
+            assumed.pop(name, None)
+            s.apply(Event(POD, "DELETED", _pod(name, p["uid"], node_name=p["node"])))
+        elif op == "reindex" and pods[name]["node"]:
+            pods[name].update(index=index)
+            emit(name)
+        elif op == "read":
+            s.node_view(node)  # as the binder's last check does between cycles
+        views = {n.name: n for n in s.view().nodes}
+        for n in ("n1", "n2"):
+            assert seen(views[n].gpu_shares) == model(n), (op, n)
+            assert seen(s.node_view(n).gpu_shares) == model(n), (op, n)
