@@ -42,7 +42,7 @@ def node_spec(node: dict) -> NodeSpec:
     )
 
 
-# What gangsolve reads (and writes) that kube-scheduler's own ClusterRole (system:kube-scheduler) does not grant.
+# What gangsolve reads that kube-scheduler's own ClusterRole (system:kube-scheduler) does not grant.
 GANGSOLVE_EXTRA_RBAC = [
     {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -50,8 +50,6 @@ GANGSOLVE_EXTRA_RBAC = [
         "metadata": {"name": "gangsolve-bench"},
         "rules": [
             {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["list", "watch"]},
-            # a fractional pod's GPU (annotation gangsolve.io/gpu-index), written before its bind
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
             {
                 "apiGroups": ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"],
                 "resources": ["podgroups"],

@@ -31,8 +31,7 @@ is the scheduler under test), so no run shares capacity, caches or leftovers wit
    validator's overcommit check, from real bindings);
 5. reads the scheduler process's CPU seconds and peak RSS, and counts its API requests in the API server's
    audit log. Every scheduler runs as kube-scheduler's user (`system:kube-scheduler`; gangsolve gets the few
-   rights kube-scheduler lacks: reads, and a pod patch for a fractional pod's GPU), so all share one API
-   Priority and Fairness flow and one audit identity.
+   read rights kube-scheduler lacks), so all share one API Priority and Fairness flow and one audit identity.
 
 A scenario may say what each scheduler's users create from its objects (`users`: live/topology gives each
 its own way of asking for one block and few racks), check the final bindings with an oracle of its own, and

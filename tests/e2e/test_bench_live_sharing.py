@@ -43,5 +43,5 @@ def test_shares_never_pass_all_of_a_gpu(runs, scheduler):
 
 def test_gangsolve_writes_each_shares_gpu_and_kube_scheduler_each_claims_allocation(runs):
     gs, ks = runs["gangsolve"]["api_requests"], runs["kube-scheduler"]["api_requests"]
-    assert gs["patch pods"] == gs["create pods/binding"] == runs["gangsolve"]["pods_placed"]
+    assert gs["patch pods/status"] >= gs["create pods/binding"] == runs["gangsolve"]["pods_placed"]
     assert ks["update resourceclaims/status"] == ks["create pods/binding"] == runs["kube-scheduler"]["pods_placed"]

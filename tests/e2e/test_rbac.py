@@ -123,8 +123,8 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         "queued", scheduler=g.scheduler_name, node_selector=tag, annotations={"gangsolve.io/queue": f"q-{namespace}"}
     )
     create(control_plane, namespace, queued)
-    # GPU sharing: a fractional pod's GPU is written on it (a pods patch) before its bind; on a node of its own,
-    # out of the preemption below.
+    # GPU sharing: a fractional pod's GPU is written on it (through pods/status) before its bind; on a node of
+    # its own, out of the preemption below.
     share_tag = {"gangsolve.dev/test-share": namespace}
     make_nodes(1, gpus=1, labels=share_tag)
     fraction = {"gpu-fraction": "0.5"}

@@ -178,10 +178,10 @@ async def test_the_binder_writes_the_gpu_on_the_pod_before_binding_it():
     assert sorted(kube.bindings) == [("a", "n1"), ("b", "n1")]
     assert sorted(receive.receive_nowait().pod for _ in range(2)) == ["default/a", "default/b"]
     writes = [(m, p) for m, p, _d in kube.calls if m in ("PATCH", "POST")]
-    patch = writes.index(("PATCH", "/api/v1/namespaces/default/pods/a"))
+    patch = writes.index(("PATCH", "/api/v1/namespaces/default/pods/a/status"))
     assert patch < writes.index(("POST", "/api/v1/namespaces/default/pods/a/binding"))
     assert kube.patches == [
-        ("/api/v1/namespaces/default/pods/a", {"metadata": {"uid": "u-a", "annotations": {INDEX: "1"}}})
+        ("/api/v1/namespaces/default/pods/a/status", {"metadata": {"uid": "u-a", "annotations": {INDEX: "1"}}})
     ]  # the whole-GPU pod gets no annotation
 
 

@@ -15,8 +15,8 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
    observed or assumed.
 3. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
    has run out, and none may still be in flight after it. A fractional pod first gets the GPU the cycle chose
-   for its share (annotation `gangsolve.io/gpu-index`, the pod's uid as precondition): how a restarted
-   scheduler knows which GPUs are shared. A pod whose annotation cannot be written is not bound.
+   for its share (annotation `gangsolve.io/gpu-index`, through pods/status, the pod's uid as precondition):
+   how a restarted scheduler knows which GPUs are shared. A pod whose annotation cannot be written is not bound.
 4. A failed bind (or GPU index write) forgets that pod, and the scheduling queue backs it off (1 s doubling to
    10 s); its claims' reservation (and the allocation it made) is undone, and a new cycle starts.
 
@@ -276,7 +276,9 @@ class BinderActor:
                 try:
                     if call == "gpu":
                         index = {"metadata": {"uid": uid, "annotations": {shares.INDEX: str(gpu)}}}
-                        await self.kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}", index, timeout=budget)
+                        # (through pods/status, which may write annotations too: no permission beyond the
+                        # conditions' and nominations')
+                        await self.kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", index, timeout=budget)
                     else:
                         await self.kube.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", body, timeout=budget)
                 except ApiError as exc:
