@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 from gangsolve.bench import manifests, scenarios
-from gangsolve.bench.live import live_topology
+from gangsolve.bench.live import live_sharing, live_topology
 from gangsolve.solver import SolveConfig
 
 # scheduler_perf's client (test/integration/scheduler_perf/util.go): QPS 5000, burst 5000. The scale scenarios
@@ -40,6 +40,12 @@ class LiveScenario:
     native_gates: tuple[str, ...] = ("GenericWorkload", "TopologyAwareWorkloadScheduling")
     # An independent check of the final bindings: (the scenario's objects, pod -> node, pod -> seconds bound).
     oracle: Callable[[list[dict], dict[str, str], dict[str, float]], dict] | None = None
+    # An independent check of what the API holds after the run: its nodes, pods, resourceclaims and
+    # resourceslices (by those names) -> measures.
+    api_check: Callable[[dict[str, list[dict]]], dict] | None = None
+    # The schedulers whose users can ask for what the scenario asks (None: every one), and why the others cannot.
+    only: tuple[str, ...] | None = None
+    only_why: str = ""
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -174,6 +180,19 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
                 oracle=live_topology.oracle,
             )
             for seed in live_topology.SEEDS
+        ),
+        LiveScenario(
+            "live/openb-shares",
+            live_sharing.NODES,
+            live_sharing.objects,
+            f"{live_sharing.NODES} GPU nodes drawn from the OpenB trace's; its fractional pods (part of one GPU: "
+            f"`gpu-fraction`, or for kube-scheduler a ResourceClaim on shareable DRA devices) drawn until they ask "
+            f"{live_sharing.LOAD:.0%} of those GPUs; burst",
+            mode="burst",
+            users=live_sharing.for_scheduler,
+            api_check=live_sharing.devices,
+            only=("gangsolve", "kube-scheduler"),
+            only_why="its users have no way to ask for part of one GPU here",
         ),
         LiveScenario(
             "live/10nodes-10x3-burst",

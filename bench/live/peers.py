@@ -36,7 +36,10 @@ def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue | kai.Kai:
 
 
 def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
-    """Why a real peer does not run in `scenario` (None: it runs, or it is not a real peer)."""
+    """Why a scheduler does not run in `scenario`: one its users cannot ask, or a real peer not built or whose
+    objects the users do not write (None: it runs)."""
+    if scenario.only is not None and scheduler not in scenario.only:
+        return scenario.only_why or f"only {', '.join(scenario.only)} run it"
     if scheduler not in REAL_PEERS:
         return None
     if scenario.users is not None:

@@ -88,6 +88,9 @@ PLURALS = {
     "ClusterRoleBinding": "clusterrolebindings",
     "CustomResourceDefinition": "customresourcedefinitions",
     "TFJob": "tfjobs",
+    "DeviceClass": "deviceclasses",
+    "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims",
 }
 
 
@@ -371,12 +374,13 @@ def prepare(
     cp: ControlPlane, objs: list[dict], scheduler: str, log: Callable[[str], None], definitions: bool = True
 ) -> None:
     """Everything but the gangs: nodes, priority classes, PDBs (unless `definitions` is false: they come later),
-    background pods Running."""
+    DRA devices, classes and claims, background pods Running."""
     cp.create_namespace(manifests.NAMESPACE)
     if scheduler == "gangsolve" and any(o["apiVersion"] == "scheduling.x-k8s.io/v1alpha1" for o in objs):
         crds.install(cp, crds.pod_group_crd())
     nodes = [o for o in objs if o["kind"] == "Node"]
     rest = [o for o in objs if o["kind"] == "PriorityClass" or (definitions and o["kind"] == "PodDisruptionBudget")]
+    rest += [o for o in objs if o["kind"] in ("DeviceClass", "ResourceSlice", "ResourceClaim")]  # DRA: devices
     background = [o for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")]
     log(f"creating {len(nodes)} kwok nodes, {len(background)} background pods")
 

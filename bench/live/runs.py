@@ -34,7 +34,8 @@ is the scheduler under test), so no run shares capacity, caches or leftovers wit
    read rights kube-scheduler lacks), so all share one API Priority and Fairness flow and one audit identity.
 
 A scenario may say what each scheduler's users create from its objects (`users`: live/topology gives each
-its own way of asking for one block and few racks) and check the final bindings with an oracle of its own.
+its own way of asking for one block and few racks), check the final bindings with an oracle of its own, and
+check what the API holds after the run (`api_check`: live/openb-shares counts the GPUs shared past 100%).
 
 Timing is wall clock on a shared machine (the bench process, the control plane and the scheduler share its
 cores); compare schedulers measured in the same run.
@@ -88,6 +89,7 @@ from gangsolve.bench.live.populate import (
 )
 
 FIRST_BIND_WAIT = 60.0  # seconds a run waits for its first binding, however short its quiet time
+DRA = ("resourceclaims", "resourceslices")  # what a scenario's own check may read besides nodes and pods
 
 
 def python_env(cache: Path) -> dict[str, str]:
@@ -259,6 +261,10 @@ def run_live(
                 for p in list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
                 if p["spec"].get("nodeName")
             }
+            api: dict[str, list[dict]] = {}  # for the scenario's own check
+            if scenario.api_check is not None:
+                for path in ("/api/v1/nodes", "/api/v1/pods", *(f"/apis/resource.k8s.io/v1/{r}" for r in DRA)):
+                    api[path.rsplit("/", 1)[1]] = cp.request("GET", path)["items"]
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
             peer_record = peer.record() if peer is not None else None
@@ -299,6 +305,8 @@ def run_live(
         result["pod_group_served"] = served
     if peer_record is not None:
         result["peer"] = peer_record
+    if scenario.api_check is not None:
+        result["api_check"] = scenario.api_check(api)
     if scenario.oracle is not None:
         bound_at = {pod: t - timing.t0 for pod, (t, _node) in watch.bound.items()}
         result["oracle"] = scenario.oracle(scenario_objs, {k.split("/", 1)[1]: v for k, v in final.items()}, bound_at)

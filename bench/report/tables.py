@@ -468,6 +468,44 @@ def live_topology_rows(live: list[dict]) -> list[tuple[str, ...]]:
     return out
 
 
+LIVE_SHARING_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "shares bound",
+    "pods/s",
+    "GPUs shared",
+    "GPU held",
+    "GPUs over 100%",
+    "nodes with a whole GPU shared",
+    "shares without a GPU index",
+)
+LIVE_SHARING_TITLE = "Live GPU sharing: the GPUs as the API's nodes and pods show them after the run"
+
+
+def live_sharing_rows(live: list[dict]) -> list[tuple[str, ...]]:
+    """Live scenarios whose GPUs were checked from the API after the run (live/openb-shares)."""
+    out: list[tuple[str, ...]] = []
+    for sc in live:
+        for r in sc["runs"]:
+            c = r.get("api_check")
+            if c is None:
+                continue
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{c['fractional_pods_bound']}/{r['pending_pods']}",
+                    num(r["pods_per_second"], "{:.1f}"),
+                    f"{c['gpus_shared']}/{c['gpus']}",
+                    f"{c['gpu_thousandths_held'] / (1000 * c['gpus']):.1%}" if c["gpus"] else "-",
+                    str(c["devices_over_100"]),
+                    str(c["nodes_with_a_whole_gpu_shared"]),
+                    str(c["fractional_pods_without_a_gpu_index"]),
+                )
+            )
+    return out
+
+
 def print_live(live: list[dict], console: Console) -> None:
     for mode, columns in LIVE_COLUMNS.items():
         if body := live_rows(live, mode):
@@ -475,6 +513,8 @@ def print_live(live: list[dict], console: Console) -> None:
     if rows := live_topology_rows(live):
         title = "Live topology: gangs, required level and spans from the final bindings (oracle on node labels)"
         console.print(_by_scenario(title, LIVE_TOPOLOGY_COLUMNS, rows))
+    if rows := live_sharing_rows(live):
+        console.print(_by_scenario(LIVE_SHARING_TITLE, LIVE_SHARING_COLUMNS, rows))
     for line in [*definition_waits(live), *peer_notes(live)]:
         console.print(line)
 
@@ -620,6 +660,8 @@ def markdown(results: dict) -> str:
             lines += ["", *md(columns, body)]
     if oracle_rows := live_topology_rows(results.get("live") or []):
         lines += ["", *md(LIVE_TOPOLOGY_COLUMNS, oracle_rows)]
+    if sharing := live_sharing_rows(results.get("live") or []):
+        lines += ["", *md(LIVE_SHARING_COLUMNS, sharing)]
     if notes := peer_notes(results.get("live") or []):
         lines += ["", *(f"- {note}" for note in notes)]
     for key in PREEMPTION_TITLES:

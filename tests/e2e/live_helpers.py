@@ -1,6 +1,6 @@
 """Helpers for the live scheduler's end-to-end tests: pod manifests, polling and the invariants checked after
-every test (no node overcommitted, no gang partly bound). gangsolve as a subprocess and the CRDs are the live
-bench's too (gangsolve.bench.devcluster)."""
+every test (no node overcommitted, no GPU shared past all of it, no gang partly bound). gangsolve as a
+subprocess and the CRDs are the live bench's too (gangsolve.bench.devcluster)."""
 
 from __future__ import annotations
 
@@ -177,6 +177,49 @@ def _requests(pod: dict) -> dict[str, int]:
     return {k: math.ceil(v * 1000 if k == "cpu" else v) for k, v in total.items()}
 
 
+GPU_INDEX = "gangsolve.io/gpu-index"
+GPU_MEMORY = "nvidia.com/gpu.memory"
+
+
+def gpu_holdings(nodes: Mapping[str, dict], pods: list[dict]) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
+    """What bound, unfinished pods hold of their nodes' GPUs, read from the objects alone by docs/gpu-sharing.md's
+    rules: per (node, GPU index) the thousandths of a GPU fractional pods hold there (`gpu-fraction` rounded up
+    to thousandths, or `gpu-memory` MiB of the node's label `nvidia.com/gpu.memory`); a fractional pod without
+    an index holds a GPU of its own (keyed by its name). And per node, the whole GPUs pods request."""
+    shared: dict[tuple[str, str], int] = defaultdict(int)
+    whole: dict[str, int] = defaultdict(int)
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        if not node or node not in nodes or (p.get("status") or {}).get("phase") in FINISHED:
+            continue
+        whole[node] += _requests(p).get(GPU, 0)
+        annotations = p["metadata"].get("annotations") or {}
+        if "gpu-fraction" in annotations:
+            milli = math.ceil(Fraction(annotations["gpu-fraction"]) * 1000)
+        elif "gpu-memory" in annotations:
+            label = int(nodes[node]["metadata"]["labels"][GPU_MEMORY])
+            milli = math.ceil(Fraction(1000 * int(annotations["gpu-memory"]), label))
+        else:
+            continue
+        shared[(node, annotations.get(GPU_INDEX, f"pod {p['metadata']['name']}"))] += milli
+    return shared, whole
+
+
+def assert_gpus_sound(nodes: Mapping[str, dict], pods: list[dict]) -> None:
+    """No GPU shared past all of it, no GPU index that is not one of its node's GPUs, and no whole GPU shared:
+    the GPUs holding shares plus the whole GPUs requested are no more than the node has."""
+    shared, whole = gpu_holdings(nodes, pods)
+    gpus = {name: int((n["status"].get("allocatable") or {}).get(GPU, 0)) for name, n in nodes.items()}
+    for (node, index), milli in shared.items():
+        assert milli <= 1000, f"GPU {index} of node {node} shared past all of it: {milli} thousandths"
+        assert index.startswith("pod ") or int(index) in range(gpus[node]), f"node {node} has no GPU {index}"
+    for node in {n for n, _i in shared} | set(whole):
+        held = sum(1 for n, _i in shared if n == node)
+        assert held + whole[node] <= gpus[node], (
+            f"node {node}: {whole[node]} whole GPUs and {held} shared of {gpus[node]}"
+        )
+
+
 def _selects(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector: a missing selector selects nothing, an empty one everything."""
     if selector is None:
@@ -249,7 +292,8 @@ def _minimum(gang: tuple[str, str, str], members: list[dict], pdbs: list[dict], 
 
 def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> None:
     """Read the whole cluster through the API: no node holds more than its allocatable on any resource (every
-    pod bound to it and not Succeeded/Failed counts, terminating ones included, as kube-scheduler counts them),
+    pod bound to it and not Succeeded/Failed counts, terminating ones included, as kube-scheduler counts them)
+    nor of its GPUs (`assert_gpus_sound`),
     and no gang of a gang scheduler's pods (README's rules) has some but fewer than its minimum members bound."""
     nodes = {n["metadata"]["name"]: n for n in cp.request("GET", "/api/v1/nodes")["items"]}
     pods = cp.request("GET", "/api/v1/pods")["items"]
@@ -276,6 +320,7 @@ def assert_cluster_sound(cp: ControlPlane, group_label: str | None = None) -> No
         for r, q in res.items():
             have = _quantity(allocatable.get(r, 0)) * (1000 if r == "cpu" else 1)
             assert q <= have, f"node {node} overcommitted on {r}: {q} requested, {have} allocatable"
+    assert_gpus_sound(nodes, pods)
 
     live = [
         p

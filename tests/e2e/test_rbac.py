@@ -3,9 +3,10 @@
 The whole e2e suite runs `gangsolve run` as the chart's ServiceAccount (tests/e2e/conftest.py), and the API
 server records every request that account makes. This test runs one more scheduler through every kind of
 call (leader election from a missing Lease to its release, every watch, binds of the three PodGroup kinds, a
-pod whose ResourceClaim it allocates, a gang that cannot fit and says so, a high-priority pod that preempts one
-of those gangs, a Volcano Queue's status), then holds every request of the session so far against the chart's
-rules: every request of a kind a rule grants, every rule used, the Lease touched only by its name.
+pod whose ResourceClaim it allocates, a fractional pod whose GPU it writes, a gang that cannot fit and says so,
+a high-priority pod that preempts one of those gangs, a Volcano Queue's status), then holds every request of
+the session so far against the chart's rules: every request of a kind a rule grants, every rule used, the
+Lease touched only by its name.
 """
 
 from __future__ import annotations
@@ -122,7 +123,19 @@ def test_the_charts_rbac_is_exactly_what_the_scheduler_calls(
         "queued", scheduler=g.scheduler_name, node_selector=tag, annotations={"gangsolve.io/queue": f"q-{namespace}"}
     )
     create(control_plane, namespace, queued)
-    poll(lambda: len(bound(pods(control_plane, namespace))) == 8, timeout=60, what="the three gangs and two pods bound")
+    # GPU sharing: a fractional pod's GPU is written on it (through pods/status) before its bind; on a node of
+    # its own, out of the preemption below.
+    share_tag = {"gangsolve.dev/test-share": namespace}
+    make_nodes(1, gpus=1, labels=share_tag)
+    fraction = {"gpu-fraction": "0.5"}
+    create(
+        control_plane,
+        namespace,
+        pod("share", scheduler=g.scheduler_name, node_selector=share_tag, annotations=fraction),
+    )
+    poll(
+        lambda: len(bound(pods(control_plane, namespace))) == 9, timeout=60, what="the three gangs and three pods bound"
+    )
     queues = "/apis/scheduling.volcano.sh/v1beta1/queues"
     poll(
         lambda: (control_plane.get(f"{queues}/q-{namespace}").get("status") or {}).get("allocated"),

@@ -163,23 +163,6 @@ def test_solve_gives_each_fractional_pod_its_gpu(monkeypatch):
         assert whole + len({gpu for (n, gpu) in held if n == node}) <= 4
 
 
-def test_the_live_scheduler_leaves_pods_asking_for_shares_out_and_says_why():
-    """Live, the store's nodes do not say which GPUs hold shares yet: such a pod is left out with its reason
-    (as any object the live scheduler cannot read), never placed blind; the others are scheduled."""
-    from gangsolve import cycle
-    from gangsolve.edge import objects, schema
-
-    snap = Snapshot()
-    node = k8s_node("n", gpus=2)
-    for obj in (node, k8s_pod("share", annotations={"gpu-fraction": "0.5"}), k8s_pod("whole", gpus=1)):
-        snap.add(obj)
-    nodes = (objects.node(schema.check(node, "Node")),)
-    grouped = cycle.group(snap, cycle.Rules(), now=None, nodes=nodes)
-    assert [(e.obj, e.field) for e in grouped.skipped] == [("Pod default/share", "metadata.annotations.gpu-fraction")]
-    assert "live scheduler does not record their GPUs yet" in grouped.skipped[0].message
-    assert [g.name for g in grouped.cluster.gangs] == ["default/whole"]
-
-
 def test_a_share_is_read_for_each_pod_even_among_pods_of_one_resource_shape():
     # The edge remembers requests by resource fields; a share comes from annotations, so two pods alike but for
     # the annotation must not get each other's requests, in either order.

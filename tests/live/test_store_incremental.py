@@ -271,3 +271,14 @@ def test_while_a_queue_exists_a_view_reads_every_pod_and_a_queue_change_may_free
     freed = s.freed
     s.apply(Event(QUEUE, "MODIFIED", k8s_queue("team-a", weight=1, capability={"cpu": "2"})))  # cap raised
     assert s.freed > freed
+
+
+def test_a_node_read_between_cycles_does_not_hide_an_assumption_from_the_next_view():
+    """The binder's last check reads the node an assumption changed before the next cycle takes its view: the
+    view must still show the node with the assumption (its nodes are rebuilt, not the ones cached before)."""
+    s = store_with_nodes()
+    s.apply(Resync(POD, [pod("p", 500)]))
+    assert s.view().nodes[1].used.get("cpu", 0) == 0
+    s.assume("default/p", [("default/p", "uid-p", "n1")])
+    assert used_cpu(s, "n1") == 500  # (the binder's read)
+    assert {n.name: n.used.get("cpu", 0) for n in s.view().nodes}["n1"] == 500

@@ -617,7 +617,7 @@ def build_with_origins(
     objs = snap.decoded(nodes=nodes is None)
     devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(objs, group_label, strict, grace, now)
-    live, converted = nodes is not None, [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
+    converted = [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
     bound = _bound(objs, converted)
     nodes = _with_device_capacity(_nodes_with_usage(converted, bound) if nodes is None else nodes, devices)
     memories = sorted({n.gpu_memory for n in nodes if n.gpu_memory})
@@ -653,7 +653,7 @@ def build_with_origins(
                 for r, q in requests_of.get(id(p), objects.pod_requests(p)).items():
                     held[r] = held.get(r, 0) + q
         pending = [
-            _with_devices(shares.planned_pod(convert(p, order), p, memories, live), devices)
+            _with_devices(shares.planned_pod(convert(p, order), p, memories), devices)
             for order, p in pods
             if not p.bound
         ]

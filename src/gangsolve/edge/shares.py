@@ -115,14 +115,8 @@ def planned(obj: schema.Pod, share: Asked, memories: list[int]) -> tuple[int, in
     return share.on(min(holding)), share.memory
 
 
-def planned_pod(pod: Pod, obj: schema.Pod, memories: list[int], live: bool = False) -> Pod:
-    """A pending pod asking for GPU memory with the share it is planned with (`planned`); others as they are.
-    `live`: a pod asking for a share is refused (the live scheduler leaves it out and says why), since the
-    live scheduler does not record the GPUs shares take yet."""
-    if live and (pod.gpu_memory or pod.requests.get(SHARE)):
-        which = MEMORY if pod.gpu_memory else FRACTION
-        message = "GPU shares are placed by `gangsolve solve` only: the live scheduler does not record their GPUs yet"
-        raise InputError(obj.describe(), _field(which), message)
+def planned_pod(pod: Pod, obj: schema.Pod, memories: list[int]) -> Pod:
+    """A pending pod asking for GPU memory with the share it is planned with (`planned`); others as they are."""
     if not pod.gpu_memory:
         return pod
     milli, memory = planned(obj, Asked(memory=pod.gpu_memory), memories)

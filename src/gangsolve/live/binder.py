@@ -14,9 +14,11 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
    undone and nothing is bound. The last check has made sure no device is allocated to another claim,
    observed or assumed.
 3. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
-   has run out, and none may still be in flight after it.
-4. A failed bind forgets that pod, and the scheduling queue backs it off (1 s doubling to 10 s); its claims'
-   reservation (and the allocation it made) is undone, and a new cycle starts.
+   has run out, and none may still be in flight after it. A fractional pod first gets the GPU the cycle chose
+   for its share (annotation `gangsolve.io/gpu-index`, through pods/status, the pod's uid as precondition):
+   how a restarted scheduler knows which GPUs are shared. A pod whose annotation cannot be written is not bound.
+4. A failed bind (or GPU index write) forgets that pod, and the scheduling queue backs it off (1 s doubling to
+   10 s); its claims' reservation (and the allocation it made) is undone, and a new cycle starts.
 
 A `Preemption` is carried out the way kube-scheduler does it, within the same fence:
 
@@ -46,7 +48,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve.edge import dra, objects
+from gangsolve.edge import dra, objects, shares
 from gangsolve.edge.errors import InputError
 from gangsolve.live import logs
 from gangsolve.live.fence import Fence
@@ -56,6 +58,7 @@ from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, validate
+from gangsolve.solver.validate import validate_shares
 
 
 class BinderActor:
@@ -111,9 +114,10 @@ class BinderActor:
                 self._forget(key, uid, backoff=True)
             return False
         failures: list[str] = []
+        gpus = {key: share.gpu for key, share in plan.shares}
         async with anyio.create_task_group() as tg:
             for key, uid, node in plan.pods:
-                tg.start_soon(self._bind_one, key, uid, node, failures, bound)
+                tg.start_soon(self._bind_one, key, uid, node, gpus.get(key), failures, bound)
         self.metrics.gang_bind_duration.observe(time.monotonic() - plan.planned_at)
         if failures:
             logs.warning("gang partly failed to bind", gang=plan.gang, failed=len(failures), pods=len(plan.pods))
@@ -150,10 +154,11 @@ class BinderActor:
                 if key in mine:
                     for r, q in a.requests.items():
                         used[r] = used.get(r, 0) - q
-            nodes.append(replace(view, used=used))
+            nodes.append(replace(view, used=used, gpu_shares=store.gpu_shares(name, but=mine)))
         pods = tuple(p for ps in pods_by_node.values() for p in ps)
-        gang = Gang(plan.gang, pods, min_member=len(pods))
-        violations = validate(Cluster(tuple(nodes), (gang,)), {p.name: n for n, ps in pods_by_node.items() for p in ps})
+        cluster = Cluster(tuple(nodes), (Gang(plan.gang, pods, min_member=len(pods)),))
+        bindings = {p.name: n for n, ps in pods_by_node.items() for p in ps}
+        violations = validate(cluster, bindings) or validate_shares(cluster, bindings, dict(plan.shares))
         return violations[0] if violations else self._claims_check(plan)
 
     def _claims_check(self, plan: GangPlan) -> str | None:
@@ -244,8 +249,15 @@ class BinderActor:
                 logs.warning("claim not undone", claim=w.claim, error=str(exc)[:300])
 
     async def _bind_one(
-        self, key: str, uid: str, node: str, failures: list[str], bound: MemoryObjectSendStream[Bound | Evicted]
+        self,
+        key: str,
+        uid: str,
+        node: str,
+        gpu: int | None,
+        failures: list[str],
+        bound: MemoryObjectSendStream[Bound | Evicted],
     ) -> None:
+        """Bind the pod, a fractional one (`gpu`: the GPU of its share) once the GPU is written on it."""
         ns, _, name = key.partition("/")
         body = {
             "apiVersion": "v1",
@@ -254,22 +266,31 @@ class BinderActor:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         async with self.limiter:
-            budget = self.fence.remaining()
-            if budget <= 0:
-                self._failed(key, uid, node, "not_leader", "leadership ended before the bind", failures, backoff=False)
-                return
-            started = time.perf_counter()
-            try:
-                await self.kube.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", body, timeout=budget)
-            except ApiError as exc:
-                reason = {404: "not_found", 409: "conflict"}.get(exc.status, str(exc.status))
-                self._failed(key, uid, node, reason, exc.message, failures)
-                return
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                self._failed(key, uid, node, type(exc).__name__, str(exc), failures)
-                return
-            finally:
-                self.metrics.bind_duration.observe(time.perf_counter() - started)
+            for call in ("gpu", "bind") if gpu is not None else ("bind",):
+                budget = self.fence.remaining()
+                if budget <= 0:
+                    message = f"leadership ended before the {'GPU index' if call == 'gpu' else 'bind'}"
+                    self._failed(key, uid, node, "not_leader", message, failures, backoff=False)
+                    return
+                started = time.perf_counter()
+                try:
+                    if call == "gpu":
+                        index = {"metadata": {"uid": uid, "annotations": {shares.INDEX: str(gpu)}}}
+                        # (through pods/status, which may write annotations too: no permission beyond the
+                        # conditions' and nominations')
+                        await self.kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", index, timeout=budget)
+                    else:
+                        await self.kube.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", body, timeout=budget)
+                except ApiError as exc:
+                    reason = {404: "not_found", 409: "conflict"}.get(exc.status, str(exc.status))
+                    self._failed(key, uid, node, _REASON[call] + reason, exc.message, failures)
+                    return
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    self._failed(key, uid, node, _REASON[call] + type(exc).__name__, str(exc), failures)
+                    return
+                finally:
+                    if call == "bind":
+                        self.metrics.bind_duration.observe(time.perf_counter() - started)
         self.metrics.pods_bound.inc()
         logs.debug("bound", pod=key, node=node)
         bound.send_nowait(Bound(key, uid, node))
@@ -362,5 +383,6 @@ class BinderActor:
 
 
 _ERRORS = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
+_REASON = {"gpu": "gpu_index_", "bind": ""}  # a failed GPU index write is told apart from a failed bind
 _EVICT_ATTEMPTS = 3
 _EVICT_RETRY = 0.2  # seconds before the second attempt, doubling

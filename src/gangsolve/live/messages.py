@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from gangsolve.edge.gangs import Origin, Waiting
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import Cluster, Placement
+from gangsolve.solver.model import Share
 
 COMPONENT = "gangsolve"  # how events and conditions name the scheduler
 
@@ -59,12 +60,14 @@ class ClaimWrite:
 
 @dataclass(frozen=True)
 class GangPlan:
-    """A placed gang for the binder: each pod (key, the uid that was solved, node), and the claims to write."""
+    """A placed gang for the binder: each pod (key, the uid that was solved, node), the claims to write, and the
+    GPU each fractional pod takes a share of (pod key, share), which the binder writes on the pod first."""
 
     gang: str
     pods: tuple[tuple[str, str, str], ...]
     planned_at: float  # monotonic
     claims: tuple[ClaimWrite, ...] = ()
+    shares: tuple[tuple[str, Share], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,10 @@ class Metrics:
             registry=r,
         )
         self.bind_errors = Counter(
-            "gangsolve_binding_errors_total", "Failed Binding calls, by reason.", ["reason"], registry=r
+            "gangsolve_binding_errors_total",
+            "Failed Binding calls (and GPU index writes before them), by reason.",
+            ["reason"],
+            registry=r,
         )
         self.pods_bound = Counter("gangsolve_pods_bound_total", "Pods bound.", registry=r)
         self.watch_errors = Counter(

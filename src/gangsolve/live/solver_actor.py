@@ -15,10 +15,10 @@ reservations are on (a reservation is planned from running pods' expected ends) 
 instead; a cycle on a partial view never preempts. Gangs holding a nomination, and starving gangs while
 reservations are on, are solved every cycle: what they hold limits where the others go.
 
-For every placed gang it assumes the pods (and the devices chosen for their claims) in the store and sends a
-`GangPlan` to the binder. When the cycle preempted, it records the nominations (and those to clear: pods no
-longer nominated, still pending) and the victims in the store the same way, and sends one `Preemption` to the
-binder first. Each cycle's `CycleResult` goes to feedback's mailbox.
+For every placed gang it assumes the pods (and the devices chosen for their claims, and the GPUs of their
+shares) in the store and sends a `GangPlan` to the binder. When the cycle preempted, it records the nominations
+(and those to clear: pods no longer nominated, still pending) and the victims in the store the same way, and
+sends one `Preemption` to the binder first. Each cycle's `CycleResult` goes to feedback's mailbox.
 
 It owns its settings (the cycle's `Rules` and the `SolveConfig`, passed whole), a cycle counter, the last
 cycle's bindings (the next one's warm start), a cache of converted pods (used only by the one cycle running)
@@ -398,9 +398,10 @@ class SolverActor:
             ]
             if placed:
                 writes = tuple(w for key, _uid, _node in placed for w in claims.get(key, ()))
-                gang_plan = GangPlan(gang.name, tuple(placed), now, writes)
+                shares = tuple((key, placement.shares[key]) for key, _uid, _node in placed if key in placement.shares)
+                gang_plan = GangPlan(gang.name, tuple(placed), now, writes, shares)
                 chosen = [(w.pod, w.claim, w.allocation) for w in writes if w.allocation is not None]
-                self.store.assume(gang.name, gang_plan.pods, chosen)
+                self.store.assume(gang.name, gang_plan.pods, chosen, {key: s.gpu for key, s in shares})
                 plans.send_nowait(gang_plan)
 
     def _publish(self, prepared: Prepared, decided: Decisions, result: CycleResult) -> None:

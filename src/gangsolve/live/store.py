@@ -5,9 +5,9 @@ It holds these things, and says who may change each:
 - **observed objects**, exactly as the API sent them and never mutated: written only by `run` (the watch
   pump), from the watchers' events;
 - **assumed placements** (kube-scheduler's assume/bind/forget): a pod the solver actor handed to the binder
-  shows as bound to its node in every later view, so no cycle gives its capacity away twice. Written by the
-  solver actor (`assume`), ended by the watch showing the pod bound (confirmed) or gone, or by the binder
-  (`forget`);
+  shows as bound to its node in every later view (a fractional pod holding the GPU chosen for it, as the binder
+  writes it on the pod), so no cycle gives its capacity away twice. Written by the solver actor (`assume`),
+  ended by the watch showing the pod bound (confirmed) or gone, or by the binder (`forget`);
 - **assumed claim allocations**, the DRA half of an assumption: the devices the solver actor chose for a
   claim of a placed pod show as allocated in every later snapshot until the watch shows the claim allocated
   (or gone), so no cycle hands a device out twice. Written with the pod's assumption (`assume`), dropped with
@@ -36,19 +36,21 @@ bound or assumed, so a cycle knows without reading them whether preemption could
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
 from anyio.abc import ObjectReceiveStream
 
-from gangsolve.edge import objects, schema
+from gangsolve.edge import objects, schema, shares
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.gang_hints import Hint, gang_hints, pod_group_of
 from gangsolve.edge.objects import pod_key
 from gangsolve.edge.snapshot import DRA_KINDS, KINDS, POD_GROUP_KINDS, QUEUE_GROUP, Snapshot
 from gangsolve.live import logs
+from gangsolve.live.fingerprints import fingerprint
+from gangsolve.live.gpu_shares import GpuShares
 from gangsolve.live.messages import Event, Resync
 from gangsolve.solver import Node
 
@@ -66,52 +68,8 @@ def object_key(obj: dict) -> ObjectKey:
     return group, meta.get("namespace", ""), meta.get("name", "")
 
 
-def _ready(node: dict) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions if isinstance(c, dict))
-
-
 def _node_name(pod: dict | None) -> str | None:
     return ((pod or {}).get("spec") or {}).get("nodeName") or None
-
-
-def fingerprint(kind: str, obj: dict) -> object:
-    """What of an object matters to a scheduling decision; a change elsewhere starts no cycle. A bound pod's
-    phase does not matter (it holds its capacity until it finishes, and finished pods are never watched)."""
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    if kind == "Pod":
-        return (
-            meta.get("uid"),
-            meta.get("labels"),
-            meta.get("annotations"),
-            meta.get("ownerReferences"),
-            meta.get("deletionTimestamp"),
-            spec,
-            None if spec.get("nodeName") else status.get("phase"),
-        )
-    if kind == "Node":
-        return (
-            meta.get("labels"),
-            spec.get("taints"),
-            spec.get("unschedulable"),
-            status.get("allocatable", status.get("capacity")),
-            _ready(obj),
-        )
-    if kind == "PriorityClass":
-        return (obj.get("value"), obj.get("globalDefault"))
-    if kind == "ResourceClaim":  # its allocation and reservations decide which devices are free
-        return (
-            meta.get("uid"),
-            meta.get("deletionTimestamp"),
-            spec,
-            status.get("allocation"),
-            status.get("reservedFor"),
-        )
-    if kind in DRA_KINDS:
-        return spec
-    if kind == "Queue":  # its state (Open, Closed) is in its status; what it holds is ours to write
-        return (meta.get("labels"), meta.get("annotations"), spec, status.get("state"))
-    return (meta.get("labels"), meta.get("annotations"), spec)  # PDB, PodGroup: not their status
 
 
 def _priority(pod: dict | None) -> int | None:
@@ -168,6 +126,7 @@ class Assumption:
     gang: str
     requests: Requests  # what it adds to the node's used capacity until confirmed or dropped
     priority: int | None  # the pod's spec.priority
+    gpu: int | None = None  # the GPU of its node it takes a share of (None: no share)
 
 
 @dataclass(frozen=True)
@@ -214,6 +173,7 @@ class ClusterStore:
         self._nodes: dict[str, Node] = {}  # node name -> converted (readable ones)
         self._bad_nodes: dict[str, InputError] = {}
         self._used: dict[str, Requests] = {}  # node name -> requests of the pods bound or assumed there
+        self._gpu_shares = GpuShares()  # the GPU shares of the pods bound or assumed on each node
         self._views: dict[str, Node] = {}  # node name -> its Node with `used`, rebuilt when dirty
         self._dirty: set[str] = set()
         self._assumed: dict[str, Assumption] = {}  # pod key -> where the solver placed it
@@ -353,17 +313,23 @@ class ClusterStore:
             self._requests.pop(key, None)
             self._bad_pods.pop(key, None)
             new_requests = None
+            shared = self._gpu_shares.observe(key, None, None)
         elif new is not old:
             try:
-                new_requests = objects.pod_requests(schema.check(new, "Pod"))
+                checked = schema.check(new, "Pod")
+                new_requests = objects.pod_requests(checked)
                 self._requests[key] = new_requests
                 self._bad_pods.pop(key, None)
+                shared = self._gpu_shares.observe(key, checked, new_requests)
             except InputError as exc:
                 new_requests = None
                 self._requests.pop(key, None)
                 self._bad_pods[key] = exc
+                shared = self._gpu_shares.observe(key, None, None)
         else:
-            new_requests = old_requests
+            new_requests, shared = old_requests, False
+        if shared:  # the GPU it holds a share of may have changed with it
+            self._dirty.update(n for n in (old_node, new_node) if n)
         if (old_node, old_requests) != (new_node, new_requests):
             if old_node and old_requests is not None:
                 # Room is freed unless the pod's new self holds at least as much of it on the same node.
@@ -401,7 +367,7 @@ class ClusterStore:
             return node == a.node
         elif requests is not None and requests != a.requests:  # still pending, asking for something else
             self._end_assumption(key, freed=True)
-            self._assume_one(key, a.uid, a.node, a.gang)
+            self._assume_one(key, a.uid, a.node, a.gang, a.gpu)
         return False
 
     def _observe_preemption(self, key: str, uid: str | None, obj: dict) -> None:
@@ -496,23 +462,28 @@ class ClusterStore:
     # ------------------------------------------------------------------ assume (solver actor) / forget (binder)
 
     def assume(
-        self, gang: str, pods: Iterable[tuple[str, str, str]], claims: Iterable[tuple[str, str, dict]] = ()
+        self,
+        gang: str,
+        pods: Iterable[tuple[str, str, str]],
+        claims: Iterable[tuple[str, str, dict]] = (),
+        gpus: Mapping[str, int] | None = None,
     ) -> None:
         """The solver placed these (pod key, uid, node): they count as bound until confirmed or forgotten; and
-        chose these devices (pod key, claim `ns/name`, status.allocation): allocated until the watch shows it."""
+        chose these devices (pod key, claim `ns/name`, status.allocation): allocated until the watch shows it;
+        and these GPUs for fractional pods (pod key -> GPU index), held until the watch shows the pod bound."""
         for key, uid, node in pods:
             if key in self._assumed:
                 self._end_assumption(key, freed=self._assumed[key].node != node)
-            self._assume_one(key, uid, node, gang)
+            self._assume_one(key, uid, node, gang, (gpus or {}).get(key))
         for pod, claim, allocation in claims:
             ns, _, name = claim.partition("/")
             self._claims[(ns, name)] = ClaimAssumption(pod, allocation)
             self._versions["ResourceClaim"] += 1
 
-    def _assume_one(self, key: str, uid: str, node: str, gang: str) -> None:
+    def _assume_one(self, key: str, uid: str, node: str, gang: str, gpu: int | None) -> None:
         requests = dict(self._requests.get(key) or {})
         priority = _priority(self.pod(key))
-        self._assumed[key] = Assumption(node, uid, gang, requests, priority)
+        self._assumed[key] = Assumption(node, uid, gang, requests, priority, gpu)
         self._assumed_on.setdefault(node, set()).add(key)
         _add(self._used, node, requests, +1)
         self._count_priority(priority, +1)
@@ -602,9 +573,20 @@ class ClusterStore:
             self._dirty.discard(name)
             return None
         if name in self._dirty or name not in self._views:
-            self._views[name] = replace(self._nodes[name], used=dict(self._used.get(name, {})))
+            used, held = dict(self._used.get(name, {})), self.gpu_shares(name)
+            self._views[name] = replace(self._nodes[name], used=used, gpu_shares=held)
             self._dirty.discard(name)
+            self._versions["Node"] += 1  # views built from now on take the nodes anew
         return self._views[name]
+
+    def gpu_shares(self, name: str, but: Collection[str] = ()) -> dict[int, int]:
+        """GPU index -> milli-GPU the fractional pods bound or assumed on node `name` hold, but those `but` names."""
+        node = self._nodes.get(name)
+        if node is None or not self._gpu_shares:
+            return {}
+        bound = (k for k in self._on_node.get(name, ()) if k not in but)
+        assumed = ((k, self._assumed[k].gpu) for k in self._assumed_on.get(name, ()) if k not in but)
+        return self._gpu_shares.held(node, bound, assumed)
 
     def node_error(self, name: str) -> InputError | None:
         """Why a node cannot be read (None when it can, or is gone)."""
@@ -710,11 +692,8 @@ class ClusterStore:
         node_objs = self._objects["Node"]
         unreadable = [self._bad_pods[k] for k in sorted(bad_pods)]
         unreadable += [self._bad_nodes[n] for n in sorted(self._bad_nodes)]
-        dirty = bool(self._dirty)
         for name in list(self._dirty):
             self.node_view(name)
-        if dirty:
-            self._versions["Node"] += 1  # (the views' used capacity)
         snapshot = Snapshot(
             nodes=self._shared("Node", lambda: [o for key, o in node_objs.items() if key[2] not in self._bad_nodes]),
             pods=pods,
@@ -763,6 +742,9 @@ class ClusterStore:
         a = self._assumed.get(key)
         if a is not None and not (pod.get("spec") or {}).get("nodeName"):
             pod = {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": a.node}}
+            if a.gpu is not None:  # as the binder writes it before the bind
+                annotations = {**(pod["metadata"].get("annotations") or {}), shares.INDEX: str(a.gpu)}
+                pod = {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
         n = self._nominated.get(key)
         if n is not None:
             pod = {**pod, "status": {**(pod.get("status") or {}), "nominatedNodeName": n.node}}
