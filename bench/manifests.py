@@ -165,6 +165,11 @@ def resource_slice(node: str, driver: str, gpus: int, labels: dict[str, str]) ->
         }
         for i in range(gpus)
     ]
+    return slice_of(node, driver, devices)
+
+
+def slice_of(node: str, driver: str, devices: list[dict]) -> dict:
+    """One ResourceSlice holding a node's whole pool of `driver`'s devices."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

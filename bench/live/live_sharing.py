@@ -92,17 +92,7 @@ def _slice(node: str, gpus: int) -> dict:
         {"name": f"gpu-{i}", "allowMultipleAllocations": True, "capacity": {CAPACITY: {"value": str(WHOLE)}}}
         for i in range(gpus)
     ]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpus"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+    return manifests.slice_of(node, DRIVER, devices)
 
 
 def devices(api: dict[str, list[dict]]) -> dict:
