@@ -178,6 +178,9 @@ def fairness(
     demand_all = [up_the_tree(c["demand"], parents) for c in steady]
     fair_all = [tree_split(capacity, weights, parents, c["demand"], caps) for c in steady]
     leaves = set(weights) - set(parents.values())
+    # The first cycle at which every team has work (the day teams have come): from there, a queue holding more
+    # than its fair share must come down to it, and how long that takes is how soon it yields.
+    everyone = next((i for i, d in enumerate(demand_all) if all(d.get(t, 0) > 0 for t in leaves)), None)
     for t in weights:
         held = np.array([h.get(t, 0) for h in held_all], dtype=float)
         fair = np.array([f[t] for f in fair_all])
@@ -194,11 +197,22 @@ def fairness(
             "share": float(gpu_hours / (has.sum() * capacity)) if has.any() else 0.0,
             "fair_share": float(fair_hours / (has.sum() * capacity)) if has.any() else 0.0,
             "max_hourly_deviation": float(worst),
+            **_yielded(steady, held, fair, everyone),
         }
         if fair_hours > 0 and t in leaves:
             ratios.append(gpu_hours / fair_hours)
     jain = float(sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))) if ratios else None
     return {"tenants": out, "jain": jain}
+
+
+def _yielded(steady: list[dict], held: np.ndarray, fair: np.ndarray, everyone: int | None) -> dict:
+    """Whether the queue held more than its fair share (whole GPUs) when every team had work, and if so the
+    seconds until it first held no more (None: not within the window)."""
+    if everyone is None or held[everyone] <= np.ceil(fair[everyone]):
+        return {"over_when_all_came": False, "yielded_after": None}
+    down = np.flatnonzero(held[everyone:] <= np.ceil(fair[everyone:]))
+    after = float(steady[everyone + down[0]]["time"] - steady[everyone]["time"]) if len(down) else None
+    return {"over_when_all_came": True, "yielded_after": after}
 
 
 def tenant_delays(jobs, queue_of: dict[str, str]) -> dict[str, float | None]:
@@ -219,6 +233,7 @@ TENANT_COLUMNS = (
     "GPU-hours share",
     "fair share",
     "max hourly gap",
+    "down to fair share after",
     "Jain",
     "queue delay p95",
     "GPU alloc (mean)",
@@ -243,6 +258,7 @@ def tenant_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
                         f"{f['share']:.1%}",
                         f"{f['fair_share']:.1%}",
                         f"{100 * f['max_hourly_deviation']:.1f} pp",
+                        _after(f),
                         f"{fair['jain']:.3f}",
                         "-" if delay is None else f"{delay:.0f}s",
                         f"{r['summary']['gpu_allocation_mean']:.1%}",
@@ -250,6 +266,14 @@ def tenant_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
                     )
                 )
     return rows
+
+
+def _after(f: dict) -> str:
+    """How soon a queue over its fair share when every team had work came down to it: '-' when it was not over
+    (or in results from before this was measured), 'not in window' when it never did."""
+    if not f.get("over_when_all_came"):
+        return "-"
+    return "not in window" if f["yielded_after"] is None else f"{f['yielded_after'] / 60:.0f} min"
 
 
 def plot_shares(timeline: list[dict], out: Path) -> list[Path]:

@@ -135,3 +135,18 @@ def test_with_a_usage_history_the_queue_that_had_the_cluster_yields_to_the_newco
     later = slice(21, 40)  # after a's first jobs ended
     assert max(c["held"]["b"] for c in plain["cycles"][later]) == 4
     assert max(c["held"]["b"] for c in history["cycles"][later]) > 4
+
+
+def test_fairness_says_how_soon_a_queue_over_its_share_comes_down_when_the_others_arrive():
+    """a holds all 8 GPUs alone; b arrives at cycle 10; a holds 6, then 5, then 4 (its half) from cycle 13 on."""
+    held = [8] * 10 + [6, 6, 5] + [4] * 20
+    cycles = [
+        {"time": t * PERIOD, "held": {"a": h, "b": 8 - h}, "demand": {"a": 99, "b": 0 if t < 10 else 99}}
+        for t, h in enumerate(held)
+    ]
+    result = fairness(cycles, {"a": 1, "b": 1}, 8, (0, len(held) * PERIOD))["tenants"]
+    assert (result["a"]["over_when_all_came"], result["a"]["yielded_after"]) == (True, 3 * PERIOD)
+    assert (result["b"]["over_when_all_came"], result["b"]["yielded_after"]) == (False, None)
+    stuck = [dict(c, held={"a": 8, "b": 0}) for c in cycles]
+    never = fairness(stuck, {"a": 1, "b": 1}, 8, (0, len(held) * PERIOD))["tenants"]["a"]
+    assert (never["over_when_all_came"], never["yielded_after"]) == (True, None)
