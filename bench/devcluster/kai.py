@@ -26,7 +26,7 @@ import yaml
 
 from gangsolve.bench.devcluster.controlplane import LOOPBACK, Component, ControlPlane, ControlPlaneError, free_port
 from gangsolve.bench.devcluster.crds import install as install_crds
-from gangsolve.bench.devcluster.volcano import PeerMissing, helm_template, pinned_build
+from gangsolve.bench.devcluster.volcano import helm_template, pinned_build, require_built
 
 SCHEDULER_NAME = "kai-scheduler"  # the chart's global.schedulerName default
 NAMESPACE = "kai-scheduler"  # the chart's namespace: the scheduler's --namespace
@@ -72,11 +72,8 @@ class Kai:
     @classmethod
     def locate(cls) -> Kai:
         found = cls(*pinned_build("KAI_VERSION", "kai"))
-        if not all(p.is_file() for p in (found.scheduler, found.binder, found.chart / "Chart.yaml")):
-            raise PeerMissing(
-                f"KAI's scheduler {found.version} is not built (expected at {found.scheduler}): "
-                "`make peers` builds it from source (hack/build-peers.sh; about 15 minutes on 2 cores)"
-            )
+        how = "from source (hack/build-peers.sh; about 15 minutes on 2 cores)"
+        require_built("KAI's scheduler", found.version, (found.scheduler, found.binder), found.chart, how)
         return found
 
     def render_chart(self, helm: Path) -> list[dict]:

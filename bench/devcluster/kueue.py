@@ -38,7 +38,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gangsolve.bench.devcluster.controlplane import LOOPBACK, Component, ControlPlane, ControlPlaneError, free_port
 from gangsolve.bench.devcluster.crds import install as install_crds
-from gangsolve.bench.devcluster.volcano import PeerMissing, helm_template, pinned_build
+from gangsolve.bench.devcluster.volcano import helm_template, pinned_build, require_built
 from gangsolve.edge.quantity import parse_quantity
 
 API = "kueue.x-k8s.io/v1beta2"
@@ -87,11 +87,8 @@ class Kueue:
     @classmethod
     def locate(cls) -> Kueue:
         found = cls(*pinned_build("KUEUE_VERSION", "kueue"))
-        if not (found.binary.is_file() and (found.chart / "Chart.yaml").is_file()):
-            raise PeerMissing(
-                f"Kueue's manager {found.version} is not built (expected at {found.binary}): "
-                "`make peers` builds it from its Go module (hack/build-peers.sh; about 12 minutes on 2 cores)"
-            )
+        how = "from its Go module (hack/build-peers.sh; about 12 minutes on 2 cores)"
+        require_built("Kueue's manager", found.version, (found.binary,), found.chart, how)
         return found
 
     def render_chart(self, helm: Path) -> list[dict]:

@@ -65,6 +65,12 @@ def pinned_build(key: str, name: str) -> tuple[str, Path]:
     return version, cache_dir() / "bin" / f"{name}-{version}"
 
 
+def require_built(what: str, version: str, binaries: tuple[Path, ...], chart: Path, how: str) -> None:
+    """PeerMissing, saying how to build it, unless a peer's binaries and its chart are all in the cache."""
+    if not all(p.is_file() for p in (*binaries, chart / "Chart.yaml")):
+        raise PeerMissing(f"{what} {version} is not built (expected at {binaries[0]}): `make peers` builds it {how}")
+
+
 def helm_template(helm: Path, chart: Path, release: str, namespace: str, *flags: str) -> list[dict]:
     """The objects a chart installs, as `helm template` renders them."""
     out = subprocess.run(
@@ -98,11 +104,10 @@ class Volcano:
     @classmethod
     def locate(cls) -> Volcano:
         found = cls(*pinned_build("VOLCANO_VERSION", "volcano"))
-        if not all(p.is_file() for p in (found.binary, found.controller_manager, found.chart / "Chart.yaml")):
-            raise PeerMissing(
-                f"Volcano's vc-scheduler {found.version} is not built (expected at {found.binary}): "
-                "`make peers` builds it from source (hack/build-peers.sh; a few minutes on 2 cores)"
-            )
+        how = "from source (hack/build-peers.sh; a few minutes on 2 cores)"
+        require_built(
+            "Volcano's vc-scheduler", found.version, (found.binary, found.controller_manager), found.chart, how
+        )
         return found
 
     def render_chart(self, helm: Path, namespace: str = "volcano-system") -> list[dict]:

@@ -14,13 +14,14 @@ from clusters import control_plane
 from live_helpers import bound, create, pod, pods, poll
 
 from gangsolve.bench.devcluster import Binaries, ControlPlane, NodeSpec, kueue
+from gangsolve.bench.devcluster.volcano import PeerMissing
 
 pytestmark = pytest.mark.e2e
 
 try:
     KUEUE: kueue.Kueue | None = kueue.Kueue.locate()
     NOT_BUILT = ""
-except kueue.PeerMissing as missing:
+except PeerMissing as missing:
     KUEUE, NOT_BUILT = None, str(missing)
 
 NAMESPACE = "kueue-smoke"
