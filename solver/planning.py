@@ -228,9 +228,10 @@ class Planner(Limits):
     far); each that does not gets a reservation at the earliest time it fits, up to `most` of them.
 
     `promised`: the last cycle's reservations. Each is held from the start, so no gang walked before it can
-    delay it; when the walk reaches its gang, it starts now if it fits (holding its reservation still, in case
-    a later pass does not start it), and otherwise moves to its earliest start if that is sooner, else keeps
-    its place (while it still fits there: an estimate that proved short can push it later). With exact
+    delay it; when the walk reaches its gang, it starts now if it fits (its reservation moves to now and to the
+    nodes it starts on, in case a later pass does not start it), and otherwise moves to its earliest start if
+    that is sooner, else keeps its place (while it still fits there: an estimate that proved short can push it
+    later). With exact
     estimates and one priority, no gang therefore starts later than it was shown."""
 
     def __init__(self, problem: Problem, most: int, free: np.ndarray, promised: Sequence[Planned] = ()) -> None:
@@ -244,14 +245,15 @@ class Planner(Limits):
         self._refresh()
 
     def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
-        """Gang g starts now. A promised gang keeps its reservation in the plan all the same (a later pass may
-        leave it out, and then it still starts as promised), but the gangs planned after it here count on it
-        running from now, not twice."""
+        """Gang g starts now. A promised gang keeps a reservation in the plan all the same (a later pass may
+        leave it out, and then it still starts as promised), but from now on the nodes it starts on here: the
+        gangs planned after it count on those, and may plan on the nodes it was promised."""
         super().take(g, counts, sign)
         self.timeline.add(float(self.ends[g]), counts, g, sign)
         promise = self.promised.pop(g, None) if sign > 0 else None
         if promise is not None and promise.start is not None:
             self.timeline.hold(g, promise.start, promise.counts, -1)
+            self.plan.reservations[self.plan.reservations.index(promise)] = Planned(g, self.problem.cluster.now, counts)
 
     def blocked(self, g: int, free: np.ndarray) -> None:
         gang = self.problem.gangs[g]
