@@ -244,6 +244,10 @@ class SolveConfig:
     reclaim_min_runtime: float = 0.0
     # Pending gangs past those planned that are given an expected start that holds nothing (a forecast).
     forecasts: int = FORECAST_DEPTH
+    # Seconds between the cycles that start planned gangs, as Slurm's bf_resolution: the plan's times are
+    # rounded up to them (a gang planned for 10:04:17 starts at the 10:05 cycle, and its nodes free a minute
+    # later too), so a chain of planned gangs on a node stays whole. 0: cycles run when pods end, as live.
+    plan_resolution: float = 0.0
     # A deterministic budget instead of the clock: the search makes at most this many steps, every hint variant
     # runs, and CP-SAT and the bounds stop on their own work only (as much as `time_limit` grants them), so the
     # same input gives the same placement however loaded the machine. None: the wall clock, as live.

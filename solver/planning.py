@@ -56,11 +56,13 @@ def expected_end(start: float, estimate: float | None, now: float) -> float | No
 
 class Timeline:
     """What is free on each node over time: free now plus capacity changes (releases at estimated ends,
-    reservations taking and giving back)."""
+    reservations taking and giving back), each at the first cycle at or after it (`resolution` seconds apart
+    from now; 0: when it happens)."""
 
-    def __init__(self, problem: Problem, free: np.ndarray) -> None:
+    def __init__(self, problem: Problem, free: np.ndarray, resolution: float = 0.0) -> None:
         self.problem = problem
         self.now = problem.cluster.now
+        self.resolution = resolution
         self.free = free  # shared with the pass that fills it
         self.events: list[tuple[float, int, np.ndarray]] = []  # (time, node, change)
         self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -78,11 +80,18 @@ class Timeline:
             if pod.end is None:
                 self.unknown[n] += vector
             else:
-                self.events.append((max(pod.end, self.now), n, vector))
+                self.events.append((self.cycle(pod.end), n, vector))
+
+    def cycle(self, time: float) -> float:
+        """The first cycle at or after `time` (now, if it is past)."""
+        if time <= self.now or not self.resolution:
+            return max(time, self.now)
+        return self.now + math.ceil((time - self.now) / self.resolution - 1e-9) * self.resolution
 
     def add(self, time: float, counts: GangCounts, g: int, sign: int) -> None:
         if time == FOREVER:
             return
+        time = self.cycle(time)
         for (p, n), k in counts.items():
             self.events.append((time, n, sign * k * self.problem.demand[self.problem.parts[g][p].cls]))
         self._sorted = None
@@ -234,10 +243,12 @@ class Planner(Limits):
     later). With exact
     estimates and one priority, no gang therefore starts later than it was shown."""
 
-    def __init__(self, problem: Problem, most: int, free: np.ndarray, promised: Sequence[Planned] = ()) -> None:
+    def __init__(
+        self, problem: Problem, most: int, free: np.ndarray, promised: Sequence[Planned] = (), resolution: float = 0.0
+    ) -> None:
         super().__init__(problem, Plan())
         self.most = most
-        self.timeline = Timeline(problem, free)
+        self.timeline = Timeline(problem, free, resolution)
         self.past_depth: list[int] = []  # blocked gangs the walk found past `most`, in its order
         self.promised = {r.gang: r for r in promised}
         for r in promised:
@@ -365,17 +376,19 @@ def forecast(planner: Planner, most: int, seconds: float = math.inf) -> list[Pla
     return out
 
 
-def plan(problem: Problem, most: int, forecasts: int = 0, seconds: float = math.inf) -> tuple[Counts, Plan]:
+def plan(
+    problem: Problem, most: int, forecasts: int = 0, seconds: float = math.inf, resolution: float = 0.0
+) -> tuple[Counts, Plan]:
     """The queue-order greedy pass with reservations: its placement (the baseline every other pass must
-    match) and the plan, with `forecasts` gangs past its depth forecast (for at most `seconds`).
-    The plan's checks are stated against the free capacity before this pass's own placements, as every other
-    pass starts from there."""
+    match) and the plan, with `forecasts` gangs past its depth forecast (for at most `seconds`), its times on
+    cycles `resolution` seconds apart (0: any time). The plan's checks are stated against the free capacity
+    before this pass's own placements, as every other pass starts from there."""
     free = problem.free.copy()
-    planner = Planner(problem, most, free, promises(problem) if most else ())
+    planner = Planner(problem, most, free, promises(problem) if most else (), resolution)
     counts = greedy(problem, limits=planner, free=free)
     result = planner.plan
     if result.checks:
-        base = Timeline(problem, problem.free.copy())
+        base = Timeline(problem, problem.free.copy(), resolution)
         for r in result.reservations:
             if r.start is not None:
                 base.hold(r.gang, r.start, r.counts)

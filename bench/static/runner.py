@@ -32,9 +32,9 @@ def _per_pod(strategy: str) -> Scheduler:
     return lambda cluster, _snapshot, _limit: (per_pod(cluster, strategy), {})
 
 
-def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
+def solve_with(use_cpsat: bool, steps: int | None = None, plan_resolution: float = 0.0) -> Scheduler:
     """gangsolve (or, without CP-SAT, the greedy gang allocator); `steps`: a deterministic budget instead of
-    the clock (SolveConfig.steps)."""
+    the clock (SolveConfig.steps); `plan_resolution`: seconds between cycles (SolveConfig.plan_resolution)."""
 
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
         from gangsolve.solver import solve
@@ -44,7 +44,13 @@ def solve_with(use_cpsat: bool, steps: int | None = None) -> Scheduler:
             cluster = replace(cluster, gangs=gangs, queues=())  # no queues: the proportion peer has them
         # Greedy gang allocation is Volcano's: no reservations.
         reservations = SolveConfig.reservations * use_cpsat
-        config = SolveConfig(time_limit=limit, use_cpsat=use_cpsat, reservations=reservations, steps=steps)
+        config = SolveConfig(
+            time_limit=limit,
+            use_cpsat=use_cpsat,
+            reservations=reservations,
+            steps=steps,
+            plan_resolution=plan_resolution,
+        )
         placement = solve(cluster, config)
         return dict(placement.bindings), {
             "status": placement.status,

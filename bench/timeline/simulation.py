@@ -240,9 +240,9 @@ def _conservative(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict
 TIMELINE_STEPS = 100  # search steps per cycle: about what a 0.5 s cycle makes on these clusters, 2 cores idle
 TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
     **SCHEDULERS,
-    "gangsolve": solve_with(use_cpsat=True, steps=TIMELINE_STEPS),
+    "gangsolve": solve_with(use_cpsat=True, steps=TIMELINE_STEPS, plan_resolution=PERIOD),
     # The same, with fair shares that count each queue's past use (halved every HALF_LIFE seconds).
-    "gangsolve-history": solve_with(use_cpsat=True, steps=TIMELINE_STEPS),
+    "gangsolve-history": solve_with(use_cpsat=True, steps=TIMELINE_STEPS, plan_resolution=PERIOD),
     "easy-backfill": _easy,
     "conservative-backfill": _conservative,
 }
