@@ -19,38 +19,64 @@ selectors, its tolerations): requests with the same requirement share one resour
 - `dra/<requirement> (All)` for allocationMode All: 1 when the node reaches at least one matching device and
   none of them is allocated.
 
+- Shared devices (`allowMultipleAllocations`, KEP-5075 consumable capacity) serve requests with capacity
+  requests, each its own requirement (class, selectors, tolerations and the amounts asked):
+  `dra/<requirement> shares`, per node, how many more such shares its devices hold, device by device (the floor
+  of each capacity's room over what the share consumes, rounded up by the requestPolicy: exact for one size of
+  share), and `dra/<requirements> <capacity>` the room of each capacity asked, summed over the devices of
+  requirements whose devices overlap (so that shares of several sizes are counted together). A shared device
+  with any share allocated counts as allocated for requests without capacity requests.
+
 After the solve, gangsolve.solver.devices picks the devices, and takes off any pod whose claim could not be
 met after all (only possible with the rules capacity expresses loosely: `All`, matchAttribute groups shared
 with other requests, devices reachable from several nodes).
 
 A pod is not planned, with the reason, while its claim (or the claim made from its template) does not exist,
 or when a claim uses what gangsolve does not model: a selector that does not compile or fails on a device
-(Kubernetes aborts the allocation then too), firstAvailable, adminAccess, capacity requests,
-distinctAttribute, an unallocated claim shared by several pending pods. Devices that consume shared counters
+(Kubernetes aborts the allocation then too), firstAvailable, adminAccess,
+distinctAttribute, capacity requests outside the requestPolicy (or above the capacity) of every shared device
+selected, an unallocated claim shared by several pending pods. Devices that consume shared counters
 (partitionable devices) are never allocated. A pod whose claims are all allocated already needs no devices;
 it is held to the nodes the allocations name.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from itertools import combinations
+from math import floor
 
 import orjson
 
 from gangsolve.edge import objects, schema
 from gangsolve.edge.cel import CelError, compile_selector, device_input
-from gangsolve.edge.errors import InputError
+from gangsolve.edge.errors import InputError, shown
+from gangsolve.edge.quantity import MAX_UNITS, parse_quantity
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.constraints.affinity import affinity_holds
-from gangsolve.solver.devices import ALL, Claim, Device, DeviceId, DeviceState, MatchAttribute, Request
+from gangsolve.solver.devices import (
+    ALL,
+    Capacity,
+    Claim,
+    Device,
+    DeviceId,
+    DeviceState,
+    MatchAttribute,
+    Request,
+    consumption,
+    full,
+)
 from gangsolve.solver.model import SelectorTerm, Taint, Toleration
 
 PREFIX = "dra/"  # resource names of device capacity, apart from any extended resource
 FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler adds before writing an allocation
 MAX_HALL = 4  # overlapping requirements modelled by every union (2^4 - 1 resources); more: each on its own
+MAX_SHARES = 1000  # shares counted on one device when a share consumes nothing of it
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,7 @@ class Requirement:
     device_class: str
     selectors: tuple[str, ...]  # the request's own CEL expressions (the class's are looked up)
     tolerations: tuple[Toleration, ...] = ()
+    capacity: tuple[tuple[str, Fraction], ...] = ()  # capacity requests: a share of a shared device
 
 
 @dataclass
@@ -117,7 +144,7 @@ class _Builder:
         if not pods and not self.objs.resource_slices:
             return dra
         self._read_devices()
-        allocated = self._allocated()
+        allocated, consumed = self._allocated()
         users: dict[tuple[str, str], int] = defaultdict(int)
         resolved: dict[str, list[tuple[tuple[str, str], schema.ResourceClaim]]] = {}
         for p in pods:
@@ -140,8 +167,9 @@ class _Builder:
                 claims.append(claim)
                 demands.setdefault(pod, []).extend(needs)
                 constraints.setdefault(pod, []).extend(groups)
-        dra.state = DeviceState(self.devices, frozenset(allocated), tuple(claims))
+        dra.state = DeviceState(self.devices, frozenset(allocated), tuple(claims), consumed)
         self._capacity(dra, allocated, demands, constraints)
+        self._shares(dra, consumed, demands)
         return dra
 
     # -- devices ----------------------------------------------------------------------------------------
@@ -173,7 +201,9 @@ class _Builder:
                 attributes = {
                     f"{dom}/{name}": v for dom, vs in cel_input["attributes"].items() for name, v in vs.items()
                 }
-                self.devices[ident] = Device(ident, nodes, attributes)
+                shared = bool(dev.allowMultipleAllocations)
+                capacity = _capacities(sl, i, dev) if shared else {}
+                self.devices[ident] = Device(ident, nodes, attributes, shared, capacity)
                 self.inputs[ident] = (orjson.dumps(cel_input, option=orjson.OPT_SORT_KEYS), cel_input)
                 self.taints[ident] = tuple(
                     Taint(t.key, t.value or "", t.effect)
@@ -195,14 +225,28 @@ class _Builder:
         terms = objects.selector_terms(sl, f"{where}.nodeSelector.nodeSelectorTerms", selector.nodeSelectorTerms)
         return frozenset(n for n, labels in self.node_labels.items() if terms and affinity_holds(terms, n, labels))
 
-    def _allocated(self) -> set[DeviceId]:
-        """Devices held by allocated claims, whoever allocated them (admin access holds none)."""
-        return {
-            (r.driver, r.pool, r.device)
-            for claim in self.objs.resource_claims.values()
-            for r in _results(claim)
-            if not r.adminAccess
-        }
+    def _allocated(self) -> tuple[set[DeviceId], dict[DeviceId, dict[str, Fraction]]]:
+        """Devices held by allocated claims, whoever allocated them (admin access holds none), and what the
+        shares of shared devices consume (all of it where a result does not say)."""
+        held: set[DeviceId] = set()
+        consumed: dict[DeviceId, dict[str, Fraction]] = {}
+        for claim in self.objs.resource_claims.values():
+            for j, r in enumerate(_results(claim)):
+                if r.adminAccess:
+                    continue
+                ident = (r.driver, r.pool, r.device)
+                held.add(ident)
+                device = self.devices.get(ident)
+                if device is None or not device.shared:
+                    continue
+                took = full(device)
+                if r.consumedCapacity is not None:
+                    where = f"status.allocation.devices.results[{j}].consumedCapacity"
+                    took = {n: _amount(claim, f"{where}.{n}", q) for n, q in r.consumedCapacity.items()}
+                mine = consumed.setdefault(ident, {})
+                for name, amount in took.items():
+                    mine[name] = mine.get(name, Fraction(0)) + amount
+        return held, consumed
 
     # -- pods and their claims --------------------------------------------------------------------------
 
@@ -255,10 +299,10 @@ class _Builder:
                 raise _Problem(f"{where} is shared by several pending pods and not allocated yet (not supported)")
             devices = (claim.spec.devices if claim.spec is not None else None) or schema.DeviceClaim()
             requests, needs, by_name = [], [], {}
-            for r in devices.requests or ():
-                requirement, count = self._request(where, r)
+            for k, r in enumerate(devices.requests or ()):
+                requirement, count = self._request(where, r, claim, k)
                 candidates = self._candidates(where, r.name, requirement)
-                requests.append(Request(r.name, candidates, count))
+                requests.append(Request(r.name, candidates, count, dict(requirement.capacity)))
                 needs.append((requirement, count))
                 by_name[r.name] = (requirement, count)
             matches, groups = [], []
@@ -275,24 +319,29 @@ class _Builder:
             made.append((Claim(f"{ns}/{name}", pod, tuple(requests), tuple(matches)), needs, groups))
         return made
 
-    def _request(self, where: str, r: schema.DeviceRequest) -> tuple[Requirement, int]:
+    def _request(
+        self, where: str, r: schema.DeviceRequest, claim: schema.ResourceClaim, k: int
+    ) -> tuple[Requirement, int]:
         exactly = r.exactly
         if r.firstAvailable is not None or exactly is None:
             raise _Problem(f"{where}: request {r.name}: firstAvailable is not supported")
         if exactly.adminAccess:
             raise _Problem(f"{where}: request {r.name}: adminAccess is not supported")
-        if exactly.capacity:
-            raise _Problem(f"{where}: request {r.name}: capacity requests are not supported")
+        asked = (exactly.capacity.requests if exactly.capacity is not None else None) or {}
+        field_ = f"spec.devices.requests[{k}].exactly.capacity.requests"
+        capacity = tuple(sorted((n, _amount(claim, f"{field_}.{n}", q)) for n, q in asked.items()))
         mode = exactly.allocationMode or "ExactCount"
         if mode not in ("ExactCount", "All"):
             raise _Problem(f"{where}: request {r.name}: allocationMode {mode} is not supported")
+        if capacity and mode == "All":
+            raise _Problem(f"{where}: request {r.name}: allocationMode All with capacity requests is not supported")
         count = ALL if mode == "All" else exactly.count or 1
         selectors = _expressions(exactly.selectors)
         tolerations = tuple(
             Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
             for t in exactly.tolerations or ()
         )
-        return Requirement(exactly.deviceClassName, selectors, tolerations), count
+        return Requirement(exactly.deviceClassName, selectors, tolerations, capacity), count
 
     def _candidates(self, where: str, request: str, req: Requirement) -> frozenset[DeviceId]:
         if req not in self.candidates:
@@ -300,7 +349,17 @@ class _Builder:
         got = self.candidates[req]
         if isinstance(got, str):
             raise _Problem(f"{where}: request {request}: {got}")
-        return got
+        if not req.capacity:
+            return got
+        # A share goes to shared devices that hold it; one no shared device it selects holds is not planned.
+        asked = dict(req.capacity)
+        shared = [d for d in got if self.devices[d].shared and all(n in self.devices[d].capacity for n in asked)]
+        fit = frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
+        if shared and not fit:
+            wanted = ", ".join(f"{n}: {_quantity(q)}" for n, q in req.capacity)
+            message = f"capacity {{{wanted}}} is outside the requestPolicy or above the capacity of every device"
+            raise _Problem(f"{where}: request {request}: {message} it selects")
+        return fit
 
     def _select(self, req: Requirement) -> frozenset[DeviceId] | str:
         device_class = self.objs.device_classes.get(req.device_class)
@@ -347,7 +406,7 @@ class _Builder:
         demands: Mapping[str, list[tuple[Requirement, int]]],
         constraints: Mapping[str, list[tuple[str, frozenset[Requirement], int]]],
     ) -> None:
-        used = sorted({r for needs in demands.values() for r, _c in needs}, key=_order)
+        used = sorted({r for needs in demands.values() for r, _c in needs if not r.capacity}, key=_order)
         if not used:
             return
         names = _names(used)
@@ -389,6 +448,8 @@ class _Builder:
         for pod, needs in demands.items():
             want = dra.requests.setdefault(pod, {})
             for r, count in needs:
+                if r.capacity:
+                    continue  # a share: _shares
                 if count == ALL:
                     resource = f"{PREFIX}{names[r]} (All)"
                     want[resource] = want.get(resource, 0) + 1
@@ -430,6 +491,138 @@ class _Builder:
                         sizes[repr(value)] += 1
                 cap[_group_resource(names, attribute, among, n)] = sum(size // n for size in sizes.values())
 
+    def _shares(
+        self, dra: Dra, consumed: Mapping[DeviceId, Mapping[str, Fraction]], demands: Mapping[str, list]
+    ) -> None:
+        """The capacity of shared devices for the requests with capacity requests (see the module docstring)."""
+        asking = sorted({r for needs in demands.values() for r, _c in needs if r.capacity}, key=_order)
+        if not asking:
+            return
+        numbered: dict[str, int] = defaultdict(int)
+        names: dict[Requirement, str] = {}
+        for r in asking:
+            numbered[r.device_class] += 1
+            names[r] = f"{r.device_class} share#{numbered[r.device_class]}"
+        cands = {r: self.candidates[r] for r in asking}
+        groups = _overlapping(asking, cands)  # requirement -> the requirements whose devices overlap its own
+        scale = {r: _scale(self.devices[d] for g in groups[r] for d in cands[g]) for r in asking}
+        group_name = {r: "|".join(sorted(names[g] for g in groups[r])) for r in asking}
+        for pod, needs in demands.items():
+            want = dra.requests.setdefault(pod, {})
+            for r, count in needs:
+                if not r.capacity:
+                    continue
+                slots = f"{PREFIX}{names[r]} shares"
+                want[slots] = want.get(slots, 0) + count
+                for name, _q in r.capacity:
+                    least = min(_need(self.devices[d], r)[name] for d in cands[r]) if cands[r] else Fraction(0)
+                    summed = f"{PREFIX}{group_name[r]} {name}"
+                    want[summed] = want.get(summed, 0) + count * floor(least * scale[r])
+        everywhere = [d for d, dev in self.devices.items() if dev.nodes is None and dev.shared]
+        local: dict[str, list[DeviceId]] = defaultdict(list)
+        for d, dev in self.devices.items():
+            if dev.nodes is not None and dev.shared:
+                for name in dev.nodes:
+                    local[name].append(d)
+        for node in self.node_labels:
+            reach = local.get(node, []) + everywhere
+            cap = dra.capacity.setdefault(node, {})
+            held = dra.used.setdefault(node, {})
+            for r in asking:
+                mine = [self.devices[d] for d in reach if d in cands[r]]
+                slots = f"{PREFIX}{names[r]} shares"
+                cap[slots] = sum(_slots(dev, full(dev), r) for dev in mine)
+                held[slots] = cap[slots] - sum(_slots(dev, _room(dev, consumed), r) for dev in mine)
+                around = [self.devices[d] for d in reach if any(d in cands[g] for g in groups[r])]
+                for name, _q in r.capacity:
+                    summed = f"{PREFIX}{group_name[r]} {name}"
+                    cap[summed] = sum(floor(dev.capacity[name].value * scale[r]) for dev in around)
+                    held[summed] = cap[summed] - sum(
+                        floor(max(_room(dev, consumed)[name], Fraction(0)) * scale[r]) for dev in around
+                    )
+
+
+def _overlapping(asking: list[Requirement], cands: Mapping[Requirement, frozenset[DeviceId]]) -> dict:
+    """Each requirement's group: the requirements whose candidate devices overlap its own, transitively."""
+    groups: dict[Requirement, set[Requirement]] = {r: {r} for r in asking}
+    for a, b in combinations(asking, 2):
+        if cands[a] & cands[b] and groups[a] is not groups[b]:
+            merged = groups[a] | groups[b]
+            for r in merged:
+                groups[r] = merged
+    return {r: frozenset(g) for r, g in groups.items()}
+
+
+def _scale(devices: Iterable[Device]) -> int:
+    """Units per capacity unit in the summed resources: thousandths where the largest capacity allows."""
+    largest = max((c.value for dev in devices for c in dev.capacity.values()), default=Fraction(0))
+    return 1000 if largest * 1000 <= MAX_UNITS // 1000 else 1
+
+
+def _need(device: Device, r: Requirement) -> dict[str, Fraction]:
+    got = consumption(device, dict(r.capacity))
+    assert got is not None  # candidates hold the share
+    return got
+
+
+def _room(device: Device, consumed: Mapping[DeviceId, Mapping[str, Fraction]]) -> dict[str, Fraction]:
+    held = consumed.get(device.id, {})
+    return {n: c.value - held.get(n, Fraction(0)) for n, c in device.capacity.items()}
+
+
+def _slots(device: Device, room: Mapping[str, Fraction], r: Requirement) -> int:
+    """How many shares of `r` fit in `room` of `device`."""
+    need = _need(device, r)
+    return min((floor(room[n] / q) if q else MAX_SHARES for n, q in need.items()), default=MAX_SHARES)
+
+
+def _amount(obj: schema.Object, where: str, value: object) -> Fraction:
+    """A quantity of device capacity, exactly (quantities may be fractional); InputError when it does not parse
+    or is negative."""
+    try:
+        amount = Fraction(parse_quantity(value))
+    except ValueError as exc:
+        raise InputError(obj.describe(), where, str(exc)) from None
+    if amount < 0 or amount > MAX_UNITS:
+        raise InputError(obj.describe(), where, f"expected a quantity from 0 to {MAX_UNITS}, got {shown(value)}")
+    return amount
+
+
+def _capacities(sl: schema.ResourceSlice, i: int, dev: schema.Device) -> dict[str, Capacity]:
+    """A shared device's capacities and their requestPolicy."""
+    out = {}
+    for name, c in (dev.capacity or {}).items():
+        where = f"spec.devices[{i}].capacity.{name}"
+        value = _amount(sl, f"{where}.value", c.value)
+        policy = c.requestPolicy
+        if policy is None:
+            out[name] = Capacity(value)
+            continue
+        here = f"{where}.requestPolicy"
+        default = None if policy.default is None else _amount(sl, f"{here}.default", policy.default)
+        valid = tuple(_amount(sl, f"{here}.validValues[{k}]", q) for k, q in enumerate(policy.validValues or ()))
+        if list(valid) != sorted(set(valid)):
+            raise InputError(sl.describe(), f"{here}.validValues", "expected values in ascending order")
+        bounds = policy.validRange
+        if bounds is None:
+            out[name] = Capacity(value, default, valid=valid)
+            continue
+        low = _amount(sl, f"{here}.validRange.min", bounds.min)
+        high = None if bounds.max is None else _amount(sl, f"{here}.validRange.max", bounds.max)
+        step = None if bounds.step is None else _amount(sl, f"{here}.validRange.step", bounds.step)
+        if high is not None and high < low:
+            raise InputError(sl.describe(), f"{here}.validRange.max", "expected a maximum at least the minimum")
+        out[name] = Capacity(value, default, low, high, step or None, valid)
+    return out
+
+
+def _quantity(amount: Fraction) -> str:
+    """An exact amount as a quantity (a decimal: quantities read are decimals, and rounding keeps them so)."""
+    if amount.denominator == 1:
+        return str(amount.numerator)
+    text = format(Decimal(amount.numerator) / Decimal(amount.denominator), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
 
 class _Problem(Exception):
     """Why a pod's claims cannot be planned."""
@@ -458,8 +651,8 @@ def _tolerated(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
     return False
 
 
-def _order(r: Requirement) -> tuple[str, tuple[str, ...], str]:
-    return (r.device_class, r.selectors, repr(r.tolerations))
+def _order(r: Requirement) -> tuple[str, tuple[str, ...], str, str]:
+    return (r.device_class, r.selectors, repr(r.tolerations), repr(r.capacity))
 
 
 def _names(used: list[Requirement]) -> dict[Requirement, str]:
@@ -485,10 +678,29 @@ def allocation_result(
     """A claim's `status.allocation` as kube-scheduler writes it: the devices, and the node selector of where
     they are (the node itself, unless every device is reachable from every node)."""
     devices = list(devices)
-    results = [{"request": r, "driver": d[0], "pool": d[1], "device": d[2]} for r, d in devices]
+    results: list[dict[str, object]] = []
+    for r, d in devices:
+        result: dict[str, object] = {"request": r, "driver": d[0], "pool": d[1], "device": d[2]}
+        consumed = consumed_capacity(claim, r, d, state)
+        if consumed is not None:  # a share of a shared device (or all of it), named by a share ID of its own
+            result["consumedCapacity"] = consumed
+            result["shareID"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{claim}/{r}/{'/'.join(d)}"))
+        results.append(result)
     out: dict[str, object] = {"devices": {"results": results}}
     if any(state.devices[d].nodes is not None for _r, d in devices):
         out["nodeSelector"] = {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
         }
     return out
+
+
+def consumed_capacity(claim: str, request: str, device: DeviceId, state: DeviceState) -> dict[str, str] | None:
+    """What a claim's request allocated on `device` consumes of it, as quantities: None unless it is shared; all
+    of it for a request without capacity requests."""
+    shared = state.devices[device]
+    if not shared.shared:
+        return None
+    asked = state.request(claim, request).capacity
+    took = consumption(shared, asked) if asked else full(shared)
+    assert took is not None  # the assignment gave it only a device that holds it
+    return {n: _quantity(q) for n, q in sorted(took.items())}

@@ -1,0 +1,350 @@
+"""DRA consumable capacity offline (KEP-5075): shared devices hold claims' shares up to their capacity, rounded
+by the requestPolicy as Kubernetes does; whole-device requests and shares never mix on one device."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from fractions import Fraction
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gangsolve.cli import cli
+from gangsolve.edge import dra
+from gangsolve.edge.gangs import build_cluster, waiting
+from gangsolve.edge.quantity import parse_quantity
+from gangsolve.edge.snapshot import Snapshot
+from gangsolve.solver import SolveConfig, solve, validate
+from gangsolve.solver.devices import Capacity, allocate
+from gangsolve.solver.validate import validate_devices
+from tests.builders import DRIVER, k8s_device_class, k8s_list, k8s_node, k8s_pod, k8s_slice, with_claims
+
+
+def shared_gpu(name: str, share: str = "1000", policy: dict | None = None, **capacity: str) -> dict:
+    """A device that allows multiple allocations, with a capacity `share` (and `capacity`'s others)."""
+    caps = {"share": {"value": share, **({"requestPolicy": policy} if policy else {})}}
+    caps.update({k: {"value": v} for k, v in capacity.items()})
+    return {"name": name, "allowMultipleAllocations": True, "capacity": caps}
+
+
+def share_claim(name: str, share: str | None = "500", count: int = 1, **more: str) -> dict:
+    """A claim asking `share` (None: nothing, a whole device) of `count` devices of the class."""
+    exactly: dict = {"deviceClassName": DRIVER, "count": count}
+    asked = ({"share": share} if share is not None else {}) | more
+    if asked:
+        exactly["capacity"] = {"requests": asked}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}},
+    }
+
+
+def allocated(claim: dict, node: str, device: str, consumed: dict | None) -> dict:
+    result = {"request": "gpus", "driver": DRIVER, "pool": node, "device": device}
+    if consumed is not None:
+        result["consumedCapacity"] = consumed
+    claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+    return claim
+
+
+def pods(*claims: dict) -> list[dict]:
+    """Each claim and a pending pod using it."""
+    out = []
+    for c in claims:
+        name = c["metadata"]["name"]
+        out += [c, with_claims(k8s_pod(name), name)]
+    return out
+
+
+def snapshot(*objs: dict) -> Snapshot:
+    snap = Snapshot()
+    for obj in objs:
+        snap.add(obj)
+    return snap
+
+
+def cycle(snap: Snapshot) -> tuple[dict, dict]:
+    """One cycle as `gangsolve solve` runs it, checked by both oracles and by the capacity count below."""
+    cluster = build_cluster(snap)
+    model = dra.model(snap, "gangsolve")
+    placement, allocations = allocate(cluster, solve(cluster, SolveConfig(time_limit=1)), model.state)
+    assert validate(cluster, placement) == []
+    assert validate_devices(model.state, placement, allocations) == []
+    return dict(placement.bindings), dict(allocations)
+
+
+def held(snap: Snapshot, allocations: dict) -> dict[tuple[str, str], Fraction]:
+    """Share consumed per (pool, device): the allocated claims' consumedCapacity plus the new allocations' as the
+    binder would write them, read back from the written objects only."""
+    model = dra.model(snap, "gangsolve")
+    out: dict[tuple[str, str], Fraction] = defaultdict(Fraction)
+    results = [
+        r
+        for c in snap.resource_claims.values()
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    ]
+    for claim, devices in allocations.items():
+        results += dra.allocation_result(claim, devices, "n1", model.state)["devices"]["results"]  # type: ignore[index]
+    for r in results:
+        out[(r["pool"], r["device"])] += Fraction(parse_quantity(r.get("consumedCapacity", {}).get("share", "1000")))
+    return dict(out)
+
+
+def test_shares_fill_a_device_up_to_its_capacity_and_no_further():
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0"), shared_gpu("gpu-1")]),
+        *pods(*(share_claim(f"c{i}", "300") for i in range(7))),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 6  # three 0.3 shares per device: a seventh fits on neither
+    assert all(v <= 1000 for v in held(snap, allocations).values())
+    assert sorted(held(snap, allocations).values()) == [900, 900]
+
+
+def test_best_fit_keeps_a_device_whole_for_a_large_share():
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0"), shared_gpu("gpu-1")]),
+        allocated(share_claim("old", "600"), "n1", "gpu-1", {"share": "600"}),
+        *pods(share_claim("small", "400")),
+    )
+    _bindings, allocations = cycle(snap)
+    assert allocations["default/small"] == (("gpus", (DRIVER, "n1", "gpu-1")),)  # the shared one, filled up
+
+
+def test_running_shares_are_counted_from_the_claims_consumed_capacity():
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0")]),
+        allocated(share_claim("old", "700"), "n1", "gpu-0", {"share": "700"}),
+        *pods(share_claim("a", "300"), share_claim("b", "100")),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 1
+    assert held(snap, allocations) == {("n1", "gpu-0"): 1000}
+
+
+def test_whole_requests_and_shares_never_mix_on_a_device():
+    devices = k8s_slice("n1", [shared_gpu("gpu-0"), shared_gpu("gpu-1")])
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        devices,
+        allocated(share_claim("old", "100"), "n1", "gpu-0", {"share": "100"}),
+        *pods(share_claim("whole-a", None), share_claim("whole-b", None)),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 1  # one device is free; the other holds a share
+    ((claim, got),) = allocations.items()
+    assert got == (("gpus", (DRIVER, "n1", "gpu-1")),)
+    result = dra.allocation_result(claim, got, "n1", dra.model(snap, "gangsolve").state)
+    assert result["devices"]["results"][0]["consumedCapacity"] == {"share": "1000"}  # type: ignore[index]
+    # And a device held whole takes no share, even one that the capacity it says is left would hold.
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        devices,
+        allocated(share_claim("old", "100"), "n1", "gpu-0", {"share": "100"}),
+        allocated(share_claim("whole", None), "n1", "gpu-1", None),  # (no consumedCapacity said: all of it)
+        *pods(share_claim("a", "500"), share_claim("b", "500")),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 1
+    assert list(allocations.values()) == [(("gpus", (DRIVER, "n1", "gpu-0")),)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "asked", "consumed"),
+    [
+        ({"default": "100", "validRange": {"min": "100", "max": "1000", "step": "250"}}, "400", "600"),
+        ({"default": "100", "validRange": {"min": "100", "max": "1000", "step": "250"}}, "50", "100"),
+        ({"default": "250", "validRange": {"min": "250"}}, "333", "333"),
+        ({"default": "250", "validValues": ["250", "500", "1000"]}, "251", "500"),
+        (None, "1", "1"),
+    ],
+)
+def test_a_request_is_rounded_up_by_the_request_policy(policy, asked, consumed):
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0", policy=policy)]),
+        *pods(share_claim("c", asked)),
+    )
+    _bindings, allocations = cycle(snap)
+    model = dra.model(snap, "gangsolve")
+    result = dra.allocation_result("default/c", allocations["default/c"], "n1", model.state)
+    assert result["devices"]["results"][0]["consumedCapacity"] == {"share": consumed}  # type: ignore[index]
+
+
+def test_capacity_rounding_matches_kubernetes_at_the_edges():
+    stepped = Capacity(Fraction(1000), Fraction(100), Fraction(100), Fraction(1000), Fraction(250))
+    assert [stepped.consumed(Fraction(x)) for x in (100, 101, 350, 351, 1000)] == [100, 350, 350, 600, None]
+    assert stepped.consumed(None) == 100  # the default, for a request that asks nothing
+    assert Capacity(Fraction(1000)).consumed(None) == 1000  # no policy: all of it
+    assert Capacity(Fraction(8), valid=(Fraction(2), Fraction(4))).consumed(Fraction(5)) is None
+
+
+@pytest.mark.parametrize(
+    ("asked", "reason"),
+    [
+        ("1001", "outside the requestPolicy or above the capacity of every device it selects"),
+        ("2000", "outside the requestPolicy or above the capacity of every device it selects"),
+    ],
+)
+def test_a_share_no_device_holds_is_not_planned_with_the_reason(asked, reason):
+    policy = {"default": "100", "validRange": {"min": "100", "max": "900"}} if asked == "1001" else None
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0", policy=policy)]),
+        *pods(share_claim("c", asked), share_claim("fine", "100")),
+    )
+    bindings, _allocations = cycle(snap)
+    assert bindings == {"default/fine": "n1"}
+    assert reason in waiting(snap)["default/c"].reason
+
+
+def test_every_capacity_is_consumed_and_one_not_asked_is_taken_whole():
+    # `memory` asked; `cores` not asked and without a policy: a share takes all the cores, as Kubernetes counts.
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0", memory="80Gi", cores="100")]),
+        *pods(share_claim("a", None, memory="10Gi"), share_claim("b", None, memory="10Gi")),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 1
+    ((claim, got),) = allocations.items()
+    result = dra.allocation_result(claim, got, "n1", dra.model(snap, "gangsolve").state)
+    assert result["devices"]["results"][0]["consumedCapacity"] == {  # type: ignore[index]
+        "cores": "100",
+        "memory": str(10 * 2**30),
+        "share": "1000",
+    }
+
+
+def test_solve_json_reports_the_device_and_its_consumed_capacity(tmp_path):
+    objs = [
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0")]),
+        *pods(share_claim("a", "500"), share_claim("b", "250")),
+    ]
+    path = tmp_path / "snap.json"
+    path.write_bytes(orjson.dumps(k8s_list(*objs)))
+    result = CliRunner().invoke(cli, ["solve", str(path), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    plan = orjson.loads(result.stdout)
+    assert plan["allocations"]["default/a"] == [
+        {"request": "gpus", "driver": DRIVER, "pool": "n1", "device": "gpu-0", "consumedCapacity": {"share": "500"}}
+    ]
+    assert plan["allocations"]["default/b"][0]["consumedCapacity"] == {"share": "250"}
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        ("slice", {"value": "1Xi"}, "ResourceSlice n1-gpu.example.com: spec.devices[0].capacity: quantity '1Xi' does not parse"),
+        (
+            "slice",
+            {"value": "1000", "requestPolicy": {"validRange": {"min": "-5"}}},
+            "ResourceSlice n1-gpu.example.com: spec.devices[0].capacity.share.requestPolicy.validRange.min: ",
+        ),
+        (
+            "slice",
+            {"value": "1000", "requestPolicy": {"validValues": ["500", "100"]}},
+            "ResourceSlice n1-gpu.example.com: spec.devices[0].capacity.share.requestPolicy.validValues: ",
+        ),
+        (
+            "claim",
+            "half",
+            "ResourceClaim default/c: spec.devices.requests[0].exactly.capacity.requests.share: ",
+        ),
+        (
+            "allocated",
+            "-1",
+            "ResourceClaim default/old: status.allocation.devices.results[0].consumedCapacity.share: ",
+        ),
+    ],
+)
+def test_bad_values_are_one_line_naming_object_and_field_and_exit_2(tmp_path, where, value, message):
+    device = shared_gpu("gpu-0")
+    claim = share_claim("c", "500")
+    old = allocated(share_claim("old", "100"), "n1", "gpu-0", {"share": "100"})
+    if where == "slice":
+        device["capacity"]["share"] = value
+    elif where == "claim":
+        claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["share"] = value
+    else:
+        old["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["share"] = value
+    objs = [k8s_node("n1"), k8s_device_class(), k8s_slice("n1", [device]), old, *pods(claim)]
+    path = tmp_path / "snap.json"
+    path.write_bytes(orjson.dumps(k8s_list(*objs)))
+    result = CliRunner().invoke(cli, ["solve", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: {message}")
+
+
+# --- the property: never over capacity, whole and shared never mixed ----------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    nodes=st.lists(st.integers(0, 3), min_size=1, max_size=3),
+    running=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.sampled_from([None, 100, 300, 700, 1000]))),
+    asks=st.lists(
+        st.tuples(st.sampled_from([None, 1, 250, 333, 500, 800, 1000, 1200]), st.integers(1, 2)), max_size=10
+    ),
+    policy=st.sampled_from([None, {"default": "100", "validRange": {"min": "100", "max": "1000", "step": "200"}}]),
+)
+def test_no_device_is_ever_over_capacity_and_whole_never_shares(nodes, running, asks, policy):
+    objs: list[dict] = [k8s_device_class()]
+    for i, count in enumerate(nodes):
+        objs.append(k8s_node(f"n{i}"))
+        if count:
+            objs.append(k8s_slice(f"n{i}", [shared_gpu(f"gpu-{j}", policy=policy) for j in range(count)]))
+    taken: dict[tuple[str, str], int] = defaultdict(int)
+    for k, (node, device, milli) in enumerate(running):
+        if node >= len(nodes) or device >= nodes[node]:
+            continue
+        key = (f"n{node}", f"gpu-{device}")
+        if taken[key] == 1000 or (milli is not None and taken[key] + milli > 1000) or (milli is None and taken[key]):
+            continue  # a running state that is itself within capacity
+        share = 1000 if milli is None else milli
+        taken[key] += share
+        objs.append(
+            allocated(share_claim(f"old{k}", None if milli is None else str(milli)), *key, {"share": str(share)})
+        )
+    for k, (milli, count) in enumerate(asks):
+        objs += pods(share_claim(f"c{k}", None if milli is None else str(milli), count))
+    snap = snapshot(*objs)
+    cluster = build_cluster(snap)
+    model = dra.model(snap, "gangsolve")
+    placement, allocations = allocate(cluster, solve(cluster, SolveConfig(time_limit=1)), model.state)
+    assert validate_devices(model.state, placement, allocations) == []
+    # The independent count: what every claim consumes, from the objects as they would be written.
+    consumed: dict[tuple[str, str], int] = defaultdict(int, taken)
+    holders: dict[tuple[str, str], list[bool]] = defaultdict(list)  # per device, each allocation: whole?
+    for claim in snap.resource_claims.values():
+        for r in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", []):
+            asked = claim["spec"]["devices"]["requests"][0]["exactly"].get("capacity")
+            holders[(r["pool"], r["device"])].append(asked is None)
+    wholes = {f"default/c{k}" for k, (milli, _count) in enumerate(asks) if milli is None}
+    for claim, devices in allocations.items():
+        node = placement.bindings[claim]
+        for r in dra.allocation_result(claim, devices, node, model.state)["devices"]["results"]:  # type: ignore[index]
+            key = (r["pool"], r["device"])
+            consumed[key] += int(r["consumedCapacity"]["share"])
+            holders[key].append(claim in wholes)
+    assert all(v <= 1000 for v in consumed.values())
+    assert all(len(h) == 1 for h in holders.values() if any(h))  # a device given whole holds nothing else
