@@ -253,7 +253,11 @@ def test_solve_json_reports_the_device_and_its_consumed_capacity(tmp_path):
 @pytest.mark.parametrize(
     ("where", "value", "message"),
     [
-        ("slice", {"value": "1Xi"}, "ResourceSlice n1-gpu.example.com: spec.devices[0].capacity: quantity '1Xi' does not parse"),
+        (
+            "slice",
+            {"value": "1Xi"},
+            "ResourceSlice n1-gpu.example.com: spec.devices[0].capacity: quantity '1Xi' does not parse",
+        ),
         (
             "slice",
             {"value": "1000", "requestPolicy": {"validRange": {"min": "-5"}}},
@@ -293,6 +297,17 @@ def test_bad_values_are_one_line_naming_object_and_field_and_exit_2(tmp_path, wh
     assert result.exit_code == 2, result.output
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: {message}")
+
+
+def test_the_binders_last_check_refuses_shares_past_a_devices_capacity():
+    capacities = {(DRIVER, "n1", "gpu-0"): {"share": {"value": "1k"}}}
+    fits = {(DRIVER, "n1", "gpu-0"): [{"share": "600"}, {"share": "400m"}, {"share": "399"}]}
+    assert dra.over_capacity(fits, capacities) is None
+    past = {(DRIVER, "n1", "gpu-0"): [{"share": "600"}, {"share": "401"}]}
+    assert dra.over_capacity(past, capacities) == (
+        "device gpu.example.com/n1/gpu-0: its shares consume 1001 of share, above its 1k"
+    )
+    assert "allows no multiple allocations" in (dra.over_capacity({(DRIVER, "n1", "gpu-9"): [{}]}, capacities) or "")
 
 
 # --- the property: never over capacity, whole and shared never mixed ----------------------------------------------

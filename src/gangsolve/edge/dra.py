@@ -704,3 +704,23 @@ def consumed_capacity(claim: str, request: str, device: DeviceId, state: DeviceS
     took = consumption(shared, asked) if asked else full(shared)
     assert took is not None  # the assignment gave it only a device that holds it
     return {n: _quantity(q) for n, q in sorted(took.items())}
+
+
+def over_capacity(
+    shares: Mapping[DeviceId, list[Mapping[str, object]]], capacities: Mapping[DeviceId, Mapping]
+) -> str | None:
+    """Why the shares held of shared devices (each share's `consumedCapacity`) do not fit their capacities (as
+    given in their ResourceSlice), or None when every device holds its shares."""
+    for device, held in sorted(shares.items()):
+        name = "/".join(device)
+        if device not in capacities:
+            return f"device {name} holds shares and allows no multiple allocations (or is gone)"
+        for capacity, spec in sorted(capacities[device].items()):
+            try:
+                total = sum((Fraction(parse_quantity(c.get(capacity, 0))) for c in held), Fraction(0))
+                value = Fraction(parse_quantity((spec or {}).get("value")))
+            except (ValueError, TypeError, AttributeError):
+                return f"device {name}: its {capacity} or a share of it does not parse"
+            if total > value:
+                return f"device {name}: its shares consume {_quantity(total)} of {capacity}, above its {spec['value']}"
+    return None

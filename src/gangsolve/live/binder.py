@@ -12,7 +12,8 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
    chose, unless it is allocated already) and the pod in `status.reservedFor`, each write preconditioned on
    the claim's uid and resourceVersion as the cycle saw them. If any write fails, the claims written are
    undone and nothing is bound. The last check has made sure no device is allocated to another claim,
-   observed or assumed.
+   observed or assumed, and that no shared device (DRA consumable capacity) holds more than its capacity with
+   the shares chosen (the allocation of a share says what it consumes: `consumedCapacity`).
 3. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
    has run out, and none may still be in flight after it. A fractional pod first gets the GPU the cycle chose
    for its share (annotation `gangsolve.io/gpu-index`, through pods/status, the pod's uid as precondition):
@@ -171,6 +172,7 @@ class BinderActor:
             if obj is not None and (obj.get("spec") or {}).get("resourceClaims") and key not in with_writes:
                 return f"pod {key} has resource claims and no allocation was planned for them"
         in_use = self.store.devices_in_use(but={w.claim for w in plan.claims})
+        shares = self.store.shares_in_use(but={w.claim for w in plan.claims})
         chosen: dict[tuple[str, str, str], str] = {}
         for w in plan.claims:
             claim = self.store.claim(w.claim)
@@ -191,8 +193,13 @@ class BinderActor:
                 holder = in_use.get(device) or chosen.get(device)
                 if holder is not None:
                     return f"device {'/'.join(device)} is allocated to ResourceClaim {holder}"
+                if r.get("consumedCapacity") is not None:
+                    shares.setdefault(device, []).append(r["consumedCapacity"])
+                    continue
+                if device in shares:
+                    return f"device {'/'.join(device)} holds shares"
                 chosen[device] = w.claim
-        return None
+        return dra.over_capacity(shares, self.store.shared_capacities())
 
     def _claim_path(self, claim: str) -> str:
         ns, _, name = claim.partition("/")
