@@ -224,14 +224,14 @@ def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[Allocations
                 continue
             allocations[claim.name] = got
             asked = {r.name: r.capacity for r in claim.requests}
-            for request, d in got:
+            for name, d in got:
                 device = state.devices[d]
                 if device.shared:  # a share, or all of it for a request without capacity requests
-                    took = consumption(device, asked[request]) if asked[request] else full(device)
+                    took = consumption(device, asked[name]) if asked[name] else full(device)
                     assert took is not None
                     held = consumed.setdefault(d, {})
-                    for name, amount in took.items():
-                        held[name] = held.get(name, Fraction(0)) + amount
+                    for capacity, amount in took.items():
+                        held[capacity] = held.get(capacity, Fraction(0)) + amount
                 free.discard(d)
                 used.add(d)
     return allocations, failed

@@ -123,7 +123,8 @@ def _oracle(cp, namespace: str) -> dict[tuple[str, str], Decimal]:
             assert consumed == capacity[device], f"{name}: a whole device, consuming {consumed}"
         else:
             want = _quantity(asked["requests"]["share"])
-            assert consumed >= max(want, Decimal(100)) and (consumed - 100) % 50 == 0, f"{name}: {consumed}"
+            assert consumed >= max(want, Decimal(100)), f"{name}: {consumed}"
+            assert (consumed - 100) % 50 == 0, f"{name}: {consumed} off the policy's step"
         assert result.get("shareID"), f"{name}: a share without its ID"
         held[device] += consumed
         holders[device].append(asked is None)

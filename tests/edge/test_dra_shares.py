@@ -120,6 +120,20 @@ def test_best_fit_keeps_a_device_whole_for_a_large_share():
     assert allocations["default/small"] == (("gpus", (DRIVER, "n1", "gpu-1")),)  # the shared one, filled up
 
 
+def test_a_share_goes_only_to_a_shared_device_with_the_capacity_it_asks():
+    plain = {"name": "gpu-0", "capacity": {"share": {"value": "1000"}}}  # allows no multiple allocations
+    other = {"name": "gpu-1", "allowMultipleAllocations": True, "capacity": {"memory": {"value": "80Gi"}}}
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [plain, other, shared_gpu("gpu-2")]),
+        *pods(share_claim("a", "500"), share_claim("b", "500"), share_claim("c", "500")),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 2
+    assert {d for got in allocations.values() for _r, d in got} == {(DRIVER, "n1", "gpu-2")}
+
+
 def test_running_shares_are_counted_from_the_claims_consumed_capacity():
     snap = snapshot(
         k8s_node("n1"),

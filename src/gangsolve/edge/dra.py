@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -136,6 +136,7 @@ class _Builder:
         self.inputs: dict[DeviceId, tuple[bytes, dict]] = {}  # CEL input and its content key (for memos)
         self.taints: dict[DeviceId, tuple[Taint, ...]] = {}
         self.candidates: dict[Requirement, frozenset[DeviceId] | str] = {}  # or why it has none
+        self.holding: dict[Requirement, frozenset[DeviceId]] = {}  # of a share: the shared devices that hold it
         self.memo: dict[tuple[str, bytes], bool | str] = {}
 
     def build(self) -> Dra:
@@ -354,7 +355,9 @@ class _Builder:
         # A share goes to shared devices that hold it; one no shared device it selects holds is not planned.
         asked = dict(req.capacity)
         shared = [d for d in got if self.devices[d].shared and all(n in self.devices[d].capacity for n in asked)]
-        fit = frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
+        fit = self.holding.setdefault(
+            req, frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
+        )
         if shared and not fit:
             wanted = ", ".join(f"{n}: {_quantity(q)}" for n, q in req.capacity)
             message = f"capacity {{{wanted}}} is outside the requestPolicy or above the capacity of every device"
@@ -503,7 +506,7 @@ class _Builder:
         for r in asking:
             numbered[r.device_class] += 1
             names[r] = f"{r.device_class} share#{numbered[r.device_class]}"
-        cands = {r: self.candidates[r] for r in asking}
+        cands = {r: self.holding[r] for r in asking}
         groups = _overlapping(asking, cands)  # requirement -> the requirements whose devices overlap its own
         scale = {r: _scale(self.devices[d] for g in groups[r] for d in cands[g]) for r in asking}
         group_name = {r: "|".join(sorted(names[g] for g in groups[r])) for r in asking}
@@ -707,7 +710,7 @@ def consumed_capacity(claim: str, request: str, device: DeviceId, state: DeviceS
 
 
 def over_capacity(
-    shares: Mapping[DeviceId, list[Mapping[str, object]]], capacities: Mapping[DeviceId, Mapping]
+    shares: Mapping[DeviceId, Sequence[Mapping[str, object]]], capacities: Mapping[DeviceId, Mapping]
 ) -> str | None:
     """Why the shares held of shared devices (each share's `consumedCapacity`) do not fit their capacities (as
     given in their ResourceSlice), or None when every device holds its shares."""

@@ -650,10 +650,10 @@ class ClusterStore:
         out: dict[tuple[str, str, str], dict] = {}
         for sl in self._objects["ResourceSlice"].values():
             spec = sl.get("spec") or {}
-            pool = (spec.get("pool") or {}).get("name")
+            driver, pool = str(spec.get("driver")), str((spec.get("pool") or {}).get("name"))
             for device in spec.get("devices") or []:
                 if device.get("allowMultipleAllocations"):
-                    out[(spec.get("driver"), pool, device.get("name"))] = device.get("capacity") or {}
+                    out[(driver, pool, str(device.get("name")))] = device.get("capacity") or {}
         return out
 
     def pod_groups(self) -> dict[ObjectKey, dict]:
