@@ -31,8 +31,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 from math import ceil
+from types import MappingProxyType
 
 from gangsolve.solver.model import Cluster, Gang, GangResult, Placement
 
@@ -74,6 +75,11 @@ class Device:
     shared: bool = False  # allowMultipleAllocations
     capacity: Mapping[str, Capacity] = field(default_factory=dict)  # of a shared device: name -> capacity
 
+    @cached_property
+    def signature(self) -> tuple[tuple[str, Capacity], ...]:
+        """Its capacities, as a key: devices alike consume alike."""
+        return tuple(sorted(self.capacity.items()))
+
     def reachable(self, node: str) -> bool:
         return self.nodes is None or node in self.nodes
 
@@ -86,18 +92,29 @@ class Request:
     capacity: Mapping[str, Fraction] = field(default_factory=dict)  # capacity requests: a share of each device
 
 
-def consumption(device: Device, asked: Mapping[str, Fraction]) -> dict[str, Fraction] | None:
+def consumption(device: Device, asked: Mapping[str, Fraction]) -> Mapping[str, Fraction] | None:
     """What a share asking `asked` consumes of each capacity of shared `device`, or None when the device cannot
     hold it: a capacity it does not have, a request outside a policy, or more than the capacity itself."""
-    if not device.shared or any(name not in device.capacity for name in asked):
+    if not device.shared:
         return None
+    return _consumption(device.signature, tuple(sorted(asked.items())))
+
+
+@lru_cache(maxsize=65536)  # a cycle asks it of every (device, share) pair; devices are mostly alike
+def _consumption(
+    capacities: tuple[tuple[str, Capacity], ...], asked: tuple[tuple[str, Fraction], ...]
+) -> Mapping[str, Fraction] | None:
+    have = dict(capacities)
+    if any(name not in have for name, _q in asked):
+        return None
+    wanted = dict(asked)
     out = {}
-    for name, capacity in device.capacity.items():
-        got = capacity.consumed(asked.get(name))
+    for name, capacity in capacities:
+        got = capacity.consumed(wanted.get(name))
         if got is None or got > capacity.value:
             return None
         out[name] = got
-    return out
+    return MappingProxyType(out)  # shared by every caller: read only
 
 
 @dataclass(frozen=True)
@@ -208,7 +225,9 @@ def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[Allocations
             if name in by_node:
                 local[name].append(d)
     for node in sorted(by_node):
-        claims = by_node[node]
+        # Claims of whole devices first (they need untouched devices), then the rest in queue order. (Shares
+        # largest first pack more of each device but strand more pods: measured on the OpenB trace's shares.)
+        claims = sorted(by_node[node], key=lambda c: not any(not r.capacity for r in c.requests))
         reach = local[node] + everywhere
         free = {d for d in reach if d not in used}
         shared = {d for d in reach if state.devices[d].shared}

@@ -23,9 +23,12 @@ selectors, its tolerations): requests with the same requirement share one resour
   requests, each its own requirement (class, selectors, tolerations and the amounts asked):
   `dra/<requirement> shares`, per node, how many more such shares its devices hold, device by device (the floor
   of each capacity's room over what the share consumes, rounded up by the requestPolicy: exact for one size of
-  share), and `dra/<requirements> <capacity>` the room of each capacity asked, summed over the devices of
-  requirements whose devices overlap (so that shares of several sizes are counted together). A shared device
-  with any share allocated counts as allocated for requests without capacity requests.
+  share), `dra/<requirements> <capacity>` the room of each capacity asked, summed over the devices of
+  requirements whose devices overlap (so that shares of several sizes are counted together), and
+  `dra/<requirements> over half <capacity>` the devices with more than half of it left, for shares above half
+  of it (a device holds one such). Shares of several sizes may still not pack device by device: the allocation
+  after the solve is exact. A shared device with any share allocated counts as allocated for requests without
+  capacity requests.
 
 After the solve, gangsolve.solver.devices picks the devices, and takes off any pod whose claim could not be
 met after all (only possible with the rules capacity expresses loosely: `All`, matchAttribute groups shared
@@ -355,9 +358,9 @@ class _Builder:
         # A share goes to shared devices that hold it; one no shared device it selects holds is not planned.
         asked = dict(req.capacity)
         shared = [d for d in got if self.devices[d].shared and all(n in self.devices[d].capacity for n in asked)]
-        fit = self.holding.setdefault(
-            req, frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
-        )
+        if req not in self.holding:
+            self.holding[req] = frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
+        fit = self.holding[req]
         if shared and not fit:
             wanted = ", ".join(f"{n}: {_quantity(q)}" for n, q in req.capacity)
             message = f"capacity {{{wanted}}} is outside the requestPolicy or above the capacity of every device"
@@ -508,41 +511,64 @@ class _Builder:
             names[r] = f"{r.device_class} share#{numbered[r.device_class]}"
         cands = {r: self.holding[r] for r in asking}
         groups = _overlapping(asking, cands)  # requirement -> the requirements whose devices overlap its own
-        scale = {r: _scale(self.devices[d] for g in groups[r] for d in cands[g]) for r in asking}
+        union = {r: frozenset().union(*(cands[g] for g in groups[r])) for r in asking}
+        scale = {r: _scale(self.devices[d] for d in union[r]) for r in asking}
         group_name = {r: "|".join(sorted(names[g] for g in groups[r])) for r in asking}
+        need = {r: {d: _need(self.devices[d], r) for d in cands[r]} for r in asking}
+        # A share above half a capacity of every device it may take: each device holds at most one such.
+        big = {
+            r: sorted(
+                n
+                for n in need[r][next(iter(cands[r]))]
+                if all(2 * need[r][d][n] > self.devices[d].capacity[n].value for d in cands[r])
+            )
+            if cands[r]
+            else []
+            for r in asking
+        }
+        least = {
+            r: {n: min((need[r][d][n] for d in cands[r]), default=Fraction(0)) for n, _q in r.capacity} for r in asking
+        }
         for pod, needs in demands.items():
             want = dra.requests.setdefault(pod, {})
             for r, count in needs:
                 if not r.capacity:
                     continue
-                slots = f"{PREFIX}{names[r]} shares"
-                want[slots] = want.get(slots, 0) + count
+                asked = [f"{PREFIX}{names[r]} shares"] * count
                 for name, _q in r.capacity:
-                    least = min(_need(self.devices[d], r)[name] for d in cands[r]) if cands[r] else Fraction(0)
                     summed = f"{PREFIX}{group_name[r]} {name}"
-                    want[summed] = want.get(summed, 0) + count * floor(least * scale[r])
+                    want[summed] = want.get(summed, 0) + count * floor(least[r][name] * scale[r])
+                asked += [f"{PREFIX}{group_name[r]} over half {name}" for name in big[r]] * count
+                for resource in asked:
+                    want[resource] = want.get(resource, 0) + 1
         everywhere = [d for d, dev in self.devices.items() if dev.nodes is None and dev.shared]
         local: dict[str, list[DeviceId]] = defaultdict(list)
         for d, dev in self.devices.items():
             if dev.nodes is not None and dev.shared:
                 for name in dev.nodes:
                     local[name].append(d)
+        rooms = {d: _room(dev, consumed) for d, dev in self.devices.items() if dev.shared}
         for node in self.node_labels:
             reach = local.get(node, []) + everywhere
             cap = dra.capacity.setdefault(node, {})
             held = dra.used.setdefault(node, {})
             for r in asking:
-                mine = [self.devices[d] for d in reach if d in cands[r]]
                 slots = f"{PREFIX}{names[r]} shares"
-                cap[slots] = sum(_slots(dev, full(dev), r) for dev in mine)
-                held[slots] = cap[slots] - sum(_slots(dev, _room(dev, consumed), r) for dev in mine)
-                around = [self.devices[d] for d in reach if any(d in cands[g] for g in groups[r])]
+                mine = [d for d in reach if d in cands[r]]
+                cap[slots] = sum(_slots(full(self.devices[d]), need[r][d]) for d in mine)
+                held[slots] = cap[slots] - sum(_slots(rooms[d], need[r][d]) for d in mine)
+                around = [d for d in reach if d in union[r]]
                 for name, _q in r.capacity:
                     summed = f"{PREFIX}{group_name[r]} {name}"
-                    cap[summed] = sum(floor(dev.capacity[name].value * scale[r]) for dev in around)
-                    held[summed] = cap[summed] - sum(
-                        floor(max(_room(dev, consumed)[name], Fraction(0)) * scale[r]) for dev in around
-                    )
+                    if summed not in cap:
+                        cap[summed] = sum(floor(self.devices[d].capacity[name].value * scale[r]) for d in around)
+                        held[summed] = cap[summed] - sum(floor(max(rooms[d][name], 0) * scale[r]) for d in around)
+                for name in big[r]:
+                    half = f"{PREFIX}{group_name[r]} over half {name}"
+                    if half not in cap:
+                        have = [d for d in around if name in self.devices[d].capacity]
+                        cap[half] = len(have)
+                        held[half] = sum(1 for d in have if 2 * rooms[d][name] <= self.devices[d].capacity[name].value)
 
 
 def _overlapping(asking: list[Requirement], cands: Mapping[Requirement, frozenset[DeviceId]]) -> dict:
@@ -562,7 +588,7 @@ def _scale(devices: Iterable[Device]) -> int:
     return 1000 if largest * 1000 <= MAX_UNITS // 1000 else 1
 
 
-def _need(device: Device, r: Requirement) -> dict[str, Fraction]:
+def _need(device: Device, r: Requirement) -> Mapping[str, Fraction]:
     got = consumption(device, dict(r.capacity))
     assert got is not None  # candidates hold the share
     return got
@@ -573,10 +599,9 @@ def _room(device: Device, consumed: Mapping[DeviceId, Mapping[str, Fraction]]) -
     return {n: c.value - held.get(n, Fraction(0)) for n, c in device.capacity.items()}
 
 
-def _slots(device: Device, room: Mapping[str, Fraction], r: Requirement) -> int:
-    """How many shares of `r` fit in `room` of `device`."""
-    need = _need(device, r)
-    return min((floor(room[n] / q) if q else MAX_SHARES for n, q in need.items()), default=MAX_SHARES)
+def _slots(room: Mapping[str, Fraction], need: Mapping[str, Fraction]) -> int:
+    """How many shares consuming `need` fit in `room`."""
+    return min((max(floor(room[n] / q), 0) if q else MAX_SHARES for n, q in need.items()), default=MAX_SHARES)
 
 
 def _amount(obj: schema.Object, where: str, value: object) -> Fraction:
