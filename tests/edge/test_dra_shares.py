@@ -327,53 +327,68 @@ def test_the_binders_last_check_refuses_shares_past_a_devices_capacity():
 # --- the property: never over capacity, whole and shared never mixed ----------------------------------------------
 
 
-@settings(max_examples=40, deadline=None)
+POLICIES = [
+    None,
+    {"default": "100", "validRange": {"min": "100", "max": "1000", "step": "200"}},
+    {"default": "250", "validValues": ["250", "500", "1000"]},
+]
+
+
+@settings(max_examples=60, deadline=None)
 @given(
     nodes=st.lists(st.integers(0, 3), min_size=1, max_size=3),
     running=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.sampled_from([None, 100, 300, 700, 1000]))),
     asks=st.lists(
-        st.tuples(st.sampled_from([None, 1, 250, 333, 500, 800, 1000, 1200]), st.integers(1, 2)), max_size=10
+        st.tuples(
+            st.sampled_from([None, 1, 250, 333, 500, 800, 1000, 1200]),
+            st.sampled_from([None, 10, 30, 50]),  # memory asked (None: not asked, so all of it)
+            st.integers(1, 2),
+        ),
+        max_size=10,
     ),
-    policy=st.sampled_from([None, {"default": "100", "validRange": {"min": "100", "max": "1000", "step": "200"}}]),
+    policy=st.sampled_from(POLICIES),
+    memory=st.booleans(),  # devices with a second capacity
 )
-def test_no_device_is_ever_over_capacity_and_whole_never_shares(nodes, running, asks, policy):
+def test_no_device_is_ever_over_capacity_and_whole_never_shares(nodes, running, asks, policy, memory):
+    extra = {"memory": "80"} if memory else {}
     objs: list[dict] = [k8s_device_class()]
     for i, count in enumerate(nodes):
         objs.append(k8s_node(f"n{i}"))
         if count:
-            objs.append(k8s_slice(f"n{i}", [shared_gpu(f"gpu-{j}", policy=policy) for j in range(count)]))
-    taken: dict[tuple[str, str], int] = defaultdict(int)
+            objs.append(k8s_slice(f"n{i}", [shared_gpu(f"gpu-{j}", policy=policy, **extra) for j in range(count)]))
+    capacity = {"share": 1000, "memory": 80}
+    consumed: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    holders: dict[tuple[str, str], list[bool]] = defaultdict(list)  # per device, each allocation: whole?
     for k, (node, device, milli) in enumerate(running):
         if node >= len(nodes) or device >= nodes[node]:
             continue
         key = (f"n{node}", f"gpu-{device}")
-        if taken[key] == 1000 or (milli is not None and taken[key] + milli > 1000) or (milli is None and taken[key]):
-            continue  # a running state that is itself within capacity
         share = 1000 if milli is None else milli
-        taken[key] += share
-        objs.append(
-            allocated(share_claim(f"old{k}", None if milli is None else str(milli)), *key, {"share": str(share)})
-        )
-    for k, (milli, count) in enumerate(asks):
-        objs += pods(share_claim(f"c{k}", None if milli is None else str(milli), count))
+        if any(holders[key]) or (milli is None and holders[key]) or consumed[key]["share"] + share > 1000:
+            continue  # a running state that is itself within capacity
+        consumed[key]["share"] += share
+        holders[key].append(milli is None)
+        claim = share_claim(f"old{k}", None if milli is None else str(milli))
+        objs.append(allocated(claim, *key, {"share": str(share)}))
+    wanted: dict[str, dict[str, int]] = {}
+    for k, (milli, mem, count) in enumerate(asks):
+        more = {"memory": str(mem)} if memory and mem is not None else {}
+        objs += pods(share_claim(f"c{k}", None if milli is None else str(milli), count, **more))
+        wanted[f"default/c{k}"] = {"share": milli or 0, "memory": int(more.get("memory", 0))}
     snap = snapshot(*objs)
     cluster = build_cluster(snap)
     model = dra.model(snap, "gangsolve")
     placement, allocations = allocate(cluster, solve(cluster, SolveConfig(time_limit=1)), model.state)
     assert validate_devices(model.state, placement, allocations) == []
     # The independent count: what every claim consumes, from the objects as they would be written.
-    consumed: dict[tuple[str, str], int] = defaultdict(int, taken)
-    holders: dict[tuple[str, str], list[bool]] = defaultdict(list)  # per device, each allocation: whole?
-    for claim in snap.resource_claims.values():
-        for r in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", []):
-            asked = claim["spec"]["devices"]["requests"][0]["exactly"].get("capacity")
-            holders[(r["pool"], r["device"])].append(asked is None)
-    wholes = {f"default/c{k}" for k, (milli, _count) in enumerate(asks) if milli is None}
     for claim, devices in allocations.items():
         node = placement.bindings[claim]
         for r in dra.allocation_result(claim, devices, node, model.state)["devices"]["results"]:  # type: ignore[index]
             key = (r["pool"], r["device"])
-            consumed[key] += int(r["consumedCapacity"]["share"])
-            holders[key].append(claim in wholes)
-    assert all(v <= 1000 for v in consumed.values())
+            assert key[0] == node
+            for name, value in r["consumedCapacity"].items():
+                assert int(value) >= wanted[claim][name]  # never less than asked
+                consumed[key][name] += int(value)
+            holders[key].append(not wanted[claim]["share"])
+    assert all(v <= capacity[name] for held in consumed.values() for name, v in held.items())
     assert all(len(h) == 1 for h in holders.values() if any(h))  # a device given whole holds nothing else
