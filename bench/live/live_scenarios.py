@@ -198,8 +198,8 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             "live/openb-shares-dra",
             live_sharing.NODES,
             live_sharing.objects,
-            f"live/openb-shares with every scheduler's users asking the same DRA consumable capacity: each pod a "
-            f"ResourceClaim on shareable DRA devices, identical objects for all; burst",
+            "live/openb-shares with every scheduler's users asking the same DRA consumable capacity: each pod a "
+            "ResourceClaim on shareable DRA devices, identical objects for all; burst",
             mode="burst",
             users=live_sharing.as_dra,
             api_check=live_sharing.devices,

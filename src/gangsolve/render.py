@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gangsolve.cycle import Decisions
-from gangsolve.edge import dra, reservations
+from gangsolve.edge import dra_capacity, reservations
 from gangsolve.edge.errors import InputError, printable
 from gangsolve.solver.devices import DeviceId
 from gangsolve.solver.explain import quantity
@@ -93,7 +93,7 @@ def as_dict(decisions: Decisions) -> dict:
 def _device(decisions: Decisions, claim: str, request: str, device: DeviceId) -> dict[str, object]:
     """One device of a claim's allocation; with what it consumes of a shared device."""
     out: dict[str, object] = {"request": request, "driver": device[0], "pool": device[1], "device": device[2]}
-    consumed = dra.consumed_capacity(claim, request, device, decisions.devices)
+    consumed = dra_capacity.consumed_capacity(claim, request, device, decisions.devices)
     if consumed is not None:
         out["consumedCapacity"] = consumed
     return out

@@ -1,7 +1,8 @@
 """live/openb-shares at its smallest (8 of the trace's nodes) on real control planes: `gangsolve run` with the
 `gpu-fraction` annotation, and kube-scheduler with the same shares as DRA consumable capacity (ResourceClaims
-on shareable devices); then gangsolve on those same DRA objects (live/openb-shares-dra). Asserts what the API's objects show after each run (no GPU past all of it, no whole GPU
-shared, every share bound with a GPU of its node), never how long anything took."""
+on shareable devices); then gangsolve on those same DRA objects (live/openb-shares-dra). Asserts what the API's
+objects show after each run (no GPU past all of it, no whole GPU shared, every share bound with a GPU of its
+node), never how long anything took."""
 
 from __future__ import annotations
 

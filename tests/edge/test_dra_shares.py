@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gangsolve.cli import cli
-from gangsolve.edge import dra
+from gangsolve.edge import dra, dra_capacity
 from gangsolve.edge.gangs import build_cluster, waiting
 from gangsolve.edge.quantity import parse_quantity
 from gangsolve.edge.snapshot import Snapshot
@@ -316,12 +316,14 @@ def test_bad_values_are_one_line_naming_object_and_field_and_exit_2(tmp_path, wh
 def test_the_binders_last_check_refuses_shares_past_a_devices_capacity():
     capacities = {(DRIVER, "n1", "gpu-0"): {"share": {"value": "1k"}}}
     fits = {(DRIVER, "n1", "gpu-0"): [{"share": "600"}, {"share": "400m"}, {"share": "399"}]}
-    assert dra.over_capacity(fits, capacities) is None
+    assert dra_capacity.over_capacity(fits, capacities) is None
     past = {(DRIVER, "n1", "gpu-0"): [{"share": "600"}, {"share": "401"}]}
-    assert dra.over_capacity(past, capacities) == (
+    assert dra_capacity.over_capacity(past, capacities) == (
         "device gpu.example.com/n1/gpu-0: its shares consume 1001 of share, above its 1k"
     )
-    assert "allows no multiple allocations" in (dra.over_capacity({(DRIVER, "n1", "gpu-9"): [{}]}, capacities) or "")
+    assert "allows no multiple allocations" in (
+        dra_capacity.over_capacity({(DRIVER, "n1", "gpu-9"): [{}]}, capacities) or ""
+    )
 
 
 # --- the property: never over capacity, whole and shared never mixed ----------------------------------------------
@@ -371,10 +373,13 @@ def test_no_device_is_ever_over_capacity_and_whole_never_shares(nodes, running, 
         claim = share_claim(f"old{k}", None if milli is None else str(milli))
         objs.append(allocated(claim, *key, {"share": str(share)}))
     wanted: dict[str, dict[str, int]] = {}
+    wholes: set[str] = set()  # claims asking no capacity: whole devices
     for k, (milli, mem, count) in enumerate(asks):
         more = {"memory": str(mem)} if memory and mem is not None else {}
         objs += pods(share_claim(f"c{k}", None if milli is None else str(milli), count, **more))
         wanted[f"default/c{k}"] = {"share": milli or 0, "memory": int(more.get("memory", 0))}
+        if milli is None and not more:
+            wholes.add(f"default/c{k}")
     snap = snapshot(*objs)
     cluster = build_cluster(snap)
     model = dra.model(snap, "gangsolve")
@@ -389,6 +394,6 @@ def test_no_device_is_ever_over_capacity_and_whole_never_shares(nodes, running, 
             for name, value in r["consumedCapacity"].items():
                 assert int(value) >= wanted[claim][name]  # never less than asked
                 consumed[key][name] += int(value)
-            holders[key].append(not wanted[claim]["share"])
+            holders[key].append(claim in wholes)
     assert all(v <= capacity[name] for held in consumed.values() for name, v in held.items())
     assert all(len(h) == 1 for h in holders.values() if any(h))  # a device given whole holds nothing else

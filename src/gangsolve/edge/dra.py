@@ -19,52 +19,50 @@ selectors, its tolerations): requests with the same requirement share one resour
 - `dra/<requirement> (All)` for allocationMode All: 1 when the node reaches at least one matching device and
   none of them is allocated.
 
-- Shared devices (`allowMultipleAllocations`, KEP-5075 consumable capacity) serve requests with capacity
-  requests, each its own requirement (class, selectors, tolerations and the amounts asked):
-  `dra/<requirement> shares`, per node, how many more such shares its devices hold, device by device (the floor
-  of each capacity's room over what the share consumes, rounded up by the requestPolicy: exact for one size of
-  share), `dra/<requirements> <capacity>` the room of each capacity asked, summed over the devices of
-  requirements whose devices overlap (so that shares of several sizes are counted together), and
-  `dra/<requirements> over half <capacity>` the devices with more than half of it left, for shares above half
-  of it (a device holds one such). Shares of several sizes may still not pack device by device: the allocation
-  after the solve is exact. A shared device with any share allocated counts as allocated for requests without
-  capacity requests.
+Shared devices (`allowMultipleAllocations`, KEP-5075 consumable capacity) serve requests with capacity
+requests, each its own requirement (class, selectors, tolerations and the amounts asked), with resources of
+their own (gangsolve.edge.dra_capacity); a shared device with any share allocated counts as allocated for
+requests without capacity requests.
 
 After the solve, gangsolve.solver.devices picks the devices, and takes off any pod whose claim could not be
 met after all (only possible with the rules capacity expresses loosely: `All`, matchAttribute groups shared
-with other requests, devices reachable from several nodes).
+with other requests, devices reachable from several nodes, shares of several sizes).
 
 A pod is not planned, with the reason, while its claim (or the claim made from its template) does not exist,
 or when a claim uses what gangsolve does not model: a selector that does not compile or fails on a device
-(Kubernetes aborts the allocation then too), firstAvailable, adminAccess,
-distinctAttribute, capacity requests outside the requestPolicy (or above the capacity) of every shared device
-selected, an unallocated claim shared by several pending pods. Devices that consume shared counters
-(partitionable devices) are never allocated. A pod whose claims are all allocated already needs no devices;
+(Kubernetes aborts the allocation then too), firstAvailable, adminAccess, distinctAttribute, capacity
+requests with allocationMode All, capacity requests outside the requestPolicy (or above the capacity) of every
+shared device selected, an unallocated claim shared by several pending pods. Devices that consume shared
+counters (partitionable devices) are never allocated. A pod whose claims are all allocated already needs no devices;
 it is held to the nodes the allocations name.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from fractions import Fraction
 from itertools import combinations
-from math import floor
 
 import orjson
 
 from gangsolve.edge import objects, schema
 from gangsolve.edge.cel import CelError, compile_selector, device_input
-from gangsolve.edge.errors import InputError, shown
-from gangsolve.edge.quantity import MAX_UNITS, parse_quantity
+from gangsolve.edge.dra_capacity import (
+    PREFIX,
+    add_shares,
+    amount,
+    capacities,
+    consumed_capacity,
+    quantity,
+    share_id,
+)
+from gangsolve.edge.errors import InputError
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.constraints.affinity import affinity_holds
 from gangsolve.solver.devices import (
     ALL,
-    Capacity,
     Claim,
     Device,
     DeviceId,
@@ -76,10 +74,8 @@ from gangsolve.solver.devices import (
 )
 from gangsolve.solver.model import SelectorTerm, Taint, Toleration
 
-PREFIX = "dra/"  # resource names of device capacity, apart from any extended resource
 FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler adds before writing an allocation
 MAX_HALL = 4  # overlapping requirements modelled by every union (2^4 - 1 resources); more: each on its own
-MAX_SHARES = 1000  # shares counted on one device when a share consumes nothing of it
 
 
 @dataclass(frozen=True)
@@ -173,7 +169,9 @@ class _Builder:
                 constraints.setdefault(pod, []).extend(groups)
         dra.state = DeviceState(self.devices, frozenset(allocated), tuple(claims), consumed)
         self._capacity(dra, allocated, demands, constraints)
-        self._shares(dra, consumed, demands)
+        asking = sorted({r for needs in demands.values() for r, _c in needs if r.capacity}, key=_order)
+        if asking:
+            add_shares(dra, self.devices, self.holding, self.node_labels, consumed, demands, asking)
         return dra
 
     # -- devices ----------------------------------------------------------------------------------------
@@ -206,7 +204,7 @@ class _Builder:
                     f"{dom}/{name}": v for dom, vs in cel_input["attributes"].items() for name, v in vs.items()
                 }
                 shared = bool(dev.allowMultipleAllocations)
-                capacity = _capacities(sl, i, dev) if shared else {}
+                capacity = capacities(sl, i, dev) if shared else {}
                 self.devices[ident] = Device(ident, nodes, attributes, shared, capacity)
                 self.inputs[ident] = (orjson.dumps(cel_input, option=orjson.OPT_SORT_KEYS), cel_input)
                 self.taints[ident] = tuple(
@@ -246,10 +244,10 @@ class _Builder:
                 took = full(device)
                 if r.consumedCapacity is not None:
                     where = f"status.allocation.devices.results[{j}].consumedCapacity"
-                    took = {n: _amount(claim, f"{where}.{n}", q) for n, q in r.consumedCapacity.items()}
+                    took = {n: amount(claim, f"{where}.{n}", q) for n, q in r.consumedCapacity.items()}
                 mine = consumed.setdefault(ident, {})
-                for name, amount in took.items():
-                    mine[name] = mine.get(name, Fraction(0)) + amount
+                for name, q in took.items():
+                    mine[name] = mine.get(name, Fraction(0)) + q
         return held, consumed
 
     # -- pods and their claims --------------------------------------------------------------------------
@@ -333,7 +331,7 @@ class _Builder:
             raise _Problem(f"{where}: request {r.name}: adminAccess is not supported")
         asked = (exactly.capacity.requests if exactly.capacity is not None else None) or {}
         field_ = f"spec.devices.requests[{k}].exactly.capacity.requests"
-        capacity = tuple(sorted((n, _amount(claim, f"{field_}.{n}", q)) for n, q in asked.items()))
+        capacity = tuple(sorted((n, amount(claim, f"{field_}.{n}", q)) for n, q in asked.items()))
         mode = exactly.allocationMode or "ExactCount"
         if mode not in ("ExactCount", "All"):
             raise _Problem(f"{where}: request {r.name}: allocationMode {mode} is not supported")
@@ -362,7 +360,7 @@ class _Builder:
             self.holding[req] = frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
         fit = self.holding[req]
         if shared and not fit:
-            wanted = ", ".join(f"{n}: {_quantity(q)}" for n, q in req.capacity)
+            wanted = ", ".join(f"{n}: {quantity(q)}" for n, q in req.capacity)
             message = f"capacity {{{wanted}}} is outside the requestPolicy or above the capacity of every device"
             raise _Problem(f"{where}: request {request}: {message} it selects")
         return fit
@@ -497,160 +495,6 @@ class _Builder:
                         sizes[repr(value)] += 1
                 cap[_group_resource(names, attribute, among, n)] = sum(size // n for size in sizes.values())
 
-    def _shares(
-        self, dra: Dra, consumed: Mapping[DeviceId, Mapping[str, Fraction]], demands: Mapping[str, list]
-    ) -> None:
-        """The capacity of shared devices for the requests with capacity requests (see the module docstring)."""
-        asking = sorted({r for needs in demands.values() for r, _c in needs if r.capacity}, key=_order)
-        if not asking:
-            return
-        numbered: dict[str, int] = defaultdict(int)
-        names: dict[Requirement, str] = {}
-        for r in asking:
-            numbered[r.device_class] += 1
-            names[r] = f"{r.device_class} share#{numbered[r.device_class]}"
-        cands = {r: self.holding[r] for r in asking}
-        groups = _overlapping(asking, cands)  # requirement -> the requirements whose devices overlap its own
-        union = {r: frozenset().union(*(cands[g] for g in groups[r])) for r in asking}
-        scale = {r: _scale(self.devices[d] for d in union[r]) for r in asking}
-        group_name = {r: "|".join(sorted(names[g] for g in groups[r])) for r in asking}
-        need = {r: {d: _need(self.devices[d], r) for d in cands[r]} for r in asking}
-        # A share above half a capacity of every device it may take: each device holds at most one such.
-        big = {
-            r: sorted(
-                n
-                for n in need[r][next(iter(cands[r]))]
-                if all(2 * need[r][d][n] > self.devices[d].capacity[n].value for d in cands[r])
-            )
-            if cands[r]
-            else []
-            for r in asking
-        }
-        least = {
-            r: {n: min((need[r][d][n] for d in cands[r]), default=Fraction(0)) for n, _q in r.capacity} for r in asking
-        }
-        for pod, needs in demands.items():
-            want = dra.requests.setdefault(pod, {})
-            for r, count in needs:
-                if not r.capacity:
-                    continue
-                asked = [f"{PREFIX}{names[r]} shares"] * count
-                for name, _q in r.capacity:
-                    summed = f"{PREFIX}{group_name[r]} {name}"
-                    want[summed] = want.get(summed, 0) + count * floor(least[r][name] * scale[r])
-                asked += [f"{PREFIX}{group_name[r]} over half {name}" for name in big[r]] * count
-                for resource in asked:
-                    want[resource] = want.get(resource, 0) + 1
-        everywhere = [d for d, dev in self.devices.items() if dev.nodes is None and dev.shared]
-        local: dict[str, list[DeviceId]] = defaultdict(list)
-        for d, dev in self.devices.items():
-            if dev.nodes is not None and dev.shared:
-                for name in dev.nodes:
-                    local[name].append(d)
-        rooms = {d: _room(dev, consumed) for d, dev in self.devices.items() if dev.shared}
-        for node in self.node_labels:
-            reach = local.get(node, []) + everywhere
-            cap = dra.capacity.setdefault(node, {})
-            held = dra.used.setdefault(node, {})
-            for r in asking:
-                slots = f"{PREFIX}{names[r]} shares"
-                mine = [d for d in reach if d in cands[r]]
-                cap[slots] = sum(_slots(full(self.devices[d]), need[r][d]) for d in mine)
-                held[slots] = cap[slots] - sum(_slots(rooms[d], need[r][d]) for d in mine)
-                around = [d for d in reach if d in union[r]]
-                for name, _q in r.capacity:
-                    summed = f"{PREFIX}{group_name[r]} {name}"
-                    if summed not in cap:
-                        cap[summed] = sum(floor(self.devices[d].capacity[name].value * scale[r]) for d in around)
-                        held[summed] = cap[summed] - sum(floor(max(rooms[d][name], 0) * scale[r]) for d in around)
-                for name in big[r]:
-                    half = f"{PREFIX}{group_name[r]} over half {name}"
-                    if half not in cap:
-                        have = [d for d in around if name in self.devices[d].capacity]
-                        cap[half] = len(have)
-                        held[half] = sum(1 for d in have if 2 * rooms[d][name] <= self.devices[d].capacity[name].value)
-
-
-def _overlapping(asking: list[Requirement], cands: Mapping[Requirement, frozenset[DeviceId]]) -> dict:
-    """Each requirement's group: the requirements whose candidate devices overlap its own, transitively."""
-    groups: dict[Requirement, set[Requirement]] = {r: {r} for r in asking}
-    for a, b in combinations(asking, 2):
-        if cands[a] & cands[b] and groups[a] is not groups[b]:
-            merged = groups[a] | groups[b]
-            for r in merged:
-                groups[r] = merged
-    return {r: frozenset(g) for r, g in groups.items()}
-
-
-def _scale(devices: Iterable[Device]) -> int:
-    """Units per capacity unit in the summed resources: thousandths where the largest capacity allows."""
-    largest = max((c.value for dev in devices for c in dev.capacity.values()), default=Fraction(0))
-    return 1000 if largest * 1000 <= MAX_UNITS // 1000 else 1
-
-
-def _need(device: Device, r: Requirement) -> Mapping[str, Fraction]:
-    got = consumption(device, dict(r.capacity))
-    assert got is not None  # candidates hold the share
-    return got
-
-
-def _room(device: Device, consumed: Mapping[DeviceId, Mapping[str, Fraction]]) -> dict[str, Fraction]:
-    held = consumed.get(device.id, {})
-    return {n: c.value - held.get(n, Fraction(0)) for n, c in device.capacity.items()}
-
-
-def _slots(room: Mapping[str, Fraction], need: Mapping[str, Fraction]) -> int:
-    """How many shares consuming `need` fit in `room`."""
-    return min((max(floor(room[n] / q), 0) if q else MAX_SHARES for n, q in need.items()), default=MAX_SHARES)
-
-
-def _amount(obj: schema.Object, where: str, value: object) -> Fraction:
-    """A quantity of device capacity, exactly (quantities may be fractional); InputError when it does not parse
-    or is negative."""
-    try:
-        amount = Fraction(parse_quantity(value))
-    except ValueError as exc:
-        raise InputError(obj.describe(), where, str(exc)) from None
-    if amount < 0 or amount > MAX_UNITS:
-        raise InputError(obj.describe(), where, f"expected a quantity from 0 to {MAX_UNITS}, got {shown(value)}")
-    return amount
-
-
-def _capacities(sl: schema.ResourceSlice, i: int, dev: schema.Device) -> dict[str, Capacity]:
-    """A shared device's capacities and their requestPolicy."""
-    out = {}
-    for name, c in (dev.capacity or {}).items():
-        where = f"spec.devices[{i}].capacity.{name}"
-        value = _amount(sl, f"{where}.value", c.value)
-        policy = c.requestPolicy
-        if policy is None:
-            out[name] = Capacity(value)
-            continue
-        here = f"{where}.requestPolicy"
-        default = None if policy.default is None else _amount(sl, f"{here}.default", policy.default)
-        valid = tuple(_amount(sl, f"{here}.validValues[{k}]", q) for k, q in enumerate(policy.validValues or ()))
-        if list(valid) != sorted(set(valid)):
-            raise InputError(sl.describe(), f"{here}.validValues", "expected values in ascending order")
-        bounds = policy.validRange
-        if bounds is None:
-            out[name] = Capacity(value, default, valid=valid)
-            continue
-        low = _amount(sl, f"{here}.validRange.min", bounds.min)
-        high = None if bounds.max is None else _amount(sl, f"{here}.validRange.max", bounds.max)
-        step = None if bounds.step is None else _amount(sl, f"{here}.validRange.step", bounds.step)
-        if high is not None and high < low:
-            raise InputError(sl.describe(), f"{here}.validRange.max", "expected a maximum at least the minimum")
-        out[name] = Capacity(value, default, low, high, step or None, valid)
-    return out
-
-
-def _quantity(amount: Fraction) -> str:
-    """An exact amount as a quantity (a decimal: quantities read are decimals, and rounding keeps them so)."""
-    if amount.denominator == 1:
-        return str(amount.numerator)
-    text = format(Decimal(amount.numerator) / Decimal(amount.denominator), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
 
 class _Problem(Exception):
     """Why a pod's claims cannot be planned."""
@@ -712,7 +556,7 @@ def allocation_result(
         consumed = consumed_capacity(claim, r, d, state)
         if consumed is not None:  # a share of a shared device (or all of it), named by a share ID of its own
             result["consumedCapacity"] = consumed
-            result["shareID"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{claim}/{r}/{'/'.join(d)}"))
+            result["shareID"] = share_id(claim, r, d)
         results.append(result)
     out: dict[str, object] = {"devices": {"results": results}}
     if any(state.devices[d].nodes is not None for _r, d in devices):
@@ -720,35 +564,3 @@ def allocation_result(
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
         }
     return out
-
-
-def consumed_capacity(claim: str, request: str, device: DeviceId, state: DeviceState) -> dict[str, str] | None:
-    """What a claim's request allocated on `device` consumes of it, as quantities: None unless it is shared; all
-    of it for a request without capacity requests."""
-    shared = state.devices[device]
-    if not shared.shared:
-        return None
-    asked = state.request(claim, request).capacity
-    took = consumption(shared, asked) if asked else full(shared)
-    assert took is not None  # the assignment gave it only a device that holds it
-    return {n: _quantity(q) for n, q in sorted(took.items())}
-
-
-def over_capacity(
-    shares: Mapping[DeviceId, Sequence[Mapping[str, object]]], capacities: Mapping[DeviceId, Mapping]
-) -> str | None:
-    """Why the shares held of shared devices (each share's `consumedCapacity`) do not fit their capacities (as
-    given in their ResourceSlice), or None when every device holds its shares."""
-    for device, held in sorted(shares.items()):
-        name = "/".join(device)
-        if device not in capacities:
-            return f"device {name} holds shares and allows no multiple allocations (or is gone)"
-        for capacity, spec in sorted(capacities[device].items()):
-            try:
-                total = sum((Fraction(parse_quantity(c.get(capacity, 0))) for c in held), Fraction(0))
-                value = Fraction(parse_quantity((spec or {}).get("value")))
-            except (ValueError, TypeError, AttributeError):
-                return f"device {name}: its {capacity} or a share of it does not parse"
-            if total > value:
-                return f"device {name}: its shares consume {_quantity(total)} of {capacity}, above its {spec['value']}"
-    return None

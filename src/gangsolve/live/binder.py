@@ -49,7 +49,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve.edge import dra, objects, shares
+from gangsolve.edge import dra, dra_capacity, objects, shares
 from gangsolve.edge.errors import InputError
 from gangsolve.live import logs
 from gangsolve.live.fence import Fence
@@ -199,7 +199,7 @@ class BinderActor:
                 if device in shares:
                     return f"device {'/'.join(device)} holds shares"
                 chosen[device] = w.claim
-        return dra.over_capacity(shares, self.store.shared_capacities())
+        return dra_capacity.over_capacity(shares, self.store.shared_capacities())
 
     def _claim_path(self, claim: str) -> str:
         ns, _, name = claim.partition("/")
