@@ -134,6 +134,30 @@ def test_a_share_goes_only_to_a_shared_device_with_the_capacity_it_asks():
     assert {d for got in allocations.values() for _r, d in got} == {(DRIVER, "n1", "gpu-2")}
 
 
+def test_the_solver_sees_shares_that_fit_in_sum_but_not_device_by_device():
+    # 0.81 + 0.47 + 0.46 + 0.22 fit two devices in sum, not one by one (0.81 leaves 0.19): the 0.22 share must
+    # go to n2's small device, which only it fits.
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_node("n2"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0"), shared_gpu("gpu-1")]),
+        k8s_slice("n2", [shared_gpu("gpu-0", share="300")]),
+        *pods(*(share_claim(f"s{m}", str(m)) for m in (810, 470, 460, 220))),
+    )
+    cluster = build_cluster(snap)
+    n1 = next(n for n in cluster.nodes if n.name == "n1")
+    asked: dict[str, int] = defaultdict(int)
+    for pod in (p for g in cluster.gangs for p in g.pods):
+        for resource, amount in pod.requests.items():
+            asked[resource] += amount
+    over = [r for r, q in asked.items() if r.startswith("dra/") and q > n1.allocatable.get(r, 0) - n1.used.get(r, 0)]
+    assert over, "the model lets all four onto n1's two devices"
+    assert all(" cut " in r for r in over)  # the room summed and the shares of each size do not see it
+    bindings, _allocations = cycle(snap)
+    assert bindings == {"default/s810": "n1", "default/s470": "n1", "default/s460": "n1", "default/s220": "n2"}
+
+
 def test_running_shares_are_counted_from_the_claims_consumed_capacity():
     snap = snapshot(
         k8s_node("n1"),

@@ -8,8 +8,10 @@ Each kind of share (a requirement: class, selectors, tolerations and the amounts
 - `dra/<requirements> <capacity>`: the room of each capacity asked, summed over the devices of requirements
   whose devices overlap, so that shares of several sizes are counted together (in thousandths of the unit where
   the largest capacity allows, so fractional quantities count);
-- `dra/<requirements> over half <capacity>`: for shares above half of that capacity on every device they may
-  take, the devices with more than half of it left (a device holds one such).
+- `dra/<requirements> <capacity> cut <ε>`, for ε of 0.1 to 0.5: Fekete and Schepers' dual feasible function
+  U_ε (a share above 1 - ε of the device weighs all of it, one below ε nothing, others their part), summed
+  over the devices, a valid bound on what their shares weigh together: it sees that a 0.81 share leaves no room
+  on its device for a 0.22 one, which the room summed does not (at ε = 0.5: one share above half per device).
 
 Shares of several sizes may still not pack device by device: gangsolve.solver.devices allocates them exactly
 after the solve. Quantities are exact (fractions): what a share consumes is what the binder writes as the
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 
 PREFIX = "dra/"  # resource names of device capacity, apart from any extended resource
 MAX_SHARES = 1000  # shares counted on one device when a share consumes nothing of it
+CUTS = (Fraction(1, 10), Fraction(2, 10), Fraction(3, 10), Fraction(4, 10), Fraction(1, 2))  # the ε of each cut
+CUT_UNITS = 1000  # a device's weight in each cut
 
 
 def add_shares(
@@ -62,15 +66,13 @@ def add_shares(
     scale = {r: _scale(devices[d] for d in union[r]) for r in asking}
     group_name = {r: "|".join(sorted(names[g] for g in groups[r])) for r in asking}
     need = {r: {d: _need(devices[d], r) for d in cands[r]} for r in asking}
-    # A share above half a capacity of every device it may take: each device holds at most one such.
-    big = {
-        r: sorted(
-            n
-            for n in need[r][next(iter(cands[r]))]
-            if all(2 * need[r][d][n] > devices[d].capacity[n].value for d in cands[r])
-        )
-        if cands[r]
-        else []
+    # What a share weighs in each cut: the least over the devices it may take (a bound stays a bound).
+    weight = {
+        r: {
+            (n, eps): min((_cut(need[r][d][n], devices[d].capacity[n].value, eps) for d in cands[r]), default=0)
+            for n, _q in r.capacity
+            for eps in CUTS
+        }
         for r in asking
     }
     least = {
@@ -85,9 +87,12 @@ def add_shares(
             for name, _q in r.capacity:
                 summed = f"{PREFIX}{group_name[r]} {name}"
                 want[summed] = want.get(summed, 0) + count * floor(least[r][name] * scale[r])
-            asked += [f"{PREFIX}{group_name[r]} over half {name}" for name in big[r]] * count
             for resource in asked:
                 want[resource] = want.get(resource, 0) + 1
+            for (name, eps), w in weight[r].items():
+                if w:
+                    cut = _cut_name(group_name[r], name, eps)
+                    want[cut] = want.get(cut, 0) + count * w
     everywhere = [d for d, dev in devices.items() if dev.nodes is None and dev.shared]
     local: dict[str, list[DeviceId]] = defaultdict(list)
     for d, dev in devices.items():
@@ -110,12 +115,32 @@ def add_shares(
                 if summed not in cap:
                     cap[summed] = sum(floor(devices[d].capacity[name].value * scale[r]) for d in around)
                     held[summed] = cap[summed] - sum(floor(max(rooms[d][name], Fraction(0)) * scale[r]) for d in around)
-            for name in big[r]:
-                half = f"{PREFIX}{group_name[r]} over half {name}"
-                if half not in cap:
-                    have = [d for d in around if name in devices[d].capacity]
-                    cap[half] = len(have)
-                    held[half] = sum(1 for d in have if 2 * rooms[d][name] <= devices[d].capacity[name].value)
+            for (name, eps), _w in weight[r].items():
+                cut = _cut_name(group_name[r], name, eps)
+                if cut not in cap:
+                    have = [devices[d].capacity[name].value for d in around]
+                    cap[cut] = CUT_UNITS * len(have)
+                    # (what a device holds already weighs as one share, rounded down: its room is never less)
+                    held[cut] = sum(
+                        _cut(value - room, value, eps)
+                        for room, value in zip((rooms[d][name] for d in around), have, strict=True)
+                    )
+
+
+def _cut(amount: Fraction, value: Fraction, eps: Fraction) -> int:
+    """Fekete and Schepers' dual feasible function U_ε of `amount` of a capacity `value`, in CUT_UNITS rounded
+    down: all of it above 1 - ε of the device, nothing below ε, else its own part. Whatever shares one device
+    holds, theirs sum to at most all of it (what it holds already counted as one more share): a share above
+    1 - ε leaves room only for shares below ε, which weigh nothing."""
+    if value <= 0:
+        return 0
+    part = amount / value
+    weighed = Fraction(1) if part > 1 - eps else Fraction(0) if part < eps else part
+    return floor(weighed * CUT_UNITS)
+
+
+def _cut_name(group: str, capacity: str, eps: Fraction) -> str:
+    return f"{PREFIX}{group} {capacity} cut {float(eps):g}"
 
 
 def _overlapping(asking: list[Requirement], cands: Mapping[Requirement, frozenset[DeviceId]]) -> dict:
