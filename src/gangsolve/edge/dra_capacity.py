@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
+from functools import lru_cache
 from itertools import combinations
 from math import floor
 from typing import TYPE_CHECKING
@@ -66,17 +67,19 @@ def add_shares(
     scale = {r: _scale(devices[d] for d in union[r]) for r in asking}
     group_name = {r: "|".join(sorted(names[g] for g in groups[r])) for r in asking}
     need = {r: {d: _need(devices[d], r) for d in cands[r]} for r in asking}
+    # One device of each kind: devices alike share one (cached) consumption, so its identity tells kinds apart.
+    kinds = {r: list({id(need[r][d]): d for d in cands[r]}.values()) for r in asking}
     # What a share weighs in each cut: the least over the devices it may take (a bound stays a bound).
     weight = {
         r: {
-            (n, eps): min((_cut(need[r][d][n], devices[d].capacity[n].value, eps) for d in cands[r]), default=0)
+            (n, eps): min((_cut(need[r][d][n], devices[d].capacity[n].value, eps) for d in kinds[r]), default=0)
             for n, _q in r.capacity
             for eps in CUTS
         }
         for r in asking
     }
     least = {
-        r: {n: min((need[r][d][n] for d in cands[r]), default=Fraction(0)) for n, _q in r.capacity} for r in asking
+        r: {n: min((need[r][d][n] for d in kinds[r]), default=Fraction(0)) for n, _q in r.capacity} for r in asking
     }
     for pod, needs in demands.items():
         want = dra.requests.setdefault(pod, {})
@@ -127,6 +130,7 @@ def add_shares(
                     )
 
 
+@lru_cache(maxsize=65536)  # asked of every (share, device) pair: few distinct amounts in a cluster
 def _cut(amount: Fraction, value: Fraction, eps: Fraction) -> int:
     """Fekete and Schepers' dual feasible function U_ε of `amount` of a capacity `value`, in CUT_UNITS rounded
     down: all of it above 1 - ε of the device, nothing below ε, else its own part. Whatever shares one device
