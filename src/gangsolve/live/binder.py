@@ -171,9 +171,12 @@ class BinderActor:
             obj = self.store.pod(key)
             if obj is not None and (obj.get("spec") or {}).get("resourceClaims") and key not in with_writes:
                 return f"pod {key} has resource claims and no allocation was planned for them"
+        if not plan.claims:
+            return None
         in_use = self.store.devices_in_use(but={w.claim for w in plan.claims})
         shares = self.store.shares_in_use(but={w.claim for w in plan.claims})
         chosen: dict[tuple[str, str, str], str] = {}
+        shared: set[tuple[str, str, str]] = set()  # the shared devices this plan takes shares of
         for w in plan.claims:
             claim = self.store.claim(w.claim)
             if claim is None:
@@ -195,11 +198,15 @@ class BinderActor:
                     return f"device {'/'.join(device)} is allocated to ResourceClaim {holder}"
                 if r.get("consumedCapacity") is not None:
                     shares.setdefault(device, []).append(r["consumedCapacity"])
+                    shared.add(device)
                     continue
                 if device in shares:
                     return f"device {'/'.join(device)} holds shares"
                 chosen[device] = w.claim
-        return dra_capacity.over_capacity(shares, self.store.shared_capacities())
+        if not shared:
+            return None
+        # Only the devices this plan shares: what others hold elsewhere is not this gang's to refuse.
+        return dra_capacity.over_capacity({d: shares[d] for d in shared}, self.store.shared_capacities())
 
     def _claim_path(self, claim: str) -> str:
         ns, _, name = claim.partition("/")
