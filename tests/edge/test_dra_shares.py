@@ -158,6 +158,23 @@ def test_the_solver_sees_shares_that_fit_in_sum_but_not_device_by_device():
     assert bindings == {"default/s810": "n1", "default/s470": "n1", "default/s460": "n1", "default/s220": "n2"}
 
 
+def test_a_whole_device_counts_all_of_one_in_the_room_of_shares():
+    # n1's gpu-0 holds 400; a whole-device request and shares of 200, 300 and 500 fit n1's room (600 + 1000)
+    # only without the whole device: the shares go to n2.
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_node("n2"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0"), shared_gpu("gpu-1")]),
+        k8s_slice("n2", [shared_gpu("gpu-0"), shared_gpu("gpu-1")]),
+        allocated(share_claim("old", "400"), "n1", "gpu-0", {"share": "400"}),
+        *pods(share_claim("whole", None), *(share_claim(f"s{m}", str(m)) for m in (200, 300, 500))),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 4
+    assert allocations["default/whole"] == (("gpus", (DRIVER, "n1", "gpu-1")),) or bindings["default/whole"] == "n2"
+
+
 def test_running_shares_are_counted_from_the_claims_consumed_capacity():
     snap = snapshot(
         k8s_node("n1"),

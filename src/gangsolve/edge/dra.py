@@ -171,7 +171,8 @@ class _Builder:
         self._capacity(dra, allocated, demands, constraints)
         asking = sorted({r for needs in demands.values() for r, _c in needs if r.capacity}, key=_order)
         if asking:
-            add_shares(dra, self.devices, self.holding, self.node_labels, consumed, demands, asking)
+            selected = {r: c for r, c in self.candidates.items() if not isinstance(c, str) and not r.capacity}
+            add_shares(dra, self.devices, {**selected, **self.holding}, self.node_labels, consumed, demands, asking)
         return dra
 
     # -- devices ----------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ Each kind of share (a requirement: class, selectors, tolerations and the amounts
   over the devices, a valid bound on what their shares weigh together: it sees that a 0.81 share leaves no room
   on its device for a 0.22 one, which the room summed does not (at ε = 0.5: one share above half per device).
 
-Shares of several sizes may still not pack device by device: gangsolve.solver.devices allocates them exactly
+A request of a whole device whose devices are all ones that shares of a group may take counts all of one
+device in that group's summed room and cuts (it takes a device no share may then touch). Shares of several
+sizes may still not pack device by device: gangsolve.solver.devices allocates them exactly
 after the solve. Quantities are exact (fractions): what a share consumes is what the binder writes as the
 allocation's `consumedCapacity`, and `over_capacity` is the binder's last check of it.
 """
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING
 from gangsolve.edge import schema
 from gangsolve.edge.errors import InputError, shown
 from gangsolve.edge.quantity import MAX_UNITS, parse_quantity
-from gangsolve.solver.devices import Capacity, Device, DeviceId, DeviceState, consumption, full
+from gangsolve.solver.devices import ALL, Capacity, Device, DeviceId, DeviceState, consumption, full
 
 if TYPE_CHECKING:
     from gangsolve.edge.dra import Dra, Requirement
@@ -47,21 +49,21 @@ CUT_UNITS = 1000  # a device's weight in each cut
 def add_shares(
     dra: Dra,
     devices: Mapping[DeviceId, Device],
-    holding: Mapping[Requirement, frozenset[DeviceId]],
+    candidates: Mapping[Requirement, frozenset[DeviceId]],
     node_names: Iterable[str],
     consumed: Mapping[DeviceId, Mapping[str, Fraction]],
     demands: Mapping[str, list[tuple[Requirement, int]]],
     asking: list[Requirement],
 ) -> None:
     """The capacity of shared devices for `asking`, the requirements with capacity requests (in order), and what
-    each pod of `demands` requests of it, added to `dra` (see the module docstring). `holding`: each one's
-    devices that hold its share."""
+    each pod of `demands` requests of it, added to `dra` (see the module docstring). `candidates`: the devices
+    of each requirement of `demands` (of a share: those that hold it)."""
     numbered: dict[str, int] = defaultdict(int)
     names: dict[Requirement, str] = {}
     for r in asking:
         numbered[r.device_class] += 1
         names[r] = f"{r.device_class} share#{numbered[r.device_class]}"
-    cands = {r: holding[r] for r in asking}
+    cands = {r: candidates[r] for r in asking}
     groups = _overlapping(asking, cands)  # requirement -> the requirements whose devices overlap its own
     union = {r: frozenset().union(*(cands[g] for g in groups[r])) for r in asking}
     scale = {r: _scale(devices[d] for d in union[r]) for r in asking}
@@ -81,10 +83,13 @@ def add_shares(
     least = {
         r: {n: min((need[r][d][n] for d in kinds[r]), default=Fraction(0)) for n, _q in r.capacity} for r in asking
     }
+    takes = _whole_devices(demands, candidates, devices, asking, union, scale, group_name)
     for pod, needs in demands.items():
         want = dra.requests.setdefault(pod, {})
         for r, count in needs:
             if not r.capacity:
+                for resource, amount_ in takes.get(r, {}).items():
+                    want[resource] = want.get(resource, 0) + count * amount_
                 continue
             asked = [f"{PREFIX}{names[r]} shares"] * count
             for name, _q in r.capacity:
@@ -145,6 +150,33 @@ def _cut(amount: Fraction, value: Fraction, eps: Fraction) -> int:
 
 def _cut_name(group: str, capacity: str, eps: Fraction) -> str:
     return f"{PREFIX}{group} {capacity} cut {float(eps):g}"
+
+
+def _whole_devices(
+    demands: Mapping[str, list[tuple[Requirement, int]]],
+    candidates: Mapping[Requirement, frozenset[DeviceId]],
+    devices: Mapping[DeviceId, Device],
+    asking: list[Requirement],
+    union: Mapping[Requirement, frozenset[DeviceId]],
+    scale: Mapping[Requirement, int],
+    group_name: Mapping[Requirement, str],
+) -> dict[Requirement, dict[str, int]]:
+    """What a request of one whole device counts in the resources of shares: where every device it may take is
+    one that shares of a group may take, all of one of them (the least such device's capacity summed, all of
+    a device in each cut); elsewhere nothing (it may take a device no share takes)."""
+    out: dict[Requirement, dict[str, int]] = {}
+    for w in {r for needs in demands.values() for r, c in needs if not r.capacity and c != ALL}:
+        mine = candidates.get(w, frozenset())
+        for r in asking:
+            if not mine or not mine <= union[r]:
+                continue
+            for name, _q in r.capacity:
+                if all(name in devices[d].capacity for d in mine):
+                    least = min(devices[d].capacity[name].value for d in mine)
+                    takes = out.setdefault(w, {})
+                    takes[f"{PREFIX}{group_name[r]} {name}"] = floor(least * scale[r])
+                    takes.update({_cut_name(group_name[r], name, eps): CUT_UNITS for eps in CUTS})
+    return out
 
 
 def _overlapping(asking: list[Requirement], cands: Mapping[Requirement, frozenset[DeviceId]]) -> dict:
