@@ -175,6 +175,22 @@ def test_a_whole_device_counts_all_of_one_in_the_room_of_shares():
     assert allocations["default/whole"] == (("gpus", (DRIVER, "n1", "gpu-1")),) or bindings["default/whole"] == "n2"
 
 
+def test_shares_of_a_claim_with_match_attribute_are_on_devices_of_one_value():
+    devices = [shared_gpu(f"gpu-{i}") for i in range(4)]
+    for i, d in enumerate(devices):
+        d["attributes"] = {"pcieRoot": {"string": f"r{i // 2}"}}
+    two = share_claim("two", "300", count=2)
+    two["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DRIVER}/pcieRoot"}]
+    snap = snapshot(
+        k8s_node("n1"), k8s_device_class(), k8s_slice("n1", devices), *pods(two, share_claim("whole", None))
+    )
+    bindings, allocations = cycle(snap)  # (a whole request beside it: both kinds of requirement modelled)
+    assert len(bindings) == 2
+    roots = {int(d[2].split("-")[1]) // 2 for _r, d in allocations["default/two"]}
+    assert len(roots) == 1
+    assert len({d for _r, d in allocations["default/two"]}) == 2  # two devices, a share of each
+
+
 def test_running_shares_are_counted_from_the_claims_consumed_capacity():
     snap = snapshot(
         k8s_node("n1"),

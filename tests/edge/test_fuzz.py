@@ -216,7 +216,7 @@ def _dra_shares_snapshot() -> list[dict]:
     result.update(consumedCapacity={"share": "300", "memory": "0"}, shareID="2b1f8a8e-5d0e-4a51-9a7e-1c2d3e4f5a6b")
     claims = []
     for name, asked in (("s0", {"share": "300"}), ("s1", {"share": "251", "memory": "8Gi"}), ("w", None)):
-        claim = k8s_claim(name)
+        claim = k8s_claim(name, count=2, match="gpu.example.com/pcieRoot") if name == "s0" else k8s_claim(name)
         if asked:
             claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": asked}
         claims += [claim, with_claims(k8s_pod(f"p-{name}"), name)]

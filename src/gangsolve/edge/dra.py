@@ -317,7 +317,7 @@ class _Builder:
                 names = tuple(c.requests or ())
                 matches.append(MatchAttribute(c.matchAttribute, names))
                 bound = [by_name[n] for n in (names or by_name) if n in by_name]
-                if bound and all(count != ALL for _r, count in bound):
+                if bound and all(count != ALL and not r.capacity for r, count in bound):  # (shares: after the solve)
                     groups.append((c.matchAttribute, frozenset(r for r, _c in bound), sum(c for _r, c in bound)))
             made.append((Claim(f"{ns}/{name}", pod, tuple(requests), tuple(matches)), needs, groups))
         return made
