@@ -99,6 +99,13 @@ def _device(decisions: Decisions, claim: str, request: str, device: DeviceId) ->
     return out
 
 
+def _device_text(decisions: Decisions, claim: str, request: str, device: DeviceId) -> str:
+    """`driver/pool/device`, with what the claim consumes of a shared one: `(memory 20Gi)`."""
+    consumed = dra_capacity.consumed_capacity(claim, request, device, decisions.devices, show=dra_capacity.readable)
+    share = f" ({', '.join(f'{n} {q}' for n, q in consumed.items())})" if consumed else ""
+    return "/".join(device) + share
+
+
 def _reason(error: InputError) -> str:
     """Why an object was left out, without its name (it has a column of its own)."""
     return f"{error.field}: {error.message}" if error.field else error.message
@@ -160,7 +167,10 @@ def print_table(decisions: Decisions, console: Console) -> None:
             console,
             "Allocations (ResourceClaim: driver/pool/device)",
             ("CLAIM", "DEVICES"),
-            ((claim, ", ".join("/".join(d) for _r, d in got)) for claim, got in allocations.items()),
+            (
+                (claim, ", ".join(_device_text(decisions, claim, r, d) for r, d in got))
+                for claim, got in allocations.items()
+            ),
             wrap={"DEVICES"},
         )
     if placement.shares:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from fractions import Fraction
 
+import jsonschema
 import orjson
 import pytest
 from click.testing import CliRunner
@@ -21,6 +22,7 @@ from gangsolve.solver import SolveConfig, solve, validate
 from gangsolve.solver.devices import Capacity, allocate
 from gangsolve.solver.validate import validate_devices
 from tests.builders import DRIVER, k8s_device_class, k8s_list, k8s_node, k8s_pod, k8s_slice, with_claims
+from tests.test_docs import SCHEMA
 
 
 def shared_gpu(name: str, share: str = "1000", policy: dict | None = None, **capacity: str) -> dict:
@@ -319,6 +321,19 @@ def test_solve_json_reports_the_device_and_its_consumed_capacity(tmp_path):
         {"request": "gpus", "driver": DRIVER, "pool": "n1", "device": "gpu-0", "consumedCapacity": {"share": "500"}}
     ]
     assert plan["allocations"]["default/b"][0]["consumedCapacity"] == {"share": "250"}
+    jsonschema.validate(plan, SCHEMA, cls=jsonschema.Draft202012Validator)
+    table = CliRunner().invoke(cli, ["solve", str(path)])
+    assert "gpu.example.com/n1/gpu-0 (share 500)" in table.stdout
+
+
+def test_too_big_a_share_is_reported_in_the_units_it_was_asked():
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [shared_gpu("gpu-0", memory="80Gi")]),
+        *pods(share_claim("c", None, memory="100Gi")),
+    )
+    assert "capacity {memory: 100Gi} is outside" in waiting(snap)["default/c"].reason
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ from gangsolve.edge.dra_capacity import (
     amount,
     capacities,
     consumed_capacity,
-    quantity,
+    readable,
     share_id,
 )
 from gangsolve.edge.errors import InputError
@@ -361,7 +361,7 @@ class _Builder:
             self.holding[req] = frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
         fit = self.holding[req]
         if shared and not fit:
-            wanted = ", ".join(f"{n}: {quantity(q)}" for n, q in req.capacity)
+            wanted = ", ".join(f"{n}: {readable(q)}" for n, q in req.capacity)
             message = f"capacity {{{wanted}}} is outside the requestPolicy or above the capacity of every device"
             raise _Problem(f"{where}: request {request}: {message} it selects")
         return fit

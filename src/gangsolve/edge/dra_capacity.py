@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
@@ -260,16 +260,26 @@ def quantity(amount: Fraction) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def consumed_capacity(claim: str, request: str, device: DeviceId, state: DeviceState) -> dict[str, str] | None:
-    """What a claim's request allocated on `device` consumes of it, as quantities: None unless it is shared; all
-    of it for a request without capacity requests."""
+def readable(amount: Fraction) -> str:
+    """An amount for people: in the largest binary unit it is a whole number of (`100Gi`), else as a quantity."""
+    for power, suffix in ((60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")):
+        if amount >= 2**power and (amount / 2**power).denominator == 1:
+            return f"{amount / 2**power}{suffix}"
+    return quantity(amount)
+
+
+def consumed_capacity(
+    claim: str, request: str, device: DeviceId, state: DeviceState, *, show: Callable[[Fraction], str] = quantity
+) -> dict[str, str] | None:
+    """What a claim's request allocated on `device` consumes of it, as quantities (or as `show` writes them):
+    None unless it is shared; all of it for a request without capacity requests."""
     shared = state.devices[device]
     if not shared.shared:
         return None
     asked = state.request(claim, request).capacity
     took = consumption(shared, asked) if asked else full(shared)
     assert took is not None  # the assignment gave it only a device that holds it
-    return {n: quantity(q) for n, q in sorted(took.items())}
+    return {n: show(q) for n, q in sorted(took.items())}
 
 
 def over_capacity(
