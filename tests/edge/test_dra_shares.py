@@ -193,6 +193,31 @@ def test_shares_of_a_claim_with_match_attribute_are_on_devices_of_one_value():
     assert len({d for _r, d in allocations["default/two"]}) == 2  # two devices, a share of each
 
 
+def test_shares_of_different_capacities_on_overlapping_devices():
+    # gpu-0 has memory and cores, gpu-1 cores only: shares of memory and shares of cores overlap on gpu-0 (each
+    # consumes the other capacity's default, 0).
+    free = {"default": "0", "validRange": {"min": "0"}}
+    both = {"name": "gpu-0", "allowMultipleAllocations": True, "capacity": {}}
+    both["capacity"] = {
+        "memory": {"value": "80Gi", "requestPolicy": free},
+        "cores": {"value": "100", "requestPolicy": free},
+    }
+    cores = {"name": "gpu-1", "allowMultipleAllocations": True, "capacity": {"cores": {"value": "100"}}}
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [both, cores]),
+        *pods(
+            share_claim("m", None, memory="30Gi"),
+            share_claim("c1", None, cores="60"),
+            share_claim("c2", None, cores="60"),
+        ),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 3  # 60 cores on each device; the memory share beside those on gpu-0
+    assert {d[2] for got in allocations.values() for _r, d in got} == {"gpu-0", "gpu-1"}
+
+
 def test_running_shares_are_counted_from_the_claims_consumed_capacity():
     snap = snapshot(
         k8s_node("n1"),

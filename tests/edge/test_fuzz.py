@@ -211,6 +211,7 @@ def _dra_shares_snapshot() -> list[dict]:
         }
         for i, policy in enumerate(policies)
     ]
+    devices.append({"name": "gpu-3", "allowMultipleAllocations": True, "capacity": {"share": {"value": "1000"}}})
     held = k8s_claim("held", allocated=[("n0", "gpu-0")], node="n0")
     result = held["status"]["allocation"]["devices"]["results"][0]
     result.update(consumedCapacity={"share": "300", "memory": "0"}, shareID="2b1f8a8e-5d0e-4a51-9a7e-1c2d3e4f5a6b")

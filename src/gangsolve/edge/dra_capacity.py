@@ -91,12 +91,11 @@ def add_shares(
                 for resource, amount_ in takes.get(r, {}).items():
                     want[resource] = want.get(resource, 0) + count * amount_
                 continue
-            asked = [f"{PREFIX}{names[r]} shares"] * count
+            slots = f"{PREFIX}{names[r]} shares"
+            want[slots] = want.get(slots, 0) + count
             for name, _q in r.capacity:
                 summed = f"{PREFIX}{group_name[r]} {name}"
                 want[summed] = want.get(summed, 0) + count * floor(least[r][name] * scale[r])
-            for resource in asked:
-                want[resource] = want.get(resource, 0) + 1
             for (name, eps), w in weight[r].items():
                 if w:
                     cut = _cut_name(group_name[r], name, eps)
@@ -117,22 +116,21 @@ def add_shares(
             mine = [d for d in reach if d in cands[r]]
             cap[slots] = sum(_slots(full(devices[d]), need[r][d]) for d in mine)
             held[slots] = cap[slots] - sum(_slots(rooms[d], need[r][d]) for d in mine)
-            around = [d for d in reach if d in union[r]]
             for name, _q in r.capacity:
+                around = [d for d in reach if d in union[r] and name in devices[d].capacity]
                 summed = f"{PREFIX}{group_name[r]} {name}"
                 if summed not in cap:
                     cap[summed] = sum(floor(devices[d].capacity[name].value * scale[r]) for d in around)
                     held[summed] = cap[summed] - sum(floor(max(rooms[d][name], Fraction(0)) * scale[r]) for d in around)
-            for (name, eps), _w in weight[r].items():
-                cut = _cut_name(group_name[r], name, eps)
-                if cut not in cap:
-                    have = [devices[d].capacity[name].value for d in around]
-                    cap[cut] = CUT_UNITS * len(have)
-                    # (what a device holds already weighs as one share, rounded down: its room is never less)
-                    held[cut] = sum(
-                        _cut(value - room, value, eps)
-                        for room, value in zip((rooms[d][name] for d in around), have, strict=True)
-                    )
+                for eps in CUTS:
+                    cut = _cut_name(group_name[r], name, eps)
+                    if cut not in cap:
+                        cap[cut] = CUT_UNITS * len(around)
+                        # (what a device holds already weighs as one share, rounded down: its room is never less)
+                        held[cut] = sum(
+                            _cut(devices[d].capacity[name].value - rooms[d][name], devices[d].capacity[name].value, eps)
+                            for d in around
+                        )
 
 
 @lru_cache(maxsize=65536)  # asked of every (share, device) pair: few distinct amounts in a cluster
