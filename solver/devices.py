@@ -73,7 +73,7 @@ class Device:
     nodes: frozenset[str] | None = None  # nodes it is reachable from; None: every node
     attributes: Mapping[str, object] = field(default_factory=dict)  # qualified name -> value (matchAttribute)
     shared: bool = False  # allowMultipleAllocations
-    capacity: Mapping[str, Capacity] = field(default_factory=dict)  # of a shared device: name -> capacity
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)  # name -> capacity (shared only by a shared one)
 
     @cached_property
     def signature(self) -> tuple[tuple[str, Capacity], ...]:

@@ -21,7 +21,7 @@ from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import SolveConfig, solve, validate
 from gangsolve.solver.devices import Capacity, allocate
 from gangsolve.solver.validate import validate_devices
-from tests.builders import DRIVER, k8s_device_class, k8s_list, k8s_node, k8s_pod, k8s_slice, with_claims
+from tests.builders import DRIVER, k8s_device_class, k8s_gpu, k8s_list, k8s_node, k8s_pod, k8s_slice, with_claims
 from tests.test_docs import SCHEMA
 
 
@@ -216,6 +216,24 @@ def test_shares_of_different_capacities_on_overlapping_devices():
     bindings, allocations = cycle(snap)
     assert len(bindings) == 3  # 60 cores on each device; the memory share beside those on gpu-0
     assert {d[2] for got in allocations.values() for _r, d in got} == {"gpu-0", "gpu-1"}
+
+
+def test_capacity_requests_filter_devices_that_allow_no_multiple_allocations():
+    # As Kubernetes reads them there: a device with at least that much, given whole.
+    small, big = k8s_gpu("gpu-0", memory="40Gi"), k8s_gpu("gpu-1", memory="80Gi")
+    snap = snapshot(
+        k8s_node("n1"),
+        k8s_device_class(),
+        k8s_slice("n1", [small, big]),
+        *pods(share_claim("a", None, memory="50Gi"), share_claim("b", None, memory="50Gi"), share_claim("c", None)),
+    )
+    bindings, allocations = cycle(snap)
+    assert len(bindings) == 2  # one of a and b on gpu-1; c on gpu-0
+    assert sorted(d[2] for got in allocations.values() for _r, d in got) == ["gpu-0", "gpu-1"]
+    model = dra.model(snap, "gangsolve")
+    for claim, got in allocations.items():
+        result = dra.allocation_result(claim, got, "n1", model.state)["devices"]["results"][0]  # type: ignore[index]
+        assert "consumedCapacity" not in result  # a whole device: nothing shared
 
 
 def test_running_shares_are_counted_from_the_claims_consumed_capacity():

@@ -22,7 +22,9 @@ selectors, its tolerations): requests with the same requirement share one resour
 Shared devices (`allowMultipleAllocations`, KEP-5075 consumable capacity) serve requests with capacity
 requests, each its own requirement (class, selectors, tolerations and the amounts asked), with resources of
 their own (gangsolve.edge.dra_capacity); a shared device with any share allocated counts as allocated for
-requests without capacity requests.
+requests without capacity requests. A request with capacity requests whose devices are none of them shared is
+a request of whole devices with at least that much of each capacity (`Requirement.whole`), as Kubernetes reads
+capacity requests there.
 
 After the solve, gangsolve.solver.devices picks the devices, and takes off any pod whose claim could not be
 met after all (only possible with the rules capacity expresses loosely: `All`, matchAttribute groups shared
@@ -84,6 +86,14 @@ class Requirement:
     selectors: tuple[str, ...]  # the request's own CEL expressions (the class's are looked up)
     tolerations: tuple[Toleration, ...] = ()
     capacity: tuple[tuple[str, Fraction], ...] = ()  # capacity requests: a share of a shared device
+    # No device it selects allows multiple allocations: its capacity requests only filter whole devices (a device
+    # with at least that much of each), as Kubernetes reads them.
+    whole: bool = False
+
+    @property
+    def shares(self) -> bool:
+        """It asks a share of a shared device."""
+        return bool(self.capacity) and not self.whole
 
 
 @dataclass
@@ -135,7 +145,9 @@ class _Builder:
         self.inputs: dict[DeviceId, tuple[bytes, dict]] = {}  # CEL input and its content key (for memos)
         self.taints: dict[DeviceId, tuple[Taint, ...]] = {}
         self.candidates: dict[Requirement, frozenset[DeviceId] | str] = {}  # or why it has none
-        self.holding: dict[Requirement, frozenset[DeviceId]] = {}  # of a share: the shared devices that hold it
+        # Of a requirement asking capacity: the shared devices that hold its share, or (whole) the devices with
+        # that much.
+        self.holding: dict[Requirement, frozenset[DeviceId]] = {}
         self.memo: dict[tuple[str, bytes], bool | str] = {}
 
     def build(self) -> Dra:
@@ -169,9 +181,9 @@ class _Builder:
                 constraints.setdefault(pod, []).extend(groups)
         dra.state = DeviceState(self.devices, frozenset(allocated), tuple(claims), consumed)
         self._capacity(dra, allocated, demands, constraints)
-        asking = sorted({r for needs in demands.values() for r, _c in needs if r.capacity}, key=_order)
+        asking = sorted({r for needs in demands.values() for r, _c in needs if r.shares}, key=_order)
         if asking:
-            selected = {r: c for r, c in self.candidates.items() if not isinstance(c, str) and not r.capacity}
+            selected = {r: c for r, c in self.candidates.items() if not isinstance(c, str) and not r.shares}
             add_shares(dra, self.devices, {**selected, **self.holding}, self.node_labels, consumed, demands, asking)
         return dra
 
@@ -205,7 +217,7 @@ class _Builder:
                     f"{dom}/{name}": v for dom, vs in cel_input["attributes"].items() for name, v in vs.items()
                 }
                 shared = bool(dev.allowMultipleAllocations)
-                capacity = capacities(sl, i, dev) if shared else {}
+                capacity = capacities(sl, i, dev)
                 self.devices[ident] = Device(ident, nodes, attributes, shared, capacity)
                 self.inputs[ident] = (orjson.dumps(cel_input, option=orjson.OPT_SORT_KEYS), cel_input)
                 self.taints[ident] = tuple(
@@ -305,7 +317,9 @@ class _Builder:
             for k, r in enumerate(devices.requests or ()):
                 requirement, count = self._request(where, r, claim, k)
                 candidates = self._candidates(where, r.name, requirement)
-                requests.append(Request(r.name, candidates, count, dict(requirement.capacity)))
+                requests.append(
+                    Request(r.name, candidates, count, dict(requirement.capacity if requirement.shares else ()))
+                )
                 needs.append((requirement, count))
                 by_name[r.name] = (requirement, count)
             matches, groups = [], []
@@ -317,7 +331,7 @@ class _Builder:
                 names = tuple(c.requests or ())
                 matches.append(MatchAttribute(c.matchAttribute, names))
                 bound = [by_name[n] for n in (names or by_name) if n in by_name]
-                if bound and all(count != ALL and not r.capacity for r, count in bound):  # (shares: after the solve)
+                if bound and all(count != ALL and not r.shares for r, count in bound):  # (shares: after the solve)
                     groups.append((c.matchAttribute, frozenset(r for r, _c in bound), sum(c for _r, c in bound)))
             made.append((Claim(f"{ns}/{name}", pod, tuple(requests), tuple(matches)), needs, groups))
         return made
@@ -344,18 +358,34 @@ class _Builder:
             Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
             for t in exactly.tolerations or ()
         )
-        return Requirement(exactly.deviceClassName, selectors, tolerations, capacity), count
+        requirement = Requirement(exactly.deviceClassName, selectors, tolerations, capacity)
+        if capacity and not self._selects_shared(requirement):
+            requirement = Requirement(exactly.deviceClassName, selectors, tolerations, capacity, whole=True)
+        return requirement, count
 
-    def _candidates(self, where: str, request: str, req: Requirement) -> frozenset[DeviceId]:
+    def _selection(self, req: Requirement) -> frozenset[DeviceId] | str:
         if req not in self.candidates:
             self.candidates[req] = self._select(req)
-        got = self.candidates[req]
+        return self.candidates[req]
+
+    def _selects_shared(self, req: Requirement) -> bool:
+        """Some device the requirement selects allows multiple allocations (or its selection fails: reported
+        then)."""
+        got = self._selection(req)
+        return isinstance(got, str) or any(self.devices[d].shared for d in got)
+
+    def _candidates(self, where: str, request: str, req: Requirement) -> frozenset[DeviceId]:
+        got = self._selection(req)
         if isinstance(got, str):
             raise _Problem(f"{where}: request {request}: {got}")
         if not req.capacity:
             return got
-        # A share goes to shared devices that hold it; one no shared device it selects holds is not planned.
         asked = dict(req.capacity)
+        if req.whole:  # a filter: the devices with at least that much of each capacity asked
+            if req not in self.holding:
+                self.holding[req] = frozenset(d for d in got if _at_least(self.devices[d], asked))
+            return self.holding[req]
+        # A share goes to shared devices that hold it; one no shared device it selects holds is not planned.
         shared = [d for d in got if self.devices[d].shared and all(n in self.devices[d].capacity for n in asked)]
         if req not in self.holding:
             self.holding[req] = frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
@@ -411,13 +441,13 @@ class _Builder:
         demands: Mapping[str, list[tuple[Requirement, int]]],
         constraints: Mapping[str, list[tuple[str, frozenset[Requirement], int]]],
     ) -> None:
-        used = sorted({r for needs in demands.values() for r, _c in needs if not r.capacity}, key=_order)
+        used = sorted({r for needs in demands.values() for r, _c in needs if not r.shares}, key=_order)
         if not used:
             return
         names = _names(used)
         cands: dict[Requirement, frozenset[DeviceId]] = {}
         for r in used:
-            got = self.candidates[r]
+            got = self.holding[r] if r in self.holding else self.candidates[r]  # (capacity asked: filtered)
             assert not isinstance(got, str)  # a requirement with a problem is in no pod's demands
             cands[r] = got
         # Requirements whose candidate sets overlap form one component: its unions are the Hall resources.
@@ -453,8 +483,8 @@ class _Builder:
         for pod, needs in demands.items():
             want = dra.requests.setdefault(pod, {})
             for r, count in needs:
-                if r.capacity:
-                    continue  # a share: _shares
+                if r.shares:
+                    continue  # a share: dra_capacity
                 if count == ALL:
                     resource = f"{PREFIX}{names[r]} (All)"
                     want[resource] = want.get(resource, 0) + 1
@@ -497,6 +527,11 @@ class _Builder:
                 cap[_group_resource(names, attribute, among, n)] = sum(size // n for size in sizes.values())
 
 
+def _at_least(device: Device, asked: Mapping[str, Fraction]) -> bool:
+    """The device has at least the amount asked of each capacity."""
+    return all(n in device.capacity and device.capacity[n].value >= q for n, q in asked.items())
+
+
 class _Problem(Exception):
     """Why a pod's claims cannot be planned."""
 
@@ -524,8 +559,8 @@ def _tolerated(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
     return False
 
 
-def _order(r: Requirement) -> tuple[str, tuple[str, ...], str, str]:
-    return (r.device_class, r.selectors, repr(r.tolerations), repr(r.capacity))
+def _order(r: Requirement) -> tuple[str, tuple[str, ...], str, str, bool]:
+    return (r.device_class, r.selectors, repr(r.tolerations), repr(r.capacity), r.whole)
 
 
 def _names(used: list[Requirement]) -> dict[Requirement, str]:
@@ -533,7 +568,7 @@ def _names(used: list[Requirement]) -> dict[Requirement, str]:
     out: dict[Requirement, str] = {}
     seen: dict[str, int] = defaultdict(int)
     for r in used:  # sorted: the plain class first
-        if not r.selectors and not r.tolerations:
+        if not r.selectors and not r.tolerations and not r.capacity:
             out[r] = r.device_class
         else:
             seen[r.device_class] += 1

@@ -87,7 +87,7 @@ def add_shares(
     for pod, needs in demands.items():
         want = dra.requests.setdefault(pod, {})
         for r, count in needs:
-            if not r.capacity:
+            if not r.shares:
                 for resource, amount_ in takes.get(r, {}).items():
                     want[resource] = want.get(resource, 0) + count * amount_
                 continue
@@ -163,7 +163,7 @@ def _whole_devices(
     one that shares of a group may take, all of one of them (the least such device's capacity summed, all of
     a device in each cut); elsewhere nothing (it may take a device no share takes)."""
     out: dict[Requirement, dict[str, int]] = {}
-    for w in {r for needs in demands.values() for r, c in needs if not r.capacity and c != ALL}:
+    for w in {r for needs in demands.values() for r, c in needs if not r.shares and c != ALL}:
         mine = candidates.get(w, frozenset())
         for r in asking:
             if not mine or not mine <= union[r]:
