@@ -12,6 +12,17 @@ Where capacity alone cannot express a rule exactly (requests whose selectors ove
 matchAttribute group shared with other requests, devices reachable from several nodes), the solve may place a
 pod whose claim cannot be met: such a pod is taken off (its whole gang when the gang then falls below its
 minimum), with the reason, and the gangs left are allocated again. No device is ever allocated twice.
+
+Shared devices (KEP-5075 consumable capacity: `allowMultipleAllocations` with `capacity`) are modelled here,
+not as the solver's GPU shares (solver/shares.py): DRA devices are picked by selectors, reached from nodes, and
+carry several capacities of any unit, which the per-node milli-GPU model does not express. A request with
+capacity requests (`Request.capacity`) takes a share of one shared device per count, consuming on each of the
+device's capacities what Kubernetes would: the amount asked rounded up by the capacity's requestPolicy, the
+policy's default or all of it where the request asks nothing (`consumption`). A shared device holds shares up to
+every capacity, counting what allocated claims consume (`DeviceState.consumed`); a request without capacity
+requests takes a shared device only while nothing holds any of it, and then all of it. Among the devices a share
+fits, it takes the one it leaves least room on (best fit, against fragmentation), then the one the fewest other
+pending requests of the node could use.
 """
 
 from __future__ import annotations
@@ -19,6 +30,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from functools import cached_property, lru_cache
+from math import ceil
+from types import MappingProxyType
 
 from gangsolve.solver.model import Cluster, Gang, GangResult, Placement
 
@@ -27,10 +42,43 @@ ALL = 0  # Request.count for allocationMode All: every matching device of the no
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """One capacity of a shared device, and its requestPolicy (exact amounts: quantities may be fractional)."""
+
+    value: Fraction
+    default: Fraction | None = None  # consumed by a request that asks nothing of it (else all of it)
+    min: Fraction | None = None  # validRange
+    max: Fraction | None = None
+    step: Fraction | None = None
+    valid: tuple[Fraction, ...] = ()  # validValues, ascending
+
+    def consumed(self, asked: Fraction | None) -> Fraction | None:
+        """What a request asking `asked` (None: nothing) consumes of it, rounded up as Kubernetes does; None when
+        the request is outside the policy."""
+        if asked is None:
+            return self.default if self.default is not None else self.value
+        if self.min is not None:
+            got = self.min if asked < self.min else asked
+            if self.step and got > self.min:
+                got = self.min + ceil((got - self.min) / self.step) * self.step
+            return None if self.max is not None and got > self.max else got
+        if self.valid:
+            return next((v for v in self.valid if v >= asked), None)
+        return asked
+
+
+@dataclass(frozen=True)
 class Device:
     id: DeviceId
     nodes: frozenset[str] | None = None  # nodes it is reachable from; None: every node
     attributes: Mapping[str, object] = field(default_factory=dict)  # qualified name -> value (matchAttribute)
+    shared: bool = False  # allowMultipleAllocations
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)  # name -> capacity (shared only by a shared one)
+
+    @cached_property
+    def signature(self) -> tuple[tuple[str, Capacity], ...]:
+        """Its capacities, as a key: devices alike consume alike."""
+        return tuple(sorted(self.capacity.items()))
 
     def reachable(self, node: str) -> bool:
         return self.nodes is None or node in self.nodes
@@ -41,6 +89,32 @@ class Request:
     name: str
     candidates: frozenset[DeviceId]  # devices its class's and its own selectors select, tolerated taints
     count: int = 1  # devices to allocate; ALL for allocationMode All
+    capacity: Mapping[str, Fraction] = field(default_factory=dict)  # capacity requests: a share of each device
+
+
+def consumption(device: Device, asked: Mapping[str, Fraction]) -> Mapping[str, Fraction] | None:
+    """What a share asking `asked` consumes of each capacity of shared `device`, or None when the device cannot
+    hold it: a capacity it does not have, a request outside a policy, or more than the capacity itself."""
+    if not device.shared:
+        return None
+    return _consumption(device.signature, tuple(sorted(asked.items())))
+
+
+@lru_cache(maxsize=65536)  # a cycle asks it of every (device, share) pair; devices are mostly alike
+def _consumption(
+    capacities: tuple[tuple[str, Capacity], ...], asked: tuple[tuple[str, Fraction], ...]
+) -> Mapping[str, Fraction] | None:
+    have = dict(capacities)
+    if any(name not in have for name, _q in asked):
+        return None
+    wanted = dict(asked)
+    out = {}
+    for name, capacity in capacities:
+        got = capacity.consumed(wanted.get(name))
+        if got is None or got > capacity.value:
+            return None
+        out[name] = got
+    return MappingProxyType(out)  # shared by every caller: read only
 
 
 @dataclass(frozen=True)
@@ -60,8 +134,22 @@ class Claim:
 @dataclass(frozen=True)
 class DeviceState:
     devices: Mapping[DeviceId, Device] = field(default_factory=dict)
-    allocated: frozenset[DeviceId] = frozenset()  # held by claims allocated already, by anyone
+    allocated: frozenset[DeviceId] = frozenset()  # held by claims allocated already, by anyone (shared or whole)
     claims: tuple[Claim, ...] = ()  # claims of pending pods, to allocate with their pods
+    consumed: Mapping[DeviceId, Mapping[str, Fraction]] = field(default_factory=dict)  # of allocated shared ones
+
+    @cached_property
+    def _requests(self) -> dict[tuple[str, str], Request]:
+        return {(c.name, r.name): r for c in self.claims for r in c.requests}
+
+    def request(self, claim: str, name: str) -> Request:
+        """A claim's request by name."""
+        return self._requests[(claim, name)]
+
+    def room(self, device: DeviceId, consumed: Mapping[DeviceId, Mapping[str, Fraction]]) -> dict[str, Fraction]:
+        """What is left of each capacity of a shared device, given what is consumed of it."""
+        held = consumed.get(device, {})
+        return {name: c.value - held.get(name, Fraction(0)) for name, c in self.devices[device].capacity.items()}
 
 
 # claim -> ((request, device), ...)
@@ -114,13 +202,20 @@ def allocate(cluster: Cluster, placement: Placement, state: DeviceState) -> tupl
     ), allocations
 
 
+Consumed = dict[DeviceId, dict[str, Fraction]]  # shared device -> capacity -> consumed
+
+
 def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[Allocations, dict[str, str]]:
     """Devices for every claim of a bound pod: (allocations, pod -> why its claim could not be met)."""
     by_node: dict[str, list[Claim]] = defaultdict(list)
     for claim in state.claims:
         if claim.pod in bindings:
             by_node[bindings[claim.pod]].append(claim)
-    used = set(state.allocated)
+    used = set(state.allocated)  # no request without capacity requests takes these
+    consumed: Consumed = {d: dict(c) for d, c in state.consumed.items()}
+    for d in used:  # a shared device held without saying how much: all of it
+        if d in state.devices and state.devices[d].shared and d not in consumed:
+            consumed[d] = full(state.devices[d])
     allocations: dict[str, tuple[tuple[str, DeviceId], ...]] = {}
     failed: dict[str, str] = {}
     everywhere = [d for d, dev in state.devices.items() if dev.nodes is None]
@@ -130,34 +225,57 @@ def assign(state: DeviceState, bindings: Mapping[str, str]) -> tuple[Allocations
             if name in by_node:
                 local[name].append(d)
     for node in sorted(by_node):
-        claims = by_node[node]
-        free = {d for d in local[node] + everywhere if d not in used}
+        # Claims of whole devices first (they need untouched devices), then the rest in queue order. (Shares
+        # largest first pack more of each device but strand more pods: measured on the OpenB trace's shares.)
+        claims = sorted(by_node[node], key=lambda c: not any(not r.capacity for r in c.requests))
+        reach = local[node] + everywhere
+        free = {d for d in reach if d not in used}
+        shared = {d for d in reach if state.devices[d].shared}
         demand: dict[DeviceId, int] = defaultdict(int)  # how many pending requests of the node could use it
         for claim in claims:
             for request in claim.requests:
-                for d in request.candidates & free:
+                for d in request.candidates & (shared if request.capacity else free):
                     demand[d] += 1
         for claim in claims:
-            got = _claim(claim, node, free, state, demand)
+            got = _claim(claim, node, free, shared, state, demand, consumed)
             if got is None:
                 failed[claim.pod] = f"claim {claim.name} cannot be met on {node}"
                 continue
             allocations[claim.name] = got
-            for _request, d in got:
+            asked = {r.name: r.capacity for r in claim.requests}
+            for name, d in got:
+                device = state.devices[d]
+                if device.shared:  # a share, or all of it for a request without capacity requests
+                    took = consumption(device, asked[name]) if asked[name] else full(device)
+                    assert took is not None
+                    held = consumed.setdefault(d, {})
+                    for capacity, amount in took.items():
+                        held[capacity] = held.get(capacity, Fraction(0)) + amount
                 free.discard(d)
                 used.add(d)
     return allocations, failed
 
 
+def full(device: Device) -> dict[str, Fraction]:
+    """Every capacity of a device, all of it: what a request without capacity requests consumes of a shared one."""
+    return {name: c.value for name, c in device.capacity.items()}
+
+
 def _claim(
-    claim: Claim, node: str, free: set[DeviceId], state: DeviceState, demand: Mapping[DeviceId, int]
+    claim: Claim,
+    node: str,
+    free: set[DeviceId],
+    shared: set[DeviceId],
+    state: DeviceState,
+    demand: Mapping[DeviceId, int],
+    consumed: Consumed,
 ) -> tuple[tuple[str, DeviceId], ...] | None:
     """One claim's devices, or None. Constraints are tried group by group (smallest group first)."""
     names = [r.name for r in claim.requests]
 
     def search(k: int, allowed: dict[str, set[DeviceId]]) -> tuple[tuple[str, DeviceId], ...] | None:
         if k == len(claim.constraints):
-            return _requests(claim, node, allowed, state, demand)
+            return _requests(claim, node, allowed, state, demand, consumed)
         constraint = claim.constraints[k]
         bound = constraint.requests or tuple(names)
         values: dict[object, int] = defaultdict(int)
@@ -179,7 +297,7 @@ def _claim(
                 return got
         return None
 
-    return search(0, {r.name: set(r.candidates & free) for r in claim.requests})
+    return search(0, {r.name: set(r.candidates & (shared if r.capacity else free)) for r in claim.requests})
 
 
 def _key(value: object) -> object:
@@ -187,7 +305,12 @@ def _key(value: object) -> object:
 
 
 def _requests(
-    claim: Claim, node: str, allowed: Mapping[str, set[DeviceId]], state: DeviceState, demand: Mapping[DeviceId, int]
+    claim: Claim,
+    node: str,
+    allowed: Mapping[str, set[DeviceId]],
+    state: DeviceState,
+    demand: Mapping[DeviceId, int],
+    consumed: Consumed,
 ) -> tuple[tuple[str, DeviceId], ...] | None:
     taken: set[DeviceId] = set()
     out: list[tuple[str, DeviceId]] = []
@@ -198,6 +321,15 @@ def _requests(
             if not every or not every <= allowed[request.name] or every & taken:
                 return None
             chosen = sorted(every)
+        elif request.capacity:
+            fits = {
+                d: left
+                for d in allowed[request.name] - taken
+                if (left := _left(state, d, request, consumed)) is not None
+            }
+            if len(fits) < request.count:
+                return None
+            chosen = sorted(fits, key=lambda d: (fits[d], demand.get(d, 0), d))[: request.count]
         else:
             pool = sorted(allowed[request.name] - taken, key=lambda d: (demand.get(d, 0), d))
             if len(pool) < request.count:
@@ -206,6 +338,19 @@ def _requests(
         taken.update(chosen)
         out += [(request.name, d) for d in chosen]
     return tuple(sorted(out, key=lambda rd: (names_order(claim, rd[0]), rd[1])))
+
+
+def _left(state: DeviceState, d: DeviceId, request: Request, consumed: Consumed) -> Fraction | None:
+    """How much of shared device `d` a share for `request` would leave (its capacities' fractions summed), or
+    None when the share does not fit."""
+    device = state.devices[d]
+    took = consumption(device, request.capacity)
+    if took is None:
+        return None
+    room = state.room(d, consumed)
+    if any(took[name] > room[name] for name in took):
+        return None
+    return sum(((room[n] - took[n]) / device.capacity[n].value for n in took if device.capacity[n].value), Fraction(0))
 
 
 def names_order(claim: Claim, name: str) -> int:

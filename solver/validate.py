@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from fractions import Fraction
 
-from gangsolve.solver.devices import Allocations, DeviceId, DeviceState
+from gangsolve.solver.devices import Allocations, DeviceId, DeviceState, consumption
 from gangsolve.solver.model import (
     GPU,
     SHARE,
@@ -263,11 +264,14 @@ def validate_devices(
     assignment's code: every claim of a bound pod is allocated, no other is; no device is allocated twice or
     was allocated already; each device is one its request selects and reachable from the pod's node; an
     ExactCount request has exactly `count` devices, an `All` request every matching device of the node (at
-    least one); every matchAttribute constraint holds."""
+    least one); every matchAttribute constraint holds. A share (a request with capacity requests) is of a device
+    that allows multiple allocations, and no device holds more than any of its capacities, counting what
+    allocated claims consume; a device given whole (a request without capacity requests) holds nothing else."""
     if isinstance(bindings, Placement):
         bindings = bindings.bindings
     violations: list[str] = []
     owner: dict[DeviceId, str] = {}
+    shares: dict[DeviceId, dict[str, Fraction]] = {}  # shared device -> capacity -> consumed, new shares only
     claims = {c.name: c for c in state.claims}
     for name in allocations:
         if name not in claims or claims[name].pod not in bindings:
@@ -281,15 +285,27 @@ def validate_devices(
                 violations.append(f"claim {claim.name}: pod {claim.pod} placed on {node} with the claim unallocated")
             continue
         got: dict[str, list[DeviceId]] = defaultdict(list)
+        asked = {r.name: r.capacity for r in claim.requests}
         for request, device in allocations[claim.name]:
             got[request].append(device)
             where = f"claim {claim.name}: device {'/'.join(device)}"
+            info = state.devices.get(device)
+            if asked.get(request):
+                took = consumption(info, asked[request]) if info is not None else None
+                if took is None:
+                    violations.append(f"{where} cannot hold the share request {request} asks")
+                    continue
+                if device in owner:
+                    violations.append(f"{where} shared, and given whole to {owner[device]}")
+                held = shares.setdefault(device, {})
+                for name, amount in took.items():
+                    held[name] = held.get(name, Fraction(0)) + amount
+                continue
             if device in state.allocated:
                 violations.append(f"{where} was allocated already")
-            if device in owner:
-                violations.append(f"{where} allocated twice (also to {owner[device]})")
+            if device in owner or device in shares:
+                violations.append(f"{where} allocated twice (also to {owner.get(device, 'a share')})")
             owner[device] = claim.name
-            info = state.devices.get(device)
             if info is None:
                 violations.append(f"{where} does not exist")
             elif info.nodes is not None and node not in info.nodes:
@@ -318,6 +334,15 @@ def validate_devices(
                     values.add(repr(value))
             if repr(_MISSING) in values or len(values) > 1:
                 violations.append(f"claim {claim.name}: matchAttribute {constraint.attribute} does not hold")
+    for device, held in sorted(shares.items()):
+        info = state.devices[device]
+        before = state.consumed.get(device)
+        if before is None and device in state.allocated:
+            before = {name: c.value for name, c in info.capacity.items()}  # held without saying: all of it
+        for name, amount in sorted(held.items()):
+            total = amount + (before or {}).get(name, Fraction(0))
+            if total > info.capacity[name].value:
+                violations.append(f"device {'/'.join(device)}: {name} {total} over its capacity")
     return violations
 
 

@@ -491,7 +491,8 @@ def test_an_error_is_one_line_alone_without_the_warnings():
 
 def test_the_examples_solve_strictly_without_a_warning():
     for example in EXAMPLES.glob("*.yaml"):
-        scheduler = "gangsolve" if example.name == "gpu-sharing.yaml" else "kube-batchd"  # the users' TFJobs name it
+        # The users' TFJobs name kube-batchd; the sharing examples name gangsolve.
+        scheduler = "gangsolve" if example.name in ("gpu-sharing.yaml", "dra-shares.yaml") else "kube-batchd"
         result = solve(str(example), "--strict", "--scheduler-name", scheduler, "-o", "json")
         assert result.exit_code == 0, result.output
         assert result.stderr == ""

@@ -243,6 +243,7 @@ def test_the_json_samples_in_the_docs_are_valid_solve_output() -> None:
         ["examples/tfjob-10.yaml", "--scheduler-name", "kube-batchd"],
         ["examples/tfjob-preempt.yaml", "--scheduler-name", "kube-batchd"],
         ["examples/gpu-sharing.yaml"],
+        ["examples/dra-shares.yaml"],
         ["examples/tfjob-8.yaml"],  # nothing of ours: every list empty
     ],
 )

@@ -195,6 +195,18 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             only_why="its users have no way to ask for part of one GPU here",
         ),
         LiveScenario(
+            "live/openb-shares-dra",
+            live_sharing.NODES,
+            live_sharing.objects,
+            "live/openb-shares with every scheduler's users asking the same DRA consumable capacity: each pod a "
+            "ResourceClaim on shareable DRA devices, identical objects for all; burst",
+            mode="burst",
+            users=live_sharing.as_dra,
+            api_check=live_sharing.devices,
+            only=("gangsolve", "kube-scheduler"),
+            only_why="it reads no DRA consumable capacity",
+        ),
+        LiveScenario(
             "live/10nodes-10x3-burst",
             10,
             lambda: scenarios.kube_perf(10, 10, 3),

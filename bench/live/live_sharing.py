@@ -52,11 +52,15 @@ def objects(nodes: int = NODES, load: float = LOAD, seed: int = SEED) -> list[di
 
 
 def for_scheduler(objs: list[dict], scheduler: str) -> list[dict]:
-    """What each scheduler's users create: the scenario as it is for gangsolve; for kube-scheduler, the GPUs as
-    shareable DRA devices (a DeviceClass, a ResourceSlice per node, no `nvidia.com/gpu` left on the nodes) and
-    each pod's share as a ResourceClaim of its own, asking that capacity of one device."""
-    if scheduler != "kube-scheduler":
-        return objs
+    """What each scheduler's users create: the scenario as it is for gangsolve; for kube-scheduler, its DRA
+    form (`as_dra`)."""
+    return as_dra(objs) if scheduler == "kube-scheduler" else objs
+
+
+def as_dra(objs: list[dict], _scheduler: str = "") -> list[dict]:
+    """The scenario in DRA consumable capacity: the GPUs as shareable DRA devices (a DeviceClass, a
+    ResourceSlice per node, no `nvidia.com/gpu` left on the nodes) and each pod's share as a ResourceClaim of
+    its own, asking that capacity of one device. live/openb-shares-dra gives it to every scheduler."""
     device_class = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",

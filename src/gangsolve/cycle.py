@@ -25,7 +25,7 @@ from gangsolve.edge.estimates import Estimator, with_estimates
 from gangsolve.edge.gangs import STARVATION_SECONDS, Grace, Origin, Waiting, build_with_origins, gated, waiting
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver import Cluster, Gang, Node, Placement, Pod, SolveConfig
-from gangsolve.solver.devices import Allocations, allocate
+from gangsolve.solver.devices import Allocations, DeviceState, allocate
 from gangsolve.solver.validate import validate_devices, validate_shares
 
 logger = logging.getLogger("gangsolve")
@@ -61,6 +61,7 @@ class Decisions:
     placement: Placement
     allocations: Allocations  # claim -> the devices chosen for it, for the placed pods' claims
     snapshot: Snapshot  # what it decided on (less the objects left out)
+    devices: DeviceState = field(default_factory=DeviceState)  # the devices and claims allocated from
     skipped: tuple[InputError, ...] = ()  # objects (and gangs the solver failed on) left out
     waiting: dict[str, Waiting] = field(default_factory=dict)  # pending pods that join no gang yet
     gated: dict[str, list[str]] = field(default_factory=dict)  # pods held by scheduling gates -> the gates
@@ -157,7 +158,8 @@ def decide(
         cluster = replace(cluster, gangs=tuple(g for g in cluster.gangs if g not in culprits))
         placement = solve(cluster, config, previous)
     placement, allocations = _allocate(snapshot, scheduler_name, cluster, placement)
-    return Decisions(cluster, placement, allocations, snapshot, tuple(skipped))
+    devices = dra.model(snapshot, scheduler_name).state
+    return Decisions(cluster, placement, allocations, snapshot, devices, tuple(skipped))
 
 
 def run(

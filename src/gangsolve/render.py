@@ -14,8 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gangsolve.cycle import Decisions
-from gangsolve.edge import reservations
+from gangsolve.edge import dra_capacity, reservations
 from gangsolve.edge.errors import InputError, printable
+from gangsolve.solver.devices import DeviceId
 from gangsolve.solver.explain import quantity
 from gangsolve.solver.model import WHOLE, QueueResult, Resources
 
@@ -72,7 +73,7 @@ def as_dict(decisions: Decisions) -> dict:
         "gated": {pod: list(gates) for pod, gates in decisions.gated.items()},
         "waiting": {pod: why.reason for pod, why in decisions.waiting.items()},
         "allocations": {
-            claim: [{"request": r, "driver": d[0], "pool": d[1], "device": d[2]} for r, d in devices]
+            claim: [_device(decisions, claim, r, d) for r, d in devices]
             for claim, devices in decisions.allocations.items()
         },
         "gpuShares": {
@@ -87,6 +88,22 @@ def as_dict(decisions: Decisions) -> dict:
         "plan": reservations.plan_json(placement, decisions.cluster.gangs, decisions.cluster.now),
         "skipped": [{"object": e.obj, "reason": _reason(e)} for e in decisions.skipped],
     }
+
+
+def _device(decisions: Decisions, claim: str, request: str, device: DeviceId) -> dict[str, object]:
+    """One device of a claim's allocation; with what it consumes of a shared device."""
+    out: dict[str, object] = {"request": request, "driver": device[0], "pool": device[1], "device": device[2]}
+    consumed = dra_capacity.consumed_capacity(claim, request, device, decisions.devices)
+    if consumed is not None:
+        out["consumedCapacity"] = consumed
+    return out
+
+
+def _device_text(decisions: Decisions, claim: str, request: str, device: DeviceId) -> str:
+    """`driver/pool/device`, with what the claim consumes of a shared one: `(memory 20Gi)`."""
+    consumed = dra_capacity.consumed_capacity(claim, request, device, decisions.devices, show=dra_capacity.readable)
+    share = f" ({', '.join(f'{n} {q}' for n, q in consumed.items())})" if consumed else ""
+    return "/".join(device) + share
 
 
 def _reason(error: InputError) -> str:
@@ -150,7 +167,10 @@ def print_table(decisions: Decisions, console: Console) -> None:
             console,
             "Allocations (ResourceClaim: driver/pool/device)",
             ("CLAIM", "DEVICES"),
-            ((claim, ", ".join("/".join(d) for _r, d in got)) for claim, got in allocations.items()),
+            (
+                (claim, ", ".join(_device_text(decisions, claim, r, d) for r, d in got))
+                for claim, got in allocations.items()
+            ),
             wrap={"DEVICES"},
         )
     if placement.shares:

@@ -192,12 +192,45 @@ def _shares_snapshot() -> list[dict]:
     ]
 
 
+def _dra_shares_snapshot() -> list[dict]:
+    """DRA consumable capacity: shared devices (one with a requestPolicy of each kind), a claim allocated with
+    consumedCapacity, pending claims asking capacity (and one asking a whole device)."""
+    policies = [
+        {"default": "100", "validRange": {"min": "100", "max": "1000", "step": "50"}},
+        {"default": "250", "validValues": ["250", "500", "1000"]},
+        None,
+    ]
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "allowMultipleAllocations": True,
+            "capacity": {
+                "share": {"value": "1000", **({"requestPolicy": policy} if policy else {})},
+                "memory": {"value": "80Gi"},
+            },
+        }
+        for i, policy in enumerate(policies)
+    ]
+    devices.append({"name": "gpu-3", "allowMultipleAllocations": True, "capacity": {"share": {"value": "1000"}}})
+    held = k8s_claim("held", allocated=[("n0", "gpu-0")], node="n0")
+    result = held["status"]["allocation"]["devices"]["results"][0]
+    result.update(consumedCapacity={"share": "300", "memory": "0"}, shareID="2b1f8a8e-5d0e-4a51-9a7e-1c2d3e4f5a6b")
+    claims = []
+    for name, asked in (("s0", {"share": "300"}), ("s1", {"share": "251", "memory": "8Gi"}), ("w", None)):
+        claim = k8s_claim(name, count=2, match="gpu.example.com/pcieRoot") if name == "s0" else k8s_claim(name)
+        if asked:
+            claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": asked}
+        claims += [claim, with_claims(k8s_pod(f"p-{name}"), name)]
+    return [k8s_node("n0"), k8s_device_class(), k8s_slice("n0", devices), held, *claims]
+
+
 BASES = [
     _rich_snapshot(),
     _users_snapshot(),
     [k8s_node("n", gpus=4), k8s_pod("p", gpus=1)],
     _dra_snapshot(),
     _shares_snapshot(),
+    _dra_shares_snapshot(),
 ]
 
 # --- values and mutations -------------------------------------------------------------------------------------
@@ -213,6 +246,7 @@ INTERESTING = [
     *("default", "kube-system", "a/b", "Pending", "Running", "Succeeded", "True", "Ready", "gangsolve", "List"),
     *("Node", "Pod", "PodGroup", "PodDisruptionBudget", "PriorityClass", "v1", "policy/v1", "scheduling.x-k8s.io/v1"),
     *("ResourceSlice", "ResourceClaim", "DeviceClass", "resource.k8s.io/v1", "All", "ExactCount", "gpu.example.com"),
+    *("share", "validRange", "validValues", "requestPolicy", "consumedCapacity", "allowMultipleAllocations"),
     *('device.driver == "gpu.example.com"', "1/0 == 1", 'device.attributes["x"].y', "(((", "quantity('x') == 1"),
     *('semver("1.2") == semver("1.2.3")', "device.capacity", "size(device.attributes) > 0", "true"),
     *("gpu-fraction", "gpu-memory", "gangsolve.io/gpu-index", "nvidia.com/gpu.memory", "0.5", "1.0", "1.5", "0.0001"),

@@ -170,3 +170,44 @@ def test_a_claim_allocation_stays_assumed_until_the_watch_shows_it():
     s.assume("g", [("default/w0", "u0", "n1")], [("default/w0", "default/c1", allocation)])
     s.forget("default/w0", "u0")
     assert s.counts()["assumed_claims"] == 0
+
+
+def share_store(asked: str) -> tuple[ClusterStore, FakeKube]:
+    """One node with one shared device (capacity `share` 1000) and a pod whose claim asks `asked` of it."""
+    s, kube = ClusterStore(), FakeKube()
+    s.apply(Resync(NODE, [k8s_node("n1")]))
+    s.apply(Resync(CLASS, [k8s_device_class()]))
+    device = {"name": "gpu-0", "allowMultipleAllocations": True, "capacity": {"share": {"value": "1000"}}}
+    s.apply(Resync(SLICE, [k8s_slice("n1", [device])]))
+    claim = k8s_claim("c0")
+    claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"share": asked}}
+    claim["metadata"]["resourceVersion"] = "1"
+    kube.objects[claim_path("c0")] = copy.deepcopy(claim)
+    s.apply(Resync(CLAIM, [claim]))
+    p = with_claims(k8s_pod("w0"), "c0")
+    p["metadata"]["uid"] = "u0"
+    s.apply(Resync(POD, [p]))
+    return s, kube
+
+
+def their_share(consumed: str) -> dict:
+    theirs = k8s_claim("theirs", allocated=[("n1", "gpu-0")], node="n1")
+    theirs["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"share": consumed}
+    return theirs
+
+
+@pytest.mark.asyncio
+async def test_the_last_check_counts_shares_of_a_device_against_its_capacity():
+    s, kube = share_store("600")
+    plan = await one_cycle(s)
+    (write,) = plan.claims
+    (result,) = write.allocation["devices"]["results"]  # type: ignore[index]
+    assert result["consumedCapacity"] == {"share": "600"}
+    assert result["shareID"]
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced())
+    s.apply(Event(CLAIM, "ADDED", their_share("400")))  # another scheduler's share, beside ours: it fits
+    assert b.last_check(plan) is None
+    s.apply(Event(CLAIM, "MODIFIED", their_share("401")))  # one thousandth too much
+    assert b.last_check(plan) == f"device {DRIVER}/n1/gpu-0: its shares consume 1001 of share, above its 1000"
+    assert not await b.bind_gang(plan, anyio.create_memory_object_stream[Bound](math.inf)[0])
+    assert kube.bindings == []

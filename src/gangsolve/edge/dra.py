@@ -19,15 +19,23 @@ selectors, its tolerations): requests with the same requirement share one resour
 - `dra/<requirement> (All)` for allocationMode All: 1 when the node reaches at least one matching device and
   none of them is allocated.
 
+Shared devices (`allowMultipleAllocations`, KEP-5075 consumable capacity) serve requests with capacity
+requests, each its own requirement (class, selectors, tolerations and the amounts asked), with resources of
+their own (gangsolve.edge.dra_capacity); a shared device with any share allocated counts as allocated for
+requests without capacity requests. A request with capacity requests whose devices are none of them shared is
+a request of whole devices with at least that much of each capacity (`Requirement.whole`), as Kubernetes reads
+capacity requests there.
+
 After the solve, gangsolve.solver.devices picks the devices, and takes off any pod whose claim could not be
 met after all (only possible with the rules capacity expresses loosely: `All`, matchAttribute groups shared
-with other requests, devices reachable from several nodes).
+with other requests, devices reachable from several nodes, shares of several sizes).
 
 A pod is not planned, with the reason, while its claim (or the claim made from its template) does not exist,
 or when a claim uses what gangsolve does not model: a selector that does not compile or fails on a device
-(Kubernetes aborts the allocation then too), firstAvailable, adminAccess, capacity requests,
-distinctAttribute, an unallocated claim shared by several pending pods. Devices that consume shared counters
-(partitionable devices) are never allocated. A pod whose claims are all allocated already needs no devices;
+(Kubernetes aborts the allocation then too), firstAvailable, adminAccess, distinctAttribute, capacity
+requests with allocationMode All, capacity requests outside the requestPolicy (or above the capacity) of every
+shared device selected, an unallocated claim shared by several pending pods. Devices that consume shared
+counters (partitionable devices) are never allocated. A pod whose claims are all allocated already needs no devices;
 it is held to the nodes the allocations name.
 """
 
@@ -36,19 +44,38 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from itertools import combinations
 
 import orjson
 
 from gangsolve.edge import objects, schema
 from gangsolve.edge.cel import CelError, compile_selector, device_input
+from gangsolve.edge.dra_capacity import (
+    PREFIX,
+    add_shares,
+    amount,
+    capacities,
+    consumed_capacity,
+    readable,
+    share_id,
+)
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.constraints.affinity import affinity_holds
-from gangsolve.solver.devices import ALL, Claim, Device, DeviceId, DeviceState, MatchAttribute, Request
+from gangsolve.solver.devices import (
+    ALL,
+    Claim,
+    Device,
+    DeviceId,
+    DeviceState,
+    MatchAttribute,
+    Request,
+    consumption,
+    full,
+)
 from gangsolve.solver.model import SelectorTerm, Taint, Toleration
 
-PREFIX = "dra/"  # resource names of device capacity, apart from any extended resource
 FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler adds before writing an allocation
 MAX_HALL = 4  # overlapping requirements modelled by every union (2^4 - 1 resources); more: each on its own
 
@@ -58,6 +85,15 @@ class Requirement:
     device_class: str
     selectors: tuple[str, ...]  # the request's own CEL expressions (the class's are looked up)
     tolerations: tuple[Toleration, ...] = ()
+    capacity: tuple[tuple[str, Fraction], ...] = ()  # capacity requests: a share of a shared device
+    # No device it selects allows multiple allocations: its capacity requests only filter whole devices (a device
+    # with at least that much of each), as Kubernetes reads them.
+    whole: bool = False
+
+    @property
+    def shares(self) -> bool:
+        """It asks a share of a shared device."""
+        return bool(self.capacity) and not self.whole
 
 
 @dataclass
@@ -109,6 +145,9 @@ class _Builder:
         self.inputs: dict[DeviceId, tuple[bytes, dict]] = {}  # CEL input and its content key (for memos)
         self.taints: dict[DeviceId, tuple[Taint, ...]] = {}
         self.candidates: dict[Requirement, frozenset[DeviceId] | str] = {}  # or why it has none
+        # Of a requirement asking capacity: the shared devices that hold its share, or (whole) the devices with
+        # that much.
+        self.holding: dict[Requirement, frozenset[DeviceId]] = {}
         self.memo: dict[tuple[str, bytes], bool | str] = {}
 
     def build(self) -> Dra:
@@ -117,7 +156,7 @@ class _Builder:
         if not pods and not self.objs.resource_slices:
             return dra
         self._read_devices()
-        allocated = self._allocated()
+        allocated, consumed = self._allocated()
         users: dict[tuple[str, str], int] = defaultdict(int)
         resolved: dict[str, list[tuple[tuple[str, str], schema.ResourceClaim]]] = {}
         for p in pods:
@@ -140,8 +179,12 @@ class _Builder:
                 claims.append(claim)
                 demands.setdefault(pod, []).extend(needs)
                 constraints.setdefault(pod, []).extend(groups)
-        dra.state = DeviceState(self.devices, frozenset(allocated), tuple(claims))
+        dra.state = DeviceState(self.devices, frozenset(allocated), tuple(claims), consumed)
         self._capacity(dra, allocated, demands, constraints)
+        asking = sorted({r for needs in demands.values() for r, _c in needs if r.shares}, key=_order)
+        if asking:
+            selected = {r: c for r, c in self.candidates.items() if not isinstance(c, str) and not r.shares}
+            add_shares(dra, self.devices, {**selected, **self.holding}, self.node_labels, consumed, demands, asking)
         return dra
 
     # -- devices ----------------------------------------------------------------------------------------
@@ -173,7 +216,9 @@ class _Builder:
                 attributes = {
                     f"{dom}/{name}": v for dom, vs in cel_input["attributes"].items() for name, v in vs.items()
                 }
-                self.devices[ident] = Device(ident, nodes, attributes)
+                shared = bool(dev.allowMultipleAllocations)
+                capacity = capacities(sl, i, dev)
+                self.devices[ident] = Device(ident, nodes, attributes, shared, capacity)
                 self.inputs[ident] = (orjson.dumps(cel_input, option=orjson.OPT_SORT_KEYS), cel_input)
                 self.taints[ident] = tuple(
                     Taint(t.key, t.value or "", t.effect)
@@ -195,14 +240,28 @@ class _Builder:
         terms = objects.selector_terms(sl, f"{where}.nodeSelector.nodeSelectorTerms", selector.nodeSelectorTerms)
         return frozenset(n for n, labels in self.node_labels.items() if terms and affinity_holds(terms, n, labels))
 
-    def _allocated(self) -> set[DeviceId]:
-        """Devices held by allocated claims, whoever allocated them (admin access holds none)."""
-        return {
-            (r.driver, r.pool, r.device)
-            for claim in self.objs.resource_claims.values()
-            for r in _results(claim)
-            if not r.adminAccess
-        }
+    def _allocated(self) -> tuple[set[DeviceId], dict[DeviceId, dict[str, Fraction]]]:
+        """Devices held by allocated claims, whoever allocated them (admin access holds none), and what the
+        shares of shared devices consume (all of it where a result does not say)."""
+        held: set[DeviceId] = set()
+        consumed: dict[DeviceId, dict[str, Fraction]] = {}
+        for claim in self.objs.resource_claims.values():
+            for j, r in enumerate(_results(claim)):
+                if r.adminAccess:
+                    continue
+                ident = (r.driver, r.pool, r.device)
+                held.add(ident)
+                device = self.devices.get(ident)
+                if device is None or not device.shared:
+                    continue
+                took = full(device)
+                if r.consumedCapacity is not None:
+                    where = f"status.allocation.devices.results[{j}].consumedCapacity"
+                    took = {n: amount(claim, f"{where}.{n}", q) for n, q in r.consumedCapacity.items()}
+                mine = consumed.setdefault(ident, {})
+                for name, q in took.items():
+                    mine[name] = mine.get(name, Fraction(0)) + q
+        return held, consumed
 
     # -- pods and their claims --------------------------------------------------------------------------
 
@@ -255,10 +314,12 @@ class _Builder:
                 raise _Problem(f"{where} is shared by several pending pods and not allocated yet (not supported)")
             devices = (claim.spec.devices if claim.spec is not None else None) or schema.DeviceClaim()
             requests, needs, by_name = [], [], {}
-            for r in devices.requests or ():
-                requirement, count = self._request(where, r)
+            for k, r in enumerate(devices.requests or ()):
+                requirement, count = self._request(where, r, claim, k)
                 candidates = self._candidates(where, r.name, requirement)
-                requests.append(Request(r.name, candidates, count))
+                requests.append(
+                    Request(r.name, candidates, count, dict(requirement.capacity if requirement.shares else ()))
+                )
                 needs.append((requirement, count))
                 by_name[r.name] = (requirement, count)
             matches, groups = [], []
@@ -270,37 +331,70 @@ class _Builder:
                 names = tuple(c.requests or ())
                 matches.append(MatchAttribute(c.matchAttribute, names))
                 bound = [by_name[n] for n in (names or by_name) if n in by_name]
-                if bound and all(count != ALL for _r, count in bound):
+                if bound and all(count != ALL and not r.shares for r, count in bound):  # (shares: after the solve)
                     groups.append((c.matchAttribute, frozenset(r for r, _c in bound), sum(c for _r, c in bound)))
             made.append((Claim(f"{ns}/{name}", pod, tuple(requests), tuple(matches)), needs, groups))
         return made
 
-    def _request(self, where: str, r: schema.DeviceRequest) -> tuple[Requirement, int]:
+    def _request(
+        self, where: str, r: schema.DeviceRequest, claim: schema.ResourceClaim, k: int
+    ) -> tuple[Requirement, int]:
         exactly = r.exactly
         if r.firstAvailable is not None or exactly is None:
             raise _Problem(f"{where}: request {r.name}: firstAvailable is not supported")
         if exactly.adminAccess:
             raise _Problem(f"{where}: request {r.name}: adminAccess is not supported")
-        if exactly.capacity:
-            raise _Problem(f"{where}: request {r.name}: capacity requests are not supported")
+        asked = (exactly.capacity.requests if exactly.capacity is not None else None) or {}
+        field_ = f"spec.devices.requests[{k}].exactly.capacity.requests"
+        capacity = tuple(sorted((n, amount(claim, f"{field_}.{n}", q)) for n, q in asked.items()))
         mode = exactly.allocationMode or "ExactCount"
         if mode not in ("ExactCount", "All"):
             raise _Problem(f"{where}: request {r.name}: allocationMode {mode} is not supported")
+        if capacity and mode == "All":
+            raise _Problem(f"{where}: request {r.name}: allocationMode All with capacity requests is not supported")
         count = ALL if mode == "All" else exactly.count or 1
         selectors = _expressions(exactly.selectors)
         tolerations = tuple(
             Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
             for t in exactly.tolerations or ()
         )
-        return Requirement(exactly.deviceClassName, selectors, tolerations), count
+        requirement = Requirement(exactly.deviceClassName, selectors, tolerations, capacity)
+        if capacity and not self._selects_shared(requirement):
+            requirement = Requirement(exactly.deviceClassName, selectors, tolerations, capacity, whole=True)
+        return requirement, count
 
-    def _candidates(self, where: str, request: str, req: Requirement) -> frozenset[DeviceId]:
+    def _selection(self, req: Requirement) -> frozenset[DeviceId] | str:
         if req not in self.candidates:
             self.candidates[req] = self._select(req)
-        got = self.candidates[req]
+        return self.candidates[req]
+
+    def _selects_shared(self, req: Requirement) -> bool:
+        """Some device the requirement selects allows multiple allocations (or its selection fails: reported
+        then)."""
+        got = self._selection(req)
+        return isinstance(got, str) or any(self.devices[d].shared for d in got)
+
+    def _candidates(self, where: str, request: str, req: Requirement) -> frozenset[DeviceId]:
+        got = self._selection(req)
         if isinstance(got, str):
             raise _Problem(f"{where}: request {request}: {got}")
-        return got
+        if not req.capacity:
+            return got
+        asked = dict(req.capacity)
+        if req.whole:  # a filter: the devices with at least that much of each capacity asked
+            if req not in self.holding:
+                self.holding[req] = frozenset(d for d in got if _at_least(self.devices[d], asked))
+            return self.holding[req]
+        # A share goes to shared devices that hold it; one no shared device it selects holds is not planned.
+        shared = [d for d in got if self.devices[d].shared and all(n in self.devices[d].capacity for n in asked)]
+        if req not in self.holding:
+            self.holding[req] = frozenset(d for d in shared if consumption(self.devices[d], asked) is not None)
+        fit = self.holding[req]
+        if shared and not fit:
+            wanted = ", ".join(f"{n}: {readable(q)}" for n, q in req.capacity)
+            message = f"capacity {{{wanted}}} is outside the requestPolicy or above the capacity of every device"
+            raise _Problem(f"{where}: request {request}: {message} it selects")
+        return fit
 
     def _select(self, req: Requirement) -> frozenset[DeviceId] | str:
         device_class = self.objs.device_classes.get(req.device_class)
@@ -347,13 +441,13 @@ class _Builder:
         demands: Mapping[str, list[tuple[Requirement, int]]],
         constraints: Mapping[str, list[tuple[str, frozenset[Requirement], int]]],
     ) -> None:
-        used = sorted({r for needs in demands.values() for r, _c in needs}, key=_order)
+        used = sorted({r for needs in demands.values() for r, _c in needs if not r.shares}, key=_order)
         if not used:
             return
         names = _names(used)
         cands: dict[Requirement, frozenset[DeviceId]] = {}
         for r in used:
-            got = self.candidates[r]
+            got = self.holding[r] if r in self.holding else self.candidates[r]  # (capacity asked: filtered)
             assert not isinstance(got, str)  # a requirement with a problem is in no pod's demands
             cands[r] = got
         # Requirements whose candidate sets overlap form one component: its unions are the Hall resources.
@@ -389,6 +483,8 @@ class _Builder:
         for pod, needs in demands.items():
             want = dra.requests.setdefault(pod, {})
             for r, count in needs:
+                if r.shares:
+                    continue  # a share: dra_capacity
                 if count == ALL:
                     resource = f"{PREFIX}{names[r]} (All)"
                     want[resource] = want.get(resource, 0) + 1
@@ -431,6 +527,11 @@ class _Builder:
                 cap[_group_resource(names, attribute, among, n)] = sum(size // n for size in sizes.values())
 
 
+def _at_least(device: Device, asked: Mapping[str, Fraction]) -> bool:
+    """The device has at least the amount asked of each capacity."""
+    return all(n in device.capacity and device.capacity[n].value >= q for n, q in asked.items())
+
+
 class _Problem(Exception):
     """Why a pod's claims cannot be planned."""
 
@@ -458,8 +559,8 @@ def _tolerated(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
     return False
 
 
-def _order(r: Requirement) -> tuple[str, tuple[str, ...], str]:
-    return (r.device_class, r.selectors, repr(r.tolerations))
+def _order(r: Requirement) -> tuple[str, tuple[str, ...], str, str, bool]:
+    return (r.device_class, r.selectors, repr(r.tolerations), repr(r.capacity), r.whole)
 
 
 def _names(used: list[Requirement]) -> dict[Requirement, str]:
@@ -467,7 +568,7 @@ def _names(used: list[Requirement]) -> dict[Requirement, str]:
     out: dict[Requirement, str] = {}
     seen: dict[str, int] = defaultdict(int)
     for r in used:  # sorted: the plain class first
-        if not r.selectors and not r.tolerations:
+        if not r.selectors and not r.tolerations and not r.capacity:
             out[r] = r.device_class
         else:
             seen[r.device_class] += 1
@@ -485,7 +586,14 @@ def allocation_result(
     """A claim's `status.allocation` as kube-scheduler writes it: the devices, and the node selector of where
     they are (the node itself, unless every device is reachable from every node)."""
     devices = list(devices)
-    results = [{"request": r, "driver": d[0], "pool": d[1], "device": d[2]} for r, d in devices]
+    results: list[dict[str, object]] = []
+    for r, d in devices:
+        result: dict[str, object] = {"request": r, "driver": d[0], "pool": d[1], "device": d[2]}
+        consumed = consumed_capacity(claim, r, d, state)
+        if consumed is not None:  # a share of a shared device (or all of it), named by a share ID of its own
+            result["consumedCapacity"] = consumed
+            result["shareID"] = share_id(claim, r, d)
+        results.append(result)
     out: dict[str, object] = {"devices": {"results": results}}
     if any(state.devices[d].nodes is not None for _r, d in devices):
         out["nodeSelector"] = {

@@ -395,8 +395,21 @@ class DeviceAttribute(_Struct):
     versions: list[str] | None = None
 
 
+class CapacityRequestPolicyRange(_Struct):
+    min: Quantity
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+
+class CapacityRequestPolicy(_Struct):
+    default: Quantity | None = None
+    validValues: list[Quantity] | None = None
+    validRange: CapacityRequestPolicyRange | None = None
+
+
 class DeviceCapacity(_Struct):
     value: Quantity
+    requestPolicy: CapacityRequestPolicy | None = None
 
 
 class DeviceTaint(_Struct):
@@ -465,6 +478,10 @@ class DeviceToleration(_Struct):
     effect: str | None = None
 
 
+class CapacityRequirements(_Struct):
+    requests: dict[str, Quantity] | None = None
+
+
 class ExactDeviceRequest(_Struct):
     deviceClassName: str
     selectors: list[DeviceSelector] | None = None
@@ -472,7 +489,7 @@ class ExactDeviceRequest(_Struct):
     count: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
     adminAccess: bool | None = None
     tolerations: list[DeviceToleration] | None = None
-    capacity: dict[str, Any] | None = None
+    capacity: CapacityRequirements | None = None
 
 
 class DeviceRequest(_Struct):
@@ -502,6 +519,8 @@ class DeviceRequestAllocationResult(_Struct):
     pool: str
     device: str
     adminAccess: bool | None = None
+    consumedCapacity: dict[str, Quantity] | None = None
+    shareID: str | None = None
 
 
 class DeviceAllocationResult(_Struct):

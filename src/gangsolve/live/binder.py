@@ -12,7 +12,8 @@ A gang is bound as a transaction as far as Kubernetes allows (it has no atomic m
    chose, unless it is allocated already) and the pod in `status.reservedFor`, each write preconditioned on
    the claim's uid and resourceVersion as the cycle saw them. If any write fails, the claims written are
    undone and nothing is bound. The last check has made sure no device is allocated to another claim,
-   observed or assumed.
+   observed or assumed, and that no shared device (DRA consumable capacity) holds more than its capacity with
+   the shares chosen (the allocation of a share says what it consumes: `consumedCapacity`).
 3. **Bind** all its pods concurrently, within the leader's fence: no call is made once the lease's validity
    has run out, and none may still be in flight after it. A fractional pod first gets the GPU the cycle chose
    for its share (annotation `gangsolve.io/gpu-index`, through pods/status, the pod's uid as precondition):
@@ -48,7 +49,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gangsolve.edge import dra, objects, shares
+from gangsolve.edge import dra, dra_capacity, objects, shares
 from gangsolve.edge.errors import InputError
 from gangsolve.live import logs
 from gangsolve.live.fence import Fence
@@ -170,8 +171,12 @@ class BinderActor:
             obj = self.store.pod(key)
             if obj is not None and (obj.get("spec") or {}).get("resourceClaims") and key not in with_writes:
                 return f"pod {key} has resource claims and no allocation was planned for them"
+        if not plan.claims:
+            return None
         in_use = self.store.devices_in_use(but={w.claim for w in plan.claims})
+        shares = self.store.shares_in_use(but={w.claim for w in plan.claims})
         chosen: dict[tuple[str, str, str], str] = {}
+        shared: set[tuple[str, str, str]] = set()  # the shared devices this plan takes shares of
         for w in plan.claims:
             claim = self.store.claim(w.claim)
             if claim is None:
@@ -191,8 +196,17 @@ class BinderActor:
                 holder = in_use.get(device) or chosen.get(device)
                 if holder is not None:
                     return f"device {'/'.join(device)} is allocated to ResourceClaim {holder}"
+                if r.get("consumedCapacity") is not None:
+                    shares.setdefault(device, []).append(r["consumedCapacity"])
+                    shared.add(device)
+                    continue
+                if device in shares:
+                    return f"device {'/'.join(device)} holds shares"
                 chosen[device] = w.claim
-        return None
+        if not shared:
+            return None
+        # Only the devices this plan shares: what others hold elsewhere is not this gang's to refuse.
+        return dra_capacity.over_capacity({d: shares[d] for d in shared}, self.store.shared_capacities())
 
     def _claim_path(self, claim: str) -> str:
         ns, _, name = claim.partition("/")

@@ -36,7 +36,7 @@ bound or assumed, so a cycle knows without reading them whether preemption could
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -616,10 +616,22 @@ class ClusterStore:
         return self._objects["ResourceClaim"].get(("resource.k8s.io", ns, name))
 
     def devices_in_use(self, but: Iterable[str] = ()) -> dict[tuple[str, str, str], str]:
-        """Every device allocated by an observed claim or chosen for an assumed one, and its claim (`ns/name`),
-        leaving out the claims `but` names."""
+        """Every device held whole by an observed claim or chosen for an assumed one (an allocation result that
+        consumes no capacity of it), and its claim (`ns/name`), leaving out the claims `but` names."""
+        return {device: claim for claim, device, r in self._results(but) if r.get("consumedCapacity") is None}
+
+    def shares_in_use(self, but: Iterable[str] = ()) -> dict[tuple[str, str, str], list[dict]]:
+        """What each share held of a shared device consumes (`consumedCapacity` of the allocation results of
+        observed and assumed claims, leaving out the claims `but` names)."""
+        out: dict[tuple[str, str, str], list[dict]] = {}
+        for _claim, device, r in self._results(but):
+            consumed = r.get("consumedCapacity")
+            if consumed is not None:
+                out.setdefault(device, []).append(consumed)
+        return out
+
+    def _results(self, but: Iterable[str]) -> Iterator[tuple[str, tuple[str, str, str], dict]]:
         skip = set(but)
-        out: dict[tuple[str, str, str], str] = {}
         allocations = {
             f"{k[1]}/{k[2]}": (c.get("status") or {}).get("allocation")
             for k, c in self._objects["ResourceClaim"].items()
@@ -630,7 +642,18 @@ class ClusterStore:
                 continue
             for r in (allocation.get("devices") or {}).get("results") or []:
                 if not r.get("adminAccess"):
-                    out[(r["driver"], r["pool"], r["device"])] = claim
+                    yield claim, (r["driver"], r["pool"], r["device"]), r
+
+    def shared_capacities(self) -> dict[tuple[str, str, str], dict]:
+        """The capacities (as given) of every device of the observed ResourceSlices that allows multiple
+        allocations."""
+        out: dict[tuple[str, str, str], dict] = {}
+        for sl in self._objects["ResourceSlice"].values():
+            spec = sl.get("spec") or {}
+            driver, pool = str(spec.get("driver")), str((spec.get("pool") or {}).get("name"))
+            for device in spec.get("devices") or []:
+                if device.get("allowMultipleAllocations"):
+                    out[(driver, pool, str(device.get("name")))] = device.get("capacity") or {}
         return out
 
     def pod_groups(self) -> dict[ObjectKey, dict]:
