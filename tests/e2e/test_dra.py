@@ -13,6 +13,7 @@ import pytest
 from live_helpers import bound, create, pod, pods, poll
 
 from gangsolve.bench.devcluster import ApiError
+from gangsolve.bench.manifests import slice_of
 
 pytestmark = pytest.mark.e2e
 
@@ -51,21 +52,7 @@ def _devices(control_plane, namespace: str, nodes: list[str]) -> str:
             }
             for i in range(4)
         ]
-        create(
-            control_plane,
-            namespace,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-{DRIVER}"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices,
-                },
-            },
-        )
+        create(control_plane, namespace, slice_of(node, DRIVER, devices))
     return device_class
 
 
