@@ -191,7 +191,9 @@ def _fits_alone(problem: Problem, g: int) -> bool:
 def _fits_within(problem: Problem, g: int, limits: Limits) -> bool:
     """Whether the gang's minimum fits with no other gang placed and the reservations' limits held."""
     room = limits.room_for(g, problem.free.copy())
-    gang = problem.gangs[g]
+    gang, parts = problem.gangs[g], problem.parts[g]
+    if len(parts) == 1 and not gang.colocate:  # one pod class: nodes are independent, so counting is exact
+        return int(np.minimum(problem.fits(parts[0].cls, room), len(parts[0].pods)).sum()) >= max(gang.need, 1)
     return (place_colocated(problem, g, room) if gang.colocate else place_gang(problem, g, room)) is not None
 
 

@@ -8,6 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangsolve.solver import Cluster, Running, SolveConfig, planning, solve, validate
+from gangsolve.solver.explain import _fits_within
+from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.limits import Limits
 from gangsolve.solver.lns import Search
 from gangsolve.solver.model import GPU, Gang
@@ -377,3 +379,17 @@ def test_a_running_pod_with_an_end_is_the_same_pod_otherwise() -> None:
     )  # fmt: skip
     assert pod.ending(90.0) == replace(pod, end=90.0)
     assert pod.end is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timed_clusters())
+def test_telling_whether_a_gang_fits_within_the_reservations_counts_as_placing_it_would(cluster):
+    """A waiting gang's reason says whether a reservation holds it back: for a gang of one pod class the count of
+    pods each node holds decides it, the same answer as placing the gang within the reservations' limits."""
+    problem = Problem(cluster)
+    _counts, plan = planning.plan(problem, 2)
+    limits = Limits(problem, plan)
+    for g, waiting in enumerate(problem.gangs):
+        room = limits.room_for(g, problem.free.copy())
+        placed = (place_colocated if waiting.colocate else place_gang)(problem, g, room) is not None
+        assert _fits_within(problem, g, limits) == placed
