@@ -181,19 +181,22 @@ def fits_alone(problem: Problem, g: int, cache: Explained | None = None) -> bool
 
 
 def _fits_alone(problem: Problem, g: int) -> bool:
-    gang, parts = problem.gangs[g], problem.parts[g]
-    if len(parts) == 1 and not gang.colocate:  # one pod class: nodes are independent, so counting is exact
-        return int(np.minimum(problem.fit[parts[0].cls], len(parts[0].pods)).sum()) >= max(gang.need, 1)
-    alone = problem.free.copy()
-    return (place_colocated(problem, g, alone) if gang.colocate else place_gang(problem, g, alone)) is not None
+    return _fits_in(problem, g, problem.free, problem.fit)
 
 
 def _fits_within(problem: Problem, g: int, limits: Limits) -> bool:
     """Whether the gang's minimum fits with no other gang placed and the reservations' limits held."""
-    room = limits.room_for(g, problem.free.copy())
+    return _fits_in(problem, g, limits.room_for(g, problem.free.copy()))
+
+
+def _fits_in(problem: Problem, g: int, room: np.ndarray, fit: np.ndarray | None = None) -> bool:
+    """Whether the gang's minimum fits `room` with no other gang placed; `fit`: the pods of each class each node
+    holds in `room`, where known already."""
     gang, parts = problem.gangs[g], problem.parts[g]
     if len(parts) == 1 and not gang.colocate:  # one pod class: nodes are independent, so counting is exact
-        return int(np.minimum(problem.fits(parts[0].cls, room), len(parts[0].pods)).sum()) >= max(gang.need, 1)
+        holds = problem.fits(parts[0].cls, room) if fit is None else fit[parts[0].cls]
+        return int(np.minimum(holds, len(parts[0].pods)).sum()) >= max(gang.need, 1)
+    room = room.copy()  # the placement fills it
     return (place_colocated(problem, g, room) if gang.colocate else place_gang(problem, g, room)) is not None
 
 
