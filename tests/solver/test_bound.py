@@ -2,11 +2,12 @@
 the property test checks against every placement of small clusters, enumerated and judged by the validator."""
 
 import itertools
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gangsolve.solver import Cluster, Gang, SolveConfig, solve, validate
+from gangsolve.solver import Cluster, Gang, SolveConfig, bound, solve, validate
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.cpsat import possible_gangs
 from gangsolve.solver.problem import Problem
@@ -40,6 +41,18 @@ def test_co_located_gangs_compete_for_the_one_domain_that_holds_them():
     bounds, total = bounds_of(Cluster(tuple(nodes), tuple(gangs)), {})
     assert bounds == {(0, 0, 0): 1}
     assert total == 1
+
+
+def test_past_the_most_domain_options_the_co_located_rows_are_left_out_and_the_bound_loosens():
+    # The clusters of the test above: without the rows of each rack, slot cuts alone hold both gangs (six
+    # 4-GPU slots for six pods), a looser bound but still one (the property test checks it both ways).
+    nodes = [node(f"a{i}", gpus=8, labels={"rack": "a"}) for i in range(2)]
+    nodes += [node(f"b{i}", gpus=4, labels={"rack": "b"}) for i in range(2)]
+    gangs = [gang(name, 3, gpus=4, colocate="rack") for name in ("x", "y")]
+    with mock.patch.object(bound, "MOST_DOMAIN_OPTIONS", 1):  # two options, one per gang
+        bounds, total = bounds_of(Cluster(tuple(nodes), tuple(gangs)), {})
+    assert bounds == {(0, 0, 0): 2}
+    assert total == 2
 
 
 def test_levels_below_an_open_one_are_bounded_with_only_the_levels_above_held():
@@ -131,13 +144,15 @@ def at_least_as_good(per_level, found, levels):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_clusters(), st.integers(0, 10**6), st.booleans())
-def test_no_placement_as_good_in_priority_order_passes_the_bounds(cluster, pick, mip):
+@given(small_clusters(), st.integers(0, 10**6), st.booleans(), st.sampled_from((0, bound.MOST_DOMAIN_OPTIONS)))
+def test_no_placement_as_good_in_priority_order_passes_the_bounds(cluster, pick, mip, most_options):
     levels = sorted({(max(p.priority for p in g.pods), 0, int(g.starving)) for g in cluster.gangs}, reverse=True)
     placements = list(every_placement(cluster))
-    # The relaxation, for any placement reached (not only an optimal one: then bounds are easy)
+    # The relaxation, for any placement reached (not only an optimal one: then bounds are easy), with the
+    # co-located gangs' domain rows and without them
     found = placements[pick % len(placements)]
-    relaxed, relaxed_total = bounds_of(cluster, found, mip)
+    with mock.patch.object(bound, "MOST_DOMAIN_OPTIONS", most_options):
+        relaxed, relaxed_total = bounds_of(cluster, found, mip)
     for per_level in placements:
         if at_least_as_good(per_level, found, levels):
             assert sum(per_level.values()) <= relaxed_total
