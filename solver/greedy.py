@@ -73,10 +73,11 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
     demand = problem.demand[cls]
-    score: np.ndarray = ((free[rows] - demand) * problem.inv_allocatable[rows]).sum(axis=1)
+    sub = free[rows] if isinstance(rows, slice) else free.take(rows, axis=0)
+    score: np.ndarray = ((sub - demand) * problem.inv_allocatable[rows]).sum(axis=1)
     gpus = problem.gpu_demand[cls]
     if gpus > 0:
-        score += 10.0 * (free[rows] @ problem.gpus - gpus)
+        score += 10.0 * (sub @ problem.gpus - gpus)
     else:
         score += 1e4 * (problem.gpu_allocatable[rows] > 0)
     return score
@@ -113,28 +114,26 @@ def place_gang(
     parts = sorted(enumerate(problem.parts[g]), key=lambda ip: (-ip[1].pods[0].priority, ip[0]))
     for p, part in parts:
         left = min(len(part.pods) - sum(k for (q, _n), k in counts.items() if q == p), most - placed)
-        # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there). Scores
-        # for those once per part; afterwards only the node just filled changes.
-        rows = np.flatnonzero(problem.eligible[part.cls]) if later else problem.fitting(part.cls)
-        if allowed is not None:
-            rows = rows[allowed[rows]]
+        # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there).
+        if allowed is None:
+            rows = np.flatnonzero(problem.eligible[part.cls]) if later else problem.fitting(part.cls)
+        else:
+            rows = allowed[problem.eligible[part.cls, allowed] if later else problem.fit[part.cls, allowed] > 0]
+        rows = problem.candidates(part.cls, free, rows)
         fit = problem.fits(part.cls, free, rows)
         rows, fit = rows[fit > 0], fit[fit > 0]  # a node that holds none now never will here: score only the rest
-        score = scorer(problem, part.cls, free, rows) - _USED * used_nodes[rows]
-        while left > 0:
-            i = int(np.argmin(score)) if len(rows) else 0
-            if not len(rows) or score[i] == np.inf:
+        if len(problem.parts[g]) == 1 and placed + min(left, int(fit.sum())) < max(gang.need, 1):
+            break  # one pod class: every node takes what it holds, so this is all that can be placed
+        for batch in _batches(problem, part.cls, free, rows, scorer, used_nodes):
+            if left == 0:
                 break
-            n = int(rows[i])
-            k = int(min(left, fit[i]))
-            problem.take(part.cls, free, n, k)
-            counts[(p, n)] = counts.get((p, n), 0) + k
-            used_nodes[n] = True
-            placed += k
-            left -= k
-            row = slice(n, n + 1)  # a view: much cheaper than indexing with [n]
-            fit[i] = problem.fits(part.cls, free, rows=row)[0]
-            score[i] = scorer(problem, part.cls, free, rows=row)[0] - _USED if fit[i] > 0 else np.inf
+            if not len(batch):
+                continue
+            took = _fill(problem, part.cls, free, rows[batch], fit[batch], scorer, used_nodes, left)
+            for n, k in took:
+                counts[(p, n)] = counts.get((p, n), 0) + k
+                placed += k
+                left -= k
     if placed < max(gang.need, 1):
         for (p, n), k in counts.items():
             free[n] += problem.demand[problem.parts[g][p].cls] * (k - already.get((p, n), 0))
@@ -142,6 +141,73 @@ def place_gang(
             free[:, problem.devices], free[:, problem.res_index[GPU]] = kept
         return None
     return counts
+
+
+def _batches(
+    problem: Problem, cls: int, free: np.ndarray, rows: np.ndarray, scorer: Scorer, used_nodes: np.ndarray
+) -> list[np.ndarray]:
+    """Positions in `rows` (nodes that hold the pod) in batches, each node of a batch scoring better than every
+    node of the batches after it: the nodes the gang uses already, then (node_scores, whose GPU terms outweigh
+    the rest) for a GPU pod the nodes with the fewest free GPUs, for a pod without GPUs the nodes without GPUs,
+    then the others. A gang filled by the first batches never scores the rest, on a large cluster most nodes."""
+    used = used_nodes[rows]
+    first, rest = np.flatnonzero(used), np.flatnonzero(~used)
+    if scorer is not node_scores or not problem.gpu_first or not len(rest):
+        return [first, rest]
+    if problem.gpu_demand[cls] == 0:  # nodes without GPUs first (a pod without GPUs keeps off GPU nodes)
+        off = problem.gpu_allocatable[rows[rest]] == 0
+        return [first, rest[off], rest[~off]]
+    gpus = free[rows[rest]][:, problem.gpu_columns].sum(axis=1)  # every node of `rows` holds the pod's GPUs
+    fewest = gpus == gpus.min()
+    return [first, rest[fewest], rest[~fewest]]
+
+
+def _fill(
+    problem: Problem,
+    cls: int,
+    free: np.ndarray,
+    rows: np.ndarray,
+    fit: np.ndarray,
+    scorer: Scorer,
+    used_nodes: np.ndarray,
+    left: int,
+) -> list[tuple[int, int]]:
+    """Up to `left` pods of class `cls` onto `rows` (which hold `fit` each), each to the best-scoring node
+    that holds it (nodes the gang uses first); `free`, `fit` and `used_nodes` updated. Returns (node, pods) in
+    the order taken."""
+    # Scores once; afterwards only the node just filled changes.
+    score = scorer(problem, cls, free, rows) - _USED * used_nodes[rows]
+    if not problem.shared:
+        # A node takes all the pods it holds (or all that are left), so a filled node holds none after and no
+        # other node's score changes: the nodes in score order, each up to its fit, until `left` are placed.
+        # At most `left` nodes are taken: sort only the scores up to the left-th lowest (ties as argmin breaks
+        # them: the first node).
+        order = np.arange(len(score))
+        if left < len(score):
+            order = np.flatnonzero(score <= np.partition(score, left - 1)[left - 1])
+        order = order[np.argsort(score[order], kind="stable")]
+        fits = fit[order]
+        before = np.cumsum(fits) - fits
+        chosen = order[: int(np.searchsorted(before, left))]
+        nodes, ks = rows[chosen], np.minimum(fits[: len(chosen)], left - before[: len(chosen)])
+        free[nodes] -= ks[:, None] * problem.demand[cls]
+        used_nodes[nodes] = True
+        return list(zip(nodes.tolist(), ks.tolist(), strict=True))
+    took = []
+    while left > 0:
+        i = int(np.argmin(score))
+        if score[i] == np.inf:
+            break
+        n = int(rows[i])
+        k = int(min(left, fit[i]))
+        problem.take(cls, free, n, k)
+        took.append((n, k))
+        used_nodes[n] = True
+        left -= k
+        row = slice(n, n + 1)  # a view: much cheaper than indexing with [n]
+        fit[i] = problem.fits(cls, free, rows=row)[0]
+        score[i] = scorer(problem, cls, free, rows=row)[0] - _USED if fit[i] > 0 else np.inf
+    return took
 
 
 def place_colocated(
@@ -180,8 +246,9 @@ def place_colocated(
         # Tightest first: fewest GPUs left over, then the smallest domain.
         order = np.lexsort((ok, size[ok], room[ok] @ problem.gpus))
         candidates = [int(d) for d in ok[order][:max_tries]]
+    members = problem.members(gang.colocate)
     for d in candidates:
-        counts = place_in_levels(problem, g, free, domain == d, gang.preferred, scorer, most, later)
+        counts = place_in_levels(problem, g, free, members[d], gang.preferred, scorer, most, later)
         if counts is not None:
             return counts
     return None
@@ -197,9 +264,9 @@ def place_in_levels(
     most: int | None = None,
     later: bool = False,
 ) -> GangCounts | None:
-    """Place gang g on `allowed` nodes in as few domains of each preferred level as hold it, level by level
-    from the widest (`fewest_domains`); a level whose chosen domains do not hold the gang after all (its
-    other pod classes) is given up, as a preference may be."""
+    """Place gang g on `allowed` nodes (ascending indices; None: every node) in as few domains of each
+    preferred level as hold it, level by level from the widest (`fewest_domains`); a level whose chosen domains
+    do not hold the gang after all (its other pod classes) is given up, as a preference may be."""
     if levels:
         narrowed = fewest_domains(problem, g, free, allowed, levels[0], most)
         if narrowed is not None:
@@ -220,11 +287,11 @@ def fewest_domains(
     parts = problem.parts[g]
     want = sum(len(part.pods) for part in parts) if most is None else min(most, sum(len(p.pods) for p in parts))
     main = max(parts, key=lambda part: len(part.pods)).cls
-    slots = problem.fits(main, free)
-    if allowed is not None:
-        slots = np.where(allowed, slots, 0)
+    nodes = np.arange(len(problem.nodes)) if allowed is None else allowed
+    slots = problem.fits(main, free, nodes)
     domain = problem.domains(key)
-    ids = np.where(domain >= 0, domain, int(domain.max(initial=-1)) + 1 + np.arange(len(domain)))
+    ids = domain[nodes]
+    ids = np.where(ids >= 0, ids, int(domain.max(initial=-1)) + 1 + np.arange(len(nodes)))
     room = np.bincount(ids, weights=slots)
     if room.sum() < want:
         return None
@@ -242,7 +309,7 @@ def fewest_domains(
         spare = np.flatnonzero(room >= rest)
         spare = spare[~np.isin(spare, chosen[:-1])]
         chosen[-1] = int(spare[np.argmin(room[spare])])
-    return np.isin(ids, chosen)
+    return nodes[np.isin(ids, chosen)]
 
 
 def greedy(
@@ -339,8 +406,7 @@ def add_extras(
         allowed = None
         key = problem.gangs[g].colocate
         if key:
-            domain = problem.domains(key)
-            allowed = domain == domain[next(iter(counts[g]))[1]]
+            allowed = problem.members(key)[problem.domains(key)[next(iter(counts[g]))[1]]]
         extended = place_within(problem, g, free, limits, scorer, counts=counts[g], allowed=allowed, caps=caps)
         if extended is not None:
             counts[g] = extended

@@ -67,20 +67,28 @@ class Timeline:
         self.events: list[tuple[float, int, np.ndarray]] = []  # (time, node, change)
         self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.unknown = np.zeros_like(free)  # held by running pods without an estimated end
-        # By requests: running pods repeat a few shapes (the vectors are never written to).
-        vectors: dict[tuple[tuple[str, int], ...], np.ndarray] = {}
+        # By requests: running pods repeat a few shapes (the vectors are never written to); a large cluster
+        # runs 100,000 pods or more, so those without an end are summed per node in one step.
+        shapes: dict[tuple[tuple[str, int], ...], int] = {}
+        unknown_nodes: list[int] = []
+        unknown_shapes: list[int] = []
+        vectors: list[np.ndarray] = []
         for pod in problem.cluster.running:
             n = problem.node_index.get(pod.node)
             if n is None:
                 continue
             shape = tuple(pod.requests.items())
-            vector = vectors.get(shape)
-            if vector is None:
-                vector = vectors[shape] = _vector(problem, pod.requests)
+            s = shapes.get(shape)
+            if s is None:
+                s = shapes[shape] = len(vectors)
+                vectors.append(_vector(problem, pod.requests))
             if pod.end is None:
-                self.unknown[n] += vector
+                unknown_nodes.append(n)
+                unknown_shapes.append(s)
             else:
-                self.events.append((self.cycle(pod.end), n, vector))
+                self.events.append((self.cycle(pod.end), n, vectors[s]))
+        if unknown_nodes:
+            np.add.at(self.unknown, np.array(unknown_nodes), np.stack(vectors)[unknown_shapes])
 
     def cycle(self, time: float) -> float:
         """The first cycle at or after `time` (now, if it is past)."""

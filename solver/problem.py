@@ -99,6 +99,7 @@ class Problem:
         self.shared = False  # some pending pod asks for a GPU share (the SHARE column; shares.py's devices)
         self.devices = np.zeros(0, dtype=np.int64)  # the columns of the GPUs of each node (with shares pending)
         self._domains: dict[str, np.ndarray] = {}
+        self._members: dict[str, list[np.ndarray]] = {}  # label key -> nodes per value id
         self._fitting: dict[int, np.ndarray] = {}
 
         names = {PODS, GPU, *cluster.gpus}
@@ -167,6 +168,14 @@ class Problem:
         self._caps(cluster)
         self.gpu_demand = self.demand @ self.gpus  # per class
         self.gpu_allocatable = self.allocatable @ self.gpus  # per node
+        self.gpu_columns = np.flatnonzero(self.gpus)
+        # node_scores ranks GPU pods by free GPUs first when that term (10 a GPU) outweighs the rest (at most 1 a
+        # resource): the greedy passes then score the nodes with the fewest free GPUs first.
+        self.gpu_first = not self.shared and len(self.resources) < 10
+        # Per class, the resource its pod asks most of relative to what nodes have: one column that rules out
+        # most full nodes before the whole check (`candidates`).
+        mean = np.maximum(self.allocatable.mean(axis=0), 1) if len(self.nodes) else np.ones(len(self.resources))
+        self.scarcest = np.argmax(self.demand / mean, axis=1) if self.class_pods else np.zeros(0, dtype=np.int64)
         self.fit = (
             np.stack([self.fits(c, self.free) for c in range(len(self.class_pods))])
             if self.class_pods
@@ -233,6 +242,13 @@ class Problem:
             self._fitting[cls] = np.flatnonzero(self.fit[cls] > 0)
         return self._fitting[cls]
 
+    def candidates(self, cls: int, free: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The nodes of `rows` with room for a pod of class `cls` in its scarcest resource: a superset of those
+        that hold one, found reading one column (a busy cluster's nodes are mostly full)."""
+        r = self.scarcest[cls]
+        room: np.ndarray = rows[free[rows, r] >= self.demand[cls, r]]
+        return room
+
     def bindings(self, g: int, counts: Mapping[tuple[int, int], int]) -> dict[str, str]:
         """Pod -> node for gang g, from pods per (part, node): each part's pods in order (highest priority
         first) onto its nodes in order."""
@@ -247,10 +263,12 @@ class Problem:
     def fits(self, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
         """How many pods of class `cls` each node (of `rows`) holds given `free`; 0 where not eligible."""
         need = self.demand[cls]
-        used = need > 0
-        count = np.min(np.maximum(free[rows][:, used], 0) // need[used], axis=1)
+        asked = np.flatnonzero(need)  # never empty: every pod takes a pod slot
+        # Rows first, then columns: gathering a few columns of thousands of rows this way is twice as fast.
+        sub = free[rows] if isinstance(rows, slice) else free.take(rows, axis=0)
+        count = (np.maximum(sub[:, asked], 0) // need[asked]).min(axis=1)
         if self.shared and self.share_of[cls]:  # each share on one GPU: what fits GPU by GPU
-            count = np.minimum(count, (np.maximum(free[rows][:, self.devices], 0) // self.share_of[cls]).sum(axis=1))
+            count = np.minimum(count, (np.maximum(sub[:, self.devices], 0) // self.share_of[cls]).sum(axis=1))
         return np.where(self.eligible[cls][rows], count, 0)
 
     def take(self, cls: int, free: np.ndarray, n: int, k: int) -> None:
@@ -317,6 +335,15 @@ class Problem:
                     excluded.setdefault(why, []).extend(members)
             self.excluded.append(excluded)
         return eligible
+
+    def members(self, key: str) -> list[np.ndarray]:
+        """Per value id of label `key` (`domains`), its nodes in ascending order."""
+        if key not in self._members:
+            ids = self.domains(key)
+            order = np.argsort(ids, kind="stable")
+            bounds = np.searchsorted(ids[order], np.arange(int(ids.max(initial=-1)) + 2))
+            self._members[key] = [order[bounds[v] : bounds[v + 1]] for v in range(len(bounds) - 1)]
+        return self._members[key]
 
     def domains(self, key: str) -> np.ndarray:
         """Per node, an integer id of its value for label `key` (-1 where the node lacks the label)."""
