@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 GPU = "nvidia.com/gpu"
 PODS = "pods"
@@ -128,7 +129,8 @@ class Gang:
         """Pending members that must be placed together for the gang to reach min_member."""
         return max(0, self.min_member - len(self.bound_nodes))
 
-    @property
+    # Cached: sorting and scoring thousands of gangs asks for these a hundred thousand times a cycle.
+    @cached_property
     def priority(self) -> int:
         if self.group_priority is not None:
             return self.group_priority
@@ -139,14 +141,14 @@ class Gang:
         """Whether the gang has topology levels, required or preferred."""
         return bool(self.colocate or self.preferred)
 
-    @property
+    @cached_property
     def level(self) -> Level:
         """The strict-order tier: priority first; within a priority, gangs within their queue's fair share
         before gangs that would borrow; then starving gangs before the rest (so maximizing gangs placed
         cannot starve big gangs for ever)."""
         return (self.priority, self.tier, int(self.starving))
 
-    @property
+    @cached_property
     def order(self) -> int:
         return min((p.order for p in self.pods), default=0)
 
