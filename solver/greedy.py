@@ -238,10 +238,11 @@ def place_colocated(
             eligible |= problem.eligible[part.cls]
         # A domain must at least hold `need` of the gang's smallest pods.
         smallest = np.min([problem.demand[part.cls] for part in problem.parts[g]], axis=0) * max(1, gang.need)
-        mask = eligible & (domain >= 0)
-        ids = domain[mask]
-        room = np.stack([np.bincount(ids, weights=col) for col in np.maximum(free[mask], 0).T], axis=1)
-        size = np.bincount(ids)
+        # Per domain, the free capacity and the number of its nodes the gang may use.
+        nodes, starts = problem.grouped(gang.colocate)
+        usable = eligible[nodes]
+        room = np.add.reduceat(np.maximum(free.take(nodes, axis=0), 0) * usable[:, None], starts)
+        size = np.add.reduceat(usable, starts)
         ok = np.flatnonzero(np.all(room >= smallest, axis=1))
         # Tightest first: fewest GPUs left over, then the smallest domain.
         order = np.lexsort((ok, size[ok], room[ok] @ problem.gpus))

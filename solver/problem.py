@@ -100,6 +100,7 @@ class Problem:
         self.devices = np.zeros(0, dtype=np.int64)  # the columns of the GPUs of each node (with shares pending)
         self._domains: dict[str, np.ndarray] = {}
         self._members: dict[str, list[np.ndarray]] = {}  # label key -> nodes per value id
+        self._grouped: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # label key -> (nodes by value id, starts)
         self._fitting: dict[int, np.ndarray] = {}
 
         names = {PODS, GPU, *cluster.gpus}
@@ -339,11 +340,20 @@ class Problem:
     def members(self, key: str) -> list[np.ndarray]:
         """Per value id of label `key` (`domains`), its nodes in ascending order."""
         if key not in self._members:
+            order, starts = self.grouped(key)
+            self._members[key] = np.split(order, starts[1:]) if len(order) else []
+        return self._members[key]
+
+    def grouped(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes labelled `key`, by value id (ascending within each), and where each value's nodes start:
+        per-domain sums over any node array are one `np.add.reduceat`."""
+        if key not in self._grouped:
             ids = self.domains(key)
             order = np.argsort(ids, kind="stable")
-            bounds = np.searchsorted(ids[order], np.arange(int(ids.max(initial=-1)) + 2))
-            self._members[key] = [order[bounds[v] : bounds[v + 1]] for v in range(len(bounds) - 1)]
-        return self._members[key]
+            order = order[ids[order] >= 0]
+            starts = np.searchsorted(ids[order], np.arange(int(ids.max(initial=-1)) + 1))
+            self._grouped[key] = (order, starts)
+        return self._grouped[key]
 
     def domains(self, key: str) -> np.ndarray:
         """Per node, an integer id of its value for label `key` (-1 where the node lacks the label)."""
