@@ -190,14 +190,28 @@ def _fits_within(problem: Problem, g: int, limits: Limits) -> bool:
 
 
 def _fits_in(problem: Problem, g: int, room: np.ndarray, fit: np.ndarray | None = None) -> bool:
-    """Whether the gang's minimum fits `room` with no other gang placed; `fit`: the pods of each class each node
-    holds in `room`, where known already."""
+    """Whether the gang's minimum fits `room` with no other gang placed (as the greedy pass places it); `fit`:
+    the pods of each class each node holds in `room`, where known already."""
     gang, parts = problem.gangs[g], problem.parts[g]
-    if len(parts) == 1 and not gang.colocate:  # one pod class: nodes are independent, so counting is exact
-        holds = problem.fits(parts[0].cls, room) if fit is None else fit[parts[0].cls]
-        return int(np.minimum(holds, len(parts[0].pods)).sum()) >= max(gang.need, 1)
-    room = room.copy()  # the placement fills it
-    return (place_colocated(problem, g, room) if gang.colocate else place_gang(problem, g, room)) is not None
+    need = max(gang.need, 1)
+    if gang.colocate:
+        return place_colocated(problem, g, room.copy()) is not None
+    # Per part, what each node holds of it (at most the part's pods): each part alone places the sum, since a
+    # greedy pass fills nodes one class at a time. Together they place no more, so below the minimum it does
+    # not fit; one class is exact.
+    holds = [np.minimum(problem.fits(p.cls, room) if fit is None else fit[p.cls], len(p.pods)) for p in parts]
+    if sum(min(len(p.pods), int(h.sum())) for p, h in zip(parts, holds, strict=True)) < need:
+        return False
+    if len(parts) == 1:
+        return True
+    # Parts are placed one after another, highest priority first: the pods placed before a part take at most as
+    # many nodes, each costing it at most what that node held for it. If the gang fits even so, it fits.
+    surely, before = 0, 0
+    for i in sorted(range(len(parts)), key=lambda i: (-parts[i].pods[0].priority, i)):
+        lost = int(np.sort(holds[i])[max(len(holds[i]) - before, 0) :].sum()) if before else 0
+        surely += min(len(parts[i].pods), int(holds[i].sum()) - lost)
+        before += len(parts[i].pods)
+    return surely >= need or place_gang(problem, g, room.copy()) is not None
 
 
 def explain(

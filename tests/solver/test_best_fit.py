@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangsolve.solver import Cluster
-from gangsolve.solver.greedy import most_allocated_off_gpus, node_scores, place_gang
+from gangsolve.solver.explain import _fits_in
+from gangsolve.solver.greedy import most_allocated_off_gpus, node_scores, place_colocated, place_gang
 from gangsolve.solver.problem import Problem
 from tests.solver.test_properties import gangs, nodes
 
@@ -47,3 +48,19 @@ def test_each_gang_is_placed_best_fit_pod_by_pod(node_list, gang_list, scorer):
         assert placed == expected
         # A gang that does not fit takes nothing; one that does takes what its pods ask for.
         assert (free == (before if expected is None else expected_free)).all()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes(), gangs(), st.data())
+def test_telling_whether_a_gang_fits_alone_answers_as_placing_it_would(node_list, gang_list, data):
+    """A waiting gang's reason says whether it fits the free capacity on its own; counts decide it where they
+    can (the reason costs a placement per gang otherwise), with the answer placing it gives."""
+    problem = Problem(Cluster(tuple(node_list), tuple(gang_list)))
+    room = problem.free.copy()
+    for g in range(len(problem.gangs)):  # the room of a pass that placed some gangs already, too
+        placed = (place_colocated if problem.gangs[g].colocate else place_gang)(problem, g, room.copy())
+        assert _fits_in(problem, g, room) == (placed is not None)
+        assert _fits_in(problem, g, problem.free, problem.fit) == _fits_in(problem, g, problem.free)
+        if placed is not None and data.draw(st.booleans()):
+            room = room.copy()
+            place_gang(problem, g, room)
