@@ -65,11 +65,7 @@ class Relaxation:
         self.k = copies(problem)
         self.helper = mbh.ModelBuilderHelper()
         self.gangs = [
-            g
-            for g, gang in enumerate(problem.gangs)
-            if score.counted(problem, g)
-            and sum(int(np.minimum(problem.fit[part.cls], len(part.pods)).sum()) for part in problem.parts[g])
-            >= gang.need
+            g for g, gang in enumerate(problem.gangs) if score.counted(problem, g) and problem.alone[g] >= gang.need
         ]
         signature = np.concatenate([problem.eligible.T.astype(np.int64), problem.fit.T], axis=1)
         # Rows by their bytes: sorting 16,384 rows of thousands of columns (np.unique) takes a second.
@@ -183,9 +179,14 @@ class Relaxation:
         that grow as gangs x domains, so past MOST_DOMAIN_OPTIONS they are left out (the bound holds without
         them, looser)."""
         problem = self.problem
-        options: dict[int, np.ndarray] = {g: self._domains(g) for g in self.gangs if problem.gangs[g].colocate}
-        if sum(len(ids) for ids in options.values()) > MOST_DOMAIN_OPTIONS:
-            return
+        options: dict[int, np.ndarray] = {}
+        counted = 0
+        for g in self.gangs:
+            if problem.gangs[g].colocate:
+                options[g] = self._domains(g)
+                counted += len(options[g])
+                if counted > MOST_DOMAIN_OPTIONS:
+                    return
         per_domain: dict[tuple[str, int], list[tuple[int, int]]] = {}  # (label, value) -> (gang, variable)
         for g, ids in options.items():
             choices = []

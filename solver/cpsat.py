@@ -95,7 +95,7 @@ def possible_gangs(problem: Problem) -> list[int]:
         g
         for g, gang in enumerate(problem.gangs)
         if score.counted(problem, g)
-        and sum(int(np.minimum(problem.fit[part.cls], len(part.pods)).sum()) for part in problem.parts[g]) >= gang.need
+        and problem.alone[g] >= gang.need
         and all(bool((problem.floor[g] <= problem.cap_left[r]).all()) for r in problem.cap_rows[g])
     ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeAlias
 
 import numpy as np
@@ -236,6 +237,15 @@ class Problem:
         """Whether gang g's eligible nodes, were they empty, would hold its minimum (so it is worth waiting for)."""
         room = sum(int(np.minimum(self.fits(p.cls, self.allocatable), len(p.pods)).sum()) for p in self.parts[g])
         return room >= self.gangs[g].need
+
+    @cached_property
+    def alone(self) -> np.ndarray:
+        """Per gang, the pods its eligible nodes hold of it in the cycle's free capacity, node by node and part
+        by part (each node counted for each part, so an upper bound on what it can place)."""
+        return np.array(
+            [sum(int(np.minimum(self.fit[p.cls], len(p.pods)).sum()) for p in parts) for parts in self.parts],
+            dtype=np.int64,
+        )
 
     def fitting(self, cls: int) -> np.ndarray:
         """The nodes that hold a pod of class `cls` with nothing else placed (free capacity only shrinks)."""
