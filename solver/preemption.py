@@ -497,8 +497,6 @@ class Preemption:
             if isinstance(found, _NoTime):
                 return None
             victims, nominations, key, proven = found
-            if not victims and not self._within(g):
-                continue  # it would start on free capacity alone, which the placement kept for queues below theirs
             highest = max((int(self.priority[i]) for i in victims), default=gang.priority)
             reclaimed = reclaiming is not None and any(reclaiming[i] for i in victims)
             if reclaimed and not self._worth_reclaiming(g, victims):

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from gangsolve.solver import GPU, Cluster, Gang, Queue, SolveConfig, solve, validate
 from gangsolve.solver.model import Placement, Running
-from tests.builders import gang as make_gang
 from tests.builders import node, pod
 from tests.solver.test_preemption import running, with_running, without
 from tests.solver.test_queues import max_min_fair
@@ -351,24 +350,3 @@ def test_a_nominated_gang_counts_against_its_queues_capability():
     placement = solve(cluster, CONFIG)
     assert placement.bindings == {"a/nom-0": "n0"}
     assert validate(cluster, placement) == []
-
-
-def test_a_gang_that_would_borrow_does_not_start_through_preemption_without_victims():
-    # Queue c's 4-GPU gang of priority 10 is past c's fair share: the placement keeps it off the free GPUs that
-    # queue a, below its share, waits for. A lower-priority pod runs on n0, so the preemption stage tries it; it
-    # fits on n1's free GPUs with no victim, which would start it on that held capacity after all.
-    busy = Running("n0", {"cpu": 3000, "memory": 2**30, "pods": 1, GPU: 3}, 60.0, name="t/busy")
-    a_gangs = [
-        replace(make_gang(name, size, min_member=1, gpus=gpus), queue="a", runtime=300.0)
-        for name, size, gpus in (("g0", 2, 1), ("g3", 2, 2), ("g4", 1, 8), ("g5", 1, 1), ("g6", 1, 1))
-    ]
-    wide = replace(make_gang("g1", 1, gpus=4, priority=10), queue="c", runtime=300.0)
-    unusable = replace(make_gang("g2", 1, gpus=1), queue="b", runtime=300.0)  # its queue admits no cpu at all
-    nodes = [replace(node("n0", cpu=16, gpus=8), used=dict(busy.requests)), node("n1", cpu=16, gpus=8)]
-    queues = (Queue("a", weight=3), Queue("b", capability={"cpu": 0}), Queue("c"))
-    cluster = Cluster(tuple(nodes), (a_gangs[0], wide, unusable, *a_gangs[1:]), running=(busy,), queues=queues)
-    for config in (SolveConfig(use_cpsat=False, reservations=1), SolveConfig(time_limit=0.5, reservations=1)):
-        placement = solve(cluster, config)
-        assert validate(cluster, placement) == []
-        assert "g1-0" not in placement.bindings
-        assert "g1-0" not in placement.nominations
