@@ -135,6 +135,43 @@ def _optimise(
             bounds = _found(problem, counts, order)
             total = sum(bounds.values())
 
+    if not budget.passed(search_end) and budget.may_step(0):  # setting a search up costs 0.2 s on large clusters
+        counts, stage, (bounds, total) = _search(
+            problem, plan, counts, order, (bounds, total), relaxation, most, budget, search_end, queued, scale
+        )
+        if stage is not None:
+            stages.append(stage)
+
+    begun = time.perf_counter()
+    mip = budget.limit >= MIP_FROM
+    seconds = budget.seconds(MIP_SHARE, deadline) if mip else budget.left(deadline)
+    final = level_bounds(relaxation, _found(problem, counts, order), most, seconds, mip=mip)
+    bounds, total = _tighter((bounds, total), final)
+    stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
+
+    counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
+    stages.extend(locality)
+    found = _found(problem, counts, order)
+    return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
+
+
+def _search(
+    problem: Problem,
+    plan: Plan,
+    counts: Counts,
+    order: list[Level],
+    bounded: tuple[dict[Level, int], int],
+    relaxation: Relaxation,
+    most: dict[Level, int],
+    budget: Budget,
+    search_end: float,
+    queued: list[int],
+    scale: int,
+) -> tuple[Counts, Stage | None, tuple[dict[Level, int], int]]:
+    """4. Ruin-and-recreate steps from `counts` until every level is at its bound (`bounded`, tightened as
+    levels close) or the search's time or steps are spent: the placement, its stage (None without a step) and
+    the bounds."""
+    bounds, total = bounded
     begun = time.perf_counter()
     search = Search(problem, counts, limits=_limits(problem, plan))
     stalled, ended = 0, "TIME_LIMIT"
@@ -161,22 +198,12 @@ def _optimise(
         counts = search.counts
     if ended == "TIME_LIMIT" and not budget.may_step(search.steps):
         ended = "STEP_LIMIT"
+    stage = None
     if search.steps:
         detail = f"{search.steps} steps, {search.improvements} improving"
         seconds = time.perf_counter() - begun
-        stages.append(Stage("search", ended, _gangs(problem, counts), total, seconds, detail))
-
-    begun = time.perf_counter()
-    mip = budget.limit >= MIP_FROM
-    seconds = budget.seconds(MIP_SHARE, deadline) if mip else budget.left(deadline)
-    final = level_bounds(relaxation, _found(problem, counts, order), most, seconds, mip=mip)
-    bounds, total = _tighter((bounds, total), final)
-    stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
-
-    counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
-    stages.extend(locality)
-    found = _found(problem, counts, order)
-    return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
+        stage = Stage("search", ended, _gangs(problem, counts), total, seconds, detail)
+    return counts, stage, (bounds, total)
 
 
 def _tighter(old: tuple[dict[Level, int], int], new: tuple[dict[Level, int], int]) -> tuple[dict[Level, int], int]:
