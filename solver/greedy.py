@@ -173,8 +173,8 @@ def _fill(
     left: int,
 ) -> list[tuple[int, int]]:
     """Up to `left` pods of class `cls` onto `rows` (which hold `fit` each), each to the best-scoring node
-    that holds it (nodes the gang uses first); `free`, `fit` and `used_nodes` updated. Returns (node, pods) in
-    the order taken."""
+    that holds it (nodes the gang uses first); `free` and `used_nodes` updated. Returns (node, pods) in the
+    order taken."""
     # Scores once; afterwards only the node just filled changes.
     score = scorer(problem, cls, free, rows) - _USED * used_nodes[rows]
     if not problem.shared:
