@@ -136,6 +136,15 @@ class Gang:
             return self.group_priority
         return max((p.priority for p in self.pods), default=0)
 
+    @cached_property
+    def total_requests(self) -> dict[str, int]:
+        """What all its pending pods ask for together."""
+        total: dict[str, int] = {}
+        for pod in self.pods:
+            for r, q in pod.requests.items():
+                total[r] = total.get(r, 0) + q
+        return total
+
     @property
     def topology(self) -> bool:
         """Whether the gang has topology levels, required or preferred."""

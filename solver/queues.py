@@ -149,8 +149,7 @@ def demands(cluster: Cluster, queues: Mapping[str, Queue]) -> dict[str, dict[str
     """Per queue, what it holds plus what its pending gangs ask for (all their pods): its own, not its children's."""
     demand: dict[str, dict[str, int]] = {name: dict(q.allocated) for name, q in queues.items()}
     for gang in cluster.gangs:
-        for pod in gang.pods:
-            _add(demand[gang.queue], pod.requests)
+        _add(demand[gang.queue], gang.total_requests)
     return demand
 
 
@@ -294,8 +293,11 @@ def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, 
     fair_share = deserved(cluster)
     own = {name: dict(q.allocated) for name, q in queues.items()}
     for gang in cluster.gangs:
-        for pod in gang.pods:
-            if pod.name in bindings:
+        bound = [pod for pod in gang.pods if pod.name in bindings]
+        if len(bound) == len(gang.pods):
+            _add(own[gang.queue], gang.total_requests)
+        else:
+            for pod in bound:
                 _add(own[gang.queue], pod.requests)
     allocated = tree.totals(own)
     used = tree.totals({name: {"": q.usage} for name, q in queues.items()})
