@@ -69,6 +69,11 @@ def most_allocated_off_gpus(problem: Problem, cls: int, free: np.ndarray, rows: 
     return scores
 
 
+# node_scores weighs each GPU a node would have left at this, and each resource's share left over at most 1: with
+# fewer resources than this, the GPU term alone orders nodes that differ in free GPUs (`_batches` relies on it).
+GPU_WEIGHT = 10.0
+
+
 def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
@@ -77,7 +82,7 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice
     score: np.ndarray = ((sub - demand) * problem.inv_allocatable[rows]).sum(axis=1)
     gpus = problem.gpu_demand[cls]
     if gpus > 0:
-        score += 10.0 * (sub @ problem.gpus - gpus)
+        score += GPU_WEIGHT * (sub @ problem.gpus - gpus)
     else:
         score += 1e4 * (problem.gpu_allocatable[rows] > 0)
     return score
@@ -152,7 +157,8 @@ def _batches(
     then the others. A gang filled by the first batches never scores the rest, on a large cluster most nodes."""
     used = used_nodes[rows]
     first, rest = np.flatnonzero(used), np.flatnonzero(~used)
-    if scorer is not node_scores or not problem.gpu_first or not len(rest):
+    gpu_first = scorer is node_scores and not problem.shared and len(problem.resources) < GPU_WEIGHT
+    if not gpu_first or not len(rest):
         return [first, rest]
     if problem.gpu_demand[cls] == 0:  # nodes without GPUs first (a pod without GPUs keeps off GPU nodes)
         off = problem.gpu_allocatable[rows[rest]] == 0

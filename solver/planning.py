@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from gangsolve.solver.greedy import Scorer, greedy, node_scores, place_colocated, place_gang
+from gangsolve.solver.greedy import GPU_WEIGHT, Scorer, greedy, node_scores, place_colocated, place_gang
 from gangsolve.solver.limits import FOREVER, Check, Limits, Plan, Planned, reserved_at_checks, runtime_of
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Resources
 from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
@@ -35,9 +35,8 @@ from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
 # A pod that outran its estimate is expected to run on for half the time it has run so far, at least this
 # long: an estimate is extended, never trusted to end anything.
 MIN_EXTENSION = 60.0
-# A GPU free now that a reservation holds for later weighs as much as two GPUs of best-fit slack (node_scores
-# weighs leftover GPUs 10 each).
-IDLE_WEIGHT = 20.0
+# A GPU free now that a reservation holds for later weighs as much as two GPUs of best-fit slack.
+IDLE_WEIGHT = 2 * GPU_WEIGHT
 # A busy cluster has a release time per running gang (thousands at 1,000 nodes); trying a placement at each
 # would take seconds per planned gang. Past this many, the first time it fits is found by bisection, as if
 # what frees only ever grew (a reservation starting inside the gang's run can make an earlier time the first):

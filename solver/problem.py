@@ -171,9 +171,6 @@ class Problem:
         self.gpu_demand = self.demand @ self.gpus  # per class
         self.gpu_allocatable = self.allocatable @ self.gpus  # per node
         self.gpu_columns = np.flatnonzero(self.gpus)
-        # node_scores ranks GPU pods by free GPUs first when that term (10 a GPU) outweighs the rest (at most 1 a
-        # resource): the greedy passes then score the nodes with the fewest free GPUs first.
-        self.gpu_first = not self.shared and len(self.resources) < 10
         # Per class, the resource its pod asks most of relative to what nodes have: one column that rules out
         # most full nodes before the whole check (`candidates`).
         mean = np.maximum(self.allocatable.mean(axis=0), 1) if len(self.nodes) else np.ones(len(self.resources))
