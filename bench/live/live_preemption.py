@@ -14,11 +14,12 @@ Schedulers, each configured as its users would:
 
 A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
 (bound through `spec.nodeName`, Running under kwok); then the pending gangs, t = 0 at the first create. It ends when
-every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds. Victims are
-the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is immediate); each is attributed
-to the gang it made room for from its `Preempted` event (kube-scheduler names the preemptor pod's or PodGroup's
-uid, gangsolve the gang; waited for up to `quiet` seconds more), and everything is measured by
-bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exactly as in the static mode.
+every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds (at least
+`RETRY_WAIT`). Victims are the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is
+immediate); each is attributed to the gang it made room for from its `Preempted` event (kube-scheduler names the
+preemptor pod's or PodGroup's uid, gangsolve the gang; waited for up to `quiet` seconds more), and everything is
+measured by bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exactly as in the static
+mode.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ LIVE_PREEMPTION_SCENARIOS = {
     )
 }
 LIVE_PREEMPTION_GRID = list(LIVE_PREEMPTION_SCENARIOS)
+# kube-scheduler tries a pod that failed again after a back-off that doubles up to 10 s (podMaxBackoffSeconds);
+# preempting pod by pod, its last pods wait that long between evictions. A run is idle only past this, whatever its
+# `quiet`, or it can end between two of kube-scheduler's evictions (seen once, with quiet 5 s, on a loaded machine).
+RETRY_WAIT = 15.0
 WAP_GATE = "--feature-gates=GenericWorkload=true"  # workload-aware preemption (no topology-aware scheduling)
 WAP_FLAGS: dict[str, Any] = {
     "extra_apiserver_args": [WAP_GATE, f"--runtime-config={NATIVE_GANG_API}=true"],
@@ -159,7 +164,7 @@ def run_live(
                 with watch.lock:
                     settled = len(watch.bound) == len(pending) and len(watch.running) == len(pending)
                     idle = now - max(watch.last_change, evicting_since)
-                if settled or idle >= quiet or now - t0 >= timeout:
+                if settled or idle >= max(quiet, RETRY_WAIT) or now - t0 >= timeout:
                     break
             watch.stop.set()
             final = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
