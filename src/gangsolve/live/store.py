@@ -700,10 +700,12 @@ class ClusterStore:
         else:
             pending = {k: p for k, p in self._unbound.get(scheduler_name, {}).items() if k not in self._assumed}
             by_key = dict(pending)
-            for p in pending.values():
-                for hint in gang_hints(p, self.group_label):
-                    in_namespace = self._by_namespace.get(hint[1], {})
-                    by_key.update((k, in_namespace[k]) for k in self._by_hint.get(hint, ()) if k in in_namespace)
+            # Each hint once (in the order the pending pods first give it): a gang's pods share their hints,
+            # and reading its mates once per member would cost members x gang size (a million for 1,000 pods).
+            hints = dict.fromkeys(hint for p in pending.values() for hint in gang_hints(p, self.group_label))
+            for hint in hints:
+                in_namespace = self._by_namespace.get(hint[1], {})
+                by_key.update((k, in_namespace[k]) for k in self._by_hint.get(hint, ()) if k in in_namespace)
             guarded = {k[1] for k in self._objects["PodDisruptionBudget"]}
             for ns in guarded & {p["metadata"].get("namespace", "") for p in pending.values()}:
                 by_key.update(self._by_namespace.get(ns, {}))
