@@ -169,6 +169,30 @@ def test_other_plans_assumed_on_the_node_count_in_the_last_check(pods, fits):
     why = b.last_check(assumed_plan(s, pods))
     assert why is None if fits else "nvidia.com/gpu overcommitted" in why
 
+@pytest.mark.asyncio
+async def test_a_gang_is_checked_at_its_turn_so_a_pod_gone_meanwhile_stops_it():
+    """At most `concurrency` gangs are checked and bound at once, in plan order: the second gang's last check
+    runs once the first gang's binds are done, and sees what changed while they were in flight."""
+    s, kube = store_with_gang(n_pods=2, gpus=4), FakeKube()
+    kube.delay = 0.2  # the first gang's binds are in flight for a while
+    s.assume("default/a", (("default/w0", "u0", "n1"),))
+    s.assume("default/b", (("default/w1", "u1", "n1"),))
+    first = GangPlan("default/a", (("default/w0", "u0", "n1"),), 0.0)
+    second = GangPlan("default/b", (("default/w1", "u1", "n1"),), 0.0)
+    plans_send, plans_receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    bound_send, _bound_receive = streams()
+    b = BinderActor(kube, s, SchedulingQueue(), Metrics(), Unfenced(), concurrency=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(b.run, plans_receive, bound_send)
+        plans_send.send_nowait(first)
+        plans_send.send_nowait(second)
+        plans_send.close()
+        await anyio.sleep(0.05)  # the first gang's bind is in flight, the second gang waits its turn
+        s.apply(Event(POD, "DELETED", s.pod("default/w1")))
+    assert kube.bindings == [("w0", "n1")]
+    assert not s.is_assumed("default/w1")
+
+
 
 @pytest.mark.asyncio
 async def test_nothing_is_bound_without_leadership():

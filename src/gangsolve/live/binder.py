@@ -32,8 +32,11 @@ A `Preemption` is carried out the way kube-scheduler does it, within the same fe
    the store so the next cycle plans with it running.
 
 Each bound pod and each evicted victim is announced on the `events` stream (feedback writes Scheduled and
-Preempted events). The binder owns no state of its own beyond its concurrency limit; assumptions, nominations
-and evictions in flight belong to the store, back-off to the scheduling queue.
+Preempted events). At most `concurrency` gangs are checked and bound at once, in the order the cycle planned
+them: a cycle that places a thousand gangs sends its first Bindings after one last check, not after a thousand
+(and each check reads the store as close to its binds as it can). The binder owns no state of its own beyond
+its concurrency limits; assumptions, nominations and evictions in flight belong to the store, back-off to the
+scheduling queue.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ class BinderActor:
         self.queue = queue
         self.metrics = metrics
         self.fence = fence
-        self.limiter = anyio.CapacityLimiter(concurrency)
+        self.limiter = anyio.CapacityLimiter(concurrency)  # calls in flight
+        self.gangs = anyio.CapacityLimiter(concurrency)  # gangs being checked and bound
 
     async def run(
         self, plans: ObjectReceiveStream[GangPlan | Preemption], bound: MemoryObjectSendStream[Bound | Evicted]
@@ -93,6 +97,10 @@ class BinderActor:
                     tg.start_soon(self.bind_gang, plan, bound)
 
     async def bind_gang(self, plan: GangPlan, bound: MemoryObjectSendStream[Bound | Evicted]) -> bool:
+        async with self.gangs:
+            return await self._bind_gang(plan, bound)
+
+    async def _bind_gang(self, plan: GangPlan, bound: MemoryObjectSendStream[Bound | Evicted]) -> bool:
         why = self.last_check(plan)
         if why is None and self.fence.remaining() <= 0:
             why = "not the leader"
