@@ -55,6 +55,7 @@ async def test_lists_every_page_then_watches_from_the_lists_resource_version():
     assert (added.type, added.obj["metadata"]["name"]) == ("ADDED", "d")
     lists = [c for c in kube.calls if c[0] == "GET"]
     assert [c[2].get("continue") for c in lists] == [None, "next"]
+    assert {c[2].get("resourceVersion") for c in lists} == {"0"}  # from the watch cache, as informers list
     watch = next(c for c in kube.calls if c[0] == "WATCH")
     assert watch[2]["resourceVersion"] == "11"
     assert watch[2]["allowWatchBookmarks"] == "true"

@@ -1,10 +1,11 @@
 """List then watch one kind of object, forever, and send what changes to the snapshot actor.
 
-Each watcher lists (paginated), sends the full list as one `Resync` (so deletions missed while away are
-seen), then watches from the list's resourceVersion with bookmarks. A watch that ends is resumed from the
-last resourceVersion seen, so no update is missed; `410 Gone` (too old) means list again. Connection errors
-back off exponentially (with jitter). A kind whose API is not served (a PodGroup CRD not installed) sends an
-empty Resync and is looked for again every `missing_recheck` seconds.
+Each watcher lists from the API server's watch cache (resourceVersion 0, as kube-scheduler's informers list:
+at start-up the list is on the way to the first binding), sends the full list as one `Resync` (so deletions
+missed while away are seen), then watches from the list's resourceVersion with bookmarks. A watch that ends
+is resumed from the last resourceVersion seen, so no update is missed; `410 Gone` (too old) means list again.
+Connection errors back off exponentially (with jitter). A kind whose API is not served (a PodGroup CRD not
+installed) sends an empty Resync and is looked for again every `missing_recheck` seconds.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class Watcher:
             while True:
                 try:
                     if rv is None:
-                        items, rv = await self.list()
+                        items, rv = await self.list(cached=True)
                         if self.missing:
                             logs.info("watching again", kind=self.name)
                         self.missing = False
