@@ -102,7 +102,9 @@ def python_env(cache: Path) -> dict[str, str]:
 
 
 def warm_bytecode(cache: Path) -> None:
-    subprocess.run([sys.executable, "-c", "import gangsolve.live.run"], env=python_env(cache), check=True, cwd=REPO)
+    """Compile what `gangsolve run` imports into `cache`: its own modules and the solver's it loads at start."""
+    code = "import gangsolve.live.run; from gangsolve import cycle; cycle.load_solver()"
+    subprocess.run([sys.executable, "-c", code], env=python_env(cache), check=True, cwd=REPO)
 
 
 def gangsolve_process(

@@ -76,6 +76,12 @@ def solve(cluster: Cluster, config: SolveConfig, previous: Mapping[str, str] | N
     return solve_pipeline(cluster, config, previous)
 
 
+def load_solver() -> None:
+    """Import the solver's pipeline (OR-Tools) now: the live scheduler does it while its caches fill, so the
+    first cycle does not."""
+    import gangsolve.solver.pipeline  # noqa: F401
+
+
 def _size(snapshot: Snapshot) -> int:
     return sum(1 for _ in snapshot.objects())
 

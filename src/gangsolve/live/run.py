@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import math
 import signal
+from functools import partial
 
 import anyio
 
+from gangsolve import cycle
 from gangsolve.live import logs
 from gangsolve.live.binder import BinderActor
 from gangsolve.live.channels import Latest
@@ -137,6 +139,8 @@ class Scheduler:
                         tg.start_soon(w.run, events_send.clone())
                 tg.start_soon(self.store.run, events_receive)
                 tg.start_soon(self._signals)
+                # The solver loads (in a thread) while the caches fill: the first cycle need not wait for it.
+                tg.start_soon(partial(anyio.to_thread.run_sync, cycle.load_solver, abandon_on_cancel=True))
                 with self._waiting:
                     # Caches first, then the lease: once leading, renewal starts at once. (Acquired first, a
                     # lease could expire while slow initial lists, say under a low kube-api-qps, still ran.)
