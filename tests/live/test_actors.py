@@ -169,6 +169,7 @@ def test_other_plans_assumed_on_the_node_count_in_the_last_check(pods, fits):
     why = b.last_check(assumed_plan(s, pods))
     assert why is None if fits else "nvidia.com/gpu overcommitted" in why
 
+
 @pytest.mark.asyncio
 async def test_a_gang_is_checked_at_its_turn_so_a_pod_gone_meanwhile_stops_it():
     """At most `concurrency` gangs are checked and bound at once, in plan order: the second gang's last check
@@ -191,7 +192,6 @@ async def test_a_gang_is_checked_at_its_turn_so_a_pod_gone_meanwhile_stops_it():
         s.apply(Event(POD, "DELETED", s.pod("default/w1")))
     assert kube.bindings == [("w0", "n1")]
     assert not s.is_assumed("default/w1")
-
 
 
 @pytest.mark.asyncio

@@ -101,7 +101,9 @@ class Config:
         "seconds a gang (and a running pod of ours) is expected to run when it declares nothing and its workload "
         "has no history; none: such pods are never expected to end",
     )
-    bind_concurrency: int = setting(64, "Binding calls in flight at once: each waits on the API server, not on us")
+    bind_concurrency: int = setting(
+        64, "Binding calls in flight at once (each waits on the API server, not on us), and gangs being bound"
+    )
     kube_api_qps: float = setting(
         50.0,
         "client-side rate limit on API requests, as kube-scheduler's `--kube-api-qps`; events and statuses "
