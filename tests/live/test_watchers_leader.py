@@ -31,7 +31,7 @@ def event(etype: str, name: str, rv: str) -> dict:
 async def received(kube: FakeKube, resource, count: int) -> list[Event | Resync]:
     """Run a watcher until it has sent `count` messages."""
     send, receive = anyio.create_memory_object_stream[Event | Resync](math.inf)
-    watcher = Watcher(kube, resource, page_size=2)
+    watcher = Watcher(kube, resource)
     out: list[Event | Resync] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(watcher.run, send)

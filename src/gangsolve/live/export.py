@@ -28,7 +28,7 @@ async def listing(kubeconfig: str | None, scheduler_name: str = "gangsolve", con
         for resource in (*RESOURCES, succeeded_pods(scheduler_name)):
             watcher = Watcher(kube, resource)
             try:
-                objs, _rv = await watcher.list(cached=True)
+                objs, _rv = await watcher.list()
             except Exception as exc:
                 if resource.optional and getattr(exc, "status", None) == 404:
                     continue  # a PodGroup CRD that is not installed

@@ -73,14 +73,12 @@ class Watcher:
         resource: Resource,
         *,
         watch_timeout: int = 300,
-        page_size: int = 500,
         missing_recheck: float = 30.0,
         on_error=None,
     ) -> None:
         self.kube = kube
         self.resource = resource
         self.watch_timeout = watch_timeout
-        self.page_size = page_size
         self.missing_recheck = missing_recheck
         self.synced = anyio.Event()
         self.on_error = on_error or (lambda kind, reason: None)
@@ -93,14 +91,14 @@ class Watcher:
     def _query(self) -> dict:
         return {"fieldSelector": self.resource.field_selector} if self.resource.field_selector else {}
 
-    async def list(self, cached: bool = False) -> tuple[list[dict], str]:
-        """Every object, in pages. `cached`: in one answer from the API server's watch cache (resourceVersion 0,
-        as informers list), which at 50,000 pods takes half the time of paging through etcd, and may be a
-        moment behind it."""
+    async def list(self) -> tuple[list[dict], str]:
+        """Every object, from the API server's watch cache (resourceVersion 0, as informers list): at 50,000 pods
+        half the time of paging through etcd, and at most a moment behind it, which the watch then catches up
+        on. It comes in one answer; continue tokens are still followed, for a server that pages anyway."""
         items: list[dict] = []
         cont = ""
         while True:
-            query = {**self._query(), **({"resourceVersion": "0"} if cached else {"limit": self.page_size})}
+            query = {**self._query(), "resourceVersion": "0"}
             if cont:
                 query["continue"] = cont
             page = await self.kube.get(self.resource.path, **query)
@@ -121,7 +119,7 @@ class Watcher:
             while True:
                 try:
                     if rv is None:
-                        items, rv = await self.list(cached=True)
+                        items, rv = await self.list()
                         if self.missing:
                             logs.info("watching again", kind=self.name)
                         self.missing = False
