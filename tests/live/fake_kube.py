@@ -28,6 +28,8 @@ class FakeKube:
         self.calls: list[tuple[str, str, dict]] = []  # (method, path, details)
         self.fail: dict[str, int] = {}  # substring of a path -> HTTP status to answer with
         self.delay = 0.0  # seconds every write takes
+        self.gate: anyio.Event | None = None  # when set: every write waits for it, and `held` says one does
+        self.held: anyio.Event | None = None
         self.bindings: list[tuple[str, str]] = []  # (pod name, node)
         self.patches: list[tuple[str, dict]] = []
         self.deletes: list[tuple[str, dict | None]] = []
@@ -43,6 +45,10 @@ class FakeKube:
         self.calls.append((method, path, {**details, "timeout": timeout}))
         if timeout is not None and timeout <= 0:
             raise TimeoutError("no time left")
+        if self.gate is not None:
+            if self.held is not None:
+                self.held.set()
+            await self.gate.wait()
         if self.delay:
             with anyio.fail_after(timeout if timeout is not None else self.request_timeout):
                 await anyio.sleep(self.delay)

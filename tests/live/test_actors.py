@@ -175,7 +175,7 @@ async def test_a_gang_is_checked_at_its_turn_so_a_pod_gone_meanwhile_stops_it():
     """At most `concurrency` gangs are checked and bound at once, in plan order: the second gang's last check
     runs once the first gang's binds are done, and sees what changed while they were in flight."""
     s, kube = store_with_gang(n_pods=2, gpus=4), FakeKube()
-    kube.delay = 0.2  # the first gang's binds are in flight for a while
+    kube.gate, kube.held = anyio.Event(), anyio.Event()  # the first gang's bind stays in flight until the gate opens
     s.assume("default/a", (("default/w0", "u0", "n1"),))
     s.assume("default/b", (("default/w1", "u1", "n1"),))
     first = GangPlan("default/a", (("default/w0", "u0", "n1"),), 0.0)
@@ -188,8 +188,10 @@ async def test_a_gang_is_checked_at_its_turn_so_a_pod_gone_meanwhile_stops_it():
         plans_send.send_nowait(first)
         plans_send.send_nowait(second)
         plans_send.close()
-        await anyio.sleep(0.05)  # the first gang's bind is in flight, the second gang waits its turn
+        with anyio.fail_after(5):
+            await kube.held.wait()  # the first gang's bind is in flight, the second gang waits its turn
         s.apply(Event(POD, "DELETED", s.pod("default/w1")))
+        kube.gate.set()
     assert kube.bindings == [("w0", "n1")]
     assert not s.is_assumed("default/w1")
 
