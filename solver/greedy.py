@@ -56,9 +56,9 @@ def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows: Rows = sl
     """Lower is better: kube-scheduler's MostAllocated, the node left most used across the resources the pod
     asks for. Packs cpu and memory as tightly as GPUs, which wins where they run out first."""
     demand = problem.demand[cls]
-    asked = demand > 0
-    scores: np.ndarray = ((free[rows] - demand) * problem.inv_allocatable[rows])[:, asked].mean(axis=1)
-    return scores
+    asked = np.flatnonzero(demand)
+    left = (_rows(free, rows)[:, asked] - demand[asked]) * _rows(problem.inv_allocatable, rows)[:, asked]
+    return _row_sums(left) / len(asked)  # the mean, as mean(axis=1) computes it
 
 
 def most_allocated_off_gpus(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
@@ -66,7 +66,7 @@ def most_allocated_off_gpus(problem: Problem, cls: int, free: np.ndarray, rows: 
     takes the memory that node's GPU pods need."""
     scores = most_allocated(problem, cls, free, rows)
     if problem.gpu_demand[cls] == 0:
-        scores = scores + 1e4 * (problem.gpu_allocatable[rows] > 0)
+        scores += 1e4 * (_rows(problem.gpu_allocatable, rows) > 0)
     return scores
 
 
@@ -79,18 +79,19 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
     demand = problem.demand[cls]
-    if isinstance(rows, slice):
-        sub, inv, gpu_nodes = free[rows], problem.inv_allocatable[rows], problem.gpu_allocatable[rows]
-    else:  # take(): gathering rows is several times faster than indexing with them
-        sub, inv = free.take(rows, axis=0), problem.inv_allocatable.take(rows, axis=0)
-        gpu_nodes = problem.gpu_allocatable.take(rows)
-    score = _row_sums((sub - demand) * inv)
+    sub = _rows(free, rows)
+    score = _row_sums((sub - demand) * _rows(problem.inv_allocatable, rows))
     gpus = problem.gpu_demand[cls]
     if gpus > 0:
         score += GPU_WEIGHT * (sub @ problem.gpus - gpus)
     else:
-        score += 1e4 * (gpu_nodes > 0)
+        score += 1e4 * (_rows(problem.gpu_allocatable, rows) > 0)
     return score
+
+
+def _rows(values: np.ndarray, rows: Rows) -> np.ndarray:
+    """values[rows]: take() gathers rows several times faster than indexing with them."""
+    return values[rows] if isinstance(rows, slice) else values.take(rows, axis=0)
 
 
 def _row_sums(values: np.ndarray) -> np.ndarray:
@@ -166,18 +167,20 @@ def _batches(
     problem: Problem, cls: int, free: np.ndarray, rows: np.ndarray, scorer: Scorer, used_nodes: np.ndarray
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The nodes of `rows` that hold a pod of class `cls`, and how many each holds, in batches, each node of a
-    batch scoring better than every node of the batches after it: the nodes the gang uses already, then
-    (node_scores, whose GPU terms outweigh the rest) for a GPU pod the nodes with the fewest free GPUs, for a
-    pod without GPUs the nodes without GPUs, then the others. A gang filled by the first batches never scores
-    the rest, on a large cluster most nodes; a pod without GPUs does not even count what the GPU nodes hold,
-    which filling a batch does not change (the batches share no node)."""
-    gpu_first = scorer is node_scores and not problem.shared and len(problem.resources) < GPU_WEIGHT
-    if gpu_first and problem.gpu_demand[cls] == 0:
+    batch scoring better than every node of the batches after it: the nodes the gang uses already, then for a
+    GPU pod the nodes with the fewest free GPUs (node_scores, whose GPU terms outweigh the rest), for a pod
+    without GPUs the nodes without GPUs (the scorers that keep such pods off GPU nodes), then the others. A
+    gang filled by the first batches never scores the rest, on a large cluster most nodes; a pod without GPUs
+    does not even count what the GPU nodes hold, which filling a batch does not change (the batches share no
+    node)."""
+    off_gpus_first = scorer in _OFF_GPUS_FIRST and not problem.shared
+    if off_gpus_first and problem.gpu_demand[cls] == 0:
         used, off = used_nodes[rows], problem.gpu_allocatable[rows] == 0
         for group in (rows[used], rows[~used & off], rows[~used & ~off]):
             yield _holding(problem, cls, free, group)
         return
     rows, fit = _holding(problem, cls, free, rows)
+    gpu_first = scorer is node_scores and not problem.shared and len(problem.resources) < GPU_WEIGHT
     used = used_nodes[rows]
     first, rest = np.flatnonzero(used), np.flatnonzero(~used)
     if not gpu_first or not len(rest):
@@ -188,6 +191,10 @@ def _batches(
         batches = [first, rest[fewest], rest[~fewest]]
     for batch in batches:
         yield rows[batch], fit[batch]
+
+
+# Scorers whose penalty for a GPU node outweighs the rest of the score of a pod without GPUs.
+_OFF_GPUS_FIRST = (node_scores, most_allocated_off_gpus)
 
 
 def _holding(problem: Problem, cls: int, free: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
