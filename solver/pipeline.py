@@ -121,6 +121,19 @@ def _optimise(
     )
     stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
+    if _every_pod_placed(problem, counts):
+        # Nothing is left to place: every level and the resources placed are at their most, which no bound or
+        # search can better (a stream's cycles, one arriving gang each); only locality may still improve.
+        found = _found(problem, counts, order)
+        stages.append(Stage("bound", "ALL_PLACED", _gangs(problem, counts), _gangs(problem, counts), 0.0))
+        counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
+        return (
+            counts,
+            [*stages, *locality],
+            {level: (found[level], found[level], most[level]) for level in order},
+            sum(found.values()),
+        )
+
     begun = time.perf_counter()
     relaxation = Relaxation(problem)
     bounds, total = level_bounds(relaxation, _found(problem, counts, order), most, budget.left(search_end))
@@ -204,6 +217,10 @@ def _search(
         seconds = time.perf_counter() - begun
         stage = Stage("search", ended, _gangs(problem, counts), total, seconds, detail)
     return counts, stage, (bounds, total)
+
+
+def _every_pod_placed(problem: Problem, counts: Counts) -> bool:
+    return all(sum(counts.get(g, {}).values()) == len(gang.pods) for g, gang in enumerate(problem.gangs) if gang.pods)
 
 
 def _tighter(old: tuple[dict[Level, int], int], new: tuple[dict[Level, int], int]) -> tuple[dict[Level, int], int]:
