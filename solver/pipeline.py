@@ -121,9 +121,10 @@ def _optimise(
     )
     stages.append(Stage("hint", "GREEDY", _gangs(problem, counts), sum(most.values()), time.perf_counter() - begun))
 
-    if _every_pod_placed(problem, counts):
+    if _nothing_left_to_place(problem, counts):
         # Nothing is left to place: every level and the resources placed are at their most, which no bound or
-        # search can better (a stream's cycles, one arriving gang each); only locality may still improve.
+        # search can better (a stream's cycles: the gang just arrived whole, beside gangs whose members are
+        # still being created); only locality may still improve.
         found = _found(problem, counts, order)
         stages.append(Stage("bound", "ALL_PLACED", _gangs(problem, counts), _gangs(problem, counts), 0.0))
         counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
@@ -219,8 +220,12 @@ def _search(
     return counts, stage, (bounds, total)
 
 
-def _every_pod_placed(problem: Problem, counts: Counts) -> bool:
-    return all(sum(counts.get(g, {}).values()) == len(gang.pods) for g, gang in enumerate(problem.gangs) if gang.pods)
+def _nothing_left_to_place(problem: Problem, counts: Counts) -> bool:
+    """Every gang's pods placed, but for gangs with fewer pods than they need (members not created yet)."""
+    return all(
+        sum(counts.get(g, {}).values()) == len(gang.pods) or len(gang.pods) < max(gang.need, 1)
+        for g, gang in enumerate(problem.gangs)
+    )
 
 
 def _tighter(old: tuple[dict[Level, int], int], new: tuple[dict[Level, int], int]) -> tuple[dict[Level, int], int]:

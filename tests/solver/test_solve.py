@@ -184,11 +184,13 @@ def test_higher_priority_pods_of_a_gang_are_placed_first():
     assert set(p.bindings) == {"g-high"}
 
 
-def test_a_cycle_whose_hint_places_every_pod_proves_it_without_a_bound_or_search():
-    """A stream's cycle (one arriving gang, room for it): every level is at its most, so no bound or search
-    runs; the placement is proven optimal and the locality stage still puts each gang on one node."""
+def test_a_cycle_with_nothing_left_to_place_proves_it_without_a_bound_or_search():
+    """A stream's cycle (gangs that arrived whole and have room, one whose members are still being created):
+    every level is at its most, so no bound or search runs; the placement is proven optimal and the locality
+    stage still puts each gang on one node."""
     nodes = [node(f"n{i}", gpus=8) for i in range(4)]
     gangs = [gang("a", 3, gpus=2), gang("b", 2, gpus=1), gang("c", 4, min_member=2, gpus=1)]
+    gangs.append(gang("d", 1, min_member=2, gpus=1))  # its second member is not created yet
     p = run(nodes, gangs, time_limit=10)
     assert [(s["name"], s["status"]) for s in p.stages][:2] == [("hint", "GREEDY"), ("bound", "ALL_PLACED")]
     assert {s["name"] for s in p.stages}.isdisjoint({"exact", "search"})
