@@ -399,8 +399,11 @@ def _locality(
     `topology` stage each), then nodes spanned per gang and empty GPU nodes broken into (`locality`)."""
     begun = time.perf_counter()
     seconds = budget.seconds(max(LOCALITY_MOST, _locality_share(problem)), deadline)
+    counts = _one_node_each(problem, plan, counts)
     current = score.locality(problem, counts)
     levels = score.topology_levels(problem)
+    if not levels and current == len(counts):  # one node per gang, no empty GPU node opened: the bound
+        return counts, [Stage("locality", "SKIPPED", current, current, time.perf_counter() - begun)]
     # Picking candidates and building the model take about 100 us a variable: don't start what cannot finish.
     variables = sum(
         min(len(problem.fitting(part.cls)), max(config.min_candidates, config.candidates_per_pod * len(part.pods)))
@@ -432,6 +435,45 @@ def _locality(
     current = score.locality(problem, model.counts)
     stage = model.solve_stage("locality", expr, MIN, current, bound, work, deadline, config.workers)
     return model.counts, [*stages, _timed(stage, begun)]
+
+
+def _one_node_each(problem: Problem, plan: Plan, counts: Counts) -> Counts:
+    """Each placed gang spread over several nodes moved whole onto one node that holds it, where nothing else
+    decides where a gang may go (no reservations, shares, topology or co-location): the locality stage's
+    bound, one node per gang, without a model. Best fit put a stream's small gangs partly on the fullest node.
+    The gang's own nodes first, then the others, each by best fit; an empty GPU node is not broken into."""
+    if problem.shared or plan.checks or score.topology_levels(problem):
+        return counts
+    empty = score.empty_gpu_nodes(problem)
+    free = problem.free.copy()
+    for g, gang_counts in counts.items():
+        for (p, n), k in gang_counts.items():
+            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+    moved = dict(counts)
+    for g, gang_counts in counts.items():
+        nodes = sorted({n for (_p, n) in gang_counts})
+        if len(nodes) == 1 or problem.gangs[g].colocate:
+            continue
+        pods: dict[int, int] = {}
+        for (p, n), k in gang_counts.items():
+            pods[p] = pods.get(p, 0) + k
+            free[n] += k * problem.demand[problem.parts[g][p].cls]  # its own room back, while it moves
+        use = sum(k * problem.demand[problem.parts[g][p].cls] for p, k in pods.items())
+        asked = np.flatnonzero(use)
+        holds = (free[:, asked] >= use[asked]).all(axis=1)
+        for p in pods:
+            holds &= problem.eligible[problem.parts[g][p].cls]
+        if use @ problem.gpus > 0:
+            holds &= ~empty
+        own = [n for n in nodes if holds[n]]
+        rows = np.array(own) if own else np.flatnonzero(holds)
+        if len(rows):
+            left = ((free[rows] - use) * problem.inv_allocatable[rows]).sum(axis=1)
+            target = int(rows[int(np.argmin(left))])
+            moved[g] = {(p, target): k for p, k in pods.items()}
+        for (p, n), k in moved[g].items():
+            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+    return moved
 
 
 def _locality_share(problem: Problem) -> float:

@@ -200,6 +200,15 @@ def test_a_cycle_with_nothing_left_to_place_proves_it_without_a_bound_or_search(
     assert all(len(nodes_of(p, f"{g}-")) == 1 for g in "abc")
 
 
+def test_a_gang_best_fit_split_is_moved_whole_onto_one_node_without_a_model():
+    """Best fit puts the first pod on the fullest node (room for one) and the rest on the next: the locality
+    stage moves the gang onto the node that holds it whole, and needs no model to know it is at its bound."""
+    nodes = [node("n0", cpu=1), node("n1", cpu=4)]
+    p = run(nodes, [gang("a", 3)], time_limit=10)
+    assert nodes_of(p, "a-") == {"n1"}
+    assert {s["name"]: s["status"] for s in p.stages}["locality"] == "SKIPPED"
+
+
 def test_empty_cluster_is_an_empty_plan():
     p = run([], [])
     assert p.bindings == {}
