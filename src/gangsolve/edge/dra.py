@@ -45,6 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from itertools import combinations
 
 import orjson
@@ -139,8 +140,6 @@ class _Builder:
         self.snap = snap
         self.objs = snap.decoded(nodes=False)
         self.scheduler_name = scheduler_name
-        # (the nodes' labels as given: the live store decoded the nodes as they came, and a cycle reads no more)
-        self.node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in snap.nodes}
         self.devices: dict[DeviceId, Device] = {}
         self.inputs: dict[DeviceId, tuple[bytes, dict]] = {}  # CEL input and its content key (for memos)
         self.taints: dict[DeviceId, tuple[Taint, ...]] = {}
@@ -149,6 +148,12 @@ class _Builder:
         # that much.
         self.holding: dict[Requirement, frozenset[DeviceId]] = {}
         self.memo: dict[tuple[str, bytes], bool | str] = {}
+
+    @cached_property
+    def node_labels(self) -> dict[str, dict]:
+        """The nodes' labels as given (the live store decoded the nodes as they came, and a cycle reads no
+        more); read only when devices are: a cluster without them does not pay a pass over its nodes a cycle."""
+        return {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self.snap.nodes}
 
     def build(self) -> Dra:
         dra = Dra()
