@@ -1,5 +1,8 @@
 """The cluster store: relevant changes only, relists, assumed placements (assume -> confirmed | forget)."""
 
+import pytest
+
+from gangsolve.edge.errors import InputError
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.live.messages import Event, Resync
 from gangsolve.live.store import ClusterStore
@@ -130,3 +133,26 @@ def test_memory_is_only_what_exists():
         "evicting": 0,
     }
     assert s.pods_on("n1") == []
+
+
+def test_a_pod_group_is_decoded_as_it_arrives_not_by_every_cycle(monkeypatch):
+    """A stream has a PodGroup per gang: each is decoded once per change, and a cycle's view reads the result
+    (an unreadable one still stops the cycle that reads it, naming the object and field)."""
+    from gangsolve.edge import schema
+
+    decoded = []
+    check = schema.check
+    monkeypatch.setattr(schema, "check", lambda obj, kind=None: decoded.append(kind) or check(obj, kind))
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1")]))
+    s.apply(Resync(XPG, [k8s_pod_group(f"g{i}", 2) for i in range(3)]))
+    s.apply(Resync(POD, [k8s_pod(f"g0-{i}", labels={"scheduling.x-k8s.io/pod-group": "g0"}) for i in range(2)]))
+    groups_decoded = decoded.count("PodGroup")
+    for _ in range(3):
+        cluster = build_cluster(s.view("gangsolve").snapshot, "gangsolve")
+        assert [(g.name, g.min_member) for g in cluster.gangs] == [("default/g0", 2)]
+    assert groups_decoded == 3
+    assert decoded.count("PodGroup") == 3
+    s.apply(Event(XPG, "MODIFIED", k8s_pod_group("g0", "two")))
+    with pytest.raises(InputError, match="minMember"):
+        build_cluster(s.view("gangsolve").snapshot, "gangsolve")

@@ -57,6 +57,9 @@ class Snapshot:
     claim_templates: dict[tuple[str, str], dict] = field(default_factory=dict)  # (ns, name) -> template
     taken_at: datetime | None = None  # when `gangsolve export` listed the cluster (its List's annotation)
     unread: list[dict] = field(default_factory=list)  # objects of kinds (or API groups) gangsolve does not read
+    # The PodGroups decoded already (or the InputError each raised), by whoever filed them: the live store
+    # decodes each as it arrives, not every one each cycle (a stream has a PodGroup per gang).
+    decoded_pod_groups: dict[tuple[str, str, str], Any] | None = field(default=None, repr=False, compare=False)
     # What is derived from these objects once per snapshot (their decoded form, the DRA model), shared by the
     # cycle's steps: the objects are not changed once filed (`add` starts it again)
     cache: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
@@ -182,8 +185,9 @@ class Decoded:
         self.nodes: list[schema.Node] = [check(o, "Node") for o in snap.nodes] if nodes else []
         self.pods: list[schema.Pod] = [check(o, "Pod") for o in snap.pods]
         self.pdbs: list[schema.PodDisruptionBudget] = [check(o, "PodDisruptionBudget") for o in snap.pdbs]
+        given = snap.decoded_pod_groups
         self.pod_groups: dict[tuple[str, str, str], schema.PodGroup] = {
-            k: check(o, "PodGroup") for k, o in snap.pod_groups.items()
+            k: check(o, "PodGroup") if given is None else _raised(given[k]) for k, o in snap.pod_groups.items()
         }
         self.priority_classes: dict[str, schema.PriorityClass] = {
             k: check(o, "PriorityClass") for k, o in snap.priority_classes.items()
@@ -204,6 +208,13 @@ class Decoded:
     def raw_pod(self, pod: schema.Pod) -> dict:
         """The API object a pod was decoded from."""
         return self.raw[id(pod)]
+
+
+def _raised(decoded: Any) -> Any:
+    """A decoded object, or the InputError decoding it raised, raised again."""
+    if isinstance(decoded, InputError):
+        raise decoded
+    return decoded
 
 
 def _duplicate(obj: dict) -> InputError:

@@ -160,6 +160,7 @@ class ClusterStore:
         self._prints: dict[str, dict[ObjectKey, object]] = {k: {} for k in KINDS}
         self._on_node: dict[str, set[str]] = {}  # node name -> keys of pods observed bound there
         self._members: dict[ObjectKey, set[str]] = {}  # PodGroup -> keys of the pods naming it
+        self._decoded_groups: dict[ObjectKey, Any] = {}  # PodGroup -> decoded, or the InputError it raised
         # PodGroup -> members_seen when it or its members last changed, in the order of those changes
         self._group_marks: dict[ObjectKey, int] = {}
         self._by_scheduler: dict[str, dict[str, dict]] = {}  # spec.schedulerName -> pod key -> pod
@@ -235,8 +236,10 @@ class ClusterStore:
             prints.pop(key, None)
             if kind == "Pod":
                 self._pod_changed(pod_key(old), old, None)
-            elif kind == "PodGroup" and key not in self._members:
-                self._group_marks.pop(key, None)
+            elif kind == "PodGroup":
+                self._decoded_groups.pop(key, None)
+                if key not in self._members:
+                    self._group_marks.pop(key, None)
             elif kind == "Node":
                 self._node_changed(key[2], None)
             elif kind in DRA_KINDS:
@@ -249,6 +252,10 @@ class ClusterStore:
         if kind == "PodGroup":
             self.members_seen += 1
             self._mark_group(key)
+            try:
+                self._decoded_groups[key] = schema.check(obj, "PodGroup")
+            except InputError as exc:  # a cycle that reads it says why
+                self._decoded_groups[key] = exc
         if kind == "Pod":
             confirmed = self._pod_changed(pod_key(obj), old, obj)
         if kind == "ResourceClaim" and key[1:] in self._claims and (obj.get("status") or {}).get("allocation"):
@@ -719,13 +726,13 @@ class ClusterStore:
         unreadable += [self._bad_nodes[n] for n in sorted(self._bad_nodes)]
         for name in list(self._dirty):
             self.node_view(name)
+        groups, decoded_groups = self._shared("PodGroup", self._pod_groups_read)
         snapshot = Snapshot(
             nodes=self._shared("Node", lambda: [o for key, o in node_objs.items() if key[2] not in self._bad_nodes]),
             pods=pods,
             pdbs=self._shared("PodDisruptionBudget", lambda: list(self._objects["PodDisruptionBudget"].values())),
-            pod_groups=self._shared(
-                "PodGroup", lambda: {k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS}
-            ),
+            pod_groups=groups,
+            decoded_pod_groups=decoded_groups,
             priority_classes=self._shared("PriorityClass", self.priority_classes),
             queues=self._shared("Queue", self.queues),
             resource_slices=self._shared("ResourceSlice", lambda: list(self._objects["ResourceSlice"].values())),
@@ -746,6 +753,11 @@ class ClusterStore:
             (-math.inf if p is None else p for p in self._bound_priorities), default=math.inf
         )  # (a pod without spec.priority may be of any)
         return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest)
+
+    def _pod_groups_read(self) -> tuple[dict[ObjectKey, dict], dict[ObjectKey, Any]]:
+        """The PodGroups of the kinds a cycle reads, and each one decoded as it arrived (views share both)."""
+        groups = {k: v for k, v in self._objects["PodGroup"].items() if k[0] in POD_GROUP_KINDS}
+        return groups, {k: self._decoded_groups[k] for k in groups}
 
     def _shared(self, kind: str, build: Callable[[], Any]) -> Any:
         """What `build` makes of the objects of `kind`, made again only when one of them changed: views share
