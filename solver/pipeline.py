@@ -125,16 +125,38 @@ def _optimise(
         # Nothing is left to place: every level and the resources placed are at their most, which no bound or
         # search can better (a stream's cycles: the gang just arrived whole, beside gangs whose members are
         # still being created); only locality may still improve.
-        found = _found(problem, counts, order)
+        bounds = _found(problem, counts, order)
+        total = sum(bounds.values())
         stages.append(Stage("bound", "ALL_PLACED", _gangs(problem, counts), _gangs(problem, counts), 0.0))
-        counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
-        return (
-            counts,
-            [*stages, *locality],
-            {level: (found[level], found[level], most[level]) for level in order},
-            sum(found.values()),
+    else:
+        counts, proving, bounds, total = _prove(
+            problem, plan, counts, order, most, queued, scale, config, budget, search_end, deadline
         )
+        stages.extend(proving)
 
+    counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
+    stages.extend(locality)
+    found = _found(problem, counts, order)
+    return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
+
+
+def _prove(
+    problem: Problem,
+    plan: Plan,
+    counts: Counts,
+    order: list[Level],
+    most: dict[Level, int],
+    queued: list[int],
+    scale: int,
+    config: SolveConfig,
+    budget: Budget,
+    search_end: float,
+    deadline: float,
+) -> tuple[Counts, list[Stage], dict[Level, int], int]:
+    """2-4. Bound the hint's levels, solve exactly where the model is small, search towards the bounds (until
+    `search_end`), and bound again at the end (until `deadline`): the placement, its stages and each level's
+    bound with their total."""
+    stages: list[Stage] = []
     begun = time.perf_counter()
     relaxation = Relaxation(problem)
     bounds, total = level_bounds(relaxation, _found(problem, counts, order), most, budget.left(search_end))
@@ -162,11 +184,7 @@ def _optimise(
     final = level_bounds(relaxation, _found(problem, counts, order), most, seconds, mip=mip)
     bounds, total = _tighter((bounds, total), final)
     stages.append(Stage("bound", "MIP" if mip else "LP", _gangs(problem, counts), total, time.perf_counter() - begun))
-
-    counts, locality = _locality(problem, plan, counts, order, scale, config, budget, deadline)
-    stages.extend(locality)
-    found = _found(problem, counts, order)
-    return counts, stages, {level: (found[level], bounds[level], most[level]) for level in order}, total
+    return counts, stages, bounds, total
 
 
 def _search(
@@ -448,7 +466,7 @@ def _one_node_each(problem: Problem, plan: Plan, counts: Counts) -> Counts:
     free = problem.free.copy()
     for g, gang_counts in counts.items():
         for (p, n), k in gang_counts.items():
-            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+            problem.take(problem.parts[g][p].cls, free, n, k)
     moved = dict(counts)
     for g, gang_counts in counts.items():
         nodes = sorted({n for (_p, n) in gang_counts})
@@ -472,7 +490,7 @@ def _one_node_each(problem: Problem, plan: Plan, counts: Counts) -> Counts:
             target = int(rows[int(np.argmin(left))])
             moved[g] = {(p, target): k for p, k in pods.items()}
         for (p, n), k in moved[g].items():
-            free[n] -= k * problem.demand[problem.parts[g][p].cls]
+            problem.take(problem.parts[g][p].cls, free, n, k)
     return moved
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from gangsolve.edge import schema
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.live.messages import Event, Resync
@@ -138,8 +139,6 @@ def test_memory_is_only_what_exists():
 def test_a_pod_group_is_decoded_as_it_arrives_not_by_every_cycle(monkeypatch):
     """A stream has a PodGroup per gang: each is decoded once per change, and a cycle's view reads the result
     (an unreadable one still stops the cycle that reads it, naming the object and field)."""
-    from gangsolve.edge import schema
-
     decoded = []
     check = schema.check
     monkeypatch.setattr(schema, "check", lambda obj, kind=None: decoded.append(kind) or check(obj, kind))
