@@ -209,6 +209,14 @@ def test_a_gang_best_fit_split_is_moved_whole_onto_one_node_without_a_model():
     assert {s["name"]: s["status"] for s in p.stages}["locality"] == "SKIPPED"
 
 
+def test_a_split_gpu_gang_is_not_gathered_by_breaking_into_an_empty_gpu_node():
+    """Best fit puts a gang's two 2-GPU pods on the two busy nodes with 2 GPUs free each. The empty node would
+    hold both, but opening it costs the locality objective the node it saves: the gang stays where it is."""
+    busy = [node(f"n{i}", gpus=4, used={"nvidia.com/gpu": 2, "pods": 2}) for i in range(2)]
+    p = run([*busy, node("n2", gpus=4)], [gang("a", 2, gpus=2)], time_limit=10)
+    assert nodes_of(p, "a-") == {"n0", "n1"}
+
+
 def test_empty_cluster_is_an_empty_plan():
     p = run([], [])
     assert p.bindings == {}
