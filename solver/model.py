@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 
 GPU = "nvidia.com/gpu"
 PODS = "pods"
@@ -235,6 +236,17 @@ class Cluster:
     # The last cycle's plan (its Placement.reservations): each gang named keeps at most the start it was shown
     # there, on those nodes, while that still holds (planning.py). Empty: every pending gang is planned afresh.
     promised: tuple[Reservation, ...] = ()
+
+    @cached_property
+    def schedulable(self) -> Mapping[str, int]:
+        """The allocatable of nodes that can take pods (Ready, not cordoned): what fair shares divide. Kept once
+        per cluster: the queues and preemption ask for it several times a cycle, each a walk over every node."""
+        total: dict[str, int] = {}
+        for node in self.nodes:
+            if node.ready and not node.unschedulable:
+                for r, q in node.allocatable.items():
+                    total[r] = total.get(r, 0) + q
+        return MappingProxyType(total)
 
 
 @dataclass(frozen=True)

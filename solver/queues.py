@@ -107,12 +107,7 @@ class Tree:
 
 def schedulable_total(cluster: Cluster) -> dict[str, int]:
     """The allocatable of nodes that can take pods (Ready, not cordoned): what fair shares divide."""
-    total: dict[str, int] = defaultdict(int)
-    for node in cluster.nodes:
-        if node.ready and not node.unschedulable:
-            for r, q in node.allocatable.items():
-                total[r] += q
-    return dict(total)
+    return dict(cluster.schedulable)
 
 
 def _add(into: dict[str, int], more: Mapping[str, int], times: int = 1) -> None:
