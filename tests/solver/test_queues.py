@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangsolve.solver import GPU, Cluster, Gang, Queue, SolveConfig, solve, validate
-from gangsolve.solver.queues import rank
+from gangsolve.solver.queues import deserved, rank
 from tests.builders import node, pod
 from tests.solver.test_planning import busy, cluster_with
 from tests.solver.test_properties import gangs, nodes
@@ -170,3 +170,14 @@ def test_a_preemptor_keeps_within_its_queues_capability():
         placement = solve(cluster, SolveConfig(time_limit=0.5))
         assert bool(placement.evictions) == evicted
         assert validate(cluster, placement) == []
+
+
+def test_fair_shares_divide_only_nodes_that_can_take_pods():
+    """A cordoned node and a NotReady one add nothing to what the queues divide: two queues of weight 1 that
+    each ask for 16 GPUs share the one usable 8-GPU node, 4 each (12 each if the other nodes counted)."""
+    nodes_ = (node("ok", gpus=8), node("cordoned", gpus=8, unschedulable=True), node("down", gpus=8, ready=False))
+    gangs_ = tuple(Gang(f"{q}/g", tuple(pod(f"{q}-{i}", gpus=8) for i in range(2)), 2, queue=q) for q in "ab")
+    cluster = Cluster(nodes_, gangs_, queues=(Queue("a"), Queue("b")))
+    assert cluster.schedulable[GPU] == 8
+    shares = deserved(cluster)
+    assert shares["a"][GPU] == shares["b"][GPU] == 4
