@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import MappingProxyType
 
 GPU = "nvidia.com/gpu"
 PODS = "pods"
@@ -240,13 +239,14 @@ class Cluster:
     @cached_property
     def schedulable(self) -> Mapping[str, int]:
         """The allocatable of nodes that can take pods (Ready, not cordoned): what fair shares divide. Kept once
-        per cluster: the queues and preemption ask for it several times a cycle, each a walk over every node."""
+        per cluster: the queues and preemption ask for it several times a cycle, each a walk over every node.
+        Read it, never write it (a plain dict, so that a cluster still pickles)."""
         total: dict[str, int] = {}
         for node in self.nodes:
             if node.ready and not node.unschedulable:
                 for r, q in node.allocatable.items():
                     total[r] = total.get(r, 0) + q
-        return MappingProxyType(total)
+        return total
 
 
 @dataclass(frozen=True)

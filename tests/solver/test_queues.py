@@ -3,6 +3,7 @@ separately, says so); the solver is never worse than the greedy allocator under 
 shares, computed here from their definition, are honoured: each queue gets its fair share (down to a whole
 gang) before any queue borrows, and capacity nobody is owed is still used."""
 
+import pickle
 from collections import defaultdict
 from dataclasses import replace
 
@@ -181,3 +182,4 @@ def test_fair_shares_divide_only_nodes_that_can_take_pods():
     assert cluster.schedulable[GPU] == 8
     shares = deserved(cluster)
     assert shares["a"][GPU] == shares["b"][GPU] == 4
+    assert pickle.loads(pickle.dumps(cluster)).schedulable == cluster.schedulable  # still a plain value
