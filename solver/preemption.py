@@ -222,7 +222,7 @@ class Preemption:
         declared = queues.queues_of(cluster)
         self.tree = queues.Tree(declared)
         fair, own_fair = queues.deserved_both(cluster)  # a parent queue's fair: its whole subtree's
-        self.total = self._amounts(queues.schedulable_total(cluster))
+        self.total = self._amounts(cluster.schedulable)
         self.fair = {name: self._amounts(fair[name]) for name in declared}
         self.own_fair = {name: self._amounts(own_fair[name]) for name in declared}
         self.held = {name: self._amounts(q.allocated) for name, q in declared.items()}  # its own gangs'

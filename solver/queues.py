@@ -105,11 +105,6 @@ class Tree:
         return out
 
 
-def schedulable_total(cluster: Cluster) -> dict[str, int]:
-    """The allocatable of nodes that can take pods (Ready, not cordoned): what fair shares divide."""
-    return dict(cluster.schedulable)
-
-
 def _add(into: dict[str, int], more: Mapping[str, int], times: int = 1) -> None:
     for r, q in more.items():
         into[r] = into.get(r, 0) + q * times
@@ -204,7 +199,7 @@ def _shares(cluster: Cluster) -> tuple[dict[str, dict[str, float]], dict[str, di
             return [1.0] * len(kids)
         return [2.0 ** -((u / sum(use)) / max(w / sum(weight), 1e-9)) for u, w in zip(use, weight, strict=True)]
 
-    for r, amount in schedulable_total(cluster).items():
+    for r, amount in cluster.schedulable.items():
         todo = [("", float(amount))]
         while todo:
             parent, given = todo.pop()
@@ -249,7 +244,7 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
     if len({g.queue for g in gangs if g.pods}) < 2:
         return tuple(dataclasses.replace(g, fair=True, share=0.0, tier=0) for g in gangs)
     queues = queues_of(cluster)
-    total = schedulable_total(cluster)
+    total = cluster.schedulable
     fair_share = own_deserved(cluster)
     held_fair = {name: dict(q.allocated) for name, q in queues.items()}  # held plus the fair gangs so far
     held_all = {name: dict(q.allocated) for name, q in queues.items()}  # held plus every gang so far
@@ -284,7 +279,7 @@ def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, 
     """Every queue (declared, or named by a gang) after the placement `bindings` (pod -> node)."""
     queues = queues_of(cluster)
     tree = Tree(queues)
-    total = schedulable_total(cluster)
+    total = cluster.schedulable
     fair_share = deserved(cluster)
     own = {name: dict(q.allocated) for name, q in queues.items()}
     for gang in cluster.gangs:
