@@ -79,6 +79,10 @@ class Search:
         # A gang's size: the GPUs its minimum needs, then its share of the free capacity (as smallest_first_order).
         share = (problem.floor / np.maximum(problem.free.sum(axis=0), 1)).sum(axis=1)
         self.size = problem.floor @ problem.gpus + share
+        # Gangs and GPUs placed beyond the starting placement: the search buys no gang with more idle GPUs
+        # than a gang of it takes (score.pays), over all its steps together.
+        self.rate = score.gpus_per_gang(problem, self.counts)
+        self.gained = (0, 0)
         self.steps = 0
         self.improvements = 0
         self._reach: dict[int, np.ndarray] = {}
@@ -228,6 +232,11 @@ class Search:
         # Starving gangs are served first come first served (every hint places them first, oldest first), as the
         # CP-SAT model keeps them: a step that takes one off is not kept, however many others it places.
         served = all(g in after for g in before if problem.gangs[g].starving)
+        gained = (
+            self.gained[0] + score.gangs(problem, after) - score.gangs(problem, before),
+            self.gained[1] + score.gpus(problem, after) - score.gpus(problem, before),
+        )
+        served = served and score.pays_for(*gained, self.rate)
         keep = served and new > old
         if served and new == old and drift:
             # Equal steps are kept when they span no more nodes (the locality tier), so the search moves on
@@ -244,6 +253,7 @@ class Search:
                 self.counts[g] = gang_counts
                 self._use(g, gang_counts, 1)
             self.limits = limits
+            self.gained = gained
         self.steps += 1
         self.improvements += served and new > old
         return Step(target, len(gangs), served and new > old)

@@ -224,7 +224,10 @@ def _search(
             bounds, total = _tighter((bounds, total), closed)
     if problem.shared:  # the search moves shares within the problem's columns only: devices may not hold them
         repaired = shares.repair(problem, search.counts, queued)
-        better = score.rank(problem, repaired, scale) >= score.rank(problem, counts, scale)
+        # The shares repair takes off may cost far more GPUs than the gangs it keeps are worth (score.pays).
+        better = score.rank(problem, repaired, scale) >= score.rank(problem, counts, scale) and score.pays(
+            problem, counts, repaired, search.rate
+        )
         counts = repaired if better else counts
     else:
         counts = search.counts
@@ -256,7 +259,7 @@ def _found(problem: Problem, counts: Counts, order: list[Level]) -> dict[Level, 
 
 
 def _gangs(problem: Problem, counts: Counts) -> int:
-    return sum(1 for g in counts if score.counted(problem, g))
+    return score.gangs(problem, counts)
 
 
 # --- 1. hints -------------------------------------------------------------------------------------------------
@@ -299,7 +302,9 @@ def _best_hint(
         begun = time.perf_counter()
         hints.append(greedy(problem, orders[name], scorer, minimum_first=True, limits=_limits(problem, plan)))
         took = time.perf_counter() - begun
-    return max(hints, key=key)
+    # A pass that places more gangs by leaving GPUs idle (small gangs first) must pay for them (score.pays).
+    rate = score.gpus_per_gang(problem, baseline)
+    return max((hint for hint in hints if score.pays(problem, baseline, hint, rate)), key=key)
 
 
 def warm_start(problem: Problem, previous: Mapping[str, str], limits: Limits | None = None) -> Counts:

@@ -108,3 +108,39 @@ def test_a_budget_of_steps_gives_the_same_answer_however_slow_the_clock(node_lis
         crawling = solve(cluster, config)
     assert crawling.bindings == normal.bindings
     assert [s["name"] for s in crawling.stages] == [s["name"] for s in normal.stages]
+
+
+def test_a_step_does_not_buy_a_gang_with_idle_gpus():
+    # Taking the big gang (8 GPUs) off places the two cpu-only gangs: one gang more for 8 GPUs left idle, more
+    # than the 4 GPUs a placed gang takes on average. No step makes that trade.
+    nodes = [node("n0", cpu=8, gpus=4), node("n1", cpu=8, gpus=4), node("n2", cpu=2, gpus=4)]
+    gangs = (
+        gang("a-big", 2, cpu=4, gpus=4),
+        gang("a-small", 1, cpu=1, gpus=1),
+        gang("b", 1, cpu=5),
+        gang("c", 1, cpu=5),
+    )
+    problem = Problem(Cluster(tuple(nodes), gangs))
+    search = Search(problem, greedy(problem), seed=0)
+    assert set(search.counts) == {0, 1}
+    for _ in range(50):
+        if search.step(set(problem.gang_priority_levels())) is None:
+            break
+    assert search.steps > 0
+    assert set(search.counts) == {0, 1}
+
+
+def test_no_pass_places_more_gangs_by_leaving_gpus_idle():
+    # Queue order places the four 8-GPU pods and eight cpu-only pods beside them (12 gangs, 32 GPUs); small
+    # gangs first would place sixteen cpu-only pods and no GPU (16 gangs). Four gangs more are not worth 32
+    # idle GPUs, whichever pass or search step offers them (the exact stage is kept out: it is the count's).
+    nodes = tuple(node(f"n{i}", cpu=8, gpus=8) for i in range(4))
+    big = tuple(gang(f"a-big-{i}", 1, cpu=4, gpus=8) for i in range(4))
+    small = tuple(gang(f"b-{i:02}", 1, cpu=2) for i in range(16))
+    cluster = Cluster(nodes, big + small)
+    with patch("gangsolve.solver.pipeline._EXACT_VARIABLES", 0):
+        placement = solve(cluster, SolveConfig(time_limit=5, steps=200))
+    assert validate(cluster, placement.bindings) == []
+    bound = {name.rsplit("-", 1)[0] for name in placement.bindings}
+    assert {f"a-big-{i}" for i in range(4)} <= bound
+    assert worth(cluster, placement.bindings)[-2] == 32
