@@ -4,9 +4,11 @@ A step picks a pending gang at a level not yet at its bound, takes off the gangs
 it (and on some roomy nodes where those gangs could go instead), and places them again greedily together with
 the target and a few other pending gangs: gangs of higher levels first, then the target, then the rest
 smallest first (shuffled a little), each gang at its minimum before any gang's extra pods. The step is kept
-when the placement is better in (gangs placed per level, highest first, then resources placed), or as good
-and no more scattered over nodes, so the search moves on plateaus. Every gang placed again keeps within its
-queue's cap and, with reservations (planning.py), within their limits, as in the greedy passes.
+when the placement is better in (gangs placed per level, highest first, then GPUs, then resources placed), or
+as good and no more scattered over nodes, so the search moves on plateaus. Every gang placed again keeps within
+its queue's cap and, with reservations (planning.py), within their limits, as in the greedy passes. With GPU
+shares pending, each GPU keeps its room (pods leaving a node give it back: shares.restore) and a step may not
+lower the GPUs placed.
 
 Every choice comes from a generator seeded per cycle and nothing reads the clock, so the steps do not depend
 on the time limit: a longer search passes through the placement a shorter one ends on, and since no step makes
@@ -15,11 +17,12 @@ the placement worse, more time never gives a worse answer.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
-from gangsolve.solver import score
+from gangsolve.solver import score, shares
 from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.cpsat import possible_gangs
 from gangsolve.solver.greedy import (
@@ -31,7 +34,7 @@ from gangsolve.solver.greedy import (
     place_within,
 )
 from gangsolve.solver.limits import Limits
-from gangsolve.solver.model import Level
+from gangsolve.solver.model import GPU, Level
 from gangsolve.solver.problem import Counts, Problem
 
 SCORERS: tuple[Scorer, ...] = (node_scores, most_allocated_off_gpus)
@@ -71,9 +74,15 @@ class Search:
         self.possible = possible_gangs(problem)
         self.empty = score.empty_gpu_nodes(problem)
         self.used = np.zeros_like(problem.free)
+        self.on: dict[int, set[int]] = defaultdict(set)  # node -> the gangs of `counts` with pods there
         self.caps = QueueCaps(problem)  # what each queue may still take under its cap, given `counts`
         for g, gang_counts in self.counts.items():
             self._use(g, gang_counts, 1)
+        # What is free given `counts`; with shares pending, GPU by GPU (a node's GPUs packed again whenever a
+        # step takes pods off it), so that the steps place only what the devices hold.
+        self.free = problem.free - self.used
+        if problem.shared:
+            self._restore(self.free, [n for n, gangs in self.on.items() if gangs], set(), fallback=None)
         self.nodes = nodes  # nodes freed around the target, and roomy nodes offered to the gangs taken off
         self.extra = extra  # other pending gangs offered to a neighbourhood
         # A gang's size: the GPUs its minimum needs, then its share of the free capacity (as smallest_first_order).
@@ -90,7 +99,32 @@ class Search:
     def _use(self, g: int, gang_counts: dict[tuple[int, int], int], sign: int) -> None:
         for (p, n), k in gang_counts.items():
             self.used[n] += sign * k * self.problem.demand[self.problem.parts[g][p].cls]
+            if sign > 0:
+                self.on[n].add(g)
+            else:
+                self.on[n].discard(g)
         self.caps.charge(g, gang_counts, sign)
+
+    def _restore(self, free: np.ndarray, nodes: list[int], off: set[int], fallback: np.ndarray | None) -> None:
+        """The GPUs of `nodes` in `free` as the pods of `counts` there, less those of the gangs `off`, leave
+        them. Where those pods do not pack again, the node's GPUs stay as in `fallback` (nothing given back; with
+        no fallback, nothing left)."""
+        problem = self.problem
+        gpu = problem.res_index[GPU]
+        for n in nodes:
+            placed = [
+                (problem.parts[g][p].cls, k)
+                for g in sorted(self.on[n] - off)
+                for (p, m), k in self.counts[g].items()
+                if m == n
+            ]
+            if shares.restore(problem, free, n, placed):
+                continue
+            if fallback is None:
+                free[n, problem.devices] = 0
+                free[n, gpu] = min(free[n, gpu], 0)
+            else:
+                free[n, problem.devices], free[n, gpu] = fallback[n, problem.devices], fallback[n, gpu]
 
     def reach(self, g: int) -> np.ndarray:
         """Nodes that could hold some pod of gang g if nothing else were placed."""
@@ -108,7 +142,7 @@ class Search:
         for g in counts:
             if score.counted(problem, g):
                 per_level[problem.gangs[g].level] += 1
-        return (*per_level.values(), score.resources(problem, counts, self.scale))
+        return (*per_level.values(), score.gpus(problem, counts), score.resources(problem, counts, self.scale))
 
     # --- choosing a neighbourhood ---------------------------------------------------------------------------
 
@@ -161,7 +195,7 @@ class Search:
         nodes = np.flatnonzero(reach & ~taken)
         if len(nodes) == 0:
             return nodes
-        free = problem.free[nodes] - self.used[nodes]
+        free = self.free[nodes]
         room = np.zeros(len(nodes))
         for cls in sorted({part.cls for g in gangs for part in problem.parts[g]}):
             need = problem.demand[cls]
@@ -201,7 +235,7 @@ class Search:
         target = self._pick(pending)
         gangs = self.neighbourhood(target)
         before = {g: self.counts[g] for g in gangs if g in self.counts}
-        free = problem.free - self.used
+        free = self.free.copy()
         caps = QueueCaps(problem, left=self.caps.left)
         limits = None if self.limits is None else self.limits.copy()
         for g, gang_counts in before.items():
@@ -210,6 +244,9 @@ class Search:
             caps.charge(g, gang_counts, -1)
             if limits is not None:
                 limits.take(g, gang_counts, -1)
+        if problem.shared and before:
+            touched = sorted({n for gang_counts in before.values() for (_p, n) in gang_counts})
+            self._restore(free, touched, set(before), fallback=self.free)
         # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
         size = self.size[gangs] * (0.75 + 0.5 * self.rng.random(len(gangs)))
         order = [
@@ -237,6 +274,8 @@ class Search:
             self.gained[1] + score.gpus(problem, after) - score.gpus(problem, before),
         )
         served = served and score.pays_for(*gained, self.rate)
+        if problem.shared:  # shares are small: counting gangs alone trades whole GPUs for many of them
+            served = served and score.gpus(problem, after) >= score.gpus(problem, before)
         keep = served and new > old
         if served and new == old and drift:
             # Equal steps are kept when they span no more nodes (the locality tier), so the search moves on
@@ -254,6 +293,7 @@ class Search:
                 self._use(g, gang_counts, 1)
             self.limits = limits
             self.gained = gained
+            self.free = free
         self.steps += 1
         self.improvements += served and new > old
         return Step(target, len(gangs), served and new > old)

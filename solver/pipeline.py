@@ -222,7 +222,7 @@ def _search(
             # A level reached its bound: the levels below are now bounded with it held at its count.
             closed = level_bounds(relaxation, now, most, budget.left(search_end))
             bounds, total = _tighter((bounds, total), closed)
-    if problem.shared:  # the search moves shares within the problem's columns only: devices may not hold them
+    if problem.shared:  # the search keeps each GPU's room (shares.restore); where it could not, repair cuts
         repaired = shares.repair(problem, search.counts, queued)
         # The shares repair takes off may cost far more GPUs than the gangs it keeps are worth (score.pays).
         better = score.rank(problem, repaired, scale) >= score.rank(problem, counts, scale) and score.pays(

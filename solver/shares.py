@@ -7,9 +7,10 @@ lets a node hold shares its devices cannot (three 0.6 shares on two free GPUs). 
 
 - `pack` puts one node's shares on its devices: each share, largest first, where it adds the least expected
   fragmentation (below); when that leaves a share out, an exhaustive search over the devices decides;
-- `repair` takes off the gangs whose shares a node cannot pack (the lowest in queue order first), so that the
-  search (which moves pods on the relaxation's columns) hands CP-SAT placements its device constraints accept
-  (the greedy passes keep each GPU's room as they go: `Problem.take`);
+- `restore` gives a node's GPUs back their room when pods leave it (the shares left packed again), so that the
+  search keeps each GPU's room as the greedy passes do as they place (`Problem.take`);
+- `repair` takes off the gangs whose shares a node cannot pack (the lowest in queue order first): the check
+  on every hint and on the search's answer, which CP-SAT's device constraints would refuse otherwise;
 - `DeviceVars` adds those constraints to a CP-SAT model: per fractional variable and device, how many of its
   pods go there, within each device's share, whole-GPU pods on whole devices only;
 - `finish` chooses every placed fractional pod's device (Placement.shares), taking off what cannot be packed.
@@ -27,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from gangsolve.solver.devices import take_off
@@ -169,6 +171,35 @@ def _node_shares(problem: Problem, counts: Counts) -> dict[int, tuple[int, list[
                 entry[1].extend((f"{g}/{p}/{i}", milli) for i in range(k))
                 entry[2].append(g)
     return {n: (whole[n], pods, gangs) for n, (_w, pods, gangs) in out.items()}
+
+
+def restore(problem: Problem, free: np.ndarray, n: int, placed: Sequence[tuple[int, int]]) -> bool:
+    """Node n's GPUs in `free` (each GPU's room, and the whole GPUs left) as they are with only `placed`
+    ((class, pods)) of the pending pods on it: whole-GPU pods on whole GPUs, the shares packed (`pack`). False,
+    `free` untouched, when the shares do not pack. The other columns are linear: the caller keeps them."""
+    gpu, share = problem.res_index[GPU], problem.res_index[SHARE]
+    node = problem.nodes[n]
+    whole = sum(k * int(problem.demand[cls, gpu]) for cls, k in placed)
+    asked = [
+        (f"{i}/{j}", share_on(problem.class_pods[cls], node))
+        for i, (cls, k) in enumerate(placed)
+        if problem.demand[cls, share] and not problem.demand[cls, gpu]
+        for j in range(k)
+    ]
+    room = devices(node, whole)
+    got = pack(room, asked) if asked else {}
+    if got is None:
+        return False
+    left = np.zeros(len(problem.devices), dtype=np.int64)
+    for d, r in room.shared.items():
+        left[d] = r
+    left[list(room.whole)] = WHOLE
+    milli = dict(asked)
+    for name, d in got.items():
+        left[d] -= milli[name]
+    free[n, problem.devices] = left
+    free[n, gpu] = problem.free[n, gpu] - whole - len(set(got.values()) - set(room.shared))
+    return True
 
 
 def repair(problem: Problem, counts: Counts, order: Sequence[int]) -> Counts:

@@ -258,3 +258,65 @@ def test_preempting_a_whole_gpu_pod_frees_all_of_its_gpu_for_a_share():
     placement = solve(cluster, EXACT)
     assert [e.pod for e in placement.evictions] == ["low"]
     assert placement.nominations == {"high": "n"}
+
+
+def packs(room: list[int], shares: list[int]) -> bool:
+    """Whether `shares` (milli) go onto GPUs with `room` milli left each, one GPU per share: every assignment
+    tried, written apart from the solver's packing."""
+    if not shares:
+        return True
+    first, rest = shares[0], shares[1:]
+    for d, r in enumerate(room):
+        if r >= first:
+            room[d] -= first
+            ok = packs(room, rest)
+            room[d] += first
+            if ok:
+                return True
+    return False
+
+
+@st.composite
+def crowded_shares(draw):
+    """Few GPUs, many shares that do not divide a GPU evenly: where columns of totals and GPUs differ most."""
+    nodes = tuple(node(f"n{i}", cpu=64, gpus=draw(st.sampled_from((1, 2, 4)))) for i in range(draw(st.integers(1, 3))))
+    gangs = []
+    for g in range(draw(st.integers(3, 10))):
+        if draw(st.integers(0, 3)):
+            gangs.append(alone(frac(f"g{g}", draw(st.sampled_from((300, 400, 600, 700))), order=g)))
+        else:
+            gangs.append(alone(pod(f"g{g}", gpus=1, order=g)))
+    return Cluster(nodes, tuple(gangs))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(crowded_shares(), shared_clusters()), st.integers(0, 3))
+def test_every_search_step_places_only_what_the_gpus_hold(cluster, seed):
+    """The search moves pods on the problem's columns; with shares pending it keeps each GPU's room too, so
+    after every step each node's whole-GPU pods and shares fit its GPUs (counted here from the cluster)."""
+    from gangsolve.solver.greedy import greedy
+    from gangsolve.solver.lns import Search
+
+    problem = Problem(cluster)
+    search = Search(problem, greedy(problem), seed=seed, nodes=1, extra=3)
+    levels = set(problem.gang_priority_levels())
+    for _ in range(30):
+        if search.step(levels) is None:
+            break
+        for n, on in enumerate(cluster.nodes):
+            pods = [
+                problem.class_pods[problem.parts[g][p].cls]
+                for g, c in search.counts.items()
+                for (p, m), k in c.items()
+                if m == n
+                for _ in range(k)
+            ]
+            whole = sum(int(p.requests.get(GPU, 0)) for p in pods)
+            milli = sorted(
+                (int(p.requests[SHARE]) for p in pods if p.requests.get(SHARE) and not p.requests.get(GPU)),
+                reverse=True,
+            )
+            free = int(on.allocatable.get(GPU, 0)) - int(on.used.get(GPU, 0)) - len(on.gpu_shares) - whole
+            assert free >= 0, f"{on.name}: {whole} whole GPUs placed, {free + whole} free"
+            room = [1000 - t for d, t in on.gpu_shares.items() if d >= 0] + [1000] * free
+            assert packs(room, milli), f"{on.name}: shares {milli} on GPUs with {room} left"
