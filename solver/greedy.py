@@ -247,6 +247,8 @@ def _fill(
         took.append((n, k))
         used_nodes[n] = True
         left -= k
+        if left == 0:
+            break  # no node needs scoring again
         row = slice(n, n + 1)  # a view: much cheaper than indexing with [n]
         fit[i] = problem.fits(cls, free, rows=row)[0]
         score[i] = scorer(problem, cls, free, rows=row)[0] - _USED if fit[i] > 0 else np.inf

@@ -296,7 +296,9 @@ def _best_hint(
         limits = _limits(problem, plan)
         hints.insert(0, greedy(problem, orders["smallest"], most_allocated_off_gpus, True, warm, limits))
     hints_end = budget.until(HINT_SHARE)
-    for i, (name, scorer) in enumerate(_VARIANTS):
+    # Where shares are pending, FGD's choice among the best-fit nodes, in queue order, first: the most GPUs.
+    variants = ((("queue", shares.fragmentation_growth),) if problem.shared else ()) + _VARIANTS
+    for i, (name, scorer) in enumerate(variants):
         if budget.left(hints_end if i else search_end) < took:
             break  # another pass (estimated by the last one's time) would eat into the search's time
         begun = time.perf_counter()

@@ -19,6 +19,8 @@ The fragmentation measure is FGD's ("Beware of Fragmentation", Weng et al., USEN
 for the pending workload's GPU requests as the distribution of what comes next, a device's free share is
 fragmented for a request it cannot hold (a share larger than what is left; for whole-GPU requests, any device
 already shared). A share goes where the expected fragmentation grows least, ties to the tightest device.
+Across nodes (`fragmentation_growth`, the node scorer of one greedy pass where shares are pending) the measure
+counts cpu and memory too, as the paper's does: a node short of a request's cpu strands all its free GPU share.
 """
 
 from __future__ import annotations
@@ -27,16 +29,31 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import NamedTuple
+from weakref import WeakKeyDictionary
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from gangsolve.solver.devices import take_off
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, GangResult, Node, Placement, Pod, Share
-from gangsolve.solver.problem import Counts, Devices, Problem, devices
+from gangsolve.solver.problem import Counts, Devices, Problem, Rows, devices
 
-Workload = tuple[tuple[int, float], ...]  # (milli-GPU asked, its probability)
+
+class Kind(NamedTuple):
+    """One GPU request of the workload to come: milli-GPU asked (WHOLE per GPU for whole ones), its probability,
+    and what a typical one (the median) asks of cpu and memory."""
+
+    milli: int
+    p: float
+    cpu: int = 0
+    memory: int = 0
+
+
+Workload = tuple[Kind, ...]
 _SEARCH_STEPS = 20_000  # the exhaustive packing's budget per node: beyond it a node's shares count as not packed
+COVER = 0.99  # the GPU requests a node's measure counts: the most frequent, covering this share of them (the paper's)
+NEAREST = 128  # the best-fit nodes among which a pod's fragmentation is measured (`fragmentation_growth`)
 
 
 def share_on(pod: Pod, node: Node) -> int:
@@ -46,31 +63,119 @@ def share_on(pod: Pod, node: Node) -> int:
     return int(pod.requests.get(SHARE, 0))
 
 
-def workload(pods: Sequence[Pod]) -> Workload:
+def workload(pods: Sequence[Pod], cover: float = 1.0) -> Workload:
     """The GPU requests of `pods` as a distribution (each pod equally likely): what the fragmentation measure
-    expects to come."""
-    asked: dict[int, int] = defaultdict(int)
+    expects to come. `cover`: only the most frequent requests, covering that share of the pods."""
+    asked: dict[int, list[Pod]] = defaultdict(list)
     for pod in pods:
         milli = int(pod.requests.get(SHARE, 0)) or WHOLE * int(pod.requests.get(GPU, 0))
         if milli:
-            asked[milli] += 1
-    total = sum(asked.values())
-    return tuple((m, k / total) for m, k in sorted(asked.items()))
+            asked[milli].append(pod)
+    total = sum(len(same) for same in asked.values())
+    kept, covered = [], 0
+    for milli, same in sorted(asked.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        if covered >= cover * total:
+            break
+        kept.append(milli)
+        covered += len(same)
+    return tuple(
+        Kind(
+            m,
+            len(asked[m]) / total,
+            int(np.median([p.requests.get("cpu", 0) for p in asked[m]])),
+            int(np.median([p.requests.get("memory", 0) for p in asked[m]])),
+        )
+        for m in sorted(kept)
+    )
 
 
 def fragmentation(left: Sequence[int], expected: Workload) -> float:
     """FGD's expected fragmentation of devices with `left` milli free each: per request, the free share of
-    the devices that cannot hold it (all of them when the node cannot hold it at all)."""
+    the devices that cannot hold it (all of them when the node cannot hold it at all). One node's devices,
+    cpu and memory aside: how `pack` compares a share's devices (`node_fragmentation` for whole nodes)."""
     total = sum(left)
     out = 0.0
-    for milli, p in expected:
-        if milli < WHOLE:
-            stranded = sum(r for r in left if r < milli)
+    for kind in expected:
+        if kind.milli < WHOLE:
+            stranded = sum(r for r in left if r < kind.milli)
         else:
             whole = sum(1 for r in left if r >= WHOLE)
-            stranded = total if whole * WHOLE < milli else sum(r for r in left if r < WHOLE)
-        out += p * stranded
+            stranded = total if whole * WHOLE < kind.milli else sum(r for r in left if r < WHOLE)
+        out += kind.p * stranded
     return out
+
+
+def node_fragmentation(left: np.ndarray, cpu: np.ndarray, memory: np.ndarray, expected: Workload) -> np.ndarray:
+    """`fragmentation` of many nodes at once (rows of `left`), each with `cpu` and `memory` free: a node short
+    of a request's cpu or memory cannot hold it, so all its free GPU share is stranded for it."""
+    free = np.maximum(left, 0)
+    milli = np.array([kind.milli for kind in expected], dtype=np.int64)
+    cut = np.minimum(milli, WHOLE)
+    # rows x requests: the free share of the GPUs too small for each (all of it where no GPU holds a share)
+    stranded = np.einsum("rd,rdk->rk", free, free[:, :, None] < cut[None, None, :])
+    whole = (free >= WHOLE).sum(axis=1)
+    fits = (cpu[:, None] >= [kind.cpu for kind in expected]) & (memory[:, None] >= [kind.memory for kind in expected])
+    fits &= (milli < WHOLE) | (whole[:, None] * WHOLE >= milli)
+    out: np.ndarray = np.where(fits, stranded, free.sum(axis=1)[:, None]) @ np.array([kind.p for kind in expected])
+    return out
+
+
+_workloads: WeakKeyDictionary[Problem, Workload] = WeakKeyDictionary()
+
+
+def pending_workload(problem: Problem) -> Workload:
+    """The pending pods' GPU requests (`workload`, the most frequent covering COVER): what is to come."""
+    if problem not in _workloads:
+        pods = [problem.class_pods[part.cls] for parts in problem.parts for part in parts for _ in part.pods]
+        _workloads[problem] = workload(pods, COVER)
+    return _workloads[problem]
+
+
+def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
+    """A node scorer (greedy.Scorer; lower is better) for pods where shares are pending: FGD's choice ("Beware
+    of Fragmentation"), the node where the pending workload's expected fragmentation grows least (cpu and
+    memory counted, a share on the tightest GPU that holds it), among the NEAREST nodes of best fit (the least
+    cpu and GPU left, equally weighted; the rest after them in that order). The best-fit shortlist packs where
+    FGD alone spreads: on the OpenB trace it allocates more GPUs than either (docs/benchmarks.md)."""
+    sub = free[rows] if isinstance(rows, slice) else free.take(rows, axis=0)
+    demand = problem.demand[cls]
+    cpu_col, memory_col = problem.res_index.get("cpu"), problem.res_index.get("memory")
+    zero = np.zeros(len(sub), dtype=np.int64)
+    cpu = sub[:, cpu_col] - demand[cpu_col] if cpu_col is not None else zero
+    memory = sub[:, memory_col] - demand[memory_col] if memory_col is not None else zero
+    before = sub[:, problem.devices]
+    gpus, milli = int(demand[problem.res_index[GPU]]), int(problem.share_of[cls])
+    fit = 0.5 * cpu / _largest(problem, cpu_col) + 0.5 * (
+        np.maximum(before, 0).sum(axis=1) - (milli or WHOLE * gpus)
+    ) / max(WHOLE * len(problem.devices), 1)
+    chosen = np.arange(len(sub)) if len(sub) <= NEAREST else np.argpartition(fit, NEAREST)[:NEAREST]
+    left = before[chosen]
+    after = left.copy()
+    if milli:
+        tightest = np.where(after >= milli, after, WHOLE + 1).argmin(axis=1)
+        after[np.arange(len(after)), tightest] -= milli
+    elif gpus:
+        first = np.argsort(after < WHOLE, axis=1, kind="stable")[:, :gpus]  # the lowest whole GPUs, as take does
+        np.put_along_axis(after, first, 0, axis=1)
+    cpu_before = cpu[chosen] + (demand[cpu_col] if cpu_col is not None else 0)
+    memory_before = memory[chosen] + (demand[memory_col] if memory_col is not None else 0)
+    both = node_fragmentation(
+        np.vstack([after, left]),
+        np.concatenate([cpu[chosen], cpu_before]),
+        np.concatenate([memory[chosen], memory_before]),
+        pending_workload(problem),
+    )
+    score: np.ndarray = _SHORTLIST + fit
+    score[chosen] = both[: len(chosen)] - both[len(chosen) :]
+    return score
+
+
+_SHORTLIST = 1e12  # above any growth: the nodes past the best-fit shortlist come after it
+
+
+def _largest(problem: Problem, col: int | None) -> float:
+    """The most any node has allocatable of a column (at least 1): best fit's scale."""
+    return float(max(int(problem.allocatable[:, col].max(initial=1)), 1)) if col is not None else 1.0
 
 
 def pack(room: Devices, shares: Sequence[tuple[str, int]], expected: Workload = ()) -> dict[str, int] | None:

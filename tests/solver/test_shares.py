@@ -10,9 +10,19 @@ from hypothesis import strategies as st
 
 from gangsolve.solver import Cluster, Gang, Queue, Running, SolveConfig, solve, validate
 from gangsolve.solver.cpsat import GangModel
+from gangsolve.solver.greedy import greedy, node_scores
 from gangsolve.solver.model import GPU, SHARE, Placement, Pod, Share
 from gangsolve.solver.problem import Problem
-from gangsolve.solver.shares import Devices, devices, fragmentation, pack, workload
+from gangsolve.solver.shares import (
+    Devices,
+    Kind,
+    devices,
+    fragmentation,
+    fragmentation_growth,
+    node_fragmentation,
+    pack,
+    workload,
+)
 from tests.builders import node, pod
 from tests.solver.test_properties import gangs_placed_per_level
 
@@ -59,7 +69,7 @@ def test_the_exhaustive_search_packs_what_best_fit_leaves_out():
 
 def test_the_measures_choices_fall_back_to_a_packing_that_holds_every_share():
     shares = [("a", 400), ("b", 400), ("c", 300), ("d", 300), ("e", 300), ("f", 300)]
-    for expected in ((), ((300, 1.0),), ((400, 0.5), (1000, 0.5))):
+    for expected in ((), (Kind(300, 1.0),), (Kind(400, 0.5), Kind(1000, 0.5))):
         got = pack(Devices({}, (0, 1)), shares, expected)
         assert got is not None
         assert all(sum(m for name, m in shares if got[name] == gpu) <= 1000 for gpu in (0, 1))
@@ -86,6 +96,48 @@ def test_the_fragmentation_measure_keeps_room_for_the_workload_where_best_fit_do
     assert pack(room, [("a", 250)], expected) == {"a": 1}
     assert fragmentation([200, 600], expected) == 200
     assert fragmentation([450, 350], expected) == 175
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=8), min_size=1, max_size=5),
+    st.lists(st.tuples(st.sampled_from((100, 250, 500, 700, 1000, 2000, 8000)), st.integers(1, 5)), min_size=1),
+)
+def test_the_measure_of_many_nodes_is_the_one_node_measure_where_cpu_and_memory_do_not_bind(rows, asked):
+    width = max(len(r) for r in rows)
+    left = np.array([r + [0] * (width - len(r)) for r in rows])
+    total = sum(k for _m, k in asked)
+    expected = tuple(Kind(m, k / total) for m, k in sorted(dict(asked).items()))
+    expected = tuple(Kind(kind.milli, kind.p / sum(k.p for k in expected)) for kind in expected)
+    plenty = np.full(len(rows), 10**9)
+    got = node_fragmentation(left, plenty, plenty, expected)
+    assert np.allclose(got, [fragmentation(list(r), expected) for r in left])
+
+
+def test_a_node_short_of_cpu_strands_its_gpus_for_the_workload():
+    expected = (Kind(1000, 1.0, cpu=4000),)
+    left = np.array([[1000, 0], [1000, 0]])
+    got = node_fragmentation(left, np.array([2000, 4000]), np.array([1, 1]), expected)
+    assert got.tolist() == [1000, 0]
+
+
+def test_fragmentation_keeps_a_cpu_pod_off_the_node_whose_gpu_it_would_strand():
+    """A cpu-only pod, then two 1-GPU pods of 4 cpu: best fit puts the cpu pod on the small node and strands its
+    GPU (2 cpu left); FGD's choice puts it on the large one and both GPU pods run."""
+    nodes = (node("small", cpu=8, gpus=1), node("large", cpu=32, gpus=1))
+    pods = [pod("c", cpu=6, order=0), pod("w1", cpu=4, gpus=1, order=1), pod("w2", cpu=4, gpus=1, order=2)]
+    pods.append(frac("s", 500, order=3))  # a share pending: the devices and FGD's choice apply
+    problem = Problem(Cluster(nodes, tuple(alone(p) for p in pods)))
+    order = list(range(len(pods)))
+    where = {
+        scorer.__name__: {pods[g].name: problem.nodes[n].name for g, c in counts.items() for (_p, n) in c}
+        for scorer in (node_scores, fragmentation_growth)
+        for counts in [greedy(problem, order, scorer)]
+    }
+    assert where["node_scores"]["c"] == "small"
+    assert not {"w1", "w2"} <= set(where["node_scores"])
+    assert where["fragmentation_growth"]["c"] == "large"
+    assert {"w1", "w2"} <= set(where["fragmentation_growth"])
 
 
 # --- the solver ---------------------------------------------------------------------------------------------
