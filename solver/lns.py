@@ -7,8 +7,8 @@ smallest first (shuffled a little), each gang at its minimum before any gang's e
 when the placement is better in (gangs placed per level, highest first, then GPUs, then resources placed), or
 as good and no more scattered over nodes, so the search moves on plateaus. Every gang placed again keeps within
 its queue's cap and, with reservations (planning.py), within their limits, as in the greedy passes. With GPU
-shares pending, each GPU keeps its room (pods leaving a node give it back: shares.restore) and a step may not
-lower the GPUs placed.
+shares pending, each GPU keeps its room (pods leaving a node give it back: shares.restore), the gangs go back
+oldest first and a step may not lower the GPUs placed.
 
 Every choice comes from a generator seeded per cycle and nothing reads the clock, so the steps do not depend
 on the time limit: a longer search passes through the placement a shorter one ends on, and since no step makes
@@ -247,13 +247,15 @@ class Search:
         if problem.shared and before:
             touched = sorted({n for gang_counts in before.values() for (_p, n) in gang_counts})
             self._restore(free, touched, set(before), fallback=self.free)
-        # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ.
+        # Smallest first (a knapsack's rule for the most gangs), shuffled a little so that steps differ. Where
+        # shares are pending, oldest first: small shares first open the GPUs that larger ones then miss.
         size = self.size[gangs] * (0.75 + 0.5 * self.rng.random(len(gangs)))
+        then = [float(problem.gangs[g].order) for g in gangs] if problem.shared else size
         order = [
             gangs[i]
             for i in sorted(
                 range(len(gangs)),
-                key=lambda i: (desc(problem.gangs[gangs[i]].level), gangs[i] != target, size[i]),
+                key=lambda i: (desc(problem.gangs[gangs[i]].level), gangs[i] != target, then[i]),
             )
         ]
         scorer = SCORERS[int(self.rng.integers(len(SCORERS)))]

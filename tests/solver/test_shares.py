@@ -372,3 +372,19 @@ def test_every_search_step_places_only_what_the_gpus_hold(cluster, seed):
             assert free >= 0, f"{on.name}: {whole} whole GPUs placed, {free + whole} free"
             room = [1000 - t for d, t in on.gpu_shares.items() if d >= 0] + [1000] * free
             assert packs(room, milli), f"{on.name}: shares {milli} on GPUs with {room} left"
+
+
+def test_a_search_step_puts_shares_back_oldest_first_so_large_ones_keep_their_gpus():
+    """Two 0.8 shares and a 0.2 hold two GPUs; a pending 0.2 fits beside them. Smallest first, the 0.2s would
+    open both GPUs and a 0.8 would find none; oldest first every share goes back and the pending one joins."""
+    from gangsolve.solver.lns import Search
+
+    pods = [
+        frac(name, milli, order=i) for i, (name, milli) in enumerate([("a", 800), ("b", 800), ("c", 200), ("d", 200)])
+    ]
+    problem = Problem(Cluster((node("n", gpus=2),), tuple(alone(p) for p in pods)))
+    search = Search(problem, greedy(problem, [0, 1, 2]), nodes=1, extra=0)
+    step = search.step(set(problem.gang_priority_levels()))
+    assert step is not None
+    assert step.improved
+    assert sorted(search.counts) == [0, 1, 2, 3]
