@@ -15,7 +15,7 @@ import numpy as np
 from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.limits import Limits
 from gangsolve.solver.model import GPU, Level
-from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
+from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows, rows_of
 
 
 class Scorer(Protocol):
@@ -57,7 +57,7 @@ def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows: Rows = sl
     asks for. Packs cpu and memory as tightly as GPUs, which wins where they run out first."""
     demand = problem.demand[cls]
     asked = np.flatnonzero(demand)
-    left = (_rows(free, rows)[:, asked] - demand[asked]) * _rows(problem.inv_allocatable, rows)[:, asked]
+    left = (rows_of(free, rows)[:, asked] - demand[asked]) * rows_of(problem.inv_allocatable, rows)[:, asked]
     return _row_sums(left) / len(asked)  # the mean, as mean(axis=1) computes it
 
 
@@ -66,7 +66,7 @@ def most_allocated_off_gpus(problem: Problem, cls: int, free: np.ndarray, rows: 
     takes the memory that node's GPU pods need."""
     scores = most_allocated(problem, cls, free, rows)
     if problem.gpu_demand[cls] == 0:
-        scores += 1e4 * (_rows(problem.gpu_allocatable, rows) > 0)
+        scores += 1e4 * (rows_of(problem.gpu_allocatable, rows) > 0)
     return scores
 
 
@@ -79,19 +79,14 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice
     """Lower is better. GPU pods fill the node with the fewest free GPUs left; pods without GPUs keep off GPU
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
     demand = problem.demand[cls]
-    sub = _rows(free, rows)
-    score = _row_sums((sub - demand) * _rows(problem.inv_allocatable, rows))
+    sub = rows_of(free, rows)
+    score = _row_sums((sub - demand) * rows_of(problem.inv_allocatable, rows))
     gpus = problem.gpu_demand[cls]
     if gpus > 0:
         score += GPU_WEIGHT * (sub @ problem.gpus - gpus)
     else:
-        score += 1e4 * (_rows(problem.gpu_allocatable, rows) > 0)
+        score += 1e4 * (rows_of(problem.gpu_allocatable, rows) > 0)
     return score
-
-
-def _rows(values: np.ndarray, rows: Rows) -> np.ndarray:
-    """values[rows]: take() gathers rows several times faster than indexing with them."""
-    return values[rows] if isinstance(rows, slice) else values.take(rows, axis=0)
 
 
 def _row_sums(values: np.ndarray) -> np.ndarray:

@@ -24,6 +24,12 @@ DEVICE = "gangsolve.io/device-gpu"  # + index: a column of what is left on that 
 # Node rows an array operation reads: all of them, or some.
 Rows: TypeAlias = slice | Sequence[int] | np.ndarray
 
+
+def rows_of(values: np.ndarray, rows: Rows) -> np.ndarray:
+    """values[rows]: take() gathers rows several times faster than indexing with them."""
+    return values[rows] if isinstance(rows, slice) else values.take(rows, axis=0)
+
+
 # A placement in the problem's indices: gang_counts[(part, node)] = pods of that gang part on that node;
 # counts[gang] = that gang's gang_counts.
 GangCounts: TypeAlias = dict[tuple[int, int], int]
@@ -273,7 +279,7 @@ class Problem:
         need = self.demand[cls]
         asked = np.flatnonzero(need)  # never empty: every pod takes a pod slot
         # Rows first, then columns: gathering a few columns of thousands of rows this way is twice as fast.
-        sub = free[rows] if isinstance(rows, slice) else free.take(rows, axis=0)
+        sub = rows_of(free, rows)
         count = (np.maximum(sub[:, asked], 0) // need[asked]).min(axis=1)
         if self.shared and self.share_of[cls]:  # each share on one GPU: what fits GPU by GPU
             count = np.minimum(count, (np.maximum(sub[:, self.devices], 0) // self.share_of[cls]).sum(axis=1))

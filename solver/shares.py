@@ -37,7 +37,7 @@ from ortools.sat.python import cp_model
 
 from gangsolve.solver.devices import take_off
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, GangResult, Node, Placement, Pod, Share
-from gangsolve.solver.problem import Counts, Devices, Problem, Rows, devices
+from gangsolve.solver.problem import Counts, Devices, Problem, Rows, devices, rows_of
 
 
 class Kind(NamedTuple):
@@ -137,12 +137,14 @@ def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Row
     memory counted, a share on the tightest GPU that holds it), among the NEAREST nodes of best fit (the least
     cpu and GPU left, equally weighted; the rest after them in that order). The best-fit shortlist packs where
     FGD alone spreads: on the OpenB trace it allocates more GPUs than either (docs/benchmarks.md)."""
-    sub = free[rows] if isinstance(rows, slice) else free.take(rows, axis=0)
+    sub = rows_of(free, rows)
     demand = problem.demand[cls]
     cpu_col, memory_col = problem.res_index.get("cpu"), problem.res_index.get("memory")
     zero = np.zeros(len(sub), dtype=np.int64)
-    cpu = sub[:, cpu_col] - demand[cpu_col] if cpu_col is not None else zero
-    memory = sub[:, memory_col] - demand[memory_col] if memory_col is not None else zero
+    cpu_free = sub[:, cpu_col] if cpu_col is not None else zero
+    memory_free = sub[:, memory_col] if memory_col is not None else zero
+    cpu = cpu_free - (demand[cpu_col] if cpu_col is not None else 0)  # what the pod leaves
+    memory = memory_free - (demand[memory_col] if memory_col is not None else 0)
     before = sub[:, problem.devices]
     gpus, milli = int(demand[problem.res_index[GPU]]), int(problem.share_of[cls])
     fit = 0.5 * cpu / _largest(problem, cpu_col) + 0.5 * (
@@ -157,12 +159,10 @@ def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Row
     elif gpus:
         first = np.argsort(after < WHOLE, axis=1, kind="stable")[:, :gpus]  # the lowest whole GPUs, as take does
         np.put_along_axis(after, first, 0, axis=1)
-    cpu_before = cpu[chosen] + (demand[cpu_col] if cpu_col is not None else 0)
-    memory_before = memory[chosen] + (demand[memory_col] if memory_col is not None else 0)
     both = node_fragmentation(
         np.vstack([after, left]),
-        np.concatenate([cpu[chosen], cpu_before]),
-        np.concatenate([memory[chosen], memory_before]),
+        np.concatenate([cpu[chosen], cpu_free[chosen]]),
+        np.concatenate([memory[chosen], memory_free[chosen]]),
         pending_workload(problem),
     )
     score: np.ndarray = _SHORTLIST + fit
@@ -282,13 +282,13 @@ def restore(problem: Problem, free: np.ndarray, n: int, placed: Sequence[tuple[i
     """Node n's GPUs in `free` (each GPU's room, and the whole GPUs left) as they are with only `placed`
     ((class, pods)) of the pending pods on it: whole-GPU pods on whole GPUs, the shares packed (`pack`). False,
     `free` untouched, when the shares do not pack. The other columns are linear: the caller keeps them."""
-    gpu, share = problem.res_index[GPU], problem.res_index[SHARE]
+    gpu = problem.res_index[GPU]
     node = problem.nodes[n]
     whole = sum(k * int(problem.demand[cls, gpu]) for cls, k in placed)
     asked = [
         (f"{i}/{j}", share_on(problem.class_pods[cls], node))
         for i, (cls, k) in enumerate(placed)
-        if problem.demand[cls, share] and not problem.demand[cls, gpu]
+        if problem.share_of[cls]
         for j in range(k)
     ]
     room = devices(node, whole)
