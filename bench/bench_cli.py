@@ -111,9 +111,10 @@ def run_timelines(
     modes: list[str],
     snapshots: Path,
     console: Console,
+    settings: dict | None = None,
 ) -> list[dict]:
     """Every timeline for every seed and estimate mode; schedulers that ignore estimates run once per seed and
-    their result stands for every mode."""
+    their result stands for every mode; `settings`: gangsolve's (`--set`)."""
     from gangsolve.bench.timeline.simulation import TIMELINES, USES_ESTIMATES, simulate
 
     results = []
@@ -139,6 +140,7 @@ def run_timelines(
                             estimates=mode,
                             seed=seed,
                             timeline=timeline,
+                            settings=settings,
                         )
                         progress.update(task, total=len(run["cycles"]), completed=len(run["cycles"]))
                         once.setdefault(scheduler, run)
@@ -289,6 +291,15 @@ def run_live_preemption(
     help="Time-based mode: runtime estimates the jobs declare (repeatable) [default: all three].",
 )
 @click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Time-based mode: one of gangsolve's settings (repeatable), a SolveConfig field (reservations=32, "
+    "plan_starving_only=true) or how a gang starves (starvation_age=2700, starvation_by_width=false); shown in "
+    "the results.",
+)
+@click.option(
     "--live",
     is_flag=True,
     help="Also run the live mode: each scheduler on its own real control plane with kwok nodes (needs "
@@ -366,6 +377,7 @@ def bench_command(
     timeline,
     seeds,
     modes,
+    settings,
     live,
     live_grid,
     live_schedulers,
@@ -388,8 +400,13 @@ def bench_command(
         TIMELINE_GRIDS,
         TIMELINE_SCHEDULERS,
         TIMELINES,
+        parse_settings,
     )
 
+    try:
+        typed_settings = parse_settings(settings)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--set") from None
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
@@ -452,6 +469,7 @@ def bench_command(
                 list(modes or ESTIMATES),
                 snapshots,
                 console,
+                typed_settings,
             ),
             "live": run_live(
                 live_names,

@@ -260,6 +260,9 @@ class SolveConfig:
     # Pending gangs that get a planned start per cycle, in queue order (as Slurm's backfill depth): each that
     # cannot start now holds a reservation from then on, which no gang started later delays. 0: no plan.
     reservations: int = PLAN_DEPTH
+    # Only starving gangs (`Gang.starving`) may take one of those reservations; the others blocked get a
+    # forecast. Off by default: the timelines measured trade one figure for another with it (docs/benchmarks.md).
+    plan_starving_only: bool = False
     # Seconds a running pod must have run before it may be evicted for a higher priority (preemption) or for
     # another queue's fair share (reclaim): a restarted job loses its work since its last checkpoint. A queue's
     # own `min_runtime` overrides both for its pods.

@@ -79,7 +79,9 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     # baseline never to fall below. Without reservations it is the plain greedy allocator.
     # Forecasts read the clock only on the wall-clock budget: on a budget of steps they all run, as in the bench.
     seconds = FORECAST_SHARE * config.time_limit if config.steps is None else math.inf
-    counts, plan = planning.plan(problem, config.reservations, config.forecasts, seconds, config.plan_resolution)
+    counts, plan = planning.plan(
+        problem, config.reservations, config.forecasts, seconds, config.plan_resolution, config.plan_starving_only
+    )
     counts = shares.repair(problem, counts, queue_order(problem))
     took = time.perf_counter() - begun
     stages: list[Stage] = []

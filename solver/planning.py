@@ -248,13 +248,23 @@ class Planner(Limits):
     nodes it starts on, in case a later pass does not start it), and otherwise moves to its earliest start if
     that is sooner, else keeps its place (while it still fits there: an estimate that proved short can push it
     later). With exact
-    estimates and one priority, no gang therefore starts later than it was shown."""
+    estimates and one priority, no gang therefore starts later than it was shown.
+
+    `starving_only`: a gang that is not starving takes no reservation (it gets a forecast), so the depth goes to
+    the gangs past their starvation age."""
 
     def __init__(
-        self, problem: Problem, most: int, free: np.ndarray, promised: Sequence[Planned] = (), resolution: float = 0.0
+        self,
+        problem: Problem,
+        most: int,
+        free: np.ndarray,
+        promised: Sequence[Planned] = (),
+        resolution: float = 0.0,
+        starving_only: bool = False,
     ) -> None:
         super().__init__(problem, Plan())
         self.most = most
+        self.starving_only = starving_only
         self.timeline = Timeline(problem, free, resolution)
         self.past_depth: list[int] = []  # blocked gangs the walk found past `most`, in its order
         self.promised = {r.gang: r for r in promised}
@@ -284,7 +294,7 @@ class Planner(Limits):
             if promise is not None:
                 self._refresh()
             return
-        if promise is None and len(self.plan.reservations) >= self.most:
+        if promise is None and (len(self.plan.reservations) >= self.most or (self.starving_only and not gang.starving)):
             self.past_depth.append(g)
             return
         runtime = gang.runtime if gang.runtime is not None else FOREVER
@@ -384,14 +394,20 @@ def forecast(planner: Planner, most: int, seconds: float = math.inf) -> list[Pla
 
 
 def plan(
-    problem: Problem, most: int, forecasts: int = 0, seconds: float = math.inf, resolution: float = 0.0
+    problem: Problem,
+    most: int,
+    forecasts: int = 0,
+    seconds: float = math.inf,
+    resolution: float = 0.0,
+    starving_only: bool = False,
 ) -> tuple[Counts, Plan]:
     """The queue-order greedy pass with reservations: its placement (the baseline every other pass must
     match) and the plan, with `forecasts` gangs past its depth forecast (for at most `seconds`), its times on
-    cycles `resolution` seconds apart (0: any time). The plan's checks are stated against the free capacity
-    before this pass's own placements, as every other pass starts from there."""
+    cycles `resolution` seconds apart (0: any time), reservations for starving gangs only if `starving_only`.
+    The plan's checks are stated against the free capacity before this pass's own placements, as every other
+    pass starts from there."""
     free = problem.free.copy()
-    planner = Planner(problem, most, free, promises(problem) if most else (), resolution)
+    planner = Planner(problem, most, free, promises(problem) if most else (), resolution, starving_only)
     counts = greedy(problem, limits=planner, free=free)
     result = planner.plan
     if result.checks:

@@ -14,10 +14,11 @@ import multiprocessing
 import resource
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gangsolve.bench import placement_metrics, sharing
 from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, proportion, tas_best_fit
@@ -32,9 +33,13 @@ def _per_pod(strategy: str) -> Scheduler:
     return lambda cluster, _snapshot, _limit: (per_pod(cluster, strategy), {})
 
 
-def solve_with(use_cpsat: bool, steps: int | None = None, plan_resolution: float = 0.0) -> Scheduler:
+def solve_with(
+    use_cpsat: bool, steps: int | None = None, plan_resolution: float = 0.0, settings: Mapping[str, Any] | None = None
+) -> Scheduler:
     """gangsolve (or, without CP-SAT, the greedy gang allocator); `steps`: a deterministic budget instead of
-    the clock (SolveConfig.steps); `plan_resolution`: seconds between cycles (SolveConfig.plan_resolution)."""
+    the clock (SolveConfig.steps); `plan_resolution`: seconds between cycles (SolveConfig.plan_resolution);
+    `settings`: other SolveConfig fields (the bench's `--set`)."""
+    settings = dict(settings or {})
 
     def run(cluster: Cluster, _snapshot: str, limit: float) -> tuple[dict[str, str], dict]:
         from gangsolve.solver import solve
@@ -43,13 +48,16 @@ def solve_with(use_cpsat: bool, steps: int | None = None, plan_resolution: float
             gangs = tuple(replace(g, preferred=(), queue=DEFAULT_QUEUE) for g in cluster.gangs)
             cluster = replace(cluster, gangs=gangs, queues=())  # no queues: the proportion peer has them
         # Greedy gang allocation is Volcano's: no reservations.
-        reservations = SolveConfig.reservations * use_cpsat
+        reservations = settings.get("reservations", SolveConfig.reservations) * use_cpsat
         config = SolveConfig(
-            time_limit=limit,
-            use_cpsat=use_cpsat,
-            reservations=reservations,
-            steps=steps,
-            plan_resolution=plan_resolution,
+            **{
+                **settings,
+                "time_limit": limit,
+                "use_cpsat": use_cpsat,
+                "reservations": reservations,
+                "steps": steps,
+                "plan_resolution": plan_resolution,
+            }
         )
         placement = solve(cluster, config)
         return dict(placement.bindings), {

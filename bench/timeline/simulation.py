@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, dec
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.edge.usage import accrue
 from gangsolve.solver.greedy import place_colocated, place_gang
-from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Reservation, Running
+from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Reservation, Running, SolveConfig
 from gangsolve.solver.planning import expected_end
 from gangsolve.solver.problem import Problem
 
@@ -246,6 +247,45 @@ TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
     "easy-backfill": _easy,
     "conservative-backfill": _conservative,
 }
+# `--set NAME=VALUE` in the time-based mode: gangsolve's SolveConfig fields, and how the timeline marks a gang
+# starving (the live scheduler's `starvation-age`; by width: a gang wider than a node starves sooner).
+TIMELINE_SETTINGS = {"starvation_age": float, "starvation_by_width": bool}
+
+
+def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
+    """`NAME=VALUE` pairs as typed settings; ValueError naming the pair that is not one."""
+    types: dict[str, type] = {
+        f.name: type(f.default) for f in fields(SolveConfig) if isinstance(f.default, bool | int | float)
+    }
+    types.update(TIMELINE_SETTINGS, steps=int)
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        kind = types.get(name.strip())
+        if not sep or kind is None or name.strip() in ("time_limit", "steps", "plan_resolution"):
+            settable = ", ".join(sorted(n for n in types if n not in ("time_limit", "steps", "plan_resolution")))
+            raise ValueError(f"{pair!r}: not NAME=VALUE with NAME one of {settable}")
+        text = text.strip()
+        try:
+            if kind is bool:
+                if text.lower() not in ("true", "false"):
+                    raise ValueError(text)
+                out[name.strip()] = text.lower() == "true"
+            else:
+                out[name.strip()] = kind(text)
+        except ValueError:
+            raise ValueError(f"{pair!r}: {text!r} is not a {kind.__name__}") from None
+    return out
+
+
+def with_settings(scheduler: str, settings: Mapping[str, Any]) -> Scheduler:
+    """The timeline's `scheduler`, gangsolve with `settings`' SolveConfig fields (the others as they are)."""
+    config = {k: v for k, v in settings.items() if k not in TIMELINE_SETTINGS}
+    if scheduler in ("gangsolve", "gangsolve-history") and config:
+        return solve_with(use_cpsat=True, steps=TIMELINE_STEPS, plan_resolution=PERIOD, settings=config)
+    return TIMELINE_SCHEDULERS[scheduler]
+
+
 BACKFILL = ("easy-backfill", "conservative-backfill")  # peers of the time-based mode only
 USES_ESTIMATES = (*BACKFILL, "gangsolve", "gangsolve-history")  # the others: the same in every estimate mode
 HISTORY_ONLY = ("gangsolve-history",)  # run where a timeline names it (its peers)
@@ -296,11 +336,15 @@ def simulate(
     estimates: str = "exact",
     seed: int = 0,
     timeline: Timeline | None = None,
-    starvation: float = STARVATION_SECONDS,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict:
+    """One run of `scheduler` over a timeline's jobs; `settings`: see `parse_settings`."""
+    settings = dict(settings or {})
     nodes, jobs, queues = jobs_of(objects, estimates, seed)
     tenants_mode = len(queues) > 1  # queues to share between (a timeline without any has just `default`)
-    schedule = TIMELINE_SCHEDULERS[scheduler] if isinstance(scheduler, str) else scheduler
+    schedule = with_settings(scheduler, settings) if isinstance(scheduler, str) else scheduler
+    starvation = settings.get("starvation_age", STARVATION_SECONDS)
+    by_width = settings.get("starvation_by_width", True)
     window = timeline.window if timeline else (WARM_UP * PERIOD, WINDOW * PERIOD)
     max_cycles = timeline.max_cycles if timeline else MAX_CYCLES
     estimator = Estimator(default=DEFAULT_RUNTIME)
@@ -354,7 +398,7 @@ def simulate(
                 j.gang,
                 pods=tuple(p for p in j.gang.pods if p.name not in j.bound),
                 bound_nodes=tuple(j.bound.values()),
-                starving=now - max(j.arrival, j.created) > starvation_age(j.gpus, node_gpus, starvation),
+                starving=now - max(j.arrival, j.created) > starvation_age(j.gpus, node_gpus * by_width, starvation),
                 runtime=estimator.choose(j.declared, j.workload),
             )
             for j in pending
@@ -475,6 +519,7 @@ def simulate(
         "estimates": estimates,
         "seed": seed,
         "time_limit": time_limit if scheduler == "gangsolve" else None,
+        "settings": settings,
         "summary": summary,
         "cycles": cycles,
     }

@@ -56,6 +56,13 @@ def test_unknown_scenario_is_a_usage_error():
     assert "unknown scenario" in result.output
 
 
+def test_a_bad_setting_is_a_usage_error_naming_it():
+    result = CliRunner().invoke(cli, ["bench", "--scenario", "timeline/synthetic-100nodes", "--set", "depth=3"])
+    assert result.exit_code == 2
+    assert "--set" in result.output
+    assert "'depth=3'" in result.output
+
+
 def test_list_names_scenarios_and_grids():
     result = CliRunner().invoke(cli, ["bench", "--list"])
     assert result.exit_code == 0

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from bench_clusters import cluster_objects, gang, gpu_nodes
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import conservative_backfill, easy_backfill
-from gangsolve.bench.timeline.simulation import PERIOD, TIMELINES, jobs_of, simulate
+from gangsolve.bench.timeline.simulation import PERIOD, TIMELINES, jobs_of, parse_settings, simulate
 from gangsolve.solver import Cluster, Running
 from gangsolve.solver.model import GPU
 from tests.builders import gang as solver_gang
@@ -64,7 +67,9 @@ def starved_workload() -> list[dict]:
 def big_job_delays(starvation: float) -> dict[str, float]:
     big = {}
     for scheduler in ("greedy-gang", "easy-backfill", "gangsolve"):
-        result = simulate(starved_workload(), scheduler, time_limit=0.5, estimates="exact", starvation=starvation)
+        result = simulate(
+            starved_workload(), scheduler, time_limit=0.5, estimates="exact", settings={"starvation_age": starvation}
+        )
         big[scheduler] = result["summary"]["queue_delay_by_size"]["2-8 GPUs"]["p50"]
         assert result["summary"]["started"] == 14
     return big
@@ -84,6 +89,50 @@ def test_a_gang_passed_over_past_its_share_of_the_age_gets_the_reservation_first
     # At half the age (7.5 minutes for the big job) it starves before any small job has started on the GPUs
     # the long one holds, and gangsolve starts it when the long one ends, as EASY backfill does.
     assert big_job_delays(15 * 60)["gangsolve"] == 39 * PERIOD
+
+
+def big_job_delay_with(settings: dict) -> float:
+    result = simulate(starved_workload(), "gangsolve", time_limit=0.5, estimates="exact", settings=settings)
+    assert result["settings"] == settings  # recorded with the run
+    return result["summary"]["queue_delay_by_size"]["2-8 GPUs"]["p50"]
+
+
+def test_settings_reach_gangsolve_and_how_a_timeline_starves_its_gangs():
+    assert big_job_delay_with({}) == 39 * PERIOD
+    # No plan: the small jobs take every GPU the big one waits for, as under greedy gang.
+    assert big_job_delay_with({"reservations": 0}) == big_job_delays(30 * 60)["greedy-gang"]
+    # Reservations for starving gangs only: planned once it starves, which at 15 minutes is before the small jobs
+    # hold the GPUs it needs, at 30 minutes (the same for every width) after some do.
+    assert big_job_delay_with({"plan_starving_only": True, "starvation_age": 900.0}) == 39 * PERIOD
+    late = {"plan_starving_only": True, "starvation_age": 1800.0, "starvation_by_width": False}
+    assert big_job_delay_with(late) > 39 * PERIOD
+
+
+def test_settings_are_typed_and_a_bad_one_is_named():
+    assert parse_settings(["reservations=32", "plan_starving_only=true", "starvation_age=2700"]) == {
+        "reservations": 32,
+        "plan_starving_only": True,
+        "starvation_age": 2700.0,
+    }
+    for bad, said in [
+        ("reservations=many", "'many' is not a int"),
+        ("plan_starving_only=yes", "'yes' is not a bool"),
+        ("steps=10", "NAME one of"),  # the bench's own budget, not a setting
+        ("nope=1", "NAME one of"),
+        ("reservations", "NAME one of"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            parse_settings([bad])
+
+
+@given(st.text(max_size=40))
+def test_any_setting_text_parses_or_is_refused_in_one_message(text):
+    parsed: dict | ValueError
+    try:
+        parsed = parse_settings([text])
+    except ValueError as e:  # the only way it refuses, naming what it was given
+        parsed = e
+    assert len(parsed) == 1 if isinstance(parsed, dict) else repr(text) in str(parsed)
 
 
 def test_easy_backfill_lets_only_jobs_that_end_in_time_onto_the_head_reservation():

@@ -74,6 +74,26 @@ def test_without_reservations_the_long_gang_takes_the_node_the_big_one_waits_for
     assert held.bindings == {"long-0": "n1"}
 
 
+def test_reservations_for_starving_gangs_only_leave_a_gang_not_yet_starving_a_forecast():
+    # The same cluster as above: `big` blocked on a whole node. Not starving, it holds nothing with the option on,
+    # so `long` takes the node that frees first (best fit); starving, it holds n0 as it does by default.
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    long = timed(gang("long", 1, gpus=1), 2 * HOUR)
+    config = SolveConfig(time_limit=0.5, plan_starving_only=True)
+    waiting = solve(cluster_with([timed(gang("big", 1, gpus=4), HOUR), long], running), config)
+    assert waiting.reservations == ()
+    assert [r.gang for r in waiting.forecasts] == ["big"]
+    assert waiting.bindings == {"long-0": "n0"}
+    starved = solve(cluster_with([starving(gang("big", 1, gpus=4)), long], running), config)
+    assert [(r.gang, r.nodes, r.start) for r in starved.reservations] == [("big", ("n0",), 600.0)]
+    assert starved.bindings == {"long-0": "n1"}
+    # A promise, once held, is kept whether or not its gang starves (the option only decides who gets a new one).
+    promised = cluster_with([timed(gang("big", 1, gpus=4), HOUR), long], running)
+    kept = solve(replace(promised, promised=starved.reservations), config)
+    assert [(r.gang, r.nodes, r.start) for r in kept.reservations] == [("big", ("n0",), 600.0)]
+    assert kept.bindings == {"long-0": "n1"}
+
+
 def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
     running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
     big = starving(gang("big", 1, gpus=4))
