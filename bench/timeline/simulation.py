@@ -250,29 +250,27 @@ TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
 # `--set NAME=VALUE` in the time-based mode: gangsolve's SolveConfig fields, and how the timeline marks a gang
 # starving (the live scheduler's `starvation-age`; by width: a gang wider than a node starves sooner).
 TIMELINE_SETTINGS = {"starvation_age": float, "starvation_by_width": bool}
+FIXED_SETTINGS = ("time_limit", "steps", "plan_resolution", "use_cpsat")  # the time-based mode's own
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
     """`NAME=VALUE` pairs as typed settings; ValueError naming the pair that is not one."""
-    types: dict[str, type] = {
-        f.name: type(f.default) for f in fields(SolveConfig) if isinstance(f.default, bool | int | float)
+    kinds: dict[str, type] = {
+        f.name: type(f.default)
+        for f in fields(SolveConfig)
+        if isinstance(f.default, bool | int | float) and f.name not in FIXED_SETTINGS
     }
-    types.update(TIMELINE_SETTINGS, steps=int)
+    kinds.update(TIMELINE_SETTINGS)
     out: dict[str, Any] = {}
     for pair in pairs:
-        name, sep, text = pair.partition("=")
-        kind = types.get(name.strip())
-        if not sep or kind is None or name.strip() in ("time_limit", "steps", "plan_resolution"):
-            settable = ", ".join(sorted(n for n in types if n not in ("time_limit", "steps", "plan_resolution")))
-            raise ValueError(f"{pair!r}: not NAME=VALUE with NAME one of {settable}")
-        text = text.strip()
+        name, sep, text = (part.strip() for part in pair.partition("="))
+        kind = kinds.get(name)
+        if not sep or kind is None:
+            raise ValueError(f"{pair!r}: not NAME=VALUE with NAME one of {', '.join(sorted(kinds))}")
         try:
-            if kind is bool:
-                if text.lower() not in ("true", "false"):
-                    raise ValueError(text)
-                out[name.strip()] = text.lower() == "true"
-            else:
-                out[name.strip()] = kind(text)
+            if kind is bool and text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            out[name] = text.lower() == "true" if kind is bool else kind(text)
         except ValueError:
             raise ValueError(f"{pair!r}: {text!r} is not a {kind.__name__}") from None
     return out
