@@ -118,6 +118,7 @@ def test_settings_are_typed_and_a_bad_one_is_named():
         ("reservations=many", "'many' is not a int"),
         ("plan_starving_only=yes", "'yes' is not a bool"),
         ("steps=10", "NAME one of"),  # the bench's own budget, not a setting
+        ("use_cpsat=false", "NAME one of"),  # greedy gang is a scheduler of its own
         ("nope=1", "NAME one of"),
         ("reservations", "NAME one of"),
     ]:
