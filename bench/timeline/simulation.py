@@ -239,11 +239,19 @@ def _conservative(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict
 # gangsolve runs on a deterministic budget (SolveConfig.steps) instead of the clock: a run is reproducible
 # on a loaded machine, and a seed's result moves only when the policy does. The live scheduler keeps the clock.
 TIMELINE_STEPS = 100  # search steps per cycle: about what a 0.5 s cycle makes on these clusters, 2 cores idle
+
+
+def timeline_gangsolve(settings: Mapping[str, Any] | None = None) -> Scheduler:
+    """gangsolve as the timeline runs it (a budget of steps, plan times on the cycles), with `settings`' other
+    SolveConfig fields."""
+    return solve_with(use_cpsat=True, steps=TIMELINE_STEPS, plan_resolution=PERIOD, settings=settings)
+
+
 TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
     **SCHEDULERS,
-    "gangsolve": solve_with(use_cpsat=True, steps=TIMELINE_STEPS, plan_resolution=PERIOD),
+    "gangsolve": timeline_gangsolve(),
     # The same, with fair shares that count each queue's past use (halved every HALF_LIFE seconds).
-    "gangsolve-history": solve_with(use_cpsat=True, steps=TIMELINE_STEPS, plan_resolution=PERIOD),
+    "gangsolve-history": timeline_gangsolve(),
     "easy-backfill": _easy,
     "conservative-backfill": _conservative,
 }
@@ -280,7 +288,7 @@ def with_settings(scheduler: str, settings: Mapping[str, Any]) -> Scheduler:
     """The timeline's `scheduler`, gangsolve with `settings`' SolveConfig fields (the others as they are)."""
     config = {k: v for k, v in settings.items() if k not in TIMELINE_SETTINGS}
     if scheduler in ("gangsolve", "gangsolve-history") and config:
-        return solve_with(use_cpsat=True, steps=TIMELINE_STEPS, plan_resolution=PERIOD, settings=config)
+        return timeline_gangsolve(config)
     return TIMELINE_SCHEDULERS[scheduler]
 
 
@@ -349,7 +357,8 @@ def simulate(
     index = {n.name: i for i, n in enumerate(nodes)}
     used: list[dict[str, int]] = [{} for _ in nodes]
     total_gpus = sum(n.allocatable.get(GPU, 0) for n in nodes)
-    node_gpus = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
+    # The widest node's GPUs, which a gang wider than starves sooner; 0: every gang the same age.
+    widest = max((n.allocatable.get(GPU, 0) for n in nodes), default=0) if by_width else 0
     requests = {p.name: p.requests for job in jobs for p in job.gang.pods}
     priority = {p.name: p.priority for job in jobs for p in job.gang.pods}
     queue_of = {p.name: job.gang.queue for job in jobs for p in job.gang.pods}
@@ -396,7 +405,7 @@ def simulate(
                 j.gang,
                 pods=tuple(p for p in j.gang.pods if p.name not in j.bound),
                 bound_nodes=tuple(j.bound.values()),
-                starving=now - max(j.arrival, j.created) > starvation_age(j.gpus, node_gpus * by_width, starvation),
+                starving=now - max(j.arrival, j.created) > starvation_age(j.gpus, widest, starvation),
                 runtime=estimator.choose(j.declared, j.workload),
             )
             for j in pending
