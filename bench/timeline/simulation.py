@@ -53,9 +53,14 @@ SEEDS = (1, 2, 3)
 # OpenB with the trace's own times. Its whole-GPU pods offer only about 6 GPUs of work a day, so TRACE_TENANTS
 # consecutive windows of TRACE_DAYS are laid over each other (each pod at its own time into its window, for its
 # own duration), on the trace's 8-GPU nodes, as many as make the offered GPU load about TRACE_LOAD.
-TRACE_START = 9_700_000  # seconds into the trace: arrivals are steady from here on (until about 12,900,000)
+TRACE_START = 9_700_000  # seconds into the trace: arrivals are steady from here on
+TRACE_END = 12_900_000  # ... until here (the last pod is created at 12,897,659)
 TRACE_DAYS = 2
 TRACE_TENANTS = 8
+# Seeds 1 to TRACE_SEEDS start on windows 1 to TRACE_SEEDS after TRACE_START, each a different workload whose
+# windows all lie inside the steady part (window 0 is nearly empty: arrivals begin at about 9,860,000); the next
+# seed starts again at seed 1's.
+TRACE_SEEDS = int((TRACE_END - TRACE_START) // (TRACE_DAYS * 86400)) - TRACE_TENANTS
 TRACE_LOAD = 0.9
 
 
@@ -151,10 +156,11 @@ def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
 
 def openb_trace_timeline(seed: int = 1) -> list[dict]:
     """The trace's own arrivals and durations: the whole-GPU pods created in TRACE_TENANTS consecutive windows
-    of TRACE_DAYS (the seed moves the first window on by a window per seed), laid over each other: each pod a
-    job of its own arriving at its creation time into its window and running until its deletion time."""
+    of TRACE_DAYS (the seed moves the first window on by a window per seed, see TRACE_SEEDS), laid over each
+    other: each pod a job of its own arriving at its creation time into its window and running until its
+    deletion time."""
     span = TRACE_DAYS * 86400
-    first = TRACE_START + (seed % 4) * span
+    first = TRACE_START + (1 + (seed - 1) % TRACE_SEEDS) * span
     pods = []
     for tenant in range(TRACE_TENANTS):
         begin = first + tenant * span

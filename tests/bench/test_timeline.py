@@ -11,7 +11,18 @@ from hypothesis import strategies as st
 
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import conservative_backfill, easy_backfill
-from gangsolve.bench.timeline.simulation import PERIOD, TIMELINES, jobs_of, parse_settings, simulate
+from gangsolve.bench.timeline.simulation import (
+    PERIOD,
+    TIMELINES,
+    TRACE_DAYS,
+    TRACE_END,
+    TRACE_SEEDS,
+    TRACE_START,
+    TRACE_TENANTS,
+    jobs_of,
+    parse_settings,
+    simulate,
+)
 from gangsolve.solver import Cluster, Running
 from gangsolve.solver.model import GPU
 from tests.builders import gang as solver_gang
@@ -188,6 +199,26 @@ def test_estimate_modes_declare_the_true_a_noisy_or_no_runtime():
     assert min(ratios) < 1 / 3
     assert all(j.declared is None for j in absent)
     assert len({j.workload for j in exact}) > 5  # the history learns per job template
+
+
+def test_each_openb_trace_seed_is_its_own_workload_of_full_windows():
+    """Seeds 1 to TRACE_SEEDS lay different windows of the trace over each other, every window inside its
+    steady part (seed 5 once repeated seed 1's); the seed after them starts over."""
+
+    def workload(seed: int) -> list[tuple[float, float, int]]:
+        objs = TIMELINES["timeline/openb-trace"].build(seed)
+        _nodes, jobs, _queues = jobs_of(objs, "exact", seed=seed)
+        return sorted((j.arrival, j.duration, j.gpus) for j in jobs)
+
+    span = TRACE_DAYS * 86400
+    assert TRACE_START + (TRACE_SEEDS + TRACE_TENANTS) * span <= TRACE_END  # the last seed's windows end in time
+    seen = []
+    for seed in range(1, TRACE_SEEDS + 1):
+        jobs = workload(seed)
+        assert len(jobs) > 100 * TRACE_TENANTS  # about 200 whole-GPU pods a window where arrivals are steady
+        assert jobs not in seen, f"seed {seed} repeats an earlier seed's workload"
+        seen.append(jobs)
+    assert workload(TRACE_SEEDS + 1) == seen[0]
 
 
 def test_an_evicted_job_starves_from_its_pods_new_creation_not_from_its_arrival():
