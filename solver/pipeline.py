@@ -80,7 +80,13 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     # Forecasts read the clock only on the wall-clock budget: on a budget of steps they all run, as in the bench.
     seconds = FORECAST_SHARE * config.time_limit if config.steps is None else math.inf
     counts, plan = planning.plan(
-        problem, config.reservations, config.forecasts, seconds, config.plan_resolution, config.plan_starving_only
+        problem,
+        config.reservations,
+        config.forecasts,
+        seconds,
+        config.plan_resolution,
+        config.plan_starving_only,
+        config.plan_relaxation,
     )
     counts = shares.repair(problem, counts, queue_order(problem))
     took = time.perf_counter() - begun

@@ -134,17 +134,23 @@ class Timeline:
             out[t] = room.copy()
         return out
 
-    def earliest(self, g: int, runtime: float, starts: list[float]) -> tuple[float, GangCounts] | None:
-        """The first time gang g fits for `runtime` seconds, and where; `starts` are the times at which
-        reservations take capacity (the only times what is free can shrink)."""
+    def earliest(
+        self, g: int, runtime: float, starts: list[float], not_before: float = 0.0
+    ) -> tuple[float, GangCounts] | None:
+        """The first time gang g fits for `runtime` seconds (at `not_before` or later), and where; `starts` are
+        the times at which reservations take capacity (the only times what is free can shrink)."""
         problem = self.problem
         times, nodes, changes = self._arrays()
         at_start = self.at_many(starts)
         need = problem.floor[g] @ problem.gpus  # GPUs its minimum takes: a cheap first test of each time
         room = self.free.copy()
         i = 0
-        # Only a release can make the gang fit: the times something is freed are the candidates.
-        candidates = np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist()
+        # Only a release can make the gang fit: the times something is freed are the candidates (and the first
+        # time allowed, by what was freed until then).
+        after = max(self.now, self.cycle(not_before))
+        candidates = np.unique(times[(times > after) & (changes > 0).any(axis=1)]).tolist()
+        if after > self.now:
+            candidates.insert(0, after)
         if len(candidates) > MOST_CANDIDATE_TIMES:
             return self._bisect(g, runtime, candidates, at_start, need)
         for t in candidates:
@@ -251,7 +257,8 @@ class Planner(Limits):
     estimates and one priority, no gang therefore starts later than it was shown.
 
     `starving_only`: a gang that is not starving takes no reservation (it gets a forecast), so the depth goes to
-    the gangs past their starvation age."""
+    the gangs past their starvation age. `relaxation`: a reservation is held no sooner than (1 + it) times its
+    gang's earliest wait from now (`SolveConfig.plan_relaxation`)."""
 
     def __init__(
         self,
@@ -261,10 +268,12 @@ class Planner(Limits):
         promised: Sequence[Planned] = (),
         resolution: float = 0.0,
         starving_only: bool = False,
+        relaxation: float = 0.0,
     ) -> None:
         super().__init__(problem, Plan())
         self.most = most
         self.starving_only = starving_only
+        self.relaxation = relaxation
         self.timeline = Timeline(problem, free, resolution)
         self.past_depth: list[int] = []  # blocked gangs the walk found past `most`, in its order
         self.promised = {r.gang: r for r in promised}
@@ -300,6 +309,12 @@ class Planner(Limits):
         runtime = gang.runtime if gang.runtime is not None else FOREVER
         starts = [r.start for r in self.plan.reservations if r.start is not None]
         found = self.timeline.earliest(g, runtime, starts)
+        now = self.problem.cluster.now
+        if found is not None and self.relaxation and found[0] > now:
+            # Relaxed backfill: held no sooner than (1 + relaxation) times its wait from now, so gangs started
+            # now may run on until then; it still starts as soon as it fits (the walk starts it), and each
+            # cycle's shorter wait moves the hold sooner.
+            found = self.timeline.earliest(g, runtime, starts, now + (1 + self.relaxation) * (found[0] - now)) or found
         if (
             promise is not None
             and promise.start is not None
@@ -400,6 +415,7 @@ def plan(
     seconds: float = math.inf,
     resolution: float = 0.0,
     starving_only: bool = False,
+    relaxation: float = 0.0,
 ) -> tuple[Counts, Plan]:
     """The queue-order greedy pass with reservations: its placement (the baseline every other pass must
     match) and the plan, with `forecasts` gangs past its depth forecast (for at most `seconds`), its times on
@@ -407,7 +423,7 @@ def plan(
     The plan's checks are stated against the free capacity before this pass's own placements, as every other
     pass starts from there."""
     free = problem.free.copy()
-    planner = Planner(problem, most, free, promises(problem) if most else (), resolution, starving_only)
+    planner = Planner(problem, most, free, promises(problem) if most else (), resolution, starving_only, relaxation)
     counts = greedy(problem, limits=planner, free=free)
     result = planner.plan
     if result.checks:

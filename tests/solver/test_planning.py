@@ -94,6 +94,25 @@ def test_reservations_for_starving_gangs_only_leave_a_gang_not_yet_starving_a_fo
     assert kept.bindings == {"long-0": "n1"}
 
 
+def test_a_relaxed_reservation_is_held_later_so_a_gang_that_ends_before_then_starts_now():
+    # n0 frees 3 GPUs at 600 s: `big` fits there then. Held from 600 s, only one of the two 15-minute gangs starts
+    # now (on n1); relaxed (held from twice its wait, 1,200 s), the other runs on n0 until 900 s as well.
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    gangs = [starving(gang("big", 1, gpus=4)), timed(gang("mid1", 1, gpus=1), 900.0)]
+    gangs.append(timed(gang("mid2", 1, gpus=1), 900.0))
+    cluster = cluster_with(gangs, running)
+    held = solve(cluster, SolveConfig(time_limit=0.5))
+    assert [(r.nodes, r.start) for r in held.reservations if r.gang == "big"] == [(("n0",), 600.0)]
+    assert len(held.bindings) == 1
+    relaxed = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=1.0))
+    assert [(r.nodes, r.start) for r in relaxed.reservations if r.gang == "big"] == [(("n0",), 1200.0)]
+    assert sorted(relaxed.bindings.values()) == ["n0", "n1"]
+    assert validate(cluster, relaxed) == []
+    # A cycle later (at 300 s) its wait is shorter: the hold moves sooner (to twice the 300 s left), never later.
+    later = solve(replace(cluster, now=300.0, promised=relaxed.reservations), SolveConfig(plan_relaxation=1.0))
+    assert [r.start for r in later.reservations if r.gang == "big"] == [900.0]
+
+
 def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
     running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
     big = starving(gang("big", 1, gpus=4))

@@ -82,10 +82,12 @@ def run(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads(), st.booleans())
-def test_no_gang_starts_later_than_it_was_first_shown(workload, optimise):
+@given(workloads(), st.booleans(), st.sampled_from((0.0, 0.5, 1.0)))
+def test_no_gang_starts_later_than_it_was_first_shown(workload, optimise, relaxation):
+    """Relaxed or not: a relaxed reservation is shown later, and kept all the same."""
     nodes, jobs = workload
-    config = SolveConfig(time_limit=0.2, use_cpsat=optimise, steps=10 if optimise else None, reservations=100)
+    steps = 10 if optimise else None
+    config = SolveConfig(time_limit=0.2, use_cpsat=optimise, steps=steps, reservations=100, plan_relaxation=relaxation)
     shown, started = run(nodes, jobs, config)
     late = {g: (shown[g], t) for g, t in started.items() if t > shown[g]}
     assert late == {}
