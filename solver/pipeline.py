@@ -85,8 +85,8 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
         config.forecasts,
         seconds,
         config.plan_resolution,
-        config.plan_starving_only,
-        config.plan_relaxation,
+        starving_only=config.plan_starving_only,
+        relaxation=config.plan_relaxation,
     )
     counts = shares.repair(problem, counts, queue_order(problem))
     took = time.perf_counter() - begun

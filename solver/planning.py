@@ -267,6 +267,7 @@ class Planner(Limits):
         free: np.ndarray,
         promised: Sequence[Planned] = (),
         resolution: float = 0.0,
+        *,
         starving_only: bool = False,
         relaxation: float = 0.0,
     ) -> None:
@@ -414,6 +415,7 @@ def plan(
     forecasts: int = 0,
     seconds: float = math.inf,
     resolution: float = 0.0,
+    *,
     starving_only: bool = False,
     relaxation: float = 0.0,
 ) -> tuple[Counts, Plan]:
@@ -423,7 +425,8 @@ def plan(
     The plan's checks are stated against the free capacity before this pass's own placements, as every other
     pass starts from there."""
     free = problem.free.copy()
-    planner = Planner(problem, most, free, promises(problem) if most else (), resolution, starving_only, relaxation)
+    promised = promises(problem) if most else ()
+    planner = Planner(problem, most, free, promised, resolution, starving_only=starving_only, relaxation=relaxation)
     counts = greedy(problem, limits=planner, free=free)
     result = planner.plan
     if result.checks:
