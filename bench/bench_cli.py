@@ -296,7 +296,7 @@ def run_live_preemption(
     multiple=True,
     metavar="NAME=VALUE",
     help="Time-based mode: one of gangsolve's settings (repeatable), a SolveConfig field (reservations=32, "
-    "plan_starving_only=true) or how a gang starves (starvation_age=2700, starvation_by_width=false); shown in "
+    "plan_relaxation=0.25) or how a gang starves (starvation_age=2700, starvation_by_width=false); shown in "
     "the results.",
 )
 @click.option(
