@@ -291,6 +291,13 @@ def test_starvation_age_shrinks_with_the_nodes_a_gang_spans_down_to_the_floor():
     assert starvation_age(4, 0, 1200.0) == 1200.0  # no node has GPUs: nothing to scale by
 
 
+def test_an_age_below_the_floor_holds_for_wide_gangs_too():
+    # A wide gang starves no later than a narrow one: an age set below the floor (a compressed timeline's 30 s)
+    # is not raised to the floor for it.
+    assert starvation_age(1, 8, 30.0) == 30.0
+    assert starvation_age(64, 8, 30.0) == 30.0
+
+
 def test_bad_creation_timestamp_names_the_field():
     with pytest.raises(InputError, match=r"metadata\.creationTimestamp"):
         build_cluster(snapshot(k8s_pod("p", created="yesterday")))

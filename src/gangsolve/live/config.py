@@ -68,7 +68,7 @@ class Config:
         STARVATION_SECONDS,
         "seconds pending after which a gang outranks its priority peers and may hold a reservation "
         "(docs/planning.md); for a gang wider than the widest node, that node's share of it, at least "
-        f"{STARVATION_FLOOR:g}",
+        f"{STARVATION_FLOOR:g} (or the age, if shorter)",
     )
     reservations: int = setting(
         SolveConfig.reservations,
