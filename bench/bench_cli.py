@@ -307,10 +307,11 @@ def run_live_preemption(
 )
 @click.option(
     "--live-grid",
-    type=click.Choice(["small", "scale-1000", "scale-5000"]),
+    type=click.Choice(["small", "timeline", "scale-1000", "scale-5000"]),
     default="small",
     show_default=True,
-    help="Live scenarios --live runs: the small ones, or the scale ones at 1,000 or 5,000 nodes (see --list).",
+    help="Live scenarios --live runs: the small ones, the live timelines (jobs arriving and finishing, seeds 1-3), "
+    "or the scale ones at 1,000 or 5,000 nodes (see --list).",
 )
 @click.option(
     "--live-scheduler",

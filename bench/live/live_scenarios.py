@@ -1,15 +1,17 @@
-"""The live mode's scenarios: what each one creates on a fresh control plane, how its pods arrive (stream or
-burst) and what its users give each scheduler (bench/live/runs.py runs them)."""
+"""The live mode's scenarios: what each one creates on a fresh control plane, how its pods arrive (stream, burst,
+or a timeline of jobs arriving and finishing) and what its users give each scheduler (bench/live/runs.py runs
+them)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from gangsolve.bench import manifests, scenarios
-from gangsolve.bench.live import live_sharing, live_topology
+from gangsolve.bench.live import live_sharing, live_timeline, live_topology
+from gangsolve.edge.gangs import STARVATION_SECONDS
 from gangsolve.solver import SolveConfig
 
 # scheduler_perf's client (test/integration/scheduler_perf/util.go): QPS 5000, burst 5000. The scale scenarios
@@ -24,7 +26,7 @@ class LiveScenario:
     build: Callable[[], list[dict]]
     description: str
     time_limit: float = SolveConfig.time_limit  # gangsolve run's --time-limit (its default)
-    mode: str = "stream"  # stream | burst (module docstring)
+    mode: str = "stream"  # stream | burst | timeline (module docstring)
     rate: float | None = None  # stream: pods created a second; None: as fast as the API server takes them
     client_qps: float | None = None  # every scheduler's client-side QPS and burst; None: each one's default
     scale: bool = False  # a large cluster: no node Leases (ControlPlane(node_leases=False))
@@ -46,6 +48,8 @@ class LiveScenario:
     # The schedulers whose users can ask for what the scenario asks (None: every one), and why the others cannot.
     only: tuple[str, ...] | None = None
     only_why: str = ""
+    # gangsolve's settings beside the scenario's client limits (a timeline scales its starvation age with time).
+    gangsolve_settings: dict[str, Any] = field(default_factory=dict)
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -215,12 +219,27 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             client_qps=PERF_QPS,
             scale=True,
         ),
+        *(
+            LiveScenario(
+                f"live/timeline-synthetic-seed{seed}",
+                live_timeline.NODES,
+                partial(live_timeline.objects, seed),
+                f"timeline/synthetic-100nodes (seed {seed}, exact estimates) live, {live_timeline.SPEEDUP:g} times "
+                "faster: jobs arrive at 130% GPU load for 3 minutes and finish after their runtimes",
+                mode="timeline",
+                timeout=live_timeline.TIMEOUT,
+                # The default age, on the timeline's clock: the policy the time-based mode measures.
+                gangsolve_settings={"starvation-age": STARVATION_SECONDS / live_timeline.SPEEDUP},
+            )
+            for seed in live_timeline.SEEDS
+        ),
         *_scale_scenarios(1000),
         *_scale_scenarios(5000),
     )
 }
 LIVE_GRIDS = {
     "small": ["live/tfjob", "live/synthetic-100nodes"],
+    "timeline": [n for n in LIVE_SCENARIOS if n.startswith("live/timeline-")],
     "scale-1000": [n for n in LIVE_SCENARIOS if n.startswith("live/1000nodes-")],
     "scale-5000": [n for n in LIVE_SCENARIOS if n.startswith("live/5000nodes-")],
 }

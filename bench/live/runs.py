@@ -10,12 +10,14 @@ kube-scheduler placing; `kai`: NVIDIA's KAI scheduler and binder; bench/live/pee
 hack/build-peers.sh built them and the scenario's users can write what they read; their users give each gang a
 Volcano PodGroup, Kueue's pod-group labels, or a KAI PodGroup.
 
-Two modes, as scheduler_perf measures:
+Three modes (the first two as scheduler_perf measures):
 - **stream**: the scheduler runs, then the pending pods arrive at `rate` pods a second (or as fast as the API
   server takes them): per-gang latency (last member created -> the gang's minimum bound) and whether the
   scheduler keeps up;
 - **burst**: every pending pod is created while no scheduler runs, then the scheduler starts: pods bound per
-  second from its start to the last binding.
+  second from its start to the last binding;
+- **timeline** (bench/live/live_timeline.py): the scheduler runs while jobs arrive at their times, run once
+  whole and finish, faster than the timeline's clock: waits, completion times and GPU use over time.
 
 Each run gets a fresh ControlPlane (etcd, kube-apiserver, kube-controller-manager, kwok, kube-scheduler when it
 is the scheduler under test), so no run shares capacity, caches or leftovers with another. A run:
@@ -48,6 +50,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -60,7 +63,7 @@ import yaml
 from gangsolve.bench import manifests
 from gangsolve.bench.devcluster import ControlPlane
 from gangsolve.bench.devcluster.gangsolve_process import REPO, GangsolveProcess
-from gangsolve.bench.live import peers
+from gangsolve.bench.live import live_timeline, peers
 from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, REAL_PEERS, LiveScenario
 from gangsolve.bench.live.measurements import (
     AUDIT_POLICY,
@@ -180,6 +183,8 @@ def run_live(
     if native or any(o["apiVersion"] == NATIVE_GANG_API for o in objs):
         flags = workload_flags(scenario.native_gates, kube_scheduler)
     burst = scenario.mode == "burst"
+    timeline = scenario.mode == "timeline"
+    workload: live_timeline.Workload | None = None
     gs: GangsolveProcess | None = None
     peer: peers.PeerRun | None = None
     with ControlPlane(
@@ -200,9 +205,9 @@ def run_live(
                 definitions += [g for a in gangs for g in a.groups]
                 gangs = [replace(a, groups=[]) for a in own_by_tfjobs(cp, gangs)]
             if scheduler == "gangsolve":
-                settings: dict[str, Any] = {}
+                settings: dict[str, Any] = dict(scenario.gangsolve_settings)
                 if scenario.client_qps:
-                    settings = {"kube-api-qps": scenario.client_qps, "kube-api-burst": int(scenario.client_qps)}
+                    settings |= {"kube-api-qps": scenario.client_qps, "kube-api-burst": int(scenario.client_qps)}
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", settings)
             if scheduler in REAL_PEERS:
                 peer = peers.peer_run(cp, scheduler, scenario)
@@ -229,6 +234,14 @@ def run_live(
                 wall0 = datetime.now(UTC)
                 timing = Timing(time.monotonic(), created, cpu_start=peer.cpu_at_start() if peer else 0.0)
                 pid = start_scheduler()
+            elif timeline:
+                pid = start_scheduler()
+                log(f"{scheduler}: {len(gangs)} jobs arriving and finishing, {live_timeline.SPEEDUP:g} times faster")
+                wall0 = datetime.now(UTC)
+                timing = Timing(time.monotonic(), created, cpu_start=cpu_seconds(pid))
+                jobs = live_timeline.jobs_of(scenario_objs, gangs, {g.name: g.need for g in cluster.gangs})
+                workload = live_timeline.Workload(cp, jobs, watch, created)
+                workload.start()
             else:
                 pid = start_scheduler()
                 log(f"{scheduler}: creating {pending} pending pods at {scenario.rate or 'full'} pods/s")
@@ -246,6 +259,15 @@ def run_live(
                 if gs is not None:
                     gs.check_alive()
                 now = time.monotonic()
+                if workload is not None:
+                    # A timeline ends when every job has, or when nothing runs and nothing has changed for a while:
+                    # the jobs still waiting would wait for ever.
+                    with watch.lock:
+                        idle = now - max(watch.last_change, workload.last_change)
+                    stuck = workload.arrived and not workload.busy and idle >= live_timeline.STUCK
+                    if workload.done or stuck or workload.error or now - timing.t0 >= timeout:
+                        break
+                    continue
                 with watch.lock:
                     settled = len(watch.bound) == pending and len(watch.running) == pending
                     idle = now - watch.last_change
@@ -257,6 +279,9 @@ def run_live(
                 if settled or idle >= waited or now - timing.t0 >= timeout:
                     break
             watch.stop.set()
+            if workload is not None:
+                workload.stop.set()
+                workload.join(timeout=30)
             usage = {"cpu_seconds": cpu_seconds(pid) - timing.cpu_start, "peak_rss_mib": peak_rss_mib(pid)}
             final = {
                 f"{manifests.NAMESPACE}/{p['metadata']['name']}": p["spec"]["nodeName"]
@@ -267,6 +292,13 @@ def run_live(
             if scenario.api_check is not None:
                 for path in ("/api/v1/nodes", "/api/v1/pods", *(f"/apis/resource.k8s.io/v1/{r}" for r in DRA)):
                     api[path.rsplit("/", 1)[1]] = cp.request("GET", path)["items"]
+            figures = None
+            if workload is not None:
+                nodes = cp.request("GET", "/api/v1/nodes")["items"]
+                with watch.lock:
+                    figures = live_timeline.measure(workload, dict(watch.bound), nodes, now)
+                pods = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
+                figures["phases"] = dict(Counter(p.get("status", {}).get("phase", "?") for p in pods))
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
             peer_record = peer.record() if peer is not None else None
@@ -287,6 +319,7 @@ def run_live(
         gs_metrics,
         timed_out=now - timing.t0 >= timeout,
         time_limit=limit if scheduler == "gangsolve" else None,
+        timeline=figures,
     )
     result.update(usage)
     # Kueue admits and kube-scheduler places; KAI's scheduler decides and its binder binds: each pair together is

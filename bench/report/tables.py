@@ -428,6 +428,50 @@ def live_rows(live: list[dict], mode: str = "stream") -> list[tuple[str, ...]]:
     return [_live_row(sc, r, mode) for sc in live if sc.get("mode", "stream") == mode for r in sc["runs"]]
 
 
+LIVE_TIMELINE_COLUMNS = (
+    "scenario",
+    "scheduler",
+    "jobs started (done)",
+    "wait p50",
+    "wait p95",
+    "mean JCT",
+    "GPU useful",
+    "nodes overcommitted",
+    "CPU s",
+    "peak RSS MiB",
+)
+LIVE_TIMELINE_TITLE = (
+    "Live timeline: jobs arriving and finishing on the real control plane, faster than the timeline's clock "
+    "(figures in the timeline's seconds; over-time check from bind and end times)"
+)
+
+
+def live_timeline_rows(live: list[dict]) -> list[tuple[str, ...]]:
+    out = []
+    for sc in live:
+        if sc.get("mode") != "timeline":
+            continue
+        for r in sc["runs"]:
+            t = r.get("timeline")
+            if t is None:
+                reason = r.get("error", "no figures").splitlines()[0][:80]
+                out.append((sc["name"], r["scheduler"], "error: " + reason, *[""] * 7))
+                continue
+            out.append(
+                (
+                    sc["name"],
+                    r["scheduler"],
+                    f"{t['started']}/{t['jobs']} ({t['finished']})",
+                    *(num(t[key], "{:,.0f}s") for key in ("queue_delay_p50", "queue_delay_p95", "jct_mean")),
+                    pct(t["gpu_useful_mean"]),
+                    str(len(t["overcommitted"])),
+                    num(r.get("cpu_seconds")),
+                    num(r.get("peak_rss_mib"), "{:.0f}"),
+                )
+            )
+    return out
+
+
 LIVE_TOPOLOGY_COLUMNS = (
     "scenario",
     "scheduler",
@@ -515,6 +559,8 @@ def print_live(live: list[dict], console: Console) -> None:
         console.print(_by_scenario(title, LIVE_TOPOLOGY_COLUMNS, rows))
     if rows := live_sharing_rows(live):
         console.print(_by_scenario(LIVE_SHARING_TITLE, LIVE_SHARING_COLUMNS, rows))
+    if rows := live_timeline_rows(live):
+        console.print(_by_scenario(LIVE_TIMELINE_TITLE, LIVE_TIMELINE_COLUMNS, rows))
     for line in [*definition_waits(live), *peer_notes(live)]:
         console.print(line)
 
@@ -662,6 +708,8 @@ def markdown(results: dict) -> str:
         lines += ["", *md(LIVE_TOPOLOGY_COLUMNS, oracle_rows)]
     if sharing := live_sharing_rows(results.get("live") or []):
         lines += ["", *md(LIVE_SHARING_COLUMNS, sharing)]
+    if timelines := live_timeline_rows(results.get("live") or []):
+        lines += ["", *md(LIVE_TIMELINE_COLUMNS, timelines)]
     if notes := peer_notes(results.get("live") or []):
         lines += ["", *(f"- {note}" for note in notes)]
     for key in PREEMPTION_TITLES:

@@ -32,6 +32,21 @@ def live_targets(sc: dict, add: Callable[[str, str, str, bool], None]) -> None:
             f"partial gangs {gs['partial_gangs']} vs kube-scheduler's {ks['partial_gangs']}",
             sound,
         )
+    elif sc.get("mode") == "timeline":
+        others = [r for r in sc["runs"] if r["scheduler"] != "gangsolve" and r.get("timeline")]
+        mine = gs.get("timeline")
+        if mine is None or not others:
+            return
+        keys = ("queue_delay_p50", "queue_delay_p95", "jct_mean")
+        best = {k: min(r["timeline"][k] for r in others) for k in keys}
+        add(
+            "live timeline: wait p50, p95 and mean JCT each at most every peer's, no node overcommitted",
+            name,
+            " / ".join(f"{mine[k]:,.0f}" for k in keys)
+            + " vs best peer "
+            + " / ".join(f"{best[k]:,.0f}" for k in keys),
+            all(mine[k] <= best[k] for k in keys) and not mine["overcommitted"],
+        )
     elif sc.get("mode") == "burst" and ks is not None:
         add(
             "live burst: pods bound/s >= kube-scheduler's, 0 partial gangs",

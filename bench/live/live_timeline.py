@@ -1,0 +1,285 @@
+"""The live timeline: the time-based mode's jobs on the real control plane, arriving and finishing while the
+scheduler under test runs, SPEEDUP times faster than the timeline's own clock.
+
+The bench plays the jobs' side (`Workload`): each gang arrives at its time (its users' group objects, then its
+pods), and once the pods it needs are Running it runs for its duration and ends, every pod Succeeded, as a
+training job's workers wait for each other and exit together. A gang bound only in part runs nothing and holds
+what it was given, as a half-placed job does (kwok could end each pod after a delay of its own, but a pod of a
+half-placed job would then finish work it never did). Nothing evicts: the placement scenarios' PriorityClasses say
+`Never` (populate.body_of).
+
+Figures are in the timeline's seconds (live seconds x SPEEDUP), so they read beside the time-based mode's: each
+gang's wait (created -> the pods it needs Running), its completion time (created -> its end) and the GPUs held by
+running gangs over the steady window. A gang that never starts counts as starting when the run ended. The over-time
+check is independent of every scheduler: from the times each pod was bound and ended, no node ever holds more
+GPUs than it has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gangsolve.bench import manifests, placement_metrics
+from gangsolve.bench.devcluster import ControlPlane
+from gangsolve.bench.devcluster.controlplane import ApiError
+from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE
+from gangsolve.bench.live.populate import Arrival, body_of, collection
+from gangsolve.bench.timeline import simulation
+from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
+
+if TYPE_CHECKING:  # measurements imports the scenarios, which import this module
+    from gangsolve.bench.live.measurements import BindWatch
+
+SPEEDUP = 60.0  # timeline seconds per live second: the time-based mode's one-minute cycle is a live second
+NODES = 100  # the time-based mode's timeline/synthetic-100nodes
+SEEDS = (1, 2, 3)
+MERGE_PATCH = "application/merge-patch+json"
+TICK = 0.05  # live seconds between the workload's looks at the clock
+# Live seconds a run may take: 3 minutes of arrivals and the time-based mode's 5 hours of draining, and a margin.
+TIMEOUT = 1.2 * simulation.MAX_CYCLES * simulation.PERIOD / SPEEDUP
+# Live seconds with nothing running and nothing changing after which the gangs still waiting never start.
+STUCK = 30.0
+
+
+def objects(seed: int, n_nodes: int = NODES, speedup: float = SPEEDUP) -> list[dict]:
+    """timeline/synthetic-100nodes' jobs (seed `seed`) on its idle cluster, each PodGroup declaring its runtime
+    (exact estimates) in live seconds; its arrival and duration annotations stay in the timeline's."""
+    objs = simulation.synthetic_timeline(seed, n_nodes)
+    for obj in objs:
+        if obj["kind"] == "PodGroup":
+            notes = obj["metadata"]["annotations"]
+            live = max(1.0, float(notes[manifests.DURATION_ANNOTATION]) / speedup)
+            notes[EXPECTED_RUNTIME_ANNOTATION] = f"{live:g}s"
+    return objs
+
+
+@dataclass
+class Job:
+    """One gang as the workload runs it; times are time.monotonic() but `ends`."""
+
+    arrival: Arrival
+    at: float  # live seconds after t0 at which it arrives
+    duration: float  # live seconds it runs once started
+    need: int
+    created: float | None = None
+    start: float | None = None
+    end: float | None = None
+    gpus: int = 0  # held while it ran: its pods Running at its start
+    ends: dict[str, float] = field(default_factory=dict)  # running pod -> when it ends (time.time())
+
+
+def jobs_of(objs: list[dict], gangs: list[Arrival], need: dict[str, int], speedup: float = SPEEDUP) -> list[Job]:
+    """The gangs in arrival order, each with its arrival and duration in live seconds (from its scenario
+    PodGroup's annotations)."""
+    notes = {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["metadata"]["annotations"]
+        for o in objs
+        if o["kind"] == "PodGroup"
+    }
+    out = [
+        Job(
+            a,
+            float(notes[a.gang][manifests.ARRIVAL_ANNOTATION]) / speedup,
+            float(notes[a.gang][manifests.DURATION_ANNOTATION]) / speedup,
+            max(need[a.gang], 1),
+        )
+        for a in gangs
+    ]
+    return sorted(out, key=lambda j: j.at)
+
+
+def _succeeded(pod: dict) -> dict:
+    """The status a finished pod's kubelet writes: phase Succeeded, its containers terminated with exit code 0."""
+    return {
+        "status": {
+            "phase": "Succeeded",
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "PodCompleted"},
+                {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"},
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                }
+                for c in pod["spec"]["containers"]
+            ],
+        }
+    }
+
+
+class Workload(threading.Thread):
+    """The jobs' side of a live timeline (module docstring), from what `watch` sees of the pods. Each pod of a
+    started job ends its duration after the start time the API shows for it (status.startTime, to the second),
+    so a scheduler's exact estimate ends it exactly when the pod ends. `created` gets each pod's create time,
+    as the other live modes record it."""
+
+    def __init__(self, cp: ControlPlane, jobs: list[Job], watch: BindWatch, created: dict[str, float]) -> None:
+        super().__init__(daemon=True, name="workload")
+        self.cp = cp
+        self.jobs = jobs
+        self.watch = watch
+        self.created = created
+        self.stop = threading.Event()
+        self.t0 = 0.0
+        self.ended: dict[str, float] = {}  # pod -> when the workload ended it (time.monotonic())
+        self.error: str | None = None
+        self.last_change = time.monotonic()  # an arrival, a start or an end
+
+    @property
+    def arrived(self) -> bool:
+        return all(j.created is not None for j in self.jobs)
+
+    @property
+    def busy(self) -> bool:
+        """Some gang is running (started, not ended)."""
+        return any(j.start is not None and j.end is None for j in self.jobs)
+
+    @property
+    def done(self) -> bool:
+        return all(j.end is not None for j in self.jobs)
+
+    def run(self) -> None:
+        self.t0 = time.monotonic()
+        try:
+            while not self.stop.is_set() and not self.done:
+                self._step(time.monotonic())
+                time.sleep(TICK)
+        except Exception as exc:  # reported with the run, which then ends
+            self.error = f"{type(exc).__name__}: {exc}"[:2000]
+
+    def _step(self, now: float) -> None:
+        for job in self.jobs:
+            if job.created is None and now - self.t0 >= job.at:
+                self._create(job)
+            elif job.created is not None and job.start is None:
+                with self.watch.lock:
+                    started = {
+                        p["metadata"]["name"]: self.watch.started[p["metadata"]["name"]]
+                        for p in job.arrival.pods
+                        if p["metadata"]["name"] in self.watch.started
+                    }
+                if len(started) >= job.need:
+                    job.start, self.last_change = now, now
+                    job.ends = {pod: at + job.duration for pod, at in started.items()}
+                    job.gpus = sum(_gpus(p) for p in job.arrival.pods if p["metadata"]["name"] in started)
+            elif job.start is not None and job.end is None:
+                self._finish(job, time.time())
+
+    def _create(self, job: Job) -> None:
+        for obj in (*job.arrival.groups, *job.arrival.pods):
+            _retry(partial(self.cp.request, "POST", collection(obj), body_of(obj)))
+            if obj["kind"] == "Pod":
+                self.created[obj["metadata"]["name"]] = time.monotonic()
+        job.created = self.last_change = time.monotonic()
+
+    def _finish(self, job: Job, wall: float) -> None:
+        """The job's pods whose time has come end Succeeded; once all have, one never bound is deleted (the job is
+        done without it) and the job has ended."""
+        for name, end in job.ends.items():
+            if name not in self.ended and end <= wall:
+                self.ended[name] = time.monotonic()  # before the request: nothing can take its place sooner
+                path = f"/api/v1/namespaces/{manifests.NAMESPACE}/pods/{name}/status"
+                pod = next(p for p in job.arrival.pods if p["metadata"]["name"] == name)
+                _retry(partial(self.cp.request, "PATCH", path, _succeeded(pod), MERGE_PATCH))
+        if any(name not in self.ended for name in job.ends):
+            return
+        for pod in job.arrival.pods:
+            name = pod["metadata"]["name"]
+            if name not in job.ends:
+                self.ended[name] = time.monotonic()
+                with contextlib.suppress(ApiError):  # already gone
+                    self.cp.request("DELETE", f"/api/v1/namespaces/{manifests.NAMESPACE}/pods/{name}")
+        job.end = self.last_change = time.monotonic()
+
+
+def _retry(call: Callable[[], object], attempts: int = 20) -> None:
+    """One request, retried while the API server is busy (429, 5xx); a 409 means an earlier try got through."""
+    for attempt in range(attempts):
+        try:
+            call()
+            return
+        except ApiError as e:
+            if e.status == 409:  # an earlier attempt got through, its answer did not
+                return
+            if e.status not in (429, 500, 503, 504) or attempt == attempts - 1:
+                raise
+        time.sleep(0.25)
+
+
+def _gpus(pod: dict) -> int:
+    return sum(
+        int((c.get("resources") or {}).get("requests", {}).get(GPU_RESOURCE, 0)) for c in pod["spec"]["containers"]
+    )
+
+
+def measure(workload: Workload, bound: dict[str, tuple[float, str]], nodes: Sequence[dict], end: float) -> dict:
+    """The run's figures in timeline seconds (module docstring); `bound`: the BindWatch's pod -> (when, node);
+    `end`: when the run ended. A job that has not started counts as starting at `end`, one that has not ended
+    as ending its duration after its start."""
+    per_job: dict[str, dict[str, float]] = {}
+    for j in workload.jobs:
+        if j.created is None:
+            continue
+        start = j.start if j.start is not None else end
+        finish = j.end if j.end is not None else start + j.duration
+        per_job[j.arrival.gang] = {"wait": SPEEDUP * (start - j.created), "jct": SPEEDUP * (finish - j.created)}
+    waits = [f["wait"] for f in per_job.values()]
+    jct = [f["jct"] for f in per_job.values()]
+    t0 = workload.t0
+    lo, hi = (t0 + w / SPEEDUP for w in (simulation.WARM_UP * simulation.PERIOD, simulation.WINDOW * simulation.PERIOD))
+    capacity = sum(int(n["status"]["allocatable"].get(GPU_RESOURCE, 0)) for n in nodes)
+    useful = sum(
+        j.gpus * max(0.0, min(j.end if j.end is not None else end, hi) - max(j.start, lo))
+        for j in workload.jobs
+        if j.start is not None
+    )
+    return {
+        "jobs": len(workload.jobs),
+        "arrived": len(per_job),
+        "started": sum(1 for j in workload.jobs if j.start is not None),
+        "finished": sum(1 for j in workload.jobs if j.end is not None),
+        "speedup": SPEEDUP,
+        "queue_delay_p50": placement_metrics.percentile(waits, 50),
+        "queue_delay_p95": placement_metrics.percentile(waits, 95),
+        "queue_delay_mean": float(np.mean(waits)) if waits else None,
+        "jct_mean": float(np.mean(jct)) if jct else None,
+        "gpu_useful_mean": useful / ((hi - lo) * capacity) if capacity else None,
+        "overcommitted": overcommitted(workload, bound, nodes, end),
+        "per_job": per_job,
+        "workload_error": workload.error,
+    }
+
+
+def overcommitted(
+    workload: Workload, bound: dict[str, tuple[float, str]], nodes: Sequence[dict], end: float
+) -> list[str]:
+    """Nodes that at some instant held more GPUs than they have, from each pod's bind and end times alone (a pod
+    holds its node from its binding until it ended; one still running at the run's end, until then)."""
+    gpus = {p["metadata"]["name"]: _gpus(p) for j in workload.jobs for p in j.arrival.pods}
+    has = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(GPU_RESOURCE, 0)) for n in nodes}
+    changes: dict[str, list[tuple[float, int]]] = {}
+    for pod, (when, node) in bound.items():
+        if gpus.get(pod):
+            changes.setdefault(node, []).append((when, gpus[pod]))
+            changes[node].append((workload.ended.get(pod, end), -gpus[pod]))
+    out = []
+    for node, events in changes.items():
+        held = 0
+        for _when, change in sorted(events):  # at one instant an end (negative) comes before a start
+            held += change
+            if held > has.get(node, 0):
+                out.append(node)
+                break
+    return sorted(out)

@@ -1,0 +1,118 @@
+"""The live timeline's parts that need no control plane: its objects, the figures it computes from a run's
+times, and its over-time check (written from the rule: a node never holds more GPUs than it has)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from gangsolve.bench import manifests
+from gangsolve.bench.live import live_timeline
+from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
+from gangsolve.bench.live.populate import Arrival
+from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
+from gangsolve.edge.quantity import parse_duration
+
+
+def _node(name: str, gpus: int) -> dict:
+    return {"metadata": {"name": name}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def _job(
+    name: str, gpus: list[int], created: float | None, start: float | None, end: float | None
+) -> live_timeline.Job:
+    pods = [manifests.pod(f"{name}-{i}", 1000, 1024, g) for i, g in enumerate(gpus)]
+    job = live_timeline.Job(Arrival(f"bench/{name}", [], pods), at=0.0, duration=10.0, need=len(pods))
+    job.created, job.start, job.end = created, start, end
+    job.gpus = sum(gpus) if start is not None else 0
+    return job
+
+
+def _workload(jobs: list[live_timeline.Job], ended: dict[str, float]) -> live_timeline.Workload:
+    workload = live_timeline.Workload(None, jobs, None, {})  # type: ignore[arg-type]  # never started
+
+    workload.ended = ended
+    return workload
+
+
+def test_every_podgroup_declares_its_runtime_on_the_live_clock():
+    objs = live_timeline.objects(1)
+    groups = [o for o in objs if o["kind"] == "PodGroup"]
+    assert len(groups) > 100
+    for group in groups:
+        notes = group["metadata"]["annotations"]
+        declared = parse_duration(notes[EXPECTED_RUNTIME_ANNOTATION])
+        duration = float(notes[manifests.DURATION_ANNOTATION])  # the timeline's seconds, as the time-based mode's
+        assert declared == pytest.approx(max(1.0, duration / live_timeline.SPEEDUP), abs=0.01)
+
+
+def test_the_over_time_check_finds_a_node_held_past_its_gpus_and_only_then():
+    nodes = [_node("n1", 4), _node("n2", 4)]
+    a = _job("a", [4], 0.0, 0.0, 10.0)
+    b = _job("b", [4], 0.0, 10.0, 20.0)
+    c = _job("c", [2, 2], 0.0, 5.0, 8.0)
+    ended = {"a-0": 10.0, "b-0": 20.0, "c-0": 8.0, "c-1": 8.0}
+    # b takes n1 the instant a leaves it; c's pods are on n2, one of them with a's pod still there: no.
+    fine = {"a-0": (0.0, "n1"), "b-0": (10.0, "n1"), "c-0": (5.0, "n2"), "c-1": (5.0, "n2")}
+    assert live_timeline.overcommitted(_workload([a, b, c], ended), fine, nodes, end=30.0) == []
+    crowded = {**fine, "c-1": (5.0, "n1")}  # 4 + 2 GPUs on n1 from 5 s to 8 s
+    assert live_timeline.overcommitted(_workload([a, b, c], ended), crowded, nodes, end=30.0) == ["n1"]
+    # A pod with no end holds its node until the run's end: a's, when b comes.
+    unended = {k: v for k, v in ended.items() if k != "a-0"}
+    assert live_timeline.overcommitted(_workload([a, b, c], unended), fine, nodes, end=30.0) == ["n1"]
+
+
+def test_figures_are_in_the_timelines_seconds_and_a_job_never_started_counts_from_the_end():
+    speedup = live_timeline.SPEEDUP
+    done = _job("done", [2], created=1.0, start=3.0, end=13.0)
+    running = _job("running", [2], created=2.0, start=4.0, end=None)
+    never = _job("never", [8], created=5.0, start=None, end=None)
+    figures = live_timeline.measure(_workload([done, running, never], {}), {}, [_node("n1", 8)], end=20.0)
+    per_job = figures["per_job"]
+    assert per_job["bench/done"] == {"wait": 2.0 * speedup, "jct": 12.0 * speedup}
+    assert per_job["bench/running"] == {"wait": 2.0 * speedup, "jct": 12.0 * speedup}  # ends its duration on
+    assert per_job["bench/never"] == {"wait": 15.0 * speedup, "jct": 25.0 * speedup}
+    assert (figures["started"], figures["finished"], figures["jobs"]) == (2, 1, 3)
+    assert figures["queue_delay_mean"] == pytest.approx((2 + 2 + 15) / 3 * speedup)
+
+
+def test_a_live_timeline_runs_the_time_based_modes_workload_with_gangsolves_age_on_its_clock():
+    scenario = LIVE_SCENARIOS["live/timeline-synthetic-seed1"]
+    assert scenario.mode == "timeline"
+    assert scenario.gangsolve_settings["starvation-age"] == 1800 / live_timeline.SPEEDUP
+    kinds = [o["kind"] for o in scenario.build()]
+    assert kinds.count("Node") == live_timeline.NODES
+    assert not any(o["kind"] == "Pod" and o["spec"].get("nodeName") for o in scenario.build())  # idle at start
+    assert LIVE_GRIDS["timeline"] == [f"live/timeline-synthetic-seed{s}" for s in live_timeline.SEEDS]
+
+
+class _Api:
+    """The control plane's request method, recorded: the HTTP seam the workload writes through."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, body: object = None, content_type: str = "") -> dict:
+        self.calls.append((method, path.rsplit("/pods/", 1)[-1]))
+        return {}
+
+
+def test_each_pod_ends_its_runtime_after_the_start_the_api_shows_and_an_unbound_one_goes_with_the_job():
+    api = _Api()
+    job = _job("elastic", [1, 1, 1], created=0.0, start=None, end=None)
+    job.need, job.duration = 2, 10.0
+    watch = SimpleNamespace(lock=threading.Lock(), started={"elastic-0": 100.0, "elastic-1": 101.0})
+    workload = live_timeline.Workload(api, [job], watch, {})  # type: ignore[arg-type]
+    workload._step(now=5.0)
+    assert job.start == 5.0
+    assert job.ends == {"elastic-0": 110.0, "elastic-1": 111.0}
+    assert job.gpus == 2  # the third pod never ran
+    workload._finish(job, wall=110.5)
+    assert api.calls == [("PATCH", "elastic-0/status")]
+    assert job.end is None
+    workload._finish(job, wall=111.0)
+    assert api.calls[1:] == [("PATCH", "elastic-1/status"), ("DELETE", "elastic-2")]
+    assert job.end is not None
+    assert set(workload.ended) == {"elastic-0", "elastic-1", "elastic-2"}
