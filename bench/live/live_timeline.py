@@ -20,20 +20,20 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import numpy as np
 
 from gangsolve.bench import manifests, placement_metrics
-from gangsolve.bench.devcluster import ControlPlane
-from gangsolve.bench.devcluster.controlplane import ApiError
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE
-from gangsolve.bench.live.populate import Arrival, body_of, collection
+from gangsolve.bench.live.populate import Arrival, create, run_async
 from gangsolve.bench.timeline import simulation
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
+from gangsolve.live.kube import ApiError, Kube
 
 if TYPE_CHECKING:  # measurements imports the scenarios, which import this module
     from gangsolve.bench.live.measurements import BindWatch
@@ -41,22 +41,22 @@ if TYPE_CHECKING:  # measurements imports the scenarios, which import this modul
 SPEEDUP = 60.0  # timeline seconds per live second: the time-based mode's one-minute cycle is a live second
 NODES = 100  # the time-based mode's timeline/synthetic-100nodes
 SEEDS = (1, 2, 3)
-MERGE_PATCH = "application/merge-patch+json"
+_PODS = f"/api/v1/namespaces/{manifests.NAMESPACE}/pods"
 TICK = 0.05  # live seconds between the workload's looks at the clock
-# Live seconds a run may take: 3 minutes of arrivals and the time-based mode's 5 hours of draining, and a margin.
+# Live seconds a run may take: the time-based mode's 8 hours (3 of arrivals, 5 of draining), and a margin.
 TIMEOUT = 1.2 * simulation.MAX_CYCLES * simulation.PERIOD / SPEEDUP
 # Live seconds with nothing running and nothing changing after which the gangs still waiting never start.
 STUCK = 30.0
 
 
-def objects(seed: int, n_nodes: int = NODES, speedup: float = SPEEDUP) -> list[dict]:
+def objects(seed: int, n_nodes: int = NODES) -> list[dict]:
     """timeline/synthetic-100nodes' jobs (seed `seed`) on its idle cluster, each PodGroup declaring its runtime
     (exact estimates) in live seconds; its arrival and duration annotations stay in the timeline's."""
     objs = simulation.synthetic_timeline(seed, n_nodes)
     for obj in objs:
         if obj["kind"] == "PodGroup":
             notes = obj["metadata"]["annotations"]
-            live = max(1.0, float(notes[manifests.DURATION_ANNOTATION]) / speedup)
+            live = max(1.0, float(notes[manifests.DURATION_ANNOTATION]) / SPEEDUP)
             notes[EXPECTED_RUNTIME_ANNOTATION] = f"{live:g}s"
     return objs
 
@@ -76,7 +76,7 @@ class Job:
     ends: dict[str, float] = field(default_factory=dict)  # running pod -> when it ends (time.time())
 
 
-def jobs_of(objs: list[dict], gangs: list[Arrival], need: dict[str, int], speedup: float = SPEEDUP) -> list[Job]:
+def jobs_of(objs: list[dict], gangs: list[Arrival], need: dict[str, int]) -> list[Job]:
     """The gangs in arrival order, each with its arrival and duration in live seconds (from its scenario
     PodGroup's annotations)."""
     notes = {
@@ -87,8 +87,8 @@ def jobs_of(objs: list[dict], gangs: list[Arrival], need: dict[str, int], speedu
     out = [
         Job(
             a,
-            float(notes[a.gang][manifests.ARRIVAL_ANNOTATION]) / speedup,
-            float(notes[a.gang][manifests.DURATION_ANNOTATION]) / speedup,
+            float(notes[a.gang][manifests.ARRIVAL_ANNOTATION]) / SPEEDUP,
+            float(notes[a.gang][manifests.DURATION_ANNOTATION]) / SPEEDUP,
             max(need[a.gang], 1),
         )
         for a in gangs
@@ -120,14 +120,14 @@ def _succeeded(pod: dict) -> dict:
 
 
 class Workload(threading.Thread):
-    """The jobs' side of a live timeline (module docstring), from what `watch` sees of the pods. Each pod of a
-    started job ends its duration after the start time the API shows for it (status.startTime, to the second),
-    so a scheduler's exact estimate ends it exactly when the pod ends. `created` gets each pod's create time,
-    as the other live modes record it."""
+    """The jobs' side of a live timeline (module docstring), from what `watch` sees of the pods, writing through
+    its own API client. Each pod of a started job ends its duration after the start time the API shows for it
+    (status.startTime, to the second), so a scheduler's exact estimate ends it exactly when the pod ends.
+    `created` gets each pod's create time, as the other live modes record it."""
 
-    def __init__(self, cp: ControlPlane, jobs: list[Job], watch: BindWatch, created: dict[str, float]) -> None:
+    def __init__(self, kubeconfig: Path, jobs: list[Job], watch: BindWatch, created: dict[str, float]) -> None:
         super().__init__(daemon=True, name="workload")
-        self.cp = cp
+        self.kubeconfig = kubeconfig
         self.jobs = jobs
         self.watch = watch
         self.created = created
@@ -153,16 +153,24 @@ class Workload(threading.Thread):
     def run(self) -> None:
         self.t0 = time.monotonic()
         try:
-            while not self.stop.is_set() and not self.done:
-                self._step(time.monotonic())
-                time.sleep(TICK)
+            run_async(self.kubeconfig, self._run)
         except Exception as exc:  # reported with the run, which then ends
             self.error = f"{type(exc).__name__}: {exc}"[:2000]
 
-    def _step(self, now: float) -> None:
+    async def _run(self, kube: Kube) -> None:
+        while not self.stop.is_set() and not self.done:
+            await self.step(kube, time.monotonic())
+            await anyio.sleep(TICK)
+
+    async def step(self, kube: Kube, now: float) -> None:
+        """Every job whose time has come arrives, starts (its pods running) or ends."""
         for job in self.jobs:
             if job.created is None and now - self.t0 >= job.at:
-                self._create(job)
+                for obj in (*job.arrival.groups, *job.arrival.pods):
+                    await create(kube, obj)
+                    if obj["kind"] == "Pod":
+                        self.created[obj["metadata"]["name"]] = time.monotonic()
+                job.created = self.last_change = time.monotonic()
             elif job.created is not None and job.start is None:
                 with self.watch.lock:
                     started = {
@@ -175,24 +183,16 @@ class Workload(threading.Thread):
                     job.ends = {pod: at + job.duration for pod, at in started.items()}
                     job.gpus = sum(_gpus(p) for p in job.arrival.pods if p["metadata"]["name"] in started)
             elif job.start is not None and job.end is None:
-                self._finish(job, time.time())
+                await self.finish(kube, job, time.time())
 
-    def _create(self, job: Job) -> None:
-        for obj in (*job.arrival.groups, *job.arrival.pods):
-            _retry(partial(self.cp.request, "POST", collection(obj), body_of(obj)))
-            if obj["kind"] == "Pod":
-                self.created[obj["metadata"]["name"]] = time.monotonic()
-        job.created = self.last_change = time.monotonic()
-
-    def _finish(self, job: Job, wall: float) -> None:
-        """The job's pods whose time has come end Succeeded; once all have, one never bound is deleted (the job is
-        done without it) and the job has ended."""
-        for name, end in job.ends.items():
-            if name not in self.ended and end <= wall:
+    async def finish(self, kube: Kube, job: Job, wall: float) -> None:
+        """The job's pods whose time (`wall`, time.time()) has come end Succeeded; once all have, one never bound
+        is deleted (the job is done without it) and the job has ended."""
+        for pod in job.arrival.pods:
+            name = pod["metadata"]["name"]
+            if name in job.ends and name not in self.ended and job.ends[name] <= wall:
                 self.ended[name] = time.monotonic()  # before the request: nothing can take its place sooner
-                path = f"/api/v1/namespaces/{manifests.NAMESPACE}/pods/{name}/status"
-                pod = next(p for p in job.arrival.pods if p["metadata"]["name"] == name)
-                _retry(partial(self.cp.request, "PATCH", path, _succeeded(pod), MERGE_PATCH))
+                await kube.patch(f"{_PODS}/{name}/status", _succeeded(pod))
         if any(name not in self.ended for name in job.ends):
             return
         for pod in job.arrival.pods:
@@ -200,22 +200,8 @@ class Workload(threading.Thread):
             if name not in job.ends:
                 self.ended[name] = time.monotonic()
                 with contextlib.suppress(ApiError):  # already gone
-                    self.cp.request("DELETE", f"/api/v1/namespaces/{manifests.NAMESPACE}/pods/{name}")
+                    await kube.delete(f"{_PODS}/{name}")
         job.end = self.last_change = time.monotonic()
-
-
-def _retry(call: Callable[[], object], attempts: int = 20) -> None:
-    """One request, retried while the API server is busy (429, 5xx); a 409 means an earlier try got through."""
-    for attempt in range(attempts):
-        try:
-            call()
-            return
-        except ApiError as e:
-            if e.status == 409:  # an earlier attempt got through, its answer did not
-                return
-            if e.status not in (429, 500, 503, 504) or attempt == attempts - 1:
-                raise
-        time.sleep(0.25)
 
 
 def _gpus(pod: dict) -> int:

@@ -240,7 +240,7 @@ def run_live(
                 wall0 = datetime.now(UTC)
                 timing = Timing(time.monotonic(), created, cpu_start=cpu_seconds(pid))
                 jobs = live_timeline.jobs_of(scenario_objs, gangs, {g.name: g.need for g in cluster.gangs})
-                workload = live_timeline.Workload(cp, jobs, watch, created)
+                workload = live_timeline.Workload(cp.kubeconfig, jobs, watch, created)
                 workload.start()
             else:
                 pid = start_scheduler()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
+import anyio
 import pytest
 
 from gangsolve.bench import manifests
@@ -88,31 +89,40 @@ def test_a_live_timeline_runs_the_time_based_modes_workload_with_gangsolves_age_
     assert LIVE_GRIDS["timeline"] == [f"live/timeline-synthetic-seed{s}" for s in live_timeline.SEEDS]
 
 
-class _Api:
-    """The control plane's request method, recorded: the HTTP seam the workload writes through."""
+class _Kube:
+    """The API client's writes, recorded: the HTTP seam the workload writes through."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def request(self, method: str, path: str, body: object = None, content_type: str = "") -> dict:
-        self.calls.append((method, path.rsplit("/pods/", 1)[-1]))
+    async def patch(self, path: str, body: dict) -> dict:
+        assert body["status"]["phase"] == "Succeeded"
+        self.calls.append(("PATCH", path.rsplit("/pods/", 1)[1]))
+        return {}
+
+    async def delete(self, path: str) -> dict:
+        self.calls.append(("DELETE", path.rsplit("/pods/", 1)[1]))
         return {}
 
 
 def test_each_pod_ends_its_runtime_after_the_start_the_api_shows_and_an_unbound_one_goes_with_the_job():
-    api = _Api()
+    kube = _Kube()
     job = _job("elastic", [1, 1, 1], created=0.0, start=None, end=None)
     job.need, job.duration = 2, 10.0
     watch = SimpleNamespace(lock=threading.Lock(), started={"elastic-0": 100.0, "elastic-1": 101.0})
-    workload = live_timeline.Workload(api, [job], watch, {})  # type: ignore[arg-type]
-    workload._step(now=5.0)
-    assert job.start == 5.0
-    assert job.ends == {"elastic-0": 110.0, "elastic-1": 111.0}
-    assert job.gpus == 2  # the third pod never ran
-    workload._finish(job, wall=110.5)
-    assert api.calls == [("PATCH", "elastic-0/status")]
-    assert job.end is None
-    workload._finish(job, wall=111.0)
-    assert api.calls[1:] == [("PATCH", "elastic-1/status"), ("DELETE", "elastic-2")]
+    workload = live_timeline.Workload(None, [job], watch, {})  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await workload.step(kube, now=5.0)  # type: ignore[arg-type]
+        assert job.start == 5.0
+        assert job.ends == {"elastic-0": 110.0, "elastic-1": 111.0}
+        assert job.gpus == 2  # the third pod never ran
+        await workload.finish(kube, job, wall=110.5)  # type: ignore[arg-type]
+        assert kube.calls == [("PATCH", "elastic-0/status")]
+        assert job.end is None
+        await workload.finish(kube, job, wall=111.0)  # type: ignore[arg-type]
+
+    anyio.run(scenario)
+    assert kube.calls[1:] == [("PATCH", "elastic-1/status"), ("DELETE", "elastic-2")]
     assert job.end is not None
     assert set(workload.ended) == {"elastic-0", "elastic-1", "elastic-2"}
