@@ -10,9 +10,9 @@ half-placed job would then finish work it never did). Nothing evicts: the placem
 
 Figures are in the timeline's seconds (live seconds x SPEEDUP), so they read beside the time-based mode's: each
 gang's wait (created -> the pods it needs Running), its completion time (created -> its end) and the GPUs held by
-running gangs over the steady window. A gang that never starts counts as starting when the run ended. The over-time
-check is independent of every scheduler: from the times each pod was bound and ended, no node ever holds more
-GPUs than it has.
+running gangs over the steady window. A gang that never starts counts as starting when the run ended; one that
+fits nowhere even on the idle cluster counts for no scheduler. The over-time check is independent of every
+scheduler: from the times each pod was bound and ended, no node ever holds more GPUs than it has.
 """
 
 from __future__ import annotations
@@ -210,13 +210,16 @@ def _gpus(pod: dict) -> int:
     )
 
 
-def measure(workload: Workload, bound: dict[str, tuple[float, str]], nodes: Sequence[dict], end: float) -> dict:
+def measure(
+    workload: Workload, bound: dict[str, tuple[float, str]], nodes: Sequence[dict], end: float, runnable: set[str]
+) -> dict:
     """The run's figures in timeline seconds (module docstring); `bound`: the BindWatch's pod -> (when, node);
-    `end`: when the run ended. A job that has not started counts as starting at `end`, one that has not ended
-    as ending its duration after its start."""
+    `end`: when the run ended; `runnable`: the gangs that fit the idle cluster, the only ones counted (as in the
+    time-based mode). A job that has not started counts as starting at `end`, one that has not ended as ending
+    its duration after its start."""
     per_job: dict[str, dict[str, float]] = {}
     for j in workload.jobs:
-        if j.created is None:
+        if j.created is None or j.arrival.gang not in runnable:
             continue
         start = j.start if j.start is not None else end
         finish = j.end if j.end is not None else start + j.duration
@@ -232,10 +235,11 @@ def measure(workload: Workload, bound: dict[str, tuple[float, str]], nodes: Sequ
         if j.start is not None
     )
     return {
-        "jobs": len(workload.jobs),
+        "jobs": sum(1 for j in workload.jobs if j.arrival.gang in runnable),
+        "never_runnable": sum(1 for j in workload.jobs if j.arrival.gang not in runnable),
         "arrived": len(per_job),
-        "started": sum(1 for j in workload.jobs if j.start is not None),
-        "finished": sum(1 for j in workload.jobs if j.end is not None),
+        "started": sum(1 for j in workload.jobs if j.start is not None and j.arrival.gang in runnable),
+        "finished": sum(1 for j in workload.jobs if j.end is not None and j.arrival.gang in runnable),
         "speedup": SPEEDUP,
         "queue_delay_p50": placement_metrics.percentile(waits, 50),
         "queue_delay_p95": placement_metrics.percentile(waits, 95),

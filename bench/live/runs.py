@@ -90,6 +90,7 @@ from gangsolve.bench.live.populate import (
     run_async,
     workload_flags,
 )
+from gangsolve.bench.timeline import simulation
 
 FIRST_BIND_WAIT = 60.0  # seconds a run waits for its first binding, however short its quiet time
 DRA = ("resourceclaims", "resourceslices")  # what a scenario's own check may read besides nodes and pods
@@ -295,8 +296,9 @@ def run_live(
             figures = None
             if workload is not None:
                 nodes = cp.request("GET", "/api/v1/nodes")["items"]
+                fits = set(simulation.runnable(cluster.nodes, cluster.gangs))
                 with watch.lock:
-                    figures = live_timeline.measure(workload, dict(watch.bound), nodes, now)
+                    figures = live_timeline.measure(workload, dict(watch.bound), nodes, now, fits)
                 pods = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
                 figures["phases"] = dict(Counter(p.get("status", {}).get("phase", "?") for p in pods))
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])

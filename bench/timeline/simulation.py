@@ -538,9 +538,9 @@ def simulate(
     }
 
 
-def _runnable(nodes: list[Node], jobs: list[Job]) -> list[str]:
-    """Jobs whose gang fits on the idle cluster on its own (placed as greedy gang allocation would)."""
-    problem = Problem(Cluster(tuple(replace(n, used={}) for n in nodes), tuple(j.gang for j in jobs)))
+def runnable(nodes: Sequence[Node], gangs: Sequence[Gang]) -> list[str]:
+    """The gangs that fit on the idle cluster on their own (placed as greedy gang allocation would)."""
+    problem = Problem(Cluster(tuple(replace(n, used={}) for n in nodes), tuple(gangs)))
     out = []
     for g, gang in enumerate(problem.gangs):
         free = problem.free.copy()
@@ -589,8 +589,8 @@ def summarize(
     started counts as starting when the simulation ended (its wait and completion time are at least that), so a
     scheduler that starves a job for ever does not look better for leaving it out. `lost`: runs evicted (GPUs,
     start, eviction), allocated but not useful."""
-    runnable = set(_runnable(nodes, jobs))
-    counted = [j for j in jobs if j.gang.name in runnable]
+    fits = set(runnable(nodes, [j.gang for j in jobs]))
+    counted = [j for j in jobs if j.gang.name in fits]
     started = [j for j in jobs if j.start is not None]
     begun = {j.gang.name: j.start if j.start is not None else max(end, j.arrival) for j in counted}
     delays = [begun[j.gang.name] - j.arrival for j in counted]

@@ -70,12 +70,16 @@ def test_figures_are_in_the_timelines_seconds_and_a_job_never_started_counts_fro
     done = _job("done", [2], created=1.0, start=3.0, end=13.0)
     running = _job("running", [2], created=2.0, start=4.0, end=None)
     never = _job("never", [8], created=5.0, start=None, end=None)
-    figures = live_timeline.measure(_workload([done, running, never], {}), {}, [_node("n1", 8)], end=20.0)
+    nowhere = _job("nowhere", [16], created=5.0, start=None, end=None)  # fits no node: counts for no scheduler
+    jobs = [done, running, never, nowhere]
+    fits = {"bench/done", "bench/running", "bench/never"}
+    figures = live_timeline.measure(_workload(jobs, {}), {}, [_node("n1", 8)], end=20.0, runnable=fits)
     per_job = figures["per_job"]
     assert per_job["bench/done"] == {"wait": 2.0 * speedup, "jct": 12.0 * speedup}
     assert per_job["bench/running"] == {"wait": 2.0 * speedup, "jct": 12.0 * speedup}  # ends its duration on
     assert per_job["bench/never"] == {"wait": 15.0 * speedup, "jct": 25.0 * speedup}
-    assert (figures["started"], figures["finished"], figures["jobs"]) == (2, 1, 3)
+    assert "bench/nowhere" not in per_job
+    assert (figures["started"], figures["finished"], figures["jobs"], figures["never_runnable"]) == (2, 1, 3, 1)
     assert figures["queue_delay_mean"] == pytest.approx((2 + 2 + 15) / 3 * speedup)
 
 
