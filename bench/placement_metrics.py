@@ -8,11 +8,15 @@ gang's pods hold resources (its GPUs are *stranded*) yet cannot start, which onl
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from gangsolve.bench.manifests import BLOCK_LABEL, RACK_LABEL
-from gangsolve.solver.model import GPU, Cluster
+from gangsolve.solver.greedy import place_colocated, place_gang
+from gangsolve.solver.model import GPU, Cluster, Gang, Node
+from gangsolve.solver.problem import Problem
 from gangsolve.solver.validate import validate
 
 
@@ -126,3 +130,15 @@ def gap(placed: int, bound: int | None) -> float | None:
     if bound is None or bound == 0:
         return None
     return (bound - placed) / bound
+
+
+def runnable(nodes: Sequence[Node], gangs: Sequence[Gang]) -> list[str]:
+    """The gangs that fit on the idle cluster on their own (placed as greedy gang allocation would)."""
+    problem = Problem(Cluster(tuple(replace(n, used={}) for n in nodes), tuple(gangs)))
+    out = []
+    for g, gang in enumerate(problem.gangs):
+        free = problem.free.copy()
+        counts = place_colocated(problem, g, free) if gang.colocate else place_gang(problem, g, free)
+        if counts is not None:
+            out.append(gang.name)
+    return out

@@ -408,3 +408,54 @@ GRIDS = {
     # Nor the frontier sizes (16,384 and 65,536 nodes): minutes and gigabytes each, run by name.
     "full": [name for name in SCENARIOS if not name.startswith("openb/sharing") and name not in FRONTIER],
 }
+
+
+# --- timelines (the time-based mode and the live timeline) ---------------------------------------------------
+
+PERIOD = 60.0  # seconds of simulated time between cycles
+WINDOW = 180  # cycles during which jobs arrive (synthetic and scaled OpenB)
+WARM_UP = 60  # cycles before the cluster reaches its steady state (jobs run up to an hour)
+LOAD = 1.3  # offered GPU load over the window, as a share of the cluster's GPUs
+MAX_CYCLES = 480  # the queue drains for up to 5 h after the last arrival
+WORKLOAD_LABEL = "bench.gangsolve.io/workload"  # the label the history groups finished jobs by
+
+
+def _arrivals(rng: np.random.Generator, work: list[float], capacity: int) -> list[float]:
+    """Poisson arrival times over the window such that the offered GPU-seconds are LOAD x capacity."""
+    horizon = WINDOW * PERIOD
+    rate = len(work) / (sum(work) / (LOAD * capacity))  # jobs per second
+    times = np.cumsum(rng.exponential(1 / rate, size=len(work)))
+    return [float(t) for t in times if t < horizon]
+
+
+def _annotate(arrival: float, duration: float) -> dict[str, str]:
+    return {manifests.ARRIVAL_ANNOTATION: str(int(arrival)), manifests.DURATION_ANNOTATION: str(int(duration))}
+
+
+def _label(objs: list[dict], workload: str) -> None:
+    for obj in objs:
+        if obj["kind"] == "Pod":
+            obj["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = workload
+
+
+def synthetic_timeline(seed: int = 7, n_nodes: int = 100) -> list[dict]:
+    """The synthetic gang mix on an idle synthetic cluster; durations log-normal, median 15 minutes, at most 1 h."""
+    rng = np.random.default_rng(seed)
+    nodes, shapes = synthetic_nodes(n_nodes)
+    capacity = sum(s.gpus for s in shapes)
+    gangs = synthetic_gangs(rng, 4 * n_nodes, gpu_cap=max(8, capacity // 4))
+    durations = np.clip(rng.lognormal(np.log(900), 1.0, size=len(gangs)), 300, 3600)
+    work = [
+        d * sum(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in g[1:])
+        for g, d in zip(gangs, durations, strict=True)
+    ]
+    objs = [*PRIORITY_CLASSES, *nodes]
+    for gang, arrival, duration in zip(gangs, _arrivals(rng, work, capacity), durations, strict=False):
+        gang[0]["metadata"].setdefault("annotations", {}).update(_annotate(arrival, duration))
+        for pod in gang[1:]:
+            pod["metadata"]["creationTimestamp"] = manifests.timestamp(arrival)
+        # A job template: its role mix and GPUs per worker (what a user's `app` label tells apart).
+        gpus = max(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in gang[1:])
+        _label(gang, f"{len(gang) - 1}x{gpus}")
+        objs += gang
+    return objs

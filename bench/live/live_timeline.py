@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING
 import anyio
 import numpy as np
 
-from gangsolve.bench import manifests, placement_metrics
+from gangsolve.bench import manifests, placement_metrics, scenarios
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE
 from gangsolve.bench.live.populate import Arrival, create, run_async
-from gangsolve.bench.timeline import simulation
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
 from gangsolve.live.kube import ApiError, Kube
 
@@ -44,7 +43,7 @@ SEEDS = (1, 2, 3)
 _PODS = f"/api/v1/namespaces/{manifests.NAMESPACE}/pods"
 TICK = 0.05  # live seconds between the workload's looks at the clock
 # Live seconds a run may take: the time-based mode's 8 hours (3 of arrivals, 5 of draining), and a margin.
-TIMEOUT = 1.2 * simulation.MAX_CYCLES * simulation.PERIOD / SPEEDUP
+TIMEOUT = 1.2 * scenarios.MAX_CYCLES * scenarios.PERIOD / SPEEDUP
 # Live seconds with nothing running and nothing changing after which the gangs still waiting never start.
 STUCK = 30.0
 
@@ -52,7 +51,7 @@ STUCK = 30.0
 def objects(seed: int, n_nodes: int = NODES) -> list[dict]:
     """timeline/synthetic-100nodes' jobs (seed `seed`) on its idle cluster, each PodGroup declaring its runtime
     (exact estimates) in live seconds; its arrival and duration annotations stay in the timeline's."""
-    objs = simulation.synthetic_timeline(seed, n_nodes)
+    objs = scenarios.synthetic_timeline(seed, n_nodes)
     for obj in objs:
         if obj["kind"] == "PodGroup":
             notes = obj["metadata"]["annotations"]
@@ -227,7 +226,7 @@ def measure(
     waits = [f["wait"] for f in per_job.values()]
     jct = [f["jct"] for f in per_job.values()]
     t0 = workload.t0
-    lo, hi = (t0 + w / SPEEDUP for w in (simulation.WARM_UP * simulation.PERIOD, simulation.WINDOW * simulation.PERIOD))
+    lo, hi = (t0 + w / SPEEDUP for w in (scenarios.WARM_UP * scenarios.PERIOD, scenarios.WINDOW * scenarios.PERIOD))
     capacity = sum(int(n["status"]["allocatable"].get(GPU_RESOURCE, 0)) for n in nodes)
     useful = sum(
         j.gpus * max(0.0, min(j.end if j.end is not None else end, hi) - max(j.start, lo))

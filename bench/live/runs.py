@@ -60,7 +60,7 @@ from typing import Any
 
 import yaml
 
-from gangsolve.bench import manifests
+from gangsolve.bench import manifests, placement_metrics
 from gangsolve.bench.devcluster import ControlPlane
 from gangsolve.bench.devcluster.gangsolve_process import REPO, GangsolveProcess
 from gangsolve.bench.live import live_timeline, peers
@@ -90,7 +90,6 @@ from gangsolve.bench.live.populate import (
     run_async,
     workload_flags,
 )
-from gangsolve.bench.timeline import simulation
 
 FIRST_BIND_WAIT = 60.0  # seconds a run waits for its first binding, however short its quiet time
 DRA = ("resourceclaims", "resourceslices")  # what a scenario's own check may read besides nodes and pods
@@ -296,7 +295,7 @@ def run_live(
             figures = None
             if workload is not None:
                 nodes = cp.request("GET", "/api/v1/nodes")["items"]
-                fits = set(simulation.runnable(cluster.nodes, cluster.gangs))
+                fits = set(placement_metrics.runnable(cluster.nodes, cluster.gangs))
                 with watch.lock:
                     figures = live_timeline.measure(workload, dict(watch.bound), nodes, now, fits)
                 pods = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]

@@ -29,26 +29,28 @@ import numpy as np
 
 from gangsolve.bench import manifests, openb, placement_metrics
 from gangsolve.bench.baselines import conservative_backfill, easy_backfill
-from gangsolve.bench.scenarios import PRIORITY_CLASSES, synthetic_gangs, synthetic_nodes
+from gangsolve.bench.scenarios import (  # the timelines' workloads live beside the static scenarios
+    MAX_CYCLES,
+    PERIOD,
+    WARM_UP,
+    WINDOW,
+    WORKLOAD_LABEL,
+    _annotate,
+    _arrivals,
+    _label,
+    synthetic_timeline,
+)
 from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.bench.timeline import tenants
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.edge.usage import accrue
-from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Reservation, Running, SolveConfig
 from gangsolve.solver.planning import expected_end
-from gangsolve.solver.problem import Problem
 
-PERIOD = 60.0  # seconds of simulated time between cycles
-WINDOW = 180  # cycles during which jobs arrive (synthetic and scaled OpenB)
-WARM_UP = 60  # cycles before the cluster reaches its steady state (jobs run up to an hour)
-LOAD = 1.3  # offered GPU load over the window, as a share of the cluster's GPUs
-MAX_CYCLES = 480  # the queue drains for up to 5 h after the last arrival
 ESTIMATES = ("exact", "noisy", "absent")
 NOISE_SIGMA = 1.0  # noisy estimates: actual = estimate x lognormal(0, NOISE_SIGMA)
 DEFAULT_RUNTIME = 3600.0  # the configured default when a job declares nothing and its workload has no history
-WORKLOAD_LABEL = "bench.gangsolve.io/workload"  # the label the history groups finished jobs by
 SEEDS = (1, 2, 3)
 # OpenB with the trace's own times. Its whole-GPU pods offer only about 6 GPUs of work a day, so TRACE_TENANTS
 # consecutive windows of TRACE_DAYS are laid over each other (each pod at its own time into its window, for its
@@ -94,47 +96,6 @@ class Job:
     @property
     def gpus(self) -> int:
         return sum(p.requests.get(GPU, 0) for p in self.gang.pods)
-
-
-def _arrivals(rng: np.random.Generator, work: list[float], capacity: int) -> list[float]:
-    """Poisson arrival times over the window such that the offered GPU-seconds are LOAD x capacity."""
-    horizon = WINDOW * PERIOD
-    rate = len(work) / (sum(work) / (LOAD * capacity))  # jobs per second
-    times = np.cumsum(rng.exponential(1 / rate, size=len(work)))
-    return [float(t) for t in times if t < horizon]
-
-
-def _annotate(arrival: float, duration: float) -> dict[str, str]:
-    return {manifests.ARRIVAL_ANNOTATION: str(int(arrival)), manifests.DURATION_ANNOTATION: str(int(duration))}
-
-
-def _label(objs: list[dict], workload: str) -> None:
-    for obj in objs:
-        if obj["kind"] == "Pod":
-            obj["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = workload
-
-
-def synthetic_timeline(seed: int = 7, n_nodes: int = 100) -> list[dict]:
-    """The synthetic gang mix on an idle synthetic cluster; durations log-normal, median 15 minutes, at most 1 h."""
-    rng = np.random.default_rng(seed)
-    nodes, shapes = synthetic_nodes(n_nodes)
-    capacity = sum(s.gpus for s in shapes)
-    gangs = synthetic_gangs(rng, 4 * n_nodes, gpu_cap=max(8, capacity // 4))
-    durations = np.clip(rng.lognormal(np.log(900), 1.0, size=len(gangs)), 300, 3600)
-    work = [
-        d * sum(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in g[1:])
-        for g, d in zip(gangs, durations, strict=True)
-    ]
-    objs = [*PRIORITY_CLASSES, *nodes]
-    for gang, arrival, duration in zip(gangs, _arrivals(rng, work, capacity), durations, strict=False):
-        gang[0]["metadata"].setdefault("annotations", {}).update(_annotate(arrival, duration))
-        for pod in gang[1:]:
-            pod["metadata"]["creationTimestamp"] = manifests.timestamp(arrival)
-        # A job template: its role mix and GPUs per worker (what a user's `app` label tells apart).
-        gpus = max(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in gang[1:])
-        _label(gang, f"{len(gang) - 1}x{gpus}")
-        objs += gang
-    return objs
 
 
 def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
@@ -538,18 +499,6 @@ def simulate(
     }
 
 
-def runnable(nodes: Sequence[Node], gangs: Sequence[Gang]) -> list[str]:
-    """The gangs that fit on the idle cluster on their own (placed as greedy gang allocation would)."""
-    problem = Problem(Cluster(tuple(replace(n, used={}) for n in nodes), tuple(gangs)))
-    out = []
-    for g, gang in enumerate(problem.gangs):
-        free = problem.free.copy()
-        counts = place_colocated(problem, g, free) if gang.colocate else place_gang(problem, g, free)
-        if counts is not None:
-            out.append(gang.name)
-    return out
-
-
 SIZES = {"1 GPU": (0, 1), "2-8 GPUs": (2, 8), ">8 GPUs": (9, 1 << 30)}
 BSLD_FLOOR = 10.0  # seconds: bounded slowdown's threshold for very short jobs (the usual 10 s)
 
@@ -589,7 +538,7 @@ def summarize(
     started counts as starting when the simulation ended (its wait and completion time are at least that), so a
     scheduler that starves a job for ever does not look better for leaving it out. `lost`: runs evicted (GPUs,
     start, eviction), allocated but not useful."""
-    fits = set(runnable(nodes, [j.gang for j in jobs]))
+    fits = set(placement_metrics.runnable(nodes, [j.gang for j in jobs]))
     counted = [j for j in jobs if j.gang.name in fits]
     started = [j for j in jobs if j.start is not None]
     begun = {j.gang.name: j.start if j.start is not None else max(end, j.arrival) for j in counted}

@@ -576,8 +576,7 @@ def _with_device_capacity(nodes: Sequence[Node], devices: dra.Dra) -> tuple[Node
 
 def starvation_age(gpus: int, node_gpus: int, age: float = STARVATION_SECONDS) -> float:
     """Seconds a gang asking for `gpus` GPUs in all waits before it starves: `age`, or for a gang wider than the
-    widest node (`node_gpus`) the share of `age` one node is of it, at least STARVATION_FLOOR (or `age` where that
-    is shorter: a wide gang never waits longer than a narrow one)."""
+    widest node (`node_gpus`) the share of `age` one node is of it, at least STARVATION_FLOOR or `age` if shorter."""
     if gpus <= node_gpus or node_gpus <= 0:
         return age
     return max(min(STARVATION_FLOOR, age), age * node_gpus / gpus)
