@@ -216,9 +216,10 @@ def measure(
     `end`: when the run ended; `runnable`: the gangs that fit the idle cluster, the only ones counted (as in the
     time-based mode). A job that has not started counts as starting at `end`, one that has not ended as ending
     its duration after its start."""
+    counted = [j for j in workload.jobs if j.arrival.gang in runnable]
     per_job: dict[str, dict[str, float]] = {}
-    for j in workload.jobs:
-        if j.created is None or j.arrival.gang not in runnable:
+    for j in counted:
+        if j.created is None:
             continue
         start = j.start if j.start is not None else end
         finish = j.end if j.end is not None else start + j.duration
@@ -234,11 +235,11 @@ def measure(
         if j.start is not None
     )
     return {
-        "jobs": sum(1 for j in workload.jobs if j.arrival.gang in runnable),
-        "never_runnable": sum(1 for j in workload.jobs if j.arrival.gang not in runnable),
+        "jobs": len(counted),
+        "never_runnable": len(workload.jobs) - len(counted),
         "arrived": len(per_job),
-        "started": sum(1 for j in workload.jobs if j.start is not None and j.arrival.gang in runnable),
-        "finished": sum(1 for j in workload.jobs if j.end is not None and j.arrival.gang in runnable),
+        "started": sum(1 for j in counted if j.start is not None),
+        "finished": sum(1 for j in counted if j.end is not None),
         "speedup": SPEEDUP,
         "queue_delay_p50": placement_metrics.percentile(waits, 50),
         "queue_delay_p95": placement_metrics.percentile(waits, 95),
