@@ -39,13 +39,18 @@ def live_targets(sc: dict, add: Callable[[str, str, str, bool], None]) -> None:
             return
         keys = ("queue_delay_p50", "queue_delay_p95", "jct_mean")
         best = {k: min(r["timeline"][k] for r in others) for k in keys}
+        useful = max(r["timeline"]["gpu_useful_mean"] or 0.0 for r in others)
         add(
-            "live timeline: wait p50, p95 and mean JCT each at most every peer's, no node overcommitted",
+            "live timeline: wait p50, p95 and mean JCT each at most every peer's, useful GPU at least theirs less "
+            "0.5 points, no node overcommitted",
             name,
             " / ".join(f"{mine[k]:,.0f}" for k in keys)
-            + " vs best peer "
-            + " / ".join(f"{best[k]:,.0f}" for k in keys),
-            all(mine[k] <= best[k] for k in keys) and not mine["overcommitted"],
+            + f" / {pct(mine['gpu_useful_mean'])} vs best peer "
+            + " / ".join(f"{best[k]:,.0f}" for k in keys)
+            + f" / {pct(useful)}",
+            all(mine[k] <= best[k] for k in keys)
+            and (mine["gpu_useful_mean"] or 0.0) >= useful - 0.005
+            and not mine["overcommitted"],
         )
     elif sc.get("mode") == "burst" and ks is not None:
         add(
