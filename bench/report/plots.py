@@ -9,8 +9,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on CI or servers
 import matplotlib.pyplot as plt
 
+from gangsolve.bench import tenants
 from gangsolve.bench.report.tables import timeline_label
-from gangsolve.bench.timeline import tenants
 
 COLORS = {
     "kube-scheduler": "tab:gray",

@@ -9,8 +9,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from gangsolve.bench import tenants
 from gangsolve.bench.placement_metrics import priority_key
-from gangsolve.bench.timeline import tenants
 
 
 def pct(x: float | None, digits: int = 1) -> str:
@@ -436,6 +436,7 @@ LIVE_TIMELINE_COLUMNS = (
     "wait p95",
     "mean JCT",
     "GPU useful",
+    "evicted (GPU lost)",
     "nodes overcommitted",
     "CPU s",
     "peak RSS MiB",
@@ -455,7 +456,7 @@ def live_timeline_rows(live: list[dict]) -> list[tuple[str, ...]]:
             t = r.get("timeline")
             if t is None:
                 reason = r.get("error", "no figures").splitlines()[0][:80]
-                out.append((sc["name"], r["scheduler"], "error: " + reason, *[""] * 7))
+                out.append((sc["name"], r["scheduler"], "error: " + reason, *[""] * 8))
                 continue
             out.append(
                 (
@@ -464,6 +465,8 @@ def live_timeline_rows(live: list[dict]) -> list[tuple[str, ...]]:
                     f"{t['started']}/{t['jobs']} ({t['finished']})",
                     *(num(t[key], "{:,.0f}s") for key in ("queue_delay_p50", "queue_delay_p95", "jct_mean")),
                     pct(t["gpu_useful_mean"]),
+                    # (absent from results measured before the timelines counted evictions)
+                    f"{t.get('evictions', 0)} ({pct(t.get('gpu_lost_mean') or 0.0)})",
                     str(len(t["overcommitted"])),
                     num(r.get("cpu_seconds")),
                     num(r.get("peak_rss_mib"), "{:.0f}"),
@@ -561,6 +564,9 @@ def print_live(live: list[dict], console: Console) -> None:
         console.print(_by_scenario(LIVE_SHARING_TITLE, LIVE_SHARING_COLUMNS, rows))
     if rows := live_timeline_rows(live):
         console.print(_by_scenario(LIVE_TIMELINE_TITLE, LIVE_TIMELINE_COLUMNS, rows))
+    if rows := tenants.live_tenant_rows(live):
+        title = "Live tenants: GPU shares of running jobs against weighted fair shares (timeline seconds)"
+        console.print(_by_scenario(title, tenants.LIVE_TENANT_COLUMNS, rows))
     for line in [*definition_waits(live), *peer_notes(live)]:
         console.print(line)
 
@@ -710,6 +716,8 @@ def markdown(results: dict) -> str:
         lines += ["", *md(LIVE_SHARING_COLUMNS, sharing)]
     if timelines := live_timeline_rows(results.get("live") or []):
         lines += ["", *md(LIVE_TIMELINE_COLUMNS, timelines)]
+    if shares := tenants.live_tenant_rows(results.get("live") or []):
+        lines += ["", *md(tenants.LIVE_TENANT_COLUMNS, shares)]
     if notes := peer_notes(results.get("live") or []):
         lines += ["", *(f"- {note}" for note in notes)]
     for key in PREEMPTION_TITLES:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from gangsolve.bench import manifests, openb, placement_metrics
+from gangsolve.bench import manifests, openb, placement_metrics, tenants
 from gangsolve.bench.baselines import conservative_backfill, easy_backfill
 from gangsolve.bench.scenarios import (  # the timelines' workloads live beside the static scenarios
     MAX_CYCLES,
@@ -41,7 +41,6 @@ from gangsolve.bench.scenarios import (  # the timelines' workloads live beside 
     synthetic_timeline,
 )
 from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
-from gangsolve.bench.timeline import tenants
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.edge.usage import accrue

@@ -7,8 +7,7 @@ from bench_clusters import cluster_objects, gang, gpu_nodes
 
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import proportion
-from gangsolve.bench.timeline.simulation import PERIOD, simulate
-from gangsolve.bench.timeline.tenants import (
+from gangsolve.bench.tenants import (
     DEPARTMENTS,
     TEAMS,
     fair_split,
@@ -17,6 +16,7 @@ from gangsolve.bench.timeline.tenants import (
     tenants_timeline,
     tree_split,
 )
+from gangsolve.bench.timeline.simulation import PERIOD, simulate
 from gangsolve.edge.snapshot import QUEUE_GROUP
 from gangsolve.solver.model import GPU
 

@@ -1,5 +1,6 @@
-"""Tenants sharing a cluster through queues, in the time-based mode: the workload, and how fairly each scheduler
-shared the GPUs over time (Volcano's `proportion` allocation, the peer, is in bench/baselines.py).
+"""Tenants sharing a cluster through queues, in the time-based and live timelines: the workload, and how fairly
+each scheduler shared the GPUs over time (Volcano's `proportion` allocation, re-implemented for the time-based
+mode, is in bench/baselines.py; the live mode runs the real Volcano and KAI).
 
 Three teams, Volcano Queues of weights 1:2:4 (team-a also capped at 24 GPUs), each submitting far more than its
 weighted share in bursts; or a queue tree: two departments, two teams each, one department idle for the first
@@ -57,6 +58,7 @@ OVERNIGHT = (
     Tenant("team-day1", 1, 0.6, start=0.5),
     Tenant("team-day2", 1, 0.6, start=0.5),
 )
+NODES = 16  # 8-GPU nodes
 BURSTS = 6  # per tenant, over the arrival window
 BURST_MINUTES = 10  # a burst's jobs arrive within this long
 HOUR_CYCLES = 60  # a sliding window for GPU-hours shares (cycles are a minute)
@@ -70,7 +72,7 @@ def queue_object(name: str, weight: int, capability: dict[str, str] | None = Non
 
 
 def tenants_timeline(
-    horizon: float, n_nodes: int = 16, seed: int = 11, tenants: tuple[Tenant, ...] = TEAMS
+    horizon: float, n_nodes: int = NODES, seed: int = 11, tenants: tuple[Tenant, ...] = TEAMS
 ) -> list[dict]:
     """`n_nodes` 8-GPU nodes; each tenant's jobs arrive in bursts over its part of `horizon` seconds (gangs of
     1-4 pods of 1-8 GPUs, durations log-normal, median 20 minutes, 5 to 60), GPU-seconds `offered` x the
@@ -242,29 +244,61 @@ TENANT_COLUMNS = (
 
 
 def tenant_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
+    return [
+        row
+        for sc in timeline
+        for r in sc["runs"]
+        for row in _rows(
+            f"{sc['name']} seed {sc['seed']} {sc['estimates']}",
+            r["scheduler"],
+            r["summary"],
+            f"{r['summary'].get('gpu_allocation_mean', 0):.1%}",
+        )
+    ]
+
+
+# The live tenants timelines' columns: GPU useful and the work evictions threw away in place of GPUs allocated.
+LIVE_TENANT_COLUMNS = (*TENANT_COLUMNS[:-2], "GPU useful (lost to evictions)", TENANT_COLUMNS[-1])
+
+
+def live_tenant_rows(live: list[dict]) -> list[tuple[str, ...]]:
+    return [
+        row
+        for sc in live
+        for r in sc["runs"]
+        if r.get("timeline")
+        for row in _rows(
+            sc["name"],
+            r["scheduler"],
+            r["timeline"],
+            f"{r['timeline']['gpu_useful_mean']:.1%} ({r['timeline']['gpu_lost_mean']:.1%})",
+        )
+    ]
+
+
+def _rows(scenario: str, scheduler: str, summary: dict, gpus: str) -> list[tuple[str, ...]]:
+    """One row per queue of a run whose summary measured fairness (none otherwise)."""
+    fair = summary.get("fairness")
+    if not fair:
+        return []
     rows: list[tuple[str, ...]] = []
-    for sc in timeline:
-        for r in sc["runs"]:
-            fair = r["summary"].get("fairness")
-            if not fair:
-                continue
-            for t, f in fair["tenants"].items():
-                delay = r["summary"]["tenant_delay_p95"].get(t)
-                rows.append(
-                    (
-                        f"{sc['name']} seed {sc['seed']} {sc['estimates']}",
-                        r["scheduler"],
-                        f"{f['parent'] + '/' if f.get('parent') else ''}{t} ({f['weight']})",
-                        f"{f['share']:.1%}",
-                        f"{f['fair_share']:.1%}",
-                        f"{100 * f['max_hourly_deviation']:.1f} pp",
-                        _after(f),
-                        f"{fair['jain']:.3f}",
-                        "-" if delay is None else f"{delay:.0f}s",
-                        f"{r['summary']['gpu_allocation_mean']:.1%}",
-                        str(r["summary"]["capability_violations"]),
-                    )
-                )
+    for t, f in fair["tenants"].items():
+        delay = summary["tenant_delay_p95"].get(t)
+        rows.append(
+            (
+                scenario,
+                scheduler,
+                f"{f['parent'] + '/' if f.get('parent') else ''}{t} ({f['weight']})",
+                f"{f['share']:.1%}",
+                f"{f['fair_share']:.1%}",
+                f"{100 * f['max_hourly_deviation']:.1f} pp",
+                _after(f),
+                f"{fair['jain']:.3f}",
+                "-" if delay is None else f"{delay:.0f}s",
+                gpus,
+                str(summary["capability_violations"]),
+            )
+        )
     return rows
 
 
