@@ -103,6 +103,25 @@ def with_quota(queues: list[dict], cpu: Decimal, memory: Decimal, gpus: int) -> 
     return out
 
 
+def team_queues(volcano_queues: list[dict], parent: str = "default-parent-queue") -> list[dict]:
+    """Volcano Queues as KAI's users write the same teams: leaf queues under the chart's parent queue, each
+    resource's quota 0 and over-quota weight the Volcano weight (KAI divides what is left after quotas by
+    these weights: the weighted share), a Volcano GPU capability as the GPU limit (else -1, none). A Volcano
+    queue tree keeps its shape: a queue's `parent` becomes its `parentQueue`."""
+    out = []
+    for q in volcano_queues:
+        spec = q["spec"]
+        weight = int(spec.get("weight", 1))
+        cap = (spec.get("capability") or {}).get("nvidia.com/gpu")
+        resources = {r: {"quota": 0, "overQuotaWeight": weight, "limit": -1} for r in ("cpu", "memory", "gpu")}
+        resources["gpu"]["limit"] = int(cap) if cap is not None else -1
+        body = {"parentQueue": spec.get("parent") or parent, "resources": resources}
+        out.append(
+            {"apiVersion": QUEUE_API, "kind": "Queue", "metadata": {"name": q["metadata"]["name"]}, "spec": body}
+        )
+    return out
+
+
 def default_shard(chart: list[dict]) -> dict:
     """The chart's default SchedulingShard's spec (its placement strategy: binpack for GPUs and CPUs)."""
     return next(d for d in chart if d["kind"] == "SchedulingShard")["spec"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from gangsolve.bench import manifests, scenarios
+from gangsolve.bench import manifests, scenarios, tenants
 from gangsolve.bench.live import live_sharing, live_timeline, live_topology
 from gangsolve.edge.gangs import STARVATION_SECONDS
 from gangsolve.solver import SolveConfig
@@ -233,6 +233,20 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             )
             for seed in live_timeline.SEEDS
         ),
+        *(
+            LiveScenario(
+                f"live/tenants-seed{seed}",
+                tenants.NODES,
+                partial(live_timeline.tenant_objects, seed),
+                f"timeline/tenants (seed {seed}, exact estimates) live, {live_timeline.SPEEDUP:g} times faster: three "
+                "teams' Queues weighted 1:2:4 (team-a capped at 24 GPUs) on 16 8-GPU nodes, each team bursting "
+                "past its share; evicted jobs start over",
+                mode="timeline",
+                timeout=live_timeline.TIMEOUT,
+                gangsolve_settings={"starvation-age": STARVATION_SECONDS / live_timeline.SPEEDUP},
+            )
+            for seed in live_timeline.SEEDS
+        ),
         *_scale_scenarios(1000),
         *_scale_scenarios(5000),
     )
@@ -240,6 +254,7 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
 LIVE_GRIDS = {
     "small": ["live/tfjob", "live/synthetic-100nodes"],
     "timeline": [n for n in LIVE_SCENARIOS if n.startswith("live/timeline-")],
+    "tenants": [n for n in LIVE_SCENARIOS if n.startswith("live/tenants-")],
     "scale-1000": [n for n in LIVE_SCENARIOS if n.startswith("live/1000nodes-")],
     "scale-5000": [n for n in LIVE_SCENARIOS if n.startswith("live/5000nodes-")],
 }

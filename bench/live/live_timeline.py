@@ -5,14 +5,19 @@ The bench plays the jobs' side (`Workload`): each gang arrives at its time (its 
 pods), and once the pods it needs are Running it runs for its duration and ends, every pod Succeeded, as a
 training job's workers wait for each other and exit together. A gang bound only in part runs nothing and holds
 what it was given, as a half-placed job does (kwok could end each pod after a delay of its own, but a pod of a
-half-placed job would then finish work it never did). Nothing evicts: the placement scenarios' PriorityClasses say
-`Never` (populate.body_of).
+half-placed job would then finish work it never did). In the synthetic timelines nothing evicts (their
+PriorityClasses say `Never`, populate.body_of). In the tenants timelines schedulers reclaim for fair shares: a job
+one of whose pods a scheduler deletes starts over, as its training operator restarts it (its other pods deleted,
+all created again under new names, the same group), and what it ran is lost.
 
 Figures are in the timeline's seconds (live seconds x SPEEDUP), so they read beside the time-based mode's: each
 gang's wait (created -> the pods it needs Running), its completion time (created -> its end) and the GPUs held by
-running gangs over the steady window. A gang that never starts counts as starting when the run ended; one that
-fits nowhere even on the idle cluster counts for no scheduler. The over-time check is independent of every
-scheduler: from the times each pod was bound and ended, no node ever holds more GPUs than it has.
+running gangs over the steady window, and the GPU-time of runs later evicted. With queues (the tenants
+timelines), each queue's GPUs held by running jobs against its weighted fair share, sampled once a live second
+(the time-based mode's cycle), and measured by bench/tenants.py's oracle. A gang that never starts counts as
+starting when the run ended; one that fits nowhere even on the idle cluster counts for no scheduler. The
+over-time check is independent of every scheduler: from the times each pod was bound and ended, no node ever
+holds more GPUs than it has.
 """
 
 from __future__ import annotations
@@ -21,18 +26,19 @@ import contextlib
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import numpy as np
 
-from gangsolve.bench import manifests, placement_metrics, scenarios
+from gangsolve.bench import manifests, placement_metrics, scenarios, tenants
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE
 from gangsolve.bench.live.populate import Arrival, create, run_async
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION
 from gangsolve.live.kube import ApiError, Kube
+from gangsolve.solver.model import DEFAULT_QUEUE, GPU
 
 if TYPE_CHECKING:  # measurements imports the scenarios, which import this module
     from gangsolve.bench.live.measurements import BindWatch
@@ -46,12 +52,24 @@ TICK = 0.05  # live seconds between the workload's looks at the clock
 TIMEOUT = 1.2 * scenarios.MAX_CYCLES * scenarios.PERIOD / SPEEDUP
 # Live seconds with nothing running and nothing changing after which the gangs still waiting never start.
 STUCK = 30.0
+SAMPLE = scenarios.PERIOD / SPEEDUP  # live seconds between samples of what each queue holds: one cycle
+QUEUE_ANNOTATION = "gangsolve.io/queue"  # the tenants timelines' PodGroups name their queue so
 
 
 def objects(seed: int, n_nodes: int = NODES) -> list[dict]:
-    """timeline/synthetic-100nodes' jobs (seed `seed`) on its idle cluster, each PodGroup declaring its runtime
-    (exact estimates) in live seconds; its arrival and duration annotations stay in the timeline's."""
-    objs = scenarios.synthetic_timeline(seed, n_nodes)
+    """timeline/synthetic-100nodes' jobs (seed `seed`) on its idle cluster, runtimes declared (`declared`)."""
+    return declared(scenarios.synthetic_timeline(seed, n_nodes))
+
+
+def tenant_objects(seed: int) -> list[dict]:
+    """timeline/tenants' Queues, nodes and jobs (seed `seed`, as the time-based mode draws them), runtimes
+    declared (`declared`)."""
+    return declared(tenants.tenants_timeline(scenarios.WINDOW * scenarios.PERIOD, seed=10 + seed))
+
+
+def declared(objs: list[dict]) -> list[dict]:
+    """Each PodGroup declaring its runtime (exact estimates) in live seconds; its arrival and duration
+    annotations stay in the timeline's."""
     for obj in objs:
         if obj["kind"] == "PodGroup":
             notes = obj["metadata"]["annotations"]
@@ -73,6 +91,14 @@ class Job:
     end: float | None = None
     gpus: int = 0  # held while it ran: its pods Running at its start
     ends: dict[str, float] = field(default_factory=dict)  # running pod -> when it ends (time.time())
+    queue: str = DEFAULT_QUEUE
+    restarts: int = 0  # times it started over, evicted
+    retired: list[dict] = field(default_factory=list)  # the pods of the runs it started over from
+
+    @property
+    def asked(self) -> int:
+        """GPUs its pods ask for."""
+        return sum(_gpus(p) for p in self.arrival.pods)
 
 
 def jobs_of(objs: list[dict], gangs: list[Arrival], need: dict[str, int]) -> list[Job]:
@@ -89,6 +115,7 @@ def jobs_of(objs: list[dict], gangs: list[Arrival], need: dict[str, int]) -> lis
             float(notes[a.gang][manifests.ARRIVAL_ANNOTATION]) / SPEEDUP,
             float(notes[a.gang][manifests.DURATION_ANNOTATION]) / SPEEDUP,
             max(need[a.gang], 1),
+            queue=notes[a.gang].get(QUEUE_ANNOTATION, DEFAULT_QUEUE),
         )
         for a in gangs
     ]
@@ -135,6 +162,10 @@ class Workload(threading.Thread):
         self.ended: dict[str, float] = {}  # pod -> when the workload ended it (time.monotonic())
         self.error: str | None = None
         self.last_change = time.monotonic()  # an arrival, a start or an end
+        self.lost: list[tuple[int, float, float]] = []  # evicted runs: GPUs, start, eviction (time.monotonic())
+        # Once a SAMPLE: the time (timeline seconds) and per queue the GPUs running jobs hold and those the
+        # arrived jobs not running ask for.
+        self.samples: list[dict] = []
 
     @property
     def arrived(self) -> bool:
@@ -158,12 +189,31 @@ class Workload(threading.Thread):
 
     async def _run(self, kube: Kube) -> None:
         while not self.stop.is_set() and not self.done:
-            await self.step(kube, time.monotonic())
+            now = time.monotonic()
+            await self.step(kube, now)
+            if now - self.t0 >= SAMPLE * len(self.samples):
+                self.sample(now)
             await anyio.sleep(TICK)
 
-    async def step(self, kube: Kube, now: float) -> None:
-        """Every job whose time has come arrives, starts (its pods running) or ends."""
+    def sample(self, now: float) -> None:
+        held: dict[str, int] = {}
+        waiting: dict[str, int] = {}
         for job in self.jobs:
+            held.setdefault(job.queue, 0)
+            waiting.setdefault(job.queue, 0)
+            if job.start is not None and job.end is None:
+                held[job.queue] += job.gpus
+            elif job.created is not None and job.start is None:
+                waiting[job.queue] += job.asked
+        self.samples.append({"time": SPEEDUP * (now - self.t0), "held": held, "waiting": waiting})
+
+    async def step(self, kube: Kube, now: float) -> None:
+        """Every job whose time has come arrives, starts (its pods running) or ends; one a scheduler evicted
+        starts over."""
+        for job in self.jobs:
+            if job.created is not None and job.end is None and self._evicted(job):
+                await self.restart(kube, job, now)
+                continue
             if job.created is None and now - self.t0 >= job.at:
                 for obj in (*job.arrival.groups, *job.arrival.pods):
                     await create(kube, obj)
@@ -183,6 +233,38 @@ class Workload(threading.Thread):
                     job.gpus = sum(_gpus(p) for p in job.arrival.pods if p["metadata"]["name"] in started)
             elif job.start is not None and job.end is None:
                 await self.finish(kube, job, time.time())
+
+    def _evicted(self, job: Job) -> bool:
+        """Whether a pod of the job's current run was deleted, and not by the workload."""
+        with self.watch.lock:
+            return any(
+                p["metadata"]["name"] in self.watch.gone and p["metadata"]["name"] not in self.ended
+                for p in job.arrival.pods
+            )
+
+    async def restart(self, kube: Kube, job: Job, now: float) -> None:
+        """The job starts over as its training operator restarts it: what it ran is lost, its other pods are
+        deleted and all are created again, renamed, in the same group; it waits again from its arrival."""
+        if job.start is not None:
+            self.lost.append((job.gpus, job.start, now))
+        with self.watch.lock:
+            gone = dict(self.watch.gone)
+        for pod in job.arrival.pods:
+            name = pod["metadata"]["name"]
+            self.ended[name] = gone.get(name, now)
+            if name not in gone:
+                with contextlib.suppress(ApiError):  # already gone
+                    await kube.delete(f"{_PODS}/{name}")
+        job.retired += job.arrival.pods
+        job.restarts += 1
+        first = job.retired[: len(job.arrival.pods)]
+        pods = [{**p, "metadata": {**p["metadata"], "name": f"{p['metadata']['name']}-r{job.restarts}"}} for p in first]
+        for pod in pods:
+            await create(kube, pod)
+            self.created[pod["metadata"]["name"]] = time.monotonic()
+        job.arrival = replace(job.arrival, pods=pods)
+        job.start, job.ends, job.gpus = None, {}, 0
+        self.last_change = time.monotonic()
 
     async def finish(self, kube: Kube, job: Job, wall: float) -> None:
         """The job's pods whose time (`wall`, time.time()) has come end Succeeded; once all have, one never bound
@@ -210,12 +292,18 @@ def _gpus(pod: dict) -> int:
 
 
 def measure(
-    workload: Workload, bound: dict[str, tuple[float, str]], nodes: Sequence[dict], end: float, runnable: set[str]
+    workload: Workload,
+    bound: dict[str, tuple[float, str]],
+    nodes: Sequence[dict],
+    end: float,
+    runnable: set[str],
+    queues: Sequence[dict] = (),
 ) -> dict:
     """The run's figures in timeline seconds (module docstring); `bound`: the BindWatch's pod -> (when, node);
     `end`: when the run ended; `runnable`: the gangs that fit the idle cluster, the only ones counted (as in the
-    time-based mode). A job that has not started counts as starting at `end`, one that has not ended as ending
-    its duration after its start."""
+    time-based mode); `queues`: the scenario's Volcano Queues (none: no fairness figures). A job that has not
+    started counts as starting at `end`, one that has not ended as ending its duration after its start; an
+    evicted one waits from its arrival to its last start."""
     counted = [j for j in workload.jobs if j.arrival.gang in runnable]
     per_job: dict[str, dict[str, float]] = {}
     for j in counted:
@@ -234,7 +322,8 @@ def measure(
         for j in workload.jobs
         if j.start is not None
     )
-    return {
+    lost = sum(gpus * max(0.0, min(stop, hi) - max(begin, lo)) for gpus, begin, stop in workload.lost)
+    figures = {
         "jobs": len(counted),
         "never_runnable": len(workload.jobs) - len(counted),
         "arrived": len(per_job),
@@ -246,9 +335,49 @@ def measure(
         "queue_delay_mean": float(np.mean(waits)) if waits else None,
         "jct_mean": float(np.mean(jct)) if jct else None,
         "gpu_useful_mean": useful / ((hi - lo) * capacity) if capacity else None,
+        "gpu_lost_mean": lost / ((hi - lo) * capacity) if capacity else None,  # held by runs later evicted
+        "evictions": len(workload.lost),
         "overcommitted": overcommitted(workload, bound, nodes, end),
         "per_job": per_job,
         "workload_error": workload.error,
+    }
+    if queues:
+        figures |= shares(workload, queues, capacity, {j.arrival.gang: j.queue for j in counted}, per_job)
+    return figures
+
+
+def shares(workload: Workload, queues: Sequence[dict], capacity: int, queue_of: dict[str, str], per_job: dict) -> dict:
+    """How fairly the queues shared the GPUs (bench/tenants.py's oracle, on the workload's samples: a queue's
+    demand is what it holds and asks for, at most its capability), each queue's p95 wait, and the samples in
+    which a queue (with those under it) held more GPUs than its capability."""
+    weights = {q["metadata"]["name"]: int(q["spec"].get("weight", 1)) for q in queues}
+    parents = {q["metadata"]["name"]: q["spec"].get("parent", "") for q in queues}
+    caps = {
+        q["metadata"]["name"]: float(q["spec"]["capability"][GPU])
+        for q in queues
+        if GPU in (q["spec"].get("capability") or {})
+    }
+    cycles = [
+        {
+            "time": s["time"],
+            "held": s["held"],
+            "demand": {q: min(h + s["waiting"].get(q, 0), caps.get(q, capacity)) for q, h in s["held"].items()},
+        }
+        for s in workload.samples
+    ]
+    window = (scenarios.WARM_UP * scenarios.PERIOD, scenarios.WINDOW * scenarios.PERIOD)
+    waits: dict[str, list[float]] = {}
+    for gang, f in per_job.items():
+        waits.setdefault(queue_of[gang], []).append(f["wait"])
+    violations = sum(
+        held > caps[q] for c in cycles for q, held in tenants.up_the_tree(c["held"], parents).items() if q in caps
+    )
+    return {
+        "fairness": tenants.fairness(cycles, weights, capacity, window, parents, caps),
+        "tenant_delay_p95": {q: placement_metrics.percentile(w, 95) for q, w in waits.items()},
+        "capability_violations": violations,
+        "gpus": capacity,
+        "cycles": cycles,
     }
 
 
@@ -257,7 +386,7 @@ def overcommitted(
 ) -> list[str]:
     """Nodes that at some instant held more GPUs than they have, from each pod's bind and end times alone (a pod
     holds its node from its binding until it ended; one still running at the run's end, until then)."""
-    gpus = {p["metadata"]["name"]: _gpus(p) for j in workload.jobs for p in j.arrival.pods}
+    gpus = {p["metadata"]["name"]: _gpus(p) for j in workload.jobs for p in (*j.retired, *j.arrival.pods)}
     has = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(GPU_RESOURCE, 0)) for n in nodes}
     changes: dict[str, list[tuple[float, int]]] = {}
     for pod, (when, node) in bound.items():

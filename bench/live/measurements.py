@@ -34,7 +34,7 @@ AUDIT_POLICY = {
 
 class BindWatch(threading.Thread):
     """Watches the pending pods (by label) and records, per pod, when it was first seen bound and Running
-    (time.monotonic()), and the start time the API shows for it."""
+    (time.monotonic()), the start time the API shows for it, and when it was seen deleted."""
 
     def __init__(self, cp: ControlPlane, resource_version: str) -> None:
         super().__init__(daemon=True, name="bind-watch")
@@ -46,6 +46,7 @@ class BindWatch(threading.Thread):
         # pod -> its status.startTime (seconds since the epoch, to the second), where a timeline's jobs count
         # their runtime from, as the schedulers read it
         self.started: dict[str, float] = {}
+        self.gone: dict[str, float] = {}  # pod -> when its deletion was seen (a timeline's evictions)
         self.last_change = time.monotonic()
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -97,6 +98,9 @@ class BindWatch(threading.Thread):
                         self.rv = obj.get("metadata", {}).get("resourceVersion", self.rv)
                         if event.get("type") in ("ADDED", "MODIFIED"):
                             self._see(obj)
+                        elif event.get("type") == "DELETED":
+                            with self.lock:
+                                self.gone.setdefault(obj["metadata"]["name"], time.monotonic())
                         if self.stop.is_set():
                             break
             except (urllib.error.URLError, OSError, ValueError):

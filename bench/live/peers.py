@@ -10,7 +10,8 @@ the run records about it.
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
   admitted) and released when the scheduler "starts", together with kube-scheduler;
 - `kai`, `kai-quota`: NVIDIA's KAI scheduler and its binder (bench/devcluster/kai.py) with the chart's default
-  queues (quota 0, as its quick start has them; or, `kai-quota`, guaranteed what the background leaves free)
+  queues (quota 0, as its quick start has them; or, `kai-quota`, guaranteed what the background leaves free) and,
+  where the scenario has teams' Volcano Queues, the same teams as KAI queues (`kai.team_queues`)
   and the scheduler configuration KAI's operator writes for the chart's default SchedulingShard, installed and
   added once the scenario's background runs, started as the scheduler under test.
 """
@@ -66,6 +67,10 @@ class VolcanoRun:
         conf = self.peer.chart_scheduler_conf(self.cp.binaries.helm)
         self.conf = volcano.with_gpu_binpack(conf) if self.scheduler == "volcano-gpu-binpack" else conf
         volcano.install(self.cp, self.peer)
+        for queue in (o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API):
+            self.cp.request(
+                "POST", f"/apis/{volcano.POD_GROUP_API}/queues", queue
+            )  # a tenant's, as the scenario has it
         self.processes = volcano.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
 
     def cpu_at_start(self) -> float:
@@ -146,8 +151,13 @@ class KaiRun:
         if self.scheduler == "kai-quota":
             cpu, memory, pools = kueue.free_capacity(objs)
             self.queues = kai.with_quota(self.queues, cpu, memory, sum(p.gpus for p in pools))
+        teams = [o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API]
+        self.queues += kai.team_queues(teams)
         kai.create_queues(self.cp, self.queues)
-        self.shard = kai.without_evictions(kai.default_shard(chart))
+        # Tenants reclaim from each other, and the tenants timelines restart what is evicted: KAI's default
+        # actions, evictions included. Elsewhere no controller would recreate an evicted pod (kai.NO_EVICTIONS).
+        shard = kai.default_shard(chart)
+        self.shard = shard if teams else kai.without_evictions(shard)
         self.conf = kai.scheduler_conf(self.shard)
         self.processes = kai.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
 

@@ -18,6 +18,7 @@ from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds, kai, kueue,
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE, schedulable
 from gangsolve.live.kube import ApiError, Kube
 from gangsolve.solver import Cluster
+from gangsolve.solver.model import DEFAULT_QUEUE
 
 DEFAULT_SCHEDULER = "default-scheduler"
 PENDING_LABEL = "bench.gangsolve.io/pending"  # marks the pods under test (not the background)
@@ -83,6 +84,7 @@ PLURALS = {
     "Node": "nodes",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "PodGroup": "podgroups",
+    "Queue": "queues",
     "PriorityClass": "priorityclasses",
     "ClusterRole": "clusterroles",
     "ClusterRoleBinding": "clusterrolebindings",
@@ -188,7 +190,7 @@ def volcano_members(gang, members: list[dict]) -> tuple[dict, list[dict]]:
     """A gang as Volcano's users submit it (Kubeflow's training-operator with gang scheduling on): a Volcano
     PodGroup with minMember = the gang's minimum, and the pods naming it in their group-name annotation."""
     name = "gang-" + gang.name.split("/", 1)[1]
-    group = volcano.pod_group(name, gang.need, members, manifests.NAMESPACE)
+    group = volcano.pod_group(name, gang.need, members, manifests.NAMESPACE, gang.queue)
     annotated = [
         {
             **p,
@@ -237,8 +239,9 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
             made = [group]
         if scheduler.startswith("kai"):
             name = "gang-" + gang.name.split("/", 1)[1]
-            made = [kai.pod_group(name, gang.need, members, manifests.NAMESPACE)]
-            members = kai.label_members(members, name)
+            queue = kai.DEFAULT_QUEUE if gang.queue == DEFAULT_QUEUE else gang.queue  # a tenant's: kai.team_queues
+            made = [kai.pod_group(name, gang.need, members, manifests.NAMESPACE, queue)]
+            members = kai.label_members(members, name, queue)
         if scheduler.startswith("kueue"):
             # Under TAS a co-located gang asks Kueue for its rack; Kueue alone cannot see pod affinity.
             required = gang.colocate if scheduler == "kueue-tas" else None
@@ -378,8 +381,12 @@ def prepare(
     cp.create_namespace(manifests.NAMESPACE)
     if scheduler == "gangsolve" and any(o["apiVersion"] == "scheduling.x-k8s.io/v1alpha1" for o in objs):
         crds.install(cp, crds.pod_group_crd())
+    queues = [o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API]
+    if scheduler == "gangsolve" and queues:  # gangsolve's users share through Volcano's Queues (docs/queues.md)
+        crds.install(cp, crds.queue_crd())
     nodes = [o for o in objs if o["kind"] == "Node"]
     rest = [o for o in objs if o["kind"] == "PriorityClass" or (definitions and o["kind"] == "PodDisruptionBudget")]
+    rest += queues if scheduler == "gangsolve" else []  # each peer makes its own from them (bench/live/peers.py)
     rest += [o for o in objs if o["kind"] in ("DeviceClass", "ResourceSlice", "ResourceClaim")]  # DRA: devices
     background = [o for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")]
     log(f"creating {len(nodes)} kwok nodes, {len(background)} background pods")

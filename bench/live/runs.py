@@ -296,8 +296,9 @@ def run_live(
             if workload is not None:
                 nodes = cp.request("GET", "/api/v1/nodes")["items"]
                 fits = set(placement_metrics.runnable(cluster.nodes, cluster.gangs))
+                queues = [o for o in scenario_objs if o["kind"] == "Queue"]
                 with watch.lock:
-                    figures = live_timeline.measure(workload, dict(watch.bound), nodes, now, fits)
+                    figures = live_timeline.measure(workload, dict(watch.bound), nodes, now, fits, queues)
                 pods = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
                 figures["phases"] = dict(Counter(p.get("status", {}).get("phase", "?") for p in pods))
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])

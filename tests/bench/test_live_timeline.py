@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-from gangsolve.bench import manifests
+from gangsolve.bench import manifests, scenarios, tenants
 from gangsolve.bench.live import live_timeline
 from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
 from gangsolve.bench.live.populate import Arrival
@@ -100,6 +100,10 @@ class _Kube:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
+    async def post(self, path: str, body: dict) -> dict:
+        self.calls.append(("POST", body["metadata"]["name"]))
+        return body
+
     async def patch(self, path: str, body: dict) -> dict:
         assert body["status"]["phase"] == "Succeeded"
         self.calls.append(("PATCH", path.rsplit("/pods/", 1)[1]))
@@ -114,7 +118,7 @@ def test_each_pod_ends_its_runtime_after_the_start_the_api_shows_and_an_unbound_
     kube = _Kube()
     job = _job("elastic", [1, 1, 1], created=0.0, start=None, end=None)
     job.need, job.duration = 2, 10.0
-    watch = SimpleNamespace(lock=threading.Lock(), started={"elastic-0": 100.0, "elastic-1": 101.0})
+    watch = SimpleNamespace(lock=threading.Lock(), started={"elastic-0": 100.0, "elastic-1": 101.0}, gone={})
     workload = live_timeline.Workload(None, [job], watch, {})  # type: ignore[arg-type]
 
     async def scenario() -> None:
@@ -150,3 +154,68 @@ def test_the_live_timeline_target_needs_every_figure_at_or_past_the_best_peers()
     assert not verdict(_run("gangsolve", 246, 9959, 2780, 0.830))  # seed 2 as measured: p50 behind
     assert not verdict(_run("gangsolve", 9, 9959, 2780, 0.829))  # useful GPU 0.6 points behind KAI's
     assert verdict(_run("gangsolve", 9, 9959, 2780, 0.830))  # 0.5 points behind: within the target
+
+
+def test_a_job_a_scheduler_evicts_starts_over_and_what_it_ran_is_lost():
+    kube = _Kube()
+    job = _job("trainer", [4, 4], created=0.0, start=None, end=None)
+    watch = SimpleNamespace(lock=threading.Lock(), started={"trainer-0": 100.0, "trainer-1": 100.0}, gone={})
+    workload = live_timeline.Workload(None, [job], watch, {})  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await workload.step(kube, now=2.0)  # type: ignore[arg-type]
+        assert job.start == 2.0
+        watch.gone["trainer-0"] = 6.0  # a scheduler deleted one of its pods (reclaim)
+        await workload.step(kube, now=7.0)  # type: ignore[arg-type]
+
+    anyio.run(scenario)
+    # The other pod is deleted by the workload (its operator), then both come again under new names.
+    assert kube.calls == [("DELETE", "trainer-1"), ("POST", "trainer-0-r1"), ("POST", "trainer-1-r1")]
+    assert workload.lost == [(8, 2.0, 7.0)]
+    assert (job.start, job.gpus, job.restarts, job.created) == (None, 0, 1, 0.0)  # waits from its arrival
+    assert workload.ended == {"trainer-0": 6.0, "trainer-1": 7.0}
+    assert [p["metadata"]["name"] for p in job.arrival.pods] == ["trainer-0-r1", "trainer-1-r1"]
+    # Its first run's pods still count in the over-time check, by the names they had.
+    bound = {"trainer-0": (2.0, "n1"), "trainer-1": (2.0, "n1"), "trainer-0-r1": (7.0, "n1")}
+    assert live_timeline.overcommitted(workload, bound, [_node("n1", 8)], end=10.0) == []
+    assert live_timeline.overcommitted(workload, {**bound, "trainer-1-r1": (5.0, "n1")}, [_node("n1", 8)], 10.0)
+
+
+def test_queue_shares_come_from_the_samples_and_a_capped_queues_demand_stops_at_its_cap():
+    window = (scenarios.WARM_UP * scenarios.PERIOD, scenarios.WINDOW * scenarios.PERIOD)
+    workload = live_timeline.Workload(None, [], None, {})  # type: ignore[arg-type]
+    # Every minute over the window: team-a holds 8 GPUs and asks for 40 more (capped at 24), team-b holds 8.
+    workload.samples = [
+        {"time": t, "held": {"team-a": 8, "team-b": 8}, "waiting": {"team-a": 40, "team-b": 0}}
+        for t in range(int(window[0]), int(window[1]), int(scenarios.PERIOD))
+    ]
+    queues = [
+        tenants.queue_object("team-a", 1, {"nvidia.com/gpu": "24"}),
+        tenants.queue_object("team-b", 1),
+    ]
+    per_job = {"bench/a": {"wait": 60.0}, "bench/b": {"wait": 0.0}}
+    out = live_timeline.shares(workload, queues, 32, {"bench/a": "team-a", "bench/b": "team-b"}, per_job)
+    # team-b asks for no more than its 8, so team-a's fair share is the rest of 32 up to its cap of 24.
+    a, b = out["fairness"]["tenants"]["team-a"], out["fairness"]["tenants"]["team-b"]
+    assert (a["share"], a["fair_share"]) == (pytest.approx(8 / 32), pytest.approx(24 / 32))
+    assert (b["share"], b["fair_share"]) == (pytest.approx(8 / 32), pytest.approx(8 / 32))
+    assert out["capability_violations"] == 0
+    assert out["tenant_delay_p95"] == {"team-a": 60.0, "team-b": 0.0}
+    workload.samples[0]["held"]["team-a"] = 25  # one sample past the cap
+    assert live_timeline.shares(workload, queues, 32, {}, {})["capability_violations"] == 1
+
+
+def test_the_tenants_timeline_runs_the_time_based_modes_teams():
+    scenario = LIVE_SCENARIOS["live/tenants-seed2"]
+    objs = scenario.build()
+    queues = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "Queue"}
+    assert queues == {
+        "team-a": {"weight": 1, "capability": {"nvidia.com/gpu": "24"}},
+        "team-b": {"weight": 2},
+        "team-c": {"weight": 4},
+    }
+    same = tenants.tenants_timeline(scenarios.WINDOW * scenarios.PERIOD, seed=12)  # timeline/tenants' seed 2
+    assert sorted(o["metadata"]["name"] for o in objs if o["kind"] == "Pod") == sorted(
+        o["metadata"]["name"] for o in same if o["kind"] == "Pod"
+    )
+    assert LIVE_GRIDS["tenants"] == [f"live/tenants-seed{s}" for s in live_timeline.SEEDS]
