@@ -34,7 +34,7 @@
    its queue is short of, and each queue taken from loses less than twice what it holds past its share (16 GPUs
    from 9 short and 11 past leaves 7 past and 5 short). Each reclaim brings the queues it touches strictly
    nearer their shares, so while fair shares hold, reclaims cannot go round in circles. Its victims, of the
-   preemptor's own priority, are chosen with the least work lost (GPU-minutes run) right after the fewest gangs
+   preemptor's own priority, are chosen with the least work lost (GPU-seconds run) right after the fewest gangs
    and PDB violations. Reserved nodes are used by no preemptor that is not above every reservation's gang, and a gang
    holding a reservation waits for it (unless the reservation has no start: running pods without an estimated
    end hold what it needs).
@@ -196,10 +196,11 @@ class Preemption:
         if p.shared:
             self._devices_freed(pool)
         self.gpus = np.array([int(r.requests.get(GPU, 0)) for r in pool], dtype=np.int64)
-        # GPU-minutes each has run (its work lost if evicted), on the cycle's clock, else from the latest start.
+        # GPU-seconds each has run (its work lost if evicted), on the cycle's clock, else from the latest start.
+        # Seconds, not minutes: whole minutes counted a pod that had run 59 s as having lost nothing.
         clock = max([cluster.now, *(r.started for r in pool)])
         self.work_lost = np.array(
-            [int(r.requests.get(GPU, 0)) * int(max(0.0, clock - r.started) // 60) for r in pool], dtype=np.int64
+            [int(r.requests.get(GPU, 0)) * int(max(0.0, clock - r.started)) for r in pool], dtype=np.int64
         )
         # When the plan expects each pending gang to start without evictions (reservations, then forecasts).
         self.clock = clock
@@ -506,8 +507,8 @@ class Preemption:
         return None
 
     def _worth_reclaiming(self, g: int, victims: tuple[int, ...]) -> bool:
-        """Whether reclaim saves more than it throws away: the GPU-minutes gang g would wait for the start the
-        plan expects without it (running pods' ends) against the GPU-minutes its victims have run. For a gang
+        """Whether reclaim saves more than it throws away: the GPU-seconds gang g would wait for the start the
+        plan expects without it (running pods' ends) against the GPU-seconds its victims have run. For a gang
         the plan did not reach, the first time enough GPUs are free anywhere (a bound: it waits at least that
         long). A gang that may wait for ever (running pods without an expected end): always worth it."""
         gang = self.problem.gangs[g]
@@ -522,7 +523,7 @@ class Preemption:
                 free, start = free + given, end
             if free < gpus:
                 return True
-        saved = gpus * max(0.0, start - self.clock) / 60
+        saved = gpus * max(0.0, start - self.clock)
         return int(sum(int(self.work_lost[i]) for i in victims)) <= saved
 
     def _room(self, g: int, allowed: np.ndarray) -> np.ndarray | None:

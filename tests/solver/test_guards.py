@@ -63,3 +63,15 @@ def test_reclaim_is_not_worth_it_when_the_plan_expects_room_soon():
     assert solve(late, CONFIG).evictions
     # Without expected ends it may wait for ever: reclaimed.
     assert solve(cluster, CONFIG).evictions
+
+
+def test_work_lost_counts_seconds_not_whole_minutes():
+    """team-b's gangs started 50 s ago and end in 20 s: waiting costs team-a's 8 GPUs 20 s each, evicting them
+    throws away 50 s of theirs, so team-a waits. Counted in whole minutes the victims had run nothing, and every
+    such reclaim looked free (what a cluster whose jobs run seconds, or a sped-up timeline, would see)."""
+    cluster = reclaim_case(started=NOW - 50)
+    soon = replace(cluster, running=tuple(replace(r, end=NOW + 20) for r in cluster.running))
+    assert not solve(soon, CONFIG).evictions
+    # Ending in 100 s, the wait costs more than the 50 s run: reclaimed.
+    later = replace(cluster, running=tuple(replace(r, end=NOW + 100) for r in cluster.running))
+    assert solve(later, CONFIG).evictions
