@@ -324,6 +324,7 @@ def run_live_preemption(
             "gangsolve",
             "volcano",
             "volcano-gpu-binpack",
+            "volcano-reclaim",
             "kueue",
             "kueue-unblocked",
             "kueue-tas",

@@ -437,27 +437,50 @@ TEAM_PREEMPTION = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPri
 
 
 def team_queues(
-    teams: dict[str, str], cpu: Decimal, memory: Decimal, pools: list[GpuPool], cohort: str = "teams"
+    teams: dict[str, str],
+    cpu: Decimal,
+    memory: Decimal,
+    pools: list[GpuPool],
+    cohort: str = "teams",
+    *,
+    namespace: str | None = None,
+    caps: dict[str, int] | None = None,
 ) -> list[dict]:
-    """One ClusterQueue per team (team -> its fair-sharing weight) in one cohort, each with an equal share of
-    the capacity as its nominal quota (GPUs split whole, the remainder to the first teams) and free to borrow
-    the rest, fair sharing and admission fair sharing on; a LocalQueue in each team's namespace (named after
-    the team)."""
-    n = len(teams)
+    """One ClusterQueue per team (team -> its fair-sharing weight) in one cohort, each with its weight's share
+    of the capacity as its nominal quota (GPUs split whole by largest remainder) and free to borrow the rest,
+    up to its GPU cap where `caps` gives one (a borrowing limit of the cap less its quota), fair sharing and
+    admission fair sharing on; a LocalQueue named after the team in `namespace` (else the team's own)."""
+    weights = {team: Decimal(w) for team, w in teams.items()}
+    total = sum(weights.values())
     out: list[dict] = []
-    for i, (team, weight) in enumerate(teams.items()):
-        shares = [GpuPool(p.flavor, p.node_labels, p.taints, p.gpus // n + (1 if i < p.gpus % n else 0)) for p in pools]
+    gpus = {p.flavor: _split(p.gpus, weights) for p in pools}
+    for team, weight in teams.items():
+        shares = [GpuPool(p.flavor, p.node_labels, p.taints, gpus[p.flavor][team]) for p in pools]
         queue = cluster_queue(
             team,
-            cpu / n,
-            memory / n,
+            cpu * weights[team] / total,
+            memory * weights[team] / total,
             shares,
             cohort=cohort,
             fair_weight=weight,
             preemption=TEAM_PREEMPTION,
             admission_fair_sharing=True,
         )
-        out += [queue, local_queue(team, team, team)]
+        if caps and team in caps:
+            for flavor in queue["spec"]["resourceGroups"][-1]["flavors"]:
+                for r in flavor["resources"]:
+                    r["borrowingLimit"] = str(max(0, caps[team] - int(r["nominalQuota"])))
+        out += [queue, local_queue(team, namespace or team, team)]
+    return out
+
+
+def _split(whole: int, weights: dict[str, Decimal]) -> dict[str, int]:
+    """`whole` split in proportion to `weights`, whole units, the remainder to the largest fractions."""
+    total = sum(weights.values())
+    exact = {k: whole * w / total for k, w in weights.items()}
+    out = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: exact[k] - out[k], reverse=True)[: whole - sum(out.values())]:
+        out[k] += 1
     return out
 
 

@@ -143,6 +143,12 @@ def with_gpu_binpack(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, "tiers": tiers}
 
 
+def with_reclaim(conf: dict[str, Any]) -> dict[str, Any]:
+    """`conf` with the reclaim action after the others, as Volcano's guides have users add it for queues that
+    lend what they do not use and take it back ("add reclaim action", the capacity plugin's user guide)."""
+    return {**conf, "actions": f"{conf['actions']}, reclaim"}
+
+
 def install(cp: ControlPlane, volcano: Volcano, user: str = "system:kube-scheduler") -> None:
     """Volcano's CRDs, and the chart's ClusterRole for vc-scheduler bound to `user`."""
     install_crds(cp, *volcano.crds())

@@ -50,6 +50,7 @@ class LiveScenario:
     only_why: str = ""
     # gangsolve's settings beside the scenario's client limits (a timeline scales its starvation age with time).
     gangsolve_settings: dict[str, Any] = field(default_factory=dict)
+    tenants: bool = False  # teams share the cluster through queues (set-ups for queues only run here)
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -244,6 +245,7 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
                 mode="timeline",
                 timeout=live_timeline.TIMEOUT,
                 gangsolve_settings={"starvation-age": STARVATION_SECONDS / live_timeline.SPEEDUP},
+                tenants=True,
             )
             for seed in live_timeline.SEEDS
         ),
@@ -262,11 +264,22 @@ LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
 # Other projects' schedulers, built from source (hack/build-peers.sh): each runs where its binary is built and the
 # scenario's users can write what it reads.
 # volcano: the configuration Volcano's Helm chart installs; volcano-gpu-binpack: the same with its binpack plugin
-# scoring GPUs as the plugin documents it; kueue: Kueue admitting (its chart's configuration with
-# waitForPodsReady blocking admission, one ClusterQueue over the free capacity) and kube-scheduler placing;
+# scoring GPUs as the plugin documents it; volcano-reclaim: the same with the reclaim action added, as Volcano's
+# guides have users add it for queues that lend and reclaim (the tenants timelines only); kueue: Kueue admitting
+# (its chart's configuration with waitForPodsReady blocking admission, one ClusterQueue over the free capacity, or
+# on the tenants timelines one per team in a cohort with fair sharing) and kube-scheduler placing;
 # kueue-unblocked: the same without blocking admission; kueue-tas: with its topology-aware scheduling at node
 # level, not blocking admission; kai: NVIDIA's KAI scheduler and binder with its chart's default queues (quota 0)
 # and its operator's configuration for the default shard (GPUs and CPUs binpacked); kai-quota: the same with the
 # queues guaranteed what the background leaves free (KAI runs gangs of priority 100 or more only within quota).
 # bench/live/peers.py runs them.
-REAL_PEERS = ("volcano", "volcano-gpu-binpack", "kueue", "kueue-unblocked", "kueue-tas", "kai", "kai-quota")
+REAL_PEERS = (
+    "volcano",
+    "volcano-gpu-binpack",
+    "volcano-reclaim",
+    "kueue",
+    "kueue-unblocked",
+    "kueue-tas",
+    "kai",
+    "kai-quota",
+)

@@ -1,19 +1,23 @@
 """The real peers in a live run: what each one installs and starts on the run's control plane, when, and what
 the run records about it.
 
-- `volcano`, `volcano-gpu-binpack`: vc-scheduler and its controllers (bench/devcluster/volcano.py), installed
-  and added once the scenario's background runs, started as the scheduler under test;
+- `volcano`, `volcano-gpu-binpack`, `volcano-reclaim`: vc-scheduler and its controllers
+  (bench/devcluster/volcano.py), installed and added once the scenario's background runs, started as the
+  scheduler under test; where the scenario has teams' Volcano Queues, those too;
 - `kueue`, `kueue-unblocked`: Kueue's manager (bench/devcluster/kueue.py) with kube-scheduler placing what it
-  admits; waitForPodsReady blocking admission until each admitted workload's pods are Ready, or not; with
+  admits (where the scenario has teams' Volcano Queues, the teams as ClusterQueues in one cohort with fair
+  sharing, `kueue.team_queues`); waitForPodsReady blocking admission until each admitted workload's pods are
+  Ready, or not; with
   topology-aware scheduling at node level (`kueue-tas`: Kueue chooses each pod's node, kube-scheduler binds). Its pod
   webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
   admitted) and released when the scheduler "starts", together with kube-scheduler;
 - `kai`, `kai-quota`: NVIDIA's KAI scheduler and its binder (bench/devcluster/kai.py) with the chart's default
   queues (quota 0, as its quick start has them; or, `kai-quota`, guaranteed what the background leaves free) and,
-  where the scenario has teams' Volcano Queues, the same teams as KAI queues (`kai.team_queues`)
-  and the scheduler configuration KAI's operator writes for the chart's default SchedulingShard, installed and
-  added once the scenario's background runs, started as the scheduler under test.
+  where the scenario has teams' Volcano Queues, the same teams as KAI queues (`kai.team_queues`), and the
+  scheduler configuration KAI's operator writes for the chart's default SchedulingShard (its evicting actions
+  off, but where teams share), installed and added once the scenario's background runs, started as the
+  scheduler under test.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
 
 KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")
 KAI_PEERS = ("kai", "kai-quota")
+QUEUE_PEERS = ("volcano-reclaim",)  # set-ups that matter only between teams' queues
 
 
 def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue | kai.Kai:
@@ -41,6 +46,8 @@ def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
     objects the users do not write (None: it runs)."""
     if scenario.only is not None and scheduler not in scenario.only:
         return scenario.only_why or f"only {', '.join(scenario.only)} run it"
+    if scheduler in QUEUE_PEERS and not scenario.tenants:
+        return "its set-up differs from its family's only between queues: it runs where teams share"
     if scheduler not in REAL_PEERS:
         return None
     if scenario.users is not None:
@@ -55,7 +62,8 @@ def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
 
 
 class VolcanoRun:
-    """vc-scheduler (the chart's configuration; GPUs binpacked for volcano-gpu-binpack) and its controllers."""
+    """vc-scheduler (the chart's configuration; GPUs binpacked for volcano-gpu-binpack, the reclaim action added
+    for volcano-reclaim) and its controllers."""
 
     def __init__(self, cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> None:
         self.cp, self.scheduler, self.scenario = cp, scheduler, scenario
@@ -66,6 +74,7 @@ class VolcanoRun:
     def before_pods(self, objs: list[dict], burst: bool) -> None:
         conf = self.peer.chart_scheduler_conf(self.cp.binaries.helm)
         self.conf = volcano.with_gpu_binpack(conf) if self.scheduler == "volcano-gpu-binpack" else conf
+        self.conf = volcano.with_reclaim(conf) if self.scheduler == "volcano-reclaim" else self.conf
         volcano.install(self.cp, self.peer)
         for queue in (o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API):
             self.cp.request(
@@ -100,9 +109,21 @@ class KueueRun:
         port = kueue.free_port()
         certs = kueue.install(self.cp, self.peer, port)
         block = self.scheduler == "kueue"  # with TAS Kueue fits gangs to nodes itself: no need to admit one by one
-        self.process = kueue.add(self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block)
+        teams = [o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API]
+        self.process = kueue.add(
+            self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block, fair=bool(teams)
+        )
         self.pid = kueue.start(self.cp, self.process)
-        if self.scheduler == "kueue-tas":
+        if teams:  # the teams as ClusterQueues in one cohort, fair sharing on (kueue.team_queues)
+            cpu, memory, pools = kueue.free_capacity(objs)
+            weights = {q["metadata"]["name"]: str(q["spec"].get("weight", 1)) for q in teams}
+            caps = {
+                q["metadata"]["name"]: int(q["spec"]["capability"][kueue.GPU])
+                for q in teams
+                if kueue.GPU in (q["spec"].get("capability") or {})
+            }
+            self.queues = kueue.team_queues(weights, cpu, memory, pools, namespace=manifests.NAMESPACE, caps=caps)
+        elif self.scheduler == "kueue-tas":
             self.queues = kueue.tas_queues_for(objs, manifests.NAMESPACE)
         else:
             self.queues = kueue.queues_for(objs, manifests.NAMESPACE)

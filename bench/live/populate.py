@@ -245,7 +245,8 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
         if scheduler.startswith("kueue"):
             # Under TAS a co-located gang asks Kueue for its rack; Kueue alone cannot see pod affinity.
             required = gang.colocate if scheduler == "kueue-tas" else None
-            made, members = [], kueue.label_members(members, "gang-" + gang.name.split("/", 1)[1], "bench", required)
+            queue = "bench" if gang.queue == DEFAULT_QUEUE else gang.queue  # a team's: kueue.team_queues
+            made, members = [], kueue.label_members(members, "gang-" + gang.name.split("/", 1)[1], queue, required)
         out.append(Arrival(gang.name, made, members))
     return out
 

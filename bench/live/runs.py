@@ -5,8 +5,8 @@ scheduling: the GenericWorkload and TopologyAwareWorkloadScheduling gates on, a 
 PodGroup per gang with the gang's priority class and, for co-located gangs, a topology constraint) and
 `gangsolve` (`gangsolve run`). Each scheduler's users create what that scheduler reads: nothing for plain
 kube-scheduler, native PodGroups for its gang scheduling, scheduler-plugins PodGroups for gangsolve. The real
-peers (`volcano`, `volcano-gpu-binpack`: Volcano's vc-scheduler and controllers; `kueue`: Kueue admitting and
-kube-scheduler placing; `kai`: NVIDIA's KAI scheduler and binder; bench/live/peers.py) run where
+peers (`volcano`, `volcano-gpu-binpack`, `volcano-reclaim`: Volcano's vc-scheduler and controllers; `kueue`:
+Kueue admitting and kube-scheduler placing; `kai`: NVIDIA's KAI scheduler and binder; bench/live/peers.py) run where
 hack/build-peers.sh built them and the scenario's users can write what they read; their users give each gang a
 Volcano PodGroup, Kueue's pod-group labels, or a KAI PodGroup.
 
@@ -17,7 +17,8 @@ Three modes (the first two as scheduler_perf measures):
 - **burst**: every pending pod is created while no scheduler runs, then the scheduler starts: pods bound per
   second from its start to the last binding;
 - **timeline** (bench/live/live_timeline.py): the scheduler runs while jobs arrive at their times, run once
-  whole and finish, faster than the timeline's clock: waits, completion times and GPU use over time.
+  whole and finish, faster than the timeline's clock: waits, completion times and GPU use over time; on the
+  tenants timelines, each team's share against its weighted fair share, and the work evictions threw away.
 
 Each run gets a fresh ControlPlane (etcd, kube-apiserver, kube-controller-manager, kwok, kube-scheduler when it
 is the scheduler under test), so no run shares capacity, caches or leftovers with another. A run:

@@ -354,7 +354,8 @@ def test_kueue_tas_gives_each_pool_one_flavor_with_all_its_resources_on_a_node_t
 
 def test_kueue_teams_share_one_cohort_fairly_and_reclaim_what_was_lent() -> None:
     pools = [kueue.GpuPool("gpu-a100", {manifests.GPU_MODEL_LABEL: "A100"}, [], 10)]
-    queues = kueue.team_queues({"team-a": "2", "team-b": "1", "team-c": "1"}, Decimal(30), Decimal(3 * 2**30), pools)
+    teams = {"team-a": "2", "team-b": "1", "team-c": "1"}
+    queues = kueue.team_queues(teams, Decimal(40), Decimal(4 * 2**30), pools, caps={"team-b": 4})
     cqs = [q for q in queues if q["kind"] == "ClusterQueue"]
     assert [q["metadata"]["name"] for q in cqs] == ["team-a", "team-b", "team-c"]
     for cq, weight in zip(cqs, ("2", "1", "1"), strict=True):
@@ -362,18 +363,23 @@ def test_kueue_teams_share_one_cohort_fairly_and_reclaim_what_was_lent() -> None
         assert (spec["cohortName"], spec["fairSharing"]) == ("teams", {"weight": weight})
         assert spec["preemption"] == {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
         assert spec["admissionScope"] == {"admissionMode": "UsageBasedAdmissionFairSharing"}
-        assert spec["resourceGroups"][0]["flavors"][0]["resources"] == [
-            {"name": "cpu", "nominalQuota": "10"},
-            {"name": "memory", "nominalQuota": str(2**30)},
+        assert spec["resourceGroups"][0]["flavors"][0]["resources"] == [  # the weight's share
+            {"name": "cpu", "nominalQuota": str(10 * int(weight))},
+            {"name": "memory", "nominalQuota": str(int(weight) * 2**30)},
         ]
-    gpus = [int(cq["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0]["nominalQuota"]) for cq in cqs]
-    assert gpus == [4, 3, 3]  # every GPU given out, whole
+    gpus = [cq["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0] for cq in cqs]
+    # Every GPU given out, whole, by weight (2.5 each for the light teams: the first takes the odd one); a capped
+    # team borrows only up to its cap.
+    assert [int(g["nominalQuota"]) for g in gpus] == [5, 3, 2]
+    assert [g.get("borrowingLimit") for g in gpus] == [None, "1", None]
     locals_ = [q for q in queues if q["kind"] == "LocalQueue"]
     assert [(q["metadata"]["namespace"], q["spec"]["clusterQueue"]) for q in locals_] == [
         ("team-a", "team-a"),
         ("team-b", "team-b"),
         ("team-c", "team-c"),
     ]
+    shared = kueue.team_queues(teams, Decimal(40), Decimal(4 * 2**30), pools, namespace="bench")
+    assert {q["metadata"]["namespace"] for q in shared if q["kind"] == "LocalQueue"} == {"bench"}
 
 
 def test_kueue_tas_users_ask_for_a_co_located_gangs_rack_and_the_topology_has_racks() -> None:
@@ -543,3 +549,42 @@ def test_kai_quota_guarantees_the_free_capacity_in_kais_units_and_keeps_limits_a
         "resources": {"gpu": {"quota": 40, "limit": -1, "overQuotaWeight": 1}},
     }
     assert queues[0]["spec"]["resources"]["gpu"]["quota"] == 0  # the chart's queues are left as they were
+
+
+def test_each_peers_users_name_their_teams_queue_on_the_tenants_timeline() -> None:
+    from gangsolve.bench.live.populate import arrivals
+
+    objs = LIVE_SCENARIOS["live/tenants-seed1"].build()
+    cluster = manifests.to_cluster(objs)
+    team = {g.name: g.queue for g in cluster.gangs}
+    assert set(team.values()) == {"team-a", "team-b", "team-c"}
+    for arrival in arrivals(objs, cluster, "volcano"):
+        assert arrival.groups[0]["spec"]["queue"] == team[arrival.gang]
+    for arrival in arrivals(objs, cluster, "kai"):
+        assert arrival.groups[0]["spec"]["queue"] == team[arrival.gang]
+        assert {p["metadata"]["labels"][kai.QUEUE_LABEL] for p in arrival.pods} == {team[arrival.gang]}
+    for arrival in arrivals(objs, cluster, "kueue"):
+        assert {p["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] for p in arrival.pods} == {team[arrival.gang]}
+
+
+def test_kai_users_write_volcanos_teams_as_leaf_queues_weighted_and_capped() -> None:
+    teams = [o for o in LIVE_SCENARIOS["live/tenants-seed1"].build() if o["kind"] == "Queue"]
+    queues = {q["metadata"]["name"]: q["spec"] for q in kai.team_queues(teams)}
+    assert set(queues) == {"team-a", "team-b", "team-c"}
+    for name, weight in (("team-a", 1), ("team-b", 2), ("team-c", 4)):
+        spec = queues[name]
+        assert spec["parentQueue"] == "default-parent-queue"  # the chart's, which a fresh install creates
+        assert {r: v["overQuotaWeight"] for r, v in spec["resources"].items()} == dict.fromkeys(
+            ("cpu", "memory", "gpu"), weight
+        )
+        assert {v["quota"] for v in spec["resources"].values()} == {0}
+    assert [queues[t]["resources"]["gpu"]["limit"] for t in ("team-a", "team-b", "team-c")] == [24, -1, -1]
+
+
+def test_volcano_reclaim_adds_only_the_reclaim_action_and_runs_only_where_teams_share() -> None:
+    conf = {"actions": "enqueue, allocate, backfill", "tiers": [{"plugins": [{"name": "proportion"}]}]}
+    assert volcano.with_reclaim(conf) == {**conf, "actions": "enqueue, allocate, backfill, reclaim"}
+    from gangsolve.bench.live.peers import not_run
+
+    assert "where teams share" in (not_run(LIVE_SCENARIOS["live/timeline-synthetic-seed1"], "volcano-reclaim") or "")
+    assert "where teams share" not in (not_run(LIVE_SCENARIOS["live/tenants-seed1"], "volcano-reclaim") or "")
