@@ -449,10 +449,11 @@ def team_queues(
     """One ClusterQueue per team (team -> its fair-sharing weight) in one cohort, each with its weight's share
     of the capacity as its nominal quota (GPUs split whole by largest remainder) and free to borrow the rest,
     up to its GPU cap where `caps` gives one (a borrowing limit of the cap less its quota), fair sharing and
-    admission fair sharing on; a LocalQueue named after the team in `namespace` (else the team's own)."""
+    admission fair sharing on; a LocalQueue named after the team in `namespace` (else the team's own); the
+    ResourceFlavors first."""
     weights = {team: Decimal(w) for team, w in teams.items()}
     total = sum(weights.values())
-    out: list[dict] = []
+    out = [resource_flavor(DEFAULT_FLAVOR), *(resource_flavor(p.flavor, p.node_labels, p.taints) for p in pools)]
     gpus = {p.flavor: _split(p.gpus, weights) for p in pools}
     for team, weight in teams.items():
         shares = [GpuPool(p.flavor, p.node_labels, p.taints, gpus[p.flavor][team]) for p in pools]

@@ -196,6 +196,7 @@ class Workload(threading.Thread):
             await anyio.sleep(TICK)
 
     def sample(self, now: float) -> None:
+        """What each queue's running jobs hold and its waiting jobs ask for, now (`samples`)."""
         held: dict[str, int] = {}
         waiting: dict[str, int] = {}
         for job in self.jobs:

@@ -356,6 +356,8 @@ def test_kueue_teams_share_one_cohort_fairly_and_reclaim_what_was_lent() -> None
     pools = [kueue.GpuPool("gpu-a100", {manifests.GPU_MODEL_LABEL: "A100"}, [], 10)]
     teams = {"team-a": "2", "team-b": "1", "team-c": "1"}
     queues = kueue.team_queues(teams, Decimal(40), Decimal(4 * 2**30), pools, caps={"team-b": 4})
+    # The flavors the queues name come first: a ClusterQueue naming a missing one is never active.
+    assert [q["metadata"]["name"] for q in queues[:2]] == [kueue.DEFAULT_FLAVOR, "gpu-a100"]
     cqs = [q for q in queues if q["kind"] == "ClusterQueue"]
     assert [q["metadata"]["name"] for q in cqs] == ["team-a", "team-b", "team-c"]
     for cq, weight in zip(cqs, ("2", "1", "1"), strict=True):
