@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gangsolve.bench import manifests, placement_metrics
+from gangsolve.bench.live import LIVE_SCHEDULERS, REAL_PEERS
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS, Runner, add_gaps
 
@@ -317,21 +318,7 @@ def run_live_preemption(
     "--live-scheduler",
     "live_schedulers",
     multiple=True,
-    type=click.Choice(
-        [
-            "kube-scheduler",
-            "kube-scheduler-gang",
-            "gangsolve",
-            "volcano",
-            "volcano-gpu-binpack",
-            "volcano-reclaim",
-            "kueue",
-            "kueue-unblocked",
-            "kueue-tas",
-            "kai",
-            "kai-quota",
-        ]
-    ),
+    type=click.Choice([*LIVE_SCHEDULERS, *REAL_PEERS]),
     help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them].",
 )
 @click.option(
@@ -391,7 +378,7 @@ def bench_command(
 ) -> None:
     """Compare per-pod kube-scheduler, greedy gang allocation and gangsolve on the same snapshots."""
     from gangsolve.bench.live.live_preemption import LIVE_PREEMPTION_GRID, LIVE_PREEMPTION_SCENARIOS
-    from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS, LIVE_SCHEDULERS, REAL_PEERS
+    from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
     from gangsolve.bench.report import plots, tables, targets  # matplotlib: loaded only when benchmarking
     from gangsolve.bench.static.preemption_rounds import GRID as PREEMPTION_GRID
     from gangsolve.bench.static.preemption_rounds import SCENARIOS as PREEMPTION_SCENARIOS

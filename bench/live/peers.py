@@ -26,7 +26,8 @@ from typing import Any
 
 from gangsolve.bench import manifests
 from gangsolve.bench.devcluster import ControlPlane, kai, kueue, volcano
-from gangsolve.bench.live.live_scenarios import REAL_PEERS, LiveScenario
+from gangsolve.bench.live import REAL_PEERS
+from gangsolve.bench.live.live_scenarios import LiveScenario
 from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
 
 KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")

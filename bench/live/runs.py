@@ -64,8 +64,8 @@ import yaml
 from gangsolve.bench import manifests, placement_metrics
 from gangsolve.bench.devcluster import ControlPlane
 from gangsolve.bench.devcluster.gangsolve_process import REPO, GangsolveProcess
-from gangsolve.bench.live import live_timeline, peers
-from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, REAL_PEERS, LiveScenario
+from gangsolve.bench.live import REAL_PEERS, live_timeline, peers
+from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, LiveScenario
 from gangsolve.bench.live.measurements import (
     AUDIT_POLICY,
     BindWatch,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, LIVE_SCHEDULERS
+from gangsolve.bench.live import LIVE_SCHEDULERS
+from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS
 from gangsolve.bench.live.runs import run_scenarios
 from gangsolve.bench.report import tables, targets
 from tests.e2e.live_helpers import bench_runs

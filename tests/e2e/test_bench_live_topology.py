@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from gangsolve.bench import manifests
-from gangsolve.bench.live import live_topology
-from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS, LIVE_SCHEDULERS
+from gangsolve.bench.live import LIVE_SCHEDULERS, live_topology
+from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS
 from gangsolve.bench.live.runs import run_live
 from gangsolve.bench.report import tables
 
