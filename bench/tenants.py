@@ -58,17 +58,23 @@ OVERNIGHT = (
     Tenant("team-day1", 1, 0.6, start=0.5),
     Tenant("team-day2", 1, 0.6, start=0.5),
 )
+QUEUE_API = "scheduling.volcano.sh/v1beta1"
 NODES = 16  # 8-GPU nodes
 BURSTS = 6  # per tenant, over the arrival window
 BURST_MINUTES = 10  # a burst's jobs arrive within this long
 HOUR_CYCLES = 60  # a sliding window for GPU-hours shares (cycles are a minute)
 
 
+def queues_of(objs: list[dict]) -> list[dict]:
+    """The teams' Volcano Queues among a scenario's objects (each scheduler's users write the teams from these)."""
+    return [o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == QUEUE_API]
+
+
 def queue_object(name: str, weight: int, capability: dict[str, str] | None = None, parent: str = "") -> dict:
     spec: dict = {"weight": weight, **({"capability": capability} if capability else {})}
     if parent:
         spec["parent"] = parent
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+    return {"apiVersion": QUEUE_API, "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
 def tenants_timeline(

@@ -7,8 +7,8 @@ the run records about it.
 - `kueue`, `kueue-unblocked`: Kueue's manager (bench/devcluster/kueue.py) with kube-scheduler placing what it
   admits (where the scenario has teams' Volcano Queues, the teams as ClusterQueues in one cohort with fair
   sharing, `kueue.team_queues`); waitForPodsReady blocking admission until each admitted workload's pods are
-  Ready, or not; with
-  topology-aware scheduling at node level (`kueue-tas`: Kueue chooses each pod's node, kube-scheduler binds). Its pod
+  Ready, or not; with topology-aware scheduling at node level (`kueue-tas`: Kueue chooses each pod's node,
+  kube-scheduler binds). Its pod
   webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
   admitted) and released when the scheduler "starts", together with kube-scheduler;
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangsolve.bench import manifests
+from gangsolve.bench import manifests, tenants
 from gangsolve.bench.devcluster import ControlPlane, kai, kueue, volcano
 from gangsolve.bench.live import REAL_PEERS
 from gangsolve.bench.live.live_scenarios import LiveScenario
@@ -77,10 +77,8 @@ class VolcanoRun:
         self.conf = volcano.with_gpu_binpack(conf) if self.scheduler == "volcano-gpu-binpack" else conf
         self.conf = volcano.with_reclaim(conf) if self.scheduler == "volcano-reclaim" else self.conf
         volcano.install(self.cp, self.peer)
-        for queue in (o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API):
-            self.cp.request(
-                "POST", f"/apis/{volcano.POD_GROUP_API}/queues", queue
-            )  # a tenant's, as the scenario has it
+        for queue in tenants.queues_of(objs):  # the teams' Queues, as the scenario has them
+            self.cp.request("POST", f"/apis/{volcano.POD_GROUP_API}/queues", queue)
         self.processes = volcano.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
 
     def cpu_at_start(self) -> float:
@@ -110,7 +108,7 @@ class KueueRun:
         port = kueue.free_port()
         certs = kueue.install(self.cp, self.peer, port)
         block = self.scheduler == "kueue"  # with TAS Kueue fits gangs to nodes itself: no need to admit one by one
-        teams = [o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API]
+        teams = tenants.queues_of(objs)
         self.process = kueue.add(
             self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block, fair=bool(teams)
         )
@@ -173,7 +171,7 @@ class KaiRun:
         if self.scheduler == "kai-quota":
             cpu, memory, pools = kueue.free_capacity(objs)
             self.queues = kai.with_quota(self.queues, cpu, memory, sum(p.gpus for p in pools))
-        teams = [o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API]
+        teams = tenants.queues_of(objs)
         self.queues += kai.team_queues(teams)
         kai.create_queues(self.cp, self.queues)
         # Tenants reclaim from each other, and the tenants timelines restart what is evicted: KAI's default

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import anyio
 
-from gangsolve.bench import manifests
+from gangsolve.bench import manifests, tenants
 from gangsolve.bench.devcluster import ControlPlane, NodeSpec, crds, kai, kueue, volcano
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE, schedulable
 from gangsolve.live.kube import ApiError, Kube
@@ -382,7 +382,7 @@ def prepare(
     cp.create_namespace(manifests.NAMESPACE)
     if scheduler == "gangsolve" and any(o["apiVersion"] == "scheduling.x-k8s.io/v1alpha1" for o in objs):
         crds.install(cp, crds.pod_group_crd())
-    queues = [o for o in objs if o["kind"] == "Queue" and o["apiVersion"] == volcano.POD_GROUP_API]
+    queues = tenants.queues_of(objs)
     if scheduler == "gangsolve" and queues:  # gangsolve's users share through Volcano's Queues (docs/queues.md)
         crds.install(cp, crds.queue_crd())
     nodes = [o for o in objs if o["kind"] == "Node"]

@@ -61,7 +61,7 @@ from typing import Any
 
 import yaml
 
-from gangsolve.bench import manifests, placement_metrics
+from gangsolve.bench import manifests, placement_metrics, tenants
 from gangsolve.bench.devcluster import ControlPlane
 from gangsolve.bench.devcluster.gangsolve_process import REPO, GangsolveProcess
 from gangsolve.bench.live import REAL_PEERS, live_timeline, peers
@@ -297,7 +297,7 @@ def run_live(
             if workload is not None:
                 nodes = cp.request("GET", "/api/v1/nodes")["items"]
                 fits = set(placement_metrics.runnable(cluster.nodes, cluster.gangs))
-                queues = [o for o in scenario_objs if o["kind"] == "Queue"]
+                queues = tenants.queues_of(scenario_objs)
                 with watch.lock:
                     figures = live_timeline.measure(workload, dict(watch.bound), nodes, now, fits, queues)
                 pods = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
