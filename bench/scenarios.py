@@ -420,7 +420,7 @@ MAX_CYCLES = 480  # the queue drains for up to 5 h after the last arrival
 WORKLOAD_LABEL = "bench.gangsolve.io/workload"  # the label the history groups finished jobs by
 
 
-def _arrivals(rng: np.random.Generator, work: list[float], capacity: int) -> list[float]:
+def poisson_arrivals(rng: np.random.Generator, work: list[float], capacity: int) -> list[float]:
     """Poisson arrival times over the window such that the offered GPU-seconds are LOAD x capacity."""
     horizon = WINDOW * PERIOD
     rate = len(work) / (sum(work) / (LOAD * capacity))  # jobs per second
@@ -428,11 +428,11 @@ def _arrivals(rng: np.random.Generator, work: list[float], capacity: int) -> lis
     return [float(t) for t in times if t < horizon]
 
 
-def _annotate(arrival: float, duration: float) -> dict[str, str]:
+def timeline_annotations(arrival: float, duration: float) -> dict[str, str]:
     return {manifests.ARRIVAL_ANNOTATION: str(int(arrival)), manifests.DURATION_ANNOTATION: str(int(duration))}
 
 
-def _label(objs: list[dict], workload: str) -> None:
+def label_workload(objs: list[dict], workload: str) -> None:
     for obj in objs:
         if obj["kind"] == "Pod":
             obj["metadata"].setdefault("labels", {})[WORKLOAD_LABEL] = workload
@@ -450,12 +450,12 @@ def synthetic_timeline(seed: int = 7, n_nodes: int = 100) -> list[dict]:
         for g, d in zip(gangs, durations, strict=True)
     ]
     objs = [*PRIORITY_CLASSES, *nodes]
-    for gang, arrival, duration in zip(gangs, _arrivals(rng, work, capacity), durations, strict=False):
-        gang[0]["metadata"].setdefault("annotations", {}).update(_annotate(arrival, duration))
+    for gang, arrival, duration in zip(gangs, poisson_arrivals(rng, work, capacity), durations, strict=False):
+        gang[0]["metadata"].setdefault("annotations", {}).update(timeline_annotations(arrival, duration))
         for pod in gang[1:]:
             pod["metadata"]["creationTimestamp"] = manifests.timestamp(arrival)
         # A job template: its role mix and GPUs per worker (what a user's `app` label tells apart).
         gpus = max(int(p["spec"]["containers"][0]["resources"]["requests"].get(GPU, 0)) for p in gang[1:])
-        _label(gang, f"{len(gang) - 1}x{gpus}")
+        label_workload(gang, f"{len(gang) - 1}x{gpus}")
         objs += gang
     return objs

@@ -35,10 +35,10 @@ from gangsolve.bench.scenarios import (  # the timelines' workloads live beside 
     WARM_UP,
     WINDOW,
     WORKLOAD_LABEL,
-    _annotate,
-    _arrivals,
-    _label,
+    label_workload,
+    poisson_arrivals,
     synthetic_timeline,
+    timeline_annotations,
 )
 from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
@@ -107,9 +107,9 @@ def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
     durations = [float(np.clip(job[0].duration, 60, 3600)) for job in jobs]
     work = [d * sum(tp.gpus for tp in job) for job, d in zip(jobs, durations, strict=True)]
     objs = openb.node_objects(rows)
-    for j, (job, arrival) in enumerate(zip(jobs, _arrivals(rng, work, capacity), strict=False)):
-        job_objs = openb.job_objects(f"job-{j:05d}", job, arrival, _annotate(arrival, durations[j]))
-        _label(job_objs, f"{len(job)}x{job[0].gpus}")
+    for j, (job, arrival) in enumerate(zip(jobs, poisson_arrivals(rng, work, capacity), strict=False)):
+        job_objs = openb.job_objects(f"job-{j:05d}", job, arrival, timeline_annotations(arrival, durations[j]))
+        label_workload(job_objs, f"{len(job)}x{job[0].gpus}")
         objs += job_objs
     return objs
 
@@ -131,8 +131,8 @@ def openb_trace_timeline(seed: int = 1) -> list[dict]:
     rows = [r for r in openb.trace_nodes() if (r["model"], r["gpu"]) == shape]
     objs = openb.node_objects(rows[: max(1, round(offered / (TRACE_LOAD * 8)))])
     for j, (t, _tenant, tp) in enumerate(pods):
-        job_objs = openb.job_objects(f"job-{j:05d}", [tp], t, _annotate(t, max(1, tp.duration)))
-        _label(job_objs, f"{tp.gpus}gpu-{tp.cpu_milli // 1000}cpu")
+        job_objs = openb.job_objects(f"job-{j:05d}", [tp], t, timeline_annotations(t, max(1, tp.duration)))
+        label_workload(job_objs, f"{tp.gpus}gpu-{tp.cpu_milli // 1000}cpu")
         objs += job_objs
     return objs
 
