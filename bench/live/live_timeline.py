@@ -163,6 +163,7 @@ class Workload(threading.Thread):
         self.error: str | None = None
         self.last_change = time.monotonic()  # an arrival, a start or an end
         self.lost: list[tuple[int, float, float]] = []  # evicted runs: GPUs, start, eviction (time.monotonic())
+        self._deletions_seen = 0  # the watch's deletions looked at for evictions so far
         # Once a SAMPLE: the time (timeline seconds) and per queue the GPUs running jobs hold and those the
         # arrived jobs not running ask for.
         self.samples: list[dict] = []
@@ -211,8 +212,9 @@ class Workload(threading.Thread):
     async def step(self, kube: Kube, now: float) -> None:
         """Every job whose time has come arrives, starts (its pods running) or ends; one a scheduler evicted
         starts over."""
+        evicted = self._evicted()
         for job in self.jobs:
-            if job.created is not None and job.end is None and self._evicted(job):
+            if job.arrival.gang in evicted:
                 await self.restart(kube, job, now)
                 continue
             if job.created is None and now - self.t0 >= job.at:
@@ -235,13 +237,21 @@ class Workload(threading.Thread):
             elif job.start is not None and job.end is None:
                 await self.finish(kube, job, time.time())
 
-    def _evicted(self, job: Job) -> bool:
-        """Whether a pod of the job's current run was deleted, and not by the workload."""
+    def _evicted(self) -> set[str]:
+        """The jobs (gangs) under way a pod of whose current run was deleted, and not by the workload; looked for only
+        when the watch has seen a deletion since the last look (this runs every TICK)."""
         with self.watch.lock:
-            return any(
-                p["metadata"]["name"] in self.watch.gone and p["metadata"]["name"] not in self.ended
-                for p in job.arrival.pods
-            )
+            if len(self.watch.gone) == self._deletions_seen:
+                return set()
+            self._deletions_seen = len(self.watch.gone)
+            gone = set(self.watch.gone)
+        return {
+            job.arrival.gang
+            for job in self.jobs
+            if job.created is not None
+            and job.end is None
+            and any(p["metadata"]["name"] in gone and p["metadata"]["name"] not in self.ended for p in job.arrival.pods)
+        }
 
     async def restart(self, kube: Kube, job: Job, now: float) -> None:
         """The job starts over as its training operator restarts it: what it ran is lost, its other pods are
