@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gangsolve.bench import manifests, placement_metrics
-from gangsolve.bench.live import LIVE_SCHEDULERS, REAL_PEERS
+from gangsolve.bench.live import LIVE_GRID_NAMES, LIVE_SCHEDULERS, REAL_PEERS
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS, Runner, add_gaps
 
@@ -308,11 +308,12 @@ def run_live_preemption(
 )
 @click.option(
     "--live-grid",
-    type=click.Choice(["small", "timeline", "scale-1000", "scale-5000"]),
+    type=click.Choice(LIVE_GRID_NAMES),
     default="small",
     show_default=True,
     help="Live scenarios --live runs: the small ones, the live timelines (jobs arriving and finishing, seeds 1-3), "
-    "or the scale ones at 1,000 or 5,000 nodes (see --list).",
+    "the live tenants timelines (teams sharing through queues, seeds 1-3), the live topology ones (one block, "
+    "few racks, seeds 1-3), or the scale ones at 1,000 or 5,000 nodes (see --list).",
 )
 @click.option(
     "--live-scheduler",

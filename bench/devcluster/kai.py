@@ -34,6 +34,8 @@ RESERVATION_NAMESPACE = "kai-resource-reservation"  # where the binder keeps GPU
 QUEUE_LABEL = "kai.scheduler/queue"
 POD_GROUP_ANNOTATION = "pod-group-name"
 POD_GROUP_API = "scheduling.run.ai/v2alpha2"
+TOPOLOGY_API = "kai.scheduler/v1alpha1"
+TOPOLOGY = "cluster-topology"  # the name KAI's topology guide gives the cluster's Topology
 QUEUE_API = "scheduling.run.ai/v2"
 DEFAULT_QUEUE = "default-queue"  # the chart's leaf queue, under default-parent-queue
 # The CRDs of the objects the scheduler and binder read and write (the chart also installs its operator's
@@ -320,10 +322,37 @@ def _answers(url: str) -> bool:
         return False
 
 
-def pod_group(name: str, min_member: int, pods: list[dict], namespace: str, queue: str = DEFAULT_QUEUE) -> dict:
+def topology(levels: tuple[str, ...]) -> dict:
+    """The cluster's Topology as KAI's topology guide writes one: the nodes' level labels, widest first, down to
+    the node itself."""
+    keys = [*levels, "kubernetes.io/hostname"]
+    return {
+        "apiVersion": TOPOLOGY_API,
+        "kind": "Topology",
+        "metadata": {"name": TOPOLOGY},
+        "spec": {"levels": [{"nodeLabel": key} for key in keys]},
+    }
+
+
+def pod_group(
+    name: str,
+    min_member: int,
+    pods: list[dict],
+    namespace: str,
+    queue: str = DEFAULT_QUEUE,
+    required: str | None = None,
+    preferred: str | None = None,
+) -> dict:
     """A KAI PodGroup as its users write one for a gang of plain pods (KAI's "External PodGroups"): minMember,
-    its queue, the pods' priority class."""
+    its queue, the pods' priority class; with `required` (and `preferred`) level labels, a topology constraint
+    on the cluster's Topology: every pod within one domain of the required level, as few of the preferred as
+    it can."""
     spec: dict[str, Any] = {"minMember": min_member, "queue": queue}
+    if required or preferred:
+        constraint = {"topology": TOPOLOGY}
+        constraint |= {"requiredTopologyLevel": required} if required else {}
+        constraint |= {"preferredTopologyLevel": preferred} if preferred else {}
+        spec["topologyConstraint"] = constraint
     classes = {p["spec"].get("priorityClassName") for p in pods}
     if len(classes) == 1 and (priority_class := classes.pop()):
         spec["priorityClassName"] = priority_class

@@ -149,6 +149,76 @@ def with_reclaim(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, "actions": f"{conf['actions']}, reclaim"}
 
 
+# The network-topology-aware plugin as Volcano's topology guide has users add it to the chart's configuration
+# (how_to_use_network_topology_aware_scheduling.md), without the guide's made-up resource: HyperNode-level bin
+# packing weighs GPUs.
+NETWORK_TOPOLOGY_AWARE = {
+    "name": "network-topology-aware",
+    "arguments": {
+        "weight": 10,
+        "hypernode.binpack.cpu": 5,
+        "hypernode.binpack.memory": 1,
+        "hypernode.binpack.resources": "nvidia.com/gpu",
+        "hypernode.binpack.resources.nvidia.com/gpu": 2,
+        "hypernode.binpack.normal-pod.enable": True,
+        "hypernode.binpack.normal-pod.fading": 0.8,
+    },
+}
+HYPERNODE_API = "topology.volcano.sh/v1alpha1"
+
+
+def with_network_topology(conf: dict[str, Any]) -> dict[str, Any]:
+    """`conf` with the network-topology-aware plugin last in the tier that scores nodes (the guide's)."""
+    tiers = [
+        {**tier, "plugins": [*tier["plugins"], NETWORK_TOPOLOGY_AWARE]}
+        if any(p["name"] == "binpack" for p in tier["plugins"])
+        else tier
+        for tier in conf["tiers"]
+    ]
+    return {**conf, "tiers": tiers}
+
+
+def hypernodes(nodes: list[dict], levels: tuple[str, ...]) -> list[dict]:
+    """The network topology as a Volcano admin builds it by hand from the nodes' `levels` labels (widest first):
+    a HyperNode per value of the narrowest level at tier 1 (its nodes by label), then one per value of each wider
+    level at the next tier, whose members are the HyperNodes below it that its nodes fall in."""
+    out: list[dict] = []
+    tiers = list(reversed(levels))  # tier 1 = the narrowest level
+    for tier, key in enumerate(tiers, start=1):
+        below: dict[str, set[str]] = {}
+        for node in nodes:
+            labels = node["metadata"].get("labels") or {}
+            if key in labels:
+                child = labels.get(tiers[tier - 2]) if tier > 1 else None
+                below.setdefault(labels[key], set()).update([child] if child else [])
+        for value, children in sorted(below.items()):
+            if tier == 1:
+                members = [{"type": "Node", "selector": {"labelMatch": {"matchLabels": {key: value}}}}]
+            else:
+                members = [
+                    {"type": "HyperNode", "selector": {"exactMatch": {"name": _hypernode_name(tier - 1, c)}}}
+                    for c in sorted(children)
+                ]
+            out.append(
+                {
+                    "apiVersion": HYPERNODE_API,
+                    "kind": "HyperNode",
+                    "metadata": {"name": _hypernode_name(tier, value)},
+                    "spec": {"tier": tier, "members": members},
+                }
+            )
+    return out
+
+
+def _hypernode_name(tier: int, value: str) -> str:
+    return f"t{tier}-{value}".lower()
+
+
+def tier_of(level: str, levels: tuple[str, ...]) -> int:
+    """The HyperNode tier `hypernodes` gives `level` (one of `levels`, widest first)."""
+    return len(levels) - levels.index(level)
+
+
 def install(cp: ControlPlane, volcano: Volcano, user: str = "system:kube-scheduler") -> None:
     """Volcano's CRDs, and the chart's ClusterRole for vc-scheduler bound to `user`."""
     install_crds(cp, *volcano.crds())
@@ -275,10 +345,16 @@ def _healthy(port: int) -> bool:
 
 
 def pod_group(
-    name: str, min_member: int, pods: list[dict], namespace: str | None = None, queue: str = DEFAULT_QUEUE
+    name: str,
+    min_member: int,
+    pods: list[dict],
+    namespace: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    highest_tier: int | None = None,
 ) -> dict:
     """A Volcano PodGroup as Kubeflow's training-operator writes one for a job with gang scheduling on:
-    minMember, the job's minimum resources (the sum of its pods' requests), its priority class, its queue."""
+    minMember, the job's minimum resources (the sum of its pods' requests), its priority class, its queue; with
+    `highest_tier`, a hard network-topology constraint (every pod within one HyperNode of at most that tier)."""
     total: dict[str, Decimal] = {}
     for pod in pods:
         for container in pod["spec"]["containers"]:
@@ -289,6 +365,8 @@ def pod_group(
         "queue": queue,
         "minResources": {r: format(v.normalize(), "f") for r, v in total.items()},
     }
+    if highest_tier is not None:
+        spec["networkTopology"] = {"mode": "hard", "highestTierAllowed": highest_tier}
     classes = {p["spec"].get("priorityClassName") for p in pods}
     if len(classes) == 1 and (priority_class := classes.pop()):
         spec["priorityClassName"] = priority_class

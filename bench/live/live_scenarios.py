@@ -51,6 +51,9 @@ class LiveScenario:
     # gangsolve's settings beside the scenario's client limits (a timeline scales its starvation age with time).
     gangsolve_settings: dict[str, Any] = field(default_factory=dict)
     tenants: bool = False  # teams share the cluster through queues (set-ups for queues only run here)
+    # The nodes' topology labels, widest first, where gangs ask for a level on their definitions (not by pod
+    # affinity): each real peer's users build its own topology objects from them and ask in its own API.
+    topology: tuple[str, ...] = ()
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:
@@ -183,6 +186,7 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
                 users=live_topology.for_scheduler,
                 native_gates=live_topology.TOPOLOGY_GATES,
                 oracle=live_topology.oracle,
+                topology=live_topology.LEVELS,
             )
             for seed in live_topology.SEEDS
         ),
@@ -257,6 +261,7 @@ LIVE_GRIDS = {
     "small": ["live/tfjob", "live/synthetic-100nodes"],
     "timeline": [n for n in LIVE_SCENARIOS if n.startswith("live/timeline-")],
     "tenants": [n for n in LIVE_SCENARIOS if n.startswith("live/tenants-")],
+    "topology": [n for n in LIVE_SCENARIOS if n.startswith("live/topology-")],
     "scale-1000": [n for n in LIVE_SCENARIOS if n.startswith("live/1000nodes-")],
     "scale-5000": [n for n in LIVE_SCENARIOS if n.startswith("live/5000nodes-")],
 }

@@ -15,6 +15,13 @@ What each scheduler's users create (`for_scheduler`):
 - `kube-scheduler` (no gangs): no PodGroups; each pod carries its job's label, a required inter-pod affinity
   to its job on the block label and a preferred one on the rack label, as a user of plain kube-scheduler
   writes "one block, few racks".
+- the real peers: no scheduling.k8s.io PodGroups; each peer's users build its topology from the node labels
+  (`LEVELS`) and ask for the block in its own API, on the gang definition bench/live/populate.py makes for it:
+  Volcano a HyperNode tree (racks at tier 1, blocks at 2, zones at 3) and a hard network-topology constraint
+  at the block's tier (within a HyperNode Volcano tries the lowest tier first, so racks need no separate
+  word); KAI a Topology and a PodGroup topology constraint, required block, preferred rack; Kueue's TAS the
+  block as the pods' required topology (one of required or preferred is allowed; within the block Kueue packs
+  the fewest domains below it).
 
 The oracle (`oracle`) reads only objects: the PodGroups' minCount and topology key, the nodes' labels and the
 pods' final nodes. It shares no code with any scheduler or with the solver's validator.
@@ -48,6 +55,7 @@ SEEDS = (1, 2, 3)  # live/topology-seed1..3: the same shape, three workloads
 TOPOLOGY_GATES = ("GenericWorkload", "TopologyAwareWorkloadScheduling")
 
 JOB_LABEL = "job-name"  # what a per-pod user's affinity selects the job's pods by
+LEVELS = (manifests.ZONE_LABEL, manifests.BLOCK_LABEL, manifests.RACK_LABEL)  # the nodes' topology, widest first
 
 
 def objects(nodes: int = NODES, seed: int = 1, load: float = LOAD) -> list[dict]:
@@ -90,6 +98,12 @@ def for_scheduler(objs: list[dict], scheduler: str) -> list[dict]:
     """The scenario's objects as `scheduler`'s users create them (see the module docstring)."""
     if scheduler == "gangsolve":
         return objs
+    if scheduler not in ("kube-scheduler", "kube-scheduler-gang"):  # a real peer: its own gang definitions
+        return [
+            o if o["kind"] != "Pod" else {**o, "spec": {k: v for k, v in o["spec"].items() if k != "schedulingGroup"}}
+            for o in objs
+            if o["kind"] != "PodGroup"
+        ]
     if scheduler == "kube-scheduler-gang":
         out = []
         for o in objs:

@@ -3,7 +3,9 @@ the run records about it.
 
 - `volcano`, `volcano-gpu-binpack`, `volcano-reclaim`: vc-scheduler and its controllers
   (bench/devcluster/volcano.py), installed and added once the scenario's background runs, started as the
-  scheduler under test; where the scenario has teams' Volcano Queues, those too;
+  scheduler under test; where the scenario has teams' Volcano Queues, those too; where its gangs ask for a
+  topology level, HyperNodes built from the nodes' labels and the network-topology-aware plugin, as Volcano's
+  topology guide sets them up;
 - `kueue`, `kueue-unblocked`: Kueue's manager (bench/devcluster/kueue.py) with kube-scheduler placing what it
   admits (where the scenario has teams' Volcano Queues, the teams as ClusterQueues in one cohort with fair
   sharing, `kueue.team_queues`); waitForPodsReady blocking admission until each admitted workload's pods are
@@ -17,7 +19,7 @@ the run records about it.
   where the scenario has teams' Volcano Queues, the same teams as KAI queues (`kai.team_queues`), and the
   scheduler configuration KAI's operator writes for the chart's default SchedulingShard (its evicting actions
   off, but where teams share), installed and added once the scenario's background runs, started as the
-  scheduler under test.
+  scheduler under test; where the scenario's gangs ask for a topology level, a KAI Topology of the nodes' labels.
 """
 
 from __future__ import annotations
@@ -51,10 +53,8 @@ def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
         return "its set-up differs from its family's only between queues: it runs where teams share"
     if scheduler not in REAL_PEERS:
         return None
-    if scenario.users is not None:
-        family = scheduler.split("-")[0]
-        missing = {"kueue": "Kueue Topologies", "kai": "KAI Topologies"}.get(family, "Volcano HyperNodes")
-        return f"the scenario's users write only kube-scheduler's and gangsolve's objects (no {missing})"
+    if scenario.topology and scheduler in ("kueue", "kueue-unblocked"):
+        return "Kueue's users ask for a topology level through its topology-aware scheduling: kueue-tas runs it"
     try:
         locate(scheduler)
     except volcano.PeerMissing as missing:
@@ -70,6 +70,7 @@ class VolcanoRun:
         self.cp, self.scheduler, self.scenario = cp, scheduler, scenario
         self.peer = volcano.Volcano.locate()
         self.conf: dict[str, Any] = {}
+        self.hypernodes: list[dict] = []
         self.processes: volcano.VolcanoProcesses | None = None
 
     def before_pods(self, objs: list[dict], burst: bool) -> None:
@@ -79,6 +80,11 @@ class VolcanoRun:
         volcano.install(self.cp, self.peer)
         for queue in tenants.queues_of(objs):  # the teams' Queues, as the scenario has them
             self.cp.request("POST", f"/apis/{volcano.POD_GROUP_API}/queues", queue)
+        if self.scenario.topology:  # the topology guide's set-up: HyperNodes and the plugin that reads them
+            self.conf = volcano.with_network_topology(self.conf)
+            self.hypernodes = volcano.hypernodes([o for o in objs if o["kind"] == "Node"], self.scenario.topology)
+            for hypernode in self.hypernodes:
+                self.cp.request("POST", f"/apis/{volcano.HYPERNODE_API}/hypernodes", hypernode)
         self.processes = volcano.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
 
     def cpu_at_start(self) -> float:
@@ -89,7 +95,7 @@ class VolcanoRun:
         return volcano.start(self.cp, self.processes)
 
     def record(self) -> dict[str, Any]:
-        return {"version": self.peer.version, "scheduler_conf": self.conf}
+        return {"version": self.peer.version, "scheduler_conf": self.conf, "hypernodes": len(self.hypernodes)}
 
 
 class KueueRun:
@@ -163,6 +169,7 @@ class KaiRun:
         self.shard: dict[str, Any] = {}
         self.conf: dict[str, Any] = {}
         self.queues: list[dict] = []
+        self.topology: dict[str, Any] | None = None
         self.processes: kai.KaiProcesses | None = None
 
     def before_pods(self, objs: list[dict], burst: bool) -> None:
@@ -174,6 +181,10 @@ class KaiRun:
         teams = tenants.queues_of(objs)
         self.queues += kai.team_queues(teams)
         kai.create_queues(self.cp, self.queues)
+        if self.scenario.topology:  # the topology guide's Topology, from the nodes' labels
+            made = kai.topology(self.scenario.topology)
+            self.cp.request("POST", f"/apis/{kai.TOPOLOGY_API}/topologies", made)
+            self.topology = made["spec"]
         # Tenants reclaim from each other, and the tenants timelines restart what is evicted: KAI's default
         # actions, evictions included. Elsewhere no controller would recreate an evicted pod (kai.NO_EVICTIONS).
         shard = kai.default_shard(chart)
@@ -196,6 +207,7 @@ class KaiRun:
             "shard": self.shard,
             "scheduler_conf": self.conf,
             "queues": [{"name": q["metadata"]["name"], **q["spec"]} for q in self.queues],
+            **({"topology": self.topology} if self.topology else {}),
             "args": self.processes.args,
             # Started with the scheduler: its CPU seconds from 0. The two together are the scheduler under test.
             "binder": {"cpu_seconds": cpu_seconds(binder), "peak_rss_mib": peak_rss_mib(binder)} if binder else {},

@@ -186,11 +186,13 @@ def scheduler_name(scheduler: str) -> str:
     return manifests.SCHEDULER if scheduler == "gangsolve" else DEFAULT_SCHEDULER
 
 
-def volcano_members(gang, members: list[dict]) -> tuple[dict, list[dict]]:
+def volcano_members(gang, members: list[dict], topology: tuple[str, ...] = ()) -> tuple[dict, list[dict]]:
     """A gang as Volcano's users submit it (Kubeflow's training-operator with gang scheduling on): a Volcano
-    PodGroup with minMember = the gang's minimum, and the pods naming it in their group-name annotation."""
+    PodGroup with minMember = the gang's minimum (and, where the scenario's gangs ask for a level of `topology`,
+    that level's HyperNode tier as the highest allowed), and the pods naming it in their group-name annotation."""
     name = "gang-" + gang.name.split("/", 1)[1]
-    group = volcano.pod_group(name, gang.need, members, manifests.NAMESPACE, gang.queue)
+    tier = volcano.tier_of(gang.colocate, topology) if gang.colocate in topology else None
+    group = volcano.pod_group(name, gang.need, members, manifests.NAMESPACE, gang.queue, highest_tier=tier)
     annotated = [
         {
             **p,
@@ -204,12 +206,15 @@ def volcano_members(gang, members: list[dict]) -> tuple[dict, list[dict]]:
     return group, annotated
 
 
-def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: bool = True) -> list[Arrival]:
+def arrivals(
+    objs: list[dict], cluster: Cluster, scheduler: str, native_groups: bool = True, topology: tuple[str, ...] = ()
+) -> list[Arrival]:
     """The pending gangs in creation order, with the objects `scheduler`'s users create for each: the PodGroups
     their pods name, or (kube-scheduler-gang, `native_groups`) a native PodGroup made for each gang, or
     (volcano) a Volcano PodGroup for each gang, single pods included (vc-scheduler binds no pod without one), or
     (kueue) no object but the LocalQueue and pod-group labels on the pods, or (kai) a KAI PodGroup for each gang,
-    single pods included, the pods naming it and KAI's default queue."""
+    single pods included, the pods naming it and KAI's default queue. Where the scenario's gangs ask for a level
+    of its `topology` on their definitions, each peer's definition asks for it in its own terms."""
     pods = {f"{manifests.NAMESPACE}/{p['metadata']['name']}": p for p in pending_pods(objs, scheduler_name(scheduler))}
     position = {name: i for i, name in enumerate(pods)}
     groups = {o["metadata"]["name"]: o for o in objs if o["kind"] == "PodGroup"}
@@ -235,12 +240,16 @@ def arrivals(objs: list[dict], cluster: Cluster, scheduler: str, native_groups: 
                 for p in members
             ]
         if scheduler.startswith("volcano"):
-            group, members = volcano_members(gang, members)
+            group, members = volcano_members(gang, members, topology)
             made = [group]
         if scheduler.startswith("kai"):
             name = "gang-" + gang.name.split("/", 1)[1]
             queue = kai.DEFAULT_QUEUE if gang.queue == DEFAULT_QUEUE else gang.queue  # a tenant's: kai.team_queues
-            made = [kai.pod_group(name, gang.need, members, manifests.NAMESPACE, queue)]
+            levels = {
+                "required": gang.colocate if gang.colocate in topology else None,
+                "preferred": gang.preferred[-1] if gang.preferred and gang.preferred[-1] in topology else None,
+            }
+            made = [kai.pod_group(name, gang.need, members, manifests.NAMESPACE, queue, **levels)]
             members = kai.label_members(members, name, queue)
         if scheduler.startswith("kueue"):
             # Under TAS a co-located gang asks Kueue for its rack; Kueue alone cannot see pod affinity.

@@ -174,7 +174,7 @@ def run_live(
     objs = scenario.users(scenario_objs, scheduler) if scenario.users else scenario_objs
     limit = time_limit or scenario.time_limit
     timeout = timeout or scenario.timeout
-    gangs = arrivals(objs, cluster, scheduler, native_groups=scenario.users is None)
+    gangs = arrivals(objs, cluster, scheduler, native_groups=scenario.users is None, topology=scenario.topology)
     pending = sum(len(a.pods) for a in gangs)
     log_dir.mkdir(parents=True, exist_ok=True)
     native = scheduler == "kube-scheduler-gang"

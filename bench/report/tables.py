@@ -580,6 +580,10 @@ def peer_notes(live: list[dict]) -> list[str]:
             conf = about["scheduler_conf"]
             plugins = "; ".join(", ".join(map(_plugin, tier["plugins"])) for tier in conf.get("tiers", []))
             queues = "".join(f"; {_kai_queue(q)}" for q in about.get("queues") or [])
+            if about.get("hypernodes"):
+                queues += f"; {about['hypernodes']} HyperNodes from the nodes' topology labels"
+            if about.get("topology"):
+                queues += "; Topology levels " + ", ".join(level["nodeLabel"] for level in about["topology"]["levels"])
             out.append(f"{peer} {about['version']}: actions {conf.get('actions')}; plugin tiers: {plugins}{queues}")
         elif "manager_config" in about:
             out.append(f"{peer} {about['version']}: {_kueue_note(about['manager_config'], about.get('queues') or [])}")

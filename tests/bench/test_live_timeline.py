@@ -219,3 +219,10 @@ def test_the_tenants_timeline_runs_the_time_based_modes_teams():
         o["metadata"]["name"] for o in same if o["kind"] == "Pod"
     )
     assert LIVE_GRIDS["tenants"] == [f"live/tenants-seed{s}" for s in live_timeline.SEEDS]
+
+
+def test_the_command_line_offers_every_live_grid_and_no_other() -> None:
+    from gangsolve.bench.live import LIVE_GRID_NAMES
+
+    assert set(LIVE_GRID_NAMES) == set(LIVE_GRIDS)
+    assert all(LIVE_GRIDS[name] for name in LIVE_GRID_NAMES)

@@ -60,16 +60,93 @@ def test_an_unbuilt_peer_is_named_with_the_command_that_builds_it(unbuilt_versio
     assert "KAI's scheduler" in why
 
 
-def test_peers_do_not_run_where_the_users_write_only_other_schedulers_objects() -> None:
-    why = peer_not_run(LIVE_SCENARIOS["live/topology-seed1"], "volcano")
+def test_on_the_topology_scenario_each_peers_users_ask_for_one_block_in_their_own_api() -> None:
+    from gangsolve.bench.live.populate import arrivals
+
+    scenario = LIVE_SCENARIOS["live/topology-seed1"]
+    objs = scenario.build()
+    cluster = manifests.to_cluster(objs)
+    assert all(g.colocate == manifests.BLOCK_LABEL for g in cluster.gangs if len(g.pods) > 1)
+    asked = {}
+    for peer in ("volcano", "kai", "kueue-tas"):
+        users = scenario.users(objs, peer)
+        assert not any(o["kind"] == "PodGroup" for o in users)  # no scheduling.k8s.io PodGroups: not their API
+        assert not any("schedulingGroup" in o["spec"] for o in users if o["kind"] == "Pod")
+        asked[peer] = arrivals(users, cluster, peer, native_groups=False, topology=scenario.topology)
+    for gang in asked["volcano"]:
+        (group,) = gang.groups
+        assert group["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 2}  # racks 1, blocks 2
+    for gang in asked["kai"]:
+        (group,) = gang.groups
+        assert group["spec"]["topologyConstraint"] == {
+            "topology": kai.TOPOLOGY,
+            "requiredTopologyLevel": manifests.BLOCK_LABEL,
+            "preferredTopologyLevel": manifests.RACK_LABEL,
+        }
+    for gang in asked["kueue-tas"]:
+        assert gang.groups == []
+        for pod in gang.pods:
+            assert pod["metadata"]["annotations"][kueue.REQUIRED_TOPOLOGY_ANNOTATION] == manifests.BLOCK_LABEL
+    why = peer_not_run(scenario, "kueue")
     assert why is not None
-    assert "HyperNodes" in why
-    why = peer_not_run(LIVE_SCENARIOS["live/topology-seed1"], "kueue")
-    assert why is not None
-    assert "Kueue Topologies" in why
-    why = peer_not_run(LIVE_SCENARIOS["live/topology-seed1"], "kai")
-    assert why is not None
-    assert "KAI Topologies" in why
+    assert "kueue-tas" in why
+    # Elsewhere co-located gangs keep the users' pod affinity: no peer is given a topology it was not asked for.
+    synthetic = scenarios.synthetic(100, 40, seed=100)
+    for gang in arrivals(synthetic, manifests.to_cluster(synthetic), "volcano"):
+        assert "networkTopology" not in gang.groups[0]["spec"]
+
+
+def test_volcano_hypernodes_hold_each_rack_block_and_zone_as_the_nodes_labels_say() -> None:
+    scenario = LIVE_SCENARIOS["live/topology-seed1"]
+    nodes = [o for o in scenario.build() if o["kind"] == "Node"]
+    made = {h["metadata"]["name"]: h["spec"] for h in volcano.hypernodes(nodes, scenario.topology)}
+
+    def members(name: str) -> set[str]:  # the nodes a HyperNode holds, by the CRD's member rules
+        out: set[str] = set()
+        for member in made[name]["members"]:
+            selector = member["selector"]
+            if member["type"] == "HyperNode":
+                out |= members(selector["exactMatch"]["name"])
+            else:
+                wanted = selector["labelMatch"]["matchLabels"].items()
+                out |= {n["metadata"]["name"] for n in nodes if wanted <= n["metadata"]["labels"].items()}
+        return out
+
+    for tier, key in ((1, manifests.RACK_LABEL), (2, manifests.BLOCK_LABEL), (3, manifests.ZONE_LABEL)):
+        assert volcano.tier_of(key, scenario.topology) == tier
+        domains: dict[str, set[str]] = {}
+        for n in nodes:
+            domains.setdefault(n["metadata"]["labels"][key], set()).add(n["metadata"]["name"])
+        held = sorted(sorted(members(name)) for name, spec in made.items() if spec["tier"] == tier)
+        assert held == sorted(sorted(d) for d in domains.values())  # one HyperNode per domain, exactly its nodes
+
+
+def test_volcano_topology_set_up_adds_only_the_guides_plugin_to_the_scoring_tier() -> None:
+    conf = {
+        "actions": "enqueue, allocate, backfill",
+        "tiers": [
+            {"plugins": [{"name": "priority"}, {"name": "gang"}]},
+            {"plugins": [{"name": "predicates"}, {"name": "binpack"}]},
+        ],
+    }
+    with_plugin = volcano.with_network_topology(conf)
+    assert with_plugin["actions"] == conf["actions"]
+    assert with_plugin["tiers"][0] == conf["tiers"][0]
+    assert with_plugin["tiers"][1]["plugins"][:2] == conf["tiers"][1]["plugins"]
+    (added,) = with_plugin["tiers"][1]["plugins"][2:]
+    assert added["name"] == "network-topology-aware"
+    assert added["arguments"]["hypernode.binpack.resources"] == manifests.GPU
+
+
+def test_kais_topology_lists_the_levels_widest_first_down_to_the_node() -> None:
+    made = kai.topology(LIVE_SCENARIOS["live/topology-seed1"].topology)
+    assert made["metadata"]["name"] == kai.TOPOLOGY
+    assert [level["nodeLabel"] for level in made["spec"]["levels"]] == [
+        manifests.ZONE_LABEL,
+        manifests.BLOCK_LABEL,
+        manifests.RACK_LABEL,
+        "kubernetes.io/hostname",
+    ]
 
 
 def test_a_volcano_pod_group_sums_its_pods_requests_as_min_resources() -> None:
@@ -97,6 +174,14 @@ def test_the_report_says_which_peer_did_not_run_and_how_each_was_configured() ->
         "live/b: volcano not run: not built",
         "volcano v1: actions enqueue, allocate; plugin tiers: gang; drf",
     ]
+    topology = {"levels": [{"nodeLabel": "block"}, {"nodeLabel": "kubernetes.io/hostname"}]}
+    live[0]["runs"] = [
+        {"scheduler": "volcano", "peer": {"version": "v1", "scheduler_conf": conf, "hypernodes": 18}},
+        {"scheduler": "kai", "peer": {"version": "v2", "scheduler_conf": conf, "topology": topology}},
+    ]
+    notes = peer_notes(live)
+    assert notes[1].endswith("drf; 18 HyperNodes from the nodes' topology labels")
+    assert notes[2].endswith("drf; Topology levels block, kubernetes.io/hostname")
 
 
 @pytest.mark.parametrize(
