@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gangsolve.bench import manifests, placement_metrics
-from gangsolve.bench.live import LIVE_GRID_NAMES, LIVE_SCHEDULERS, REAL_PEERS
+from gangsolve.bench.live import LIVE_GRID_NAMES, LIVE_SCHEDULERS, REAL_PEERS, WAP
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS, Runner, add_gaps
 
@@ -197,25 +197,27 @@ def run_preemption(names: list[str], time_limit: float | None, console: Console)
 
 
 def run_live_preemption(
-    names: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
+    names: list[str], schedulers: list[str], time_limit: float | None, quiet: float, log_dir: Path, console: Console
 ) -> list[dict]:
-    from gangsolve.bench.live.live_preemption import run_scenarios
+    """The live preemption scenarios for `schedulers` (empty: kube-scheduler's two preemptions, gangsolve and the
+    real peers that preempt, where built)."""
+    from gangsolve.bench.live.live_preemption import PEERS, run_scenarios
     from gangsolve.bench.static.preemption_rounds import PREEMPTION_SCHEDULERS
 
     if not names:
         return []
+    every = [*PREEMPTION_SCHEDULERS, *PEERS]
+    chosen = [s for s in every if s in schedulers] if schedulers else every
     with _progress(console) as progress:
-        task = progress.add_task("live preemption", total=len(names) * len(PREEMPTION_SCHEDULERS))
+        task = progress.add_task("live preemption", total=len(names) * len(chosen))
 
         def started(name: str, scheduler: str) -> None:
             if progress.tasks[0].description != "live preemption":
                 progress.advance(task)
             progress.update(task, description=f"{name}: {scheduler} (live)")
 
-        results = run_scenarios(
-            names, list(PREEMPTION_SCHEDULERS), log_dir, time_limit=time_limit, quiet=quiet, on_run=started
-        )
-        progress.update(task, completed=len(names) * len(PREEMPTION_SCHEDULERS))
+        results = run_scenarios(names, chosen, log_dir, time_limit=time_limit, quiet=quiet, on_run=started)
+        progress.update(task, completed=len(names) * len(chosen))
     return results
 
 
@@ -319,8 +321,9 @@ def run_live_preemption(
     "--live-scheduler",
     "live_schedulers",
     multiple=True,
-    type=click.Choice([*LIVE_SCHEDULERS, *REAL_PEERS]),
-    help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them].",
+    type=click.Choice([*LIVE_SCHEDULERS, WAP, *REAL_PEERS]),
+    help="Live mode: only these schedulers (repeatable) [default: all; the peers where `make peers` built them; "
+    f"{WAP} (kube-scheduler's workload-aware preemption) in the live preemption scenarios only].",
 )
 @click.option(
     "--live-quiet",
@@ -471,7 +474,7 @@ def bench_command(
             ),
             "preemption": run_preemption(preempt_names, time_limit, console),
             "live_preemption": run_live_preemption(
-                live_preempt_names, time_limit, live_quiet, out / "live-logs", console
+                live_preempt_names, list(live_schedulers), time_limit, live_quiet, out / "live-logs", console
             ),
         }
     results["targets"] = targets.check_targets(results)

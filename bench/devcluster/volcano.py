@@ -143,6 +143,16 @@ def with_gpu_binpack(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, "tiers": tiers}
 
 
+def with_preempt(conf: dict[str, Any]) -> dict[str, Any]:
+    """`conf` with the preempt action after allocate and without enqueue, as Volcano's maintainers run it in
+    their own preemption tests ("enqueue and preempt conflict": `enqueue` admits a job only while idle capacity
+    covers its minimum, and `preempt` passes over jobs not admitted, so with both a job that needs a preemption
+    never gets one): a pending job may evict lower-priority jobs' tasks in its queue."""
+    actions = [a.strip() for a in conf["actions"].split(",") if a.strip() != "enqueue"]
+    at = actions.index("allocate") + 1 if "allocate" in actions else len(actions)
+    return {**conf, "actions": ", ".join([*actions[:at], "preempt", *actions[at:]])}
+
+
 def with_reclaim(conf: dict[str, Any]) -> dict[str, Any]:
     """`conf` with the reclaim action after the others, as Volcano's guides have users add it for queues that
     lend what they do not use and take it back ("add reclaim action", the capacity plugin's user guide)."""

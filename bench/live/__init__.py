@@ -4,6 +4,7 @@ live_preemption.py and live_topology.py are the preemption and topology scenario
 schedulers it runs (the command line offers them without importing the rest)."""
 
 LIVE_SCHEDULERS = ("kube-scheduler", "kube-scheduler-gang", "gangsolve")
+WAP = "kube-scheduler-wap"  # kube-scheduler's workload-aware preemption: the live preemption scenarios only
 # Other projects' schedulers, built from source (hack/build-peers.sh): each runs where its binary is built and the
 # scenario's users can write what it reads.
 # volcano: the configuration Volcano's Helm chart installs; volcano-gpu-binpack: the same with its binpack plugin

@@ -11,28 +11,39 @@ Schedulers, each configured as its users would:
   priority is what workload-aware preemption compares) and `disruptionMode: {all: {}}` (a gang runs only whole,
   so its users let it be disrupted only whole); each pod points at its PodGroup through `spec.schedulingGroup`.
 - `gangsolve`: `gangsolve run`, preemption on (its default).
+- `volcano` (`PEERS`, where built): vc-scheduler with the chart's configuration, the `preempt` action added and
+  `enqueue` removed, as Volcano's maintainers run their preemption tests (`volcano.with_preempt`: with both, a
+  gang that needs a preemption is never admitted to get one); every gang, running or pending, a
+  Volcano PodGroup with its minimum and priority class, its pods naming it; pods alone get theirs from Volcano's
+  PodGroup controller.
+- `kai-quota` (where built): KAI's scheduler and binder with its default actions (preempt among them) and its
+  default queue guaranteed the cluster (KAI runs work of priority 100 or more only within quota, and never
+  preempts it); every gang and every pod alone a KAI PodGroup, as its users write them for plain pods.
 
 A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
 (bound through `spec.nodeName`, Running under kwok); then the pending gangs, t = 0 at the first create. It ends when
 every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds (at least
 `RETRY_WAIT`). Victims are the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is
 immediate); each is attributed to the gang it made room for from its `Preempted` event (kube-scheduler names the
-preemptor pod's or PodGroup's uid, gangsolve the gang; waited for up to `quiet` seconds more), and everything is
-measured by bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exactly as in the static
-mode.
+preemptor pod's or PodGroup's uid, gangsolve the gang; waited for up to `quiet` seconds more; a peer's victim,
+which names no preemptor, to the first placed pending gang bound on its node), and everything is measured by
+bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exactly as in the static mode.
 """
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane, crds
+from gangsolve.bench.devcluster import ControlPlane, crds, kai, volcano
 from gangsolve.bench.devcluster.gangsolve_process import GangsolveProcess
+from gangsolve.bench.live import peers
+from gangsolve.bench.live.live_scenarios import LiveScenario
 from gangsolve.bench.live.measurements import BindWatch
 from gangsolve.bench.live.populate import (
     NATIVE_GANG_API,
@@ -42,8 +53,9 @@ from gangsolve.bench.live.populate import (
     pending_pods,
     prepare,
     run_async,
+    scheduler_name,
 )
-from gangsolve.bench.live.runs import each_scheduler, gangsolve_process, log_name
+from gangsolve.bench.live.runs import each_scheduler, gangsolve_process, keep_logs, log_name
 from gangsolve.bench.static import preemption_rounds
 from gangsolve.edge.gangs import POD_GROUP_LABEL
 
@@ -68,6 +80,8 @@ WAP_FLAGS: dict[str, Any] = {
     "extra_scheduler_args": [WAP_GATE],
     "extra_controller_manager_args": [WAP_GATE],
 }
+PEERS = ("volcano", "kai-quota")  # the real peers whose users ask for preemption here, each where it is built
+KAI_PREEMPTIBLE = 100  # KAI preempts only work whose priority is below this, and runs work at or above it in quota
 
 
 def native(objs: list[dict]) -> list[dict]:
@@ -100,6 +114,53 @@ def native(objs: list[dict]) -> list[dict]:
     return out
 
 
+def peer_objects(objs: list[dict], scheduler: str) -> list[dict]:
+    """The scenario as a Volcano or KAI user writes it: scheduler-plugins' PodGroups gone; every gang of the
+    gang scheduler's pods, running or pending, the peer's PodGroup (its minimum, its priority class) with its
+    pods naming it and the peer's scheduler name, and a pod alone a PodGroup of one (what Volcano's PodGroup
+    controller would make for it; KAI schedules no pod without one). Pods of other schedulers stay as they are.
+    KAI's users give work they let be preempted a priority below 100, KAI's preemptible range: a class only
+    running pods have keeps its order below 100; the pending gangs' classes stay."""
+    cluster = manifests.to_cluster(objs)
+    gang_of = {r.name: (r.gang, r.min_member) for r in cluster.running if r.gang}
+    gang_of |= {p.name: (g.name, g.min_member) for g in cluster.gangs for p in g.pods}
+    members: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    out = []
+    for o in objs:
+        if o["kind"] == "Pod" and o["spec"].get("schedulerName", manifests.SCHEDULER) == manifests.SCHEDULER:
+            name = f"{manifests.NAMESPACE}/{o['metadata']['name']}"
+            members[gang_of.get(name, (name, 1))].append(o)
+        elif o["kind"] != "PodGroup":
+            out.append(o)
+    for (gang, minimum), pods in members.items():
+        name = "gang-" + gang.split("/", 1)[1]
+        if scheduler.startswith("kai"):
+            out += [kai.pod_group(name, minimum, pods, manifests.NAMESPACE), *kai.label_members(pods, name)]
+            continue
+        out.append(volcano.pod_group(name, minimum, pods, manifests.NAMESPACE))
+        for p in pods:
+            annotations = {**(p["metadata"].get("annotations") or {}), volcano.GROUP_NAME_ANNOTATION: name}
+            meta = {**p["metadata"], "annotations": annotations}
+            out.append({**p, "metadata": meta, "spec": {**p["spec"], "schedulerName": volcano.SCHEDULER_NAME}})
+    return kai_classes(out) if scheduler.startswith("kai") else out
+
+
+def kai_classes(objs: list[dict]) -> list[dict]:
+    """`objs` with the PriorityClasses only running pods name moved below KAI_PREEMPTIBLE, in their order."""
+    pending = {o["spec"].get("priorityClassName") for o in objs if o["kind"] == "Pod" and not o["spec"].get("nodeName")}
+    victims = sorted(
+        (o for o in objs if o["kind"] == "PriorityClass" and o["metadata"]["name"] not in pending),
+        key=lambda o: o["value"],
+    )
+    value = {o["metadata"]["name"]: (i + 1) * KAI_PREEMPTIBLE // (len(victims) + 1) for i, o in enumerate(victims)}
+    return [
+        {**o, "value": value[o["metadata"]["name"]]}
+        if o["kind"] == "PriorityClass" and o["metadata"]["name"] in value
+        else o
+        for o in objs
+    ]
+
+
 def create_classes(cp: ControlPlane, objs: list[dict]) -> None:
     """The scenario's PriorityClasses exactly as they are (populate.py's `body_of` makes them Never)."""
     for o in objs:
@@ -129,20 +190,29 @@ def run_live(
     objs = scenario.build()
     cluster = manifests.to_cluster(objs)
     name_of = {r.name.split("/", 1)[1]: r for r in cluster.running}
-    scheduler_name = manifests.SCHEDULER if scheduler == "gangsolve" else "default-scheduler"
     shaped = native(objs) if scheduler == "kube-scheduler-wap" else objs
-    pending = pending_pods(shaped, scheduler_name)
+    shaped = peer_objects(objs, scheduler) if scheduler in PEERS else shaped
+    pending = pending_pods(shaped, scheduler_name(scheduler))
     rest = [
         o for o in shaped if o["kind"] != "PriorityClass" and not (o["kind"] == "Pod" and not o["spec"].get("nodeName"))
     ]
     log_dir.mkdir(parents=True, exist_ok=True)
     flags = WAP_FLAGS if scheduler == "kube-scheduler-wap" else {}
     gs: GangsolveProcess | None = None
-    with ControlPlane(scheduler=scheduler != "gangsolve", log=log, **flags) as cp:
+    peer: peers.PeerRun | None = None
+    with ControlPlane(scheduler=scheduler.startswith("kube-scheduler"), log=log, **flags) as cp:
         try:
-            create_classes(cp, objs)
+            create_classes(cp, shaped)
             prepare(cp, [o for o in rest if o["kind"] != "PodGroup"], scheduler, log)
+            if scheduler in PEERS:  # its CRDs, queues and processes, then its users' PodGroups; then it starts
+                asks = LiveScenario(
+                    scenario.name, scenario.nodes, scenario.build, scenario.description, preemption=True
+                )
+                peer = peers.peer_run(cp, scheduler, asks)
+                peer.before_pods(shaped, burst=False)
             create_groups(cp, [o for o in rest if o["kind"] == "PodGroup"])
+            if peer is not None:
+                peer.start()
             if scheduler == "gangsolve":
                 limit = time_limit or scenario.time_limit
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", {}).start()
@@ -176,10 +246,13 @@ def run_live(
                     "items"
                 ]:
                     group_uids[pg["metadata"]["uid"]] = f"{manifests.NAMESPACE}/{pg['metadata']['name']}"
-            events = _preempted_events(cp, set(name_of) - left, quiet)
+            events = _preempted_events(cp, set(name_of) - left, quiet if peer is None else 0.0)
+            peer_record = peer.record() if peer is not None else None
         finally:
             if gs is not None:
                 gs.stop()
+            if peer is not None:
+                keep_logs(cp, log_dir / f"{log_name(scenario.name)}-{scheduler}")
     pod_gang = {p.name: g.name for g in cluster.gangs for p in g.pods}
 
     def gang_of(ref: str) -> str:
@@ -194,20 +267,30 @@ def run_live(
         if e.get("reason") == "Preempted" and len(words) >= 4:
             blamed[e["regarding"]["name"]] = gang_of(words[3])
     sim = preemption_rounds.Sim(cluster)
-    for name, r in name_of.items():
-        if name not in left:
-            sim.evicted.append((r, blamed.get(name, "")))
     bound_at: dict[str, float] = {}
+    node_of: dict[str, str] = {}
     for p in final:
         if p["spec"].get("nodeName"):
             full = f"{manifests.NAMESPACE}/{p['metadata']['name']}"
             bound_at[full] = watch.bound.get(p["metadata"]["name"], (float("nan"), ""))[0] - t0
+            node_of[full] = p["spec"]["nodeName"]
     seconds = 0.0
     for g in cluster.gangs:
         got = [bound_at[p.name] for p in g.pods if p.name in bound_at]
         if len(got) >= g.need:
             sim.placed_round[g.name] = 1
             seconds = max(seconds, sorted(got)[g.need - 1])
+    # A peer's evictions name no preemptor: a victim made room for the first placed gang bound on its node.
+    room_for = {
+        node_of[p.name]: g.name
+        for g in sorted(cluster.gangs, key=lambda g: g.name, reverse=True)
+        if g.name in sim.placed_round
+        for p in g.pods
+        if p.name in node_of
+    }
+    for name, r in name_of.items():
+        if name not in left:
+            sim.evicted.append((r, room_for.get(r.node, "") if peer_record else blamed.get(name, "")))
     result = {"scheduler": scheduler, **preemption_rounds.measure(cluster, sim, [])}
     result.update(
         rounds=None,
@@ -219,6 +302,8 @@ def run_live(
         time_limit=(time_limit or scenario.time_limit) if scheduler == "gangsolve" else None,
     )
     result.pop("cycle_seconds", None)
+    if peer_record is not None:
+        result["peer"] = peer_record
     return result
 
 
@@ -251,13 +336,23 @@ def run_scenarios(
     on_run: Callable[[str, str], None] = lambda _s, _r: None,
 ) -> list[dict]:
     results = []
+    not_run = {s: why for s in schedulers if s in PEERS and (why := _not_built(s))}
     for name in names:
         scenario = LIVE_PREEMPTION_SCENARIOS[name]
         runs = each_scheduler(
             name,
-            schedulers,
+            [s for s in schedulers if s not in not_run],
             partial(run_live, scenario, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log),
             on_run,
         )
-        results.append({"name": name, "description": scenario.description, "nodes": scenario.nodes, "runs": runs})
+        result = {"name": name, "description": scenario.description, "nodes": scenario.nodes, "runs": runs}
+        results.append({**result, **({"not_run": not_run} if not_run else {})})
     return results
+
+
+def _not_built(peer: str) -> str | None:
+    try:
+        peers.locate(peer)
+    except volcano.PeerMissing as missing:
+        return str(missing)
+    return None

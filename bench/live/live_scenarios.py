@@ -54,6 +54,8 @@ class LiveScenario:
     # The nodes' topology labels, widest first, where gangs ask for a level on their definitions (not by pod
     # affinity): each real peer's users build its own topology objects from them and ask in its own API.
     topology: tuple[str, ...] = ()
+    # Pending gangs may preempt (the live preemption scenarios): each real peer runs with its preempting actions on.
+    preemption: bool = False
 
 
 def tfjob_objects(name: str, workers: int, created: float, selector: dict[str, str]) -> list[dict]:

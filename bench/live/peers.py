@@ -28,7 +28,7 @@ from typing import Any
 
 from gangsolve.bench import manifests, tenants
 from gangsolve.bench.devcluster import ControlPlane, kai, kueue, volcano
-from gangsolve.bench.live import REAL_PEERS
+from gangsolve.bench.live import REAL_PEERS, WAP
 from gangsolve.bench.live.live_scenarios import LiveScenario
 from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
 
@@ -47,6 +47,8 @@ def locate(scheduler: str) -> volcano.Volcano | kueue.Kueue | kai.Kai:
 def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
     """Why a scheduler does not run in `scenario`: one its users cannot ask, or a real peer not built or whose
     objects the users do not write (None: it runs)."""
+    if scheduler == WAP:
+        return "kube-scheduler's workload-aware preemption runs in the live preemption scenarios only"
     if scenario.only is not None and scheduler not in scenario.only:
         return scenario.only_why or f"only {', '.join(scenario.only)} run it"
     if scheduler in QUEUE_PEERS and not scenario.tenants:
@@ -80,6 +82,8 @@ class VolcanoRun:
         volcano.install(self.cp, self.peer)
         for queue in tenants.queues_of(objs):  # the teams' Queues, as the scenario has them
             self.cp.request("POST", f"/apis/{volcano.POD_GROUP_API}/queues", queue)
+        if self.scenario.preemption:  # as Volcano's maintainers test it: "allocate, preempt, backfill"
+            self.conf = volcano.with_preempt(self.conf)
         if self.scenario.topology:  # the topology guide's set-up: HyperNodes and the plugin that reads them
             self.conf = volcano.with_network_topology(self.conf)
             self.hypernodes = volcano.hypernodes([o for o in objs if o["kind"] == "Node"], self.scenario.topology)
@@ -176,7 +180,12 @@ class KaiRun:
         chart = kai.install(self.cp, self.peer)
         self.queues = kai.default_queues(chart)
         if self.scheduler == "kai-quota":
-            cpu, memory, pools = kueue.free_capacity(objs)
+            # What the background leaves free; where pending gangs may preempt, the background is the work they
+            # may take the place of, and the queue is guaranteed the whole cluster.
+            preemptible = self.scenario.preemption
+            cpu, memory, pools = kueue.free_capacity(
+                [o for o in objs if not (preemptible and o["kind"] == "Pod" and o["spec"].get("nodeName"))]
+            )
             self.queues = kai.with_quota(self.queues, cpu, memory, sum(p.gpus for p in pools))
         teams = tenants.queues_of(objs)
         self.queues += kai.team_queues(teams)
@@ -188,7 +197,7 @@ class KaiRun:
         # Tenants reclaim from each other, and the tenants timelines restart what is evicted: KAI's default
         # actions, evictions included. Elsewhere no controller would recreate an evicted pod (kai.NO_EVICTIONS).
         shard = kai.default_shard(chart)
-        self.shard = shard if teams else kai.without_evictions(shard)
+        self.shard = shard if teams or self.scenario.preemption else kai.without_evictions(shard)
         self.conf = kai.scheduler_conf(self.shard)
         self.processes = kai.add(self.cp, self.peer, self.conf, qps=self.scenario.client_qps)
 

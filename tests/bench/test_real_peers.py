@@ -675,3 +675,48 @@ def test_volcano_reclaim_adds_only_the_reclaim_action_and_runs_only_where_teams_
 
     assert "where teams share" in (not_run(LIVE_SCENARIOS["live/timeline-synthetic-seed1"], "volcano-reclaim") or "")
     assert "where teams share" not in (not_run(LIVE_SCENARIOS["live/tenants-seed1"], "volcano-reclaim") or "")
+
+
+# --- preemption -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("peer", ["volcano", "kai-quota"])
+def test_preempting_peers_users_give_every_gang_running_or_pending_the_peers_pod_group(peer: str) -> None:
+    from gangsolve.bench.live.live_preemption import LIVE_PREEMPTION_SCENARIOS, peer_objects
+
+    objs = LIVE_PREEMPTION_SCENARIOS["live/preempt-gpu-100nodes"].build()
+    cluster = manifests.to_cluster(objs)
+    minimum = {r.name: r.min_member for r in cluster.running if r.gang}
+    minimum |= {p.name: g.min_member for g in cluster.gangs for p in g.pods}
+    family = kai if peer.startswith("kai") else volcano
+    made = peer_objects(objs, peer)
+    groups = {o["metadata"]["name"]: o["spec"] for o in made if o["kind"] == "PodGroup"}
+    assert all(o["apiVersion"] == family.POD_GROUP_API for o in made if o["kind"] == "PodGroup")
+    annotation = kai.POD_GROUP_ANNOTATION if peer.startswith("kai") else volcano.GROUP_NAME_ANNOTATION
+    pods = [o for o in made if o["kind"] == "Pod"]
+    assert len(pods) == sum(1 for o in objs if o["kind"] == "Pod")
+    for pod in pods:
+        assert pod["spec"]["schedulerName"] == family.SCHEDULER_NAME
+        group = groups[pod["metadata"]["annotations"][annotation]]
+        assert group["minMember"] == minimum.get(f"bench/{pod['metadata']['name']}", 1)  # alone: a group of one
+        assert group["priorityClassName"] == pod["spec"]["priorityClassName"]
+
+
+def test_kais_users_put_the_work_they_let_be_preempted_below_100_in_its_order() -> None:
+    from gangsolve.bench.live.live_preemption import KAI_PREEMPTIBLE, LIVE_PREEMPTION_SCENARIOS, peer_objects
+
+    objs = LIVE_PREEMPTION_SCENARIOS["live/preempt-gpu-100nodes"].build()
+    before = {o["metadata"]["name"]: o["value"] for o in objs if o["kind"] == "PriorityClass"}
+    after = {o["metadata"]["name"]: o["value"] for o in peer_objects(objs, "kai-quota") if o["kind"] == "PriorityClass"}
+    assert after[scenarios.HIGH] == before[scenarios.HIGH] >= KAI_PREEMPTIBLE  # the preemptors': as they were
+    assert 0 <= after[scenarios.LOW] < after[scenarios.NORMAL] < KAI_PREEMPTIBLE  # the running work's: preemptible
+    volcano_classes = peer_objects(objs, "volcano")
+    assert {o["metadata"]["name"]: o["value"] for o in volcano_classes if o["kind"] == "PriorityClass"} == before
+
+
+def test_volcano_preempts_as_its_guides_enable_it_and_workload_aware_preemption_runs_only_there() -> None:
+    conf = {"actions": "enqueue, allocate, backfill", "tiers": []}
+    assert volcano.with_preempt(conf)["actions"] == "allocate, preempt, backfill"  # enqueue would block it
+    why = peer_not_run(LIVE_SCENARIOS["live/tfjob"], "kube-scheduler-wap")
+    assert why is not None
+    assert "preemption scenarios only" in why

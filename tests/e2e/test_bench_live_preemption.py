@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gangsolve.bench.live.live_preemption import run_scenarios
+from gangsolve.bench.live.live_preemption import PEERS, run_scenarios
 from gangsolve.bench.static.preemption_rounds import PREEMPTION_SCHEDULERS
 from tests.e2e.live_helpers import bench_runs
 
@@ -45,3 +45,22 @@ def test_workload_aware_preemption_breaks_no_gang_either(runs):
     wap = runs["kube-scheduler-wap"]
     assert wap["victim_gangs_broken"] == 0  # resnet's PodGroup says disruptionMode All
     assert wap["gpus_evicted"] >= runs["gangsolve"]["gpus_evicted"]
+
+
+@pytest.fixture(scope="module")
+def peer_runs(binaries, tmp_path_factory) -> dict[str, dict]:
+    return bench_runs(run_scenarios, "live/preempt-tfjob", list(PEERS), tmp_path_factory.mktemp("peer-logs"))
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_each_real_peer_places_mnist_by_evicting_resnet_whole(peer_runs, peer):
+    if peer not in peer_runs:
+        pytest.skip(f"{peer} is not built (`make peers`)")
+    r = peer_runs[peer]
+    assert r["preemptors_placed"] == 1
+    assert r["pods_bound"] == r["pending_pods"] == 8
+    # resnet's four pods (3 GPUs) are the only victims that make room: the notebook is another scheduler's pod.
+    assert (r["pods_evicted"], r["gpus_evicted"], r["victim_gangs"]) == (4, 3, 1)
+    assert r["victim_gangs_broken"] == 0
+    assert r["futile_evictions"] == 0
+    assert r["unattributed_evictions"] == 0  # each victim's node holds a pod of mnist at the end

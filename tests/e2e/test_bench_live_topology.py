@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from gangsolve.bench import manifests
-from gangsolve.bench.live import LIVE_SCHEDULERS, live_topology
+from gangsolve.bench.live import LIVE_SCHEDULERS, live_topology, peers
 from gangsolve.bench.live.live_scenarios import LIVE_SCENARIOS
 from gangsolve.bench.live.runs import run_live
 from gangsolve.bench.report import tables
@@ -65,3 +65,40 @@ def test_report_shows_the_oracle_table(runs):
     rows = tables.live_topology_rows(live)
     assert [r[1] for r in rows] == list(LIVE_SCHEDULERS)
     assert all(r[6] == "0" for r in rows)  # required-level violations
+
+
+REAL = ("volcano", "kai-quota", "kueue-tas")  # each real peer's users ask for one block in its own API
+
+
+@pytest.fixture(scope="module")
+def peer_runs(binaries, tmp_path_factory) -> dict[str, dict]:
+    logs = tmp_path_factory.mktemp("peer-logs")
+    return {
+        s: run_live(TINY, s, log_dir=logs, quiet=5, log=lambda m: print(f"[live] {m}", flush=True))
+        for s in REAL
+        if peers.not_run(TINY, s) is None
+    }
+
+
+@pytest.mark.parametrize("peer", REAL)
+def test_every_real_peer_keeps_gangs_whole_in_one_block(peer_runs, peer):
+    if peer not in peer_runs:
+        pytest.skip(peers.not_run(TINY, peer) or "not run")
+    r = peer_runs[peer]
+    oracle = r["oracle"]
+    assert oracle["required_violations"] == 0
+    assert oracle["gangs_placed"] >= 1
+    assert oracle["partial_gangs"] == 0
+    assert oracle["blocks_per_gang"] in (None, 1.0)
+    assert r["violations"] == []
+    # Each was told the topology its own way, and the record says how.
+    if peer == "volcano":
+        assert r["peer"]["hypernodes"] == 2 * 3 + 2 + 1  # 6 racks, 2 blocks, 1 zone at 48 nodes
+        assert any(
+            p["name"] == "network-topology-aware" for t in r["peer"]["scheduler_conf"]["tiers"] for p in t["plugins"]
+        )
+    if peer == "kai-quota":
+        assert [level["nodeLabel"] for level in r["peer"]["topology"]["levels"]][1:3] == [
+            manifests.BLOCK_LABEL,
+            manifests.RACK_LABEL,
+        ]
