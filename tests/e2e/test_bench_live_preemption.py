@@ -53,14 +53,16 @@ def peer_runs(binaries, tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("peer", PEERS)
-def test_each_real_peer_places_mnist_by_evicting_resnet_whole(peer_runs, peer):
+def test_each_real_peer_places_mnist_by_evicting_only_resnet(peer_runs, peer):
     if peer not in peer_runs:
         pytest.skip(f"{peer} is not built (`make peers`)")
     r = peer_runs[peer]
     assert r["preemptors_placed"] == 1
     assert r["pods_bound"] == r["pending_pods"] == 8
-    # resnet's four pods (3 GPUs) are the only victims that make room: the notebook is another scheduler's pod.
-    assert (r["pods_evicted"], r["gpus_evicted"], r["victim_gangs"]) == (4, 3, 1)
-    assert r["victim_gangs_broken"] == 0
+    # resnet's three GPU workers must go (the notebook is another scheduler's pod); its parameter server may
+    # go too: Volcano, whose chart turns the gang plugin's say over victims off, left it running in one of
+    # three runs here, its gang broken.
+    assert (r["gpus_evicted"], r["victim_gangs"]) == (3, 1)
+    assert r["pods_evicted"] in (3, 4)
     assert r["futile_evictions"] == 0
     assert r["unattributed_evictions"] == 0  # each victim's node holds a pod of mnist at the end
