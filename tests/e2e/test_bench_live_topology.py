@@ -21,13 +21,15 @@ TINY = dataclasses.replace(
 )
 
 
+def run_each(schedulers, logs) -> dict[str, dict]:
+    return {
+        s: run_live(TINY, s, log_dir=logs, quiet=5, log=lambda m: print(f"[live] {m}", flush=True)) for s in schedulers
+    }
+
+
 @pytest.fixture(scope="module")
 def runs(binaries, tmp_path_factory) -> dict[str, dict]:
-    logs = tmp_path_factory.mktemp("live-logs")
-    return {
-        s: run_live(TINY, s, log_dir=logs, quiet=5, log=lambda m: print(f"[live] {m}", flush=True))
-        for s in LIVE_SCHEDULERS
-    }
+    return run_each(LIVE_SCHEDULERS, tmp_path_factory.mktemp("live-logs"))
 
 
 @pytest.mark.parametrize("scheduler", LIVE_SCHEDULERS)
@@ -72,12 +74,8 @@ REAL = ("volcano", "kai-quota", "kueue-tas")  # each real peer's users ask for o
 
 @pytest.fixture(scope="module")
 def peer_runs(binaries, tmp_path_factory) -> dict[str, dict]:
-    logs = tmp_path_factory.mktemp("peer-logs")
-    return {
-        s: run_live(TINY, s, log_dir=logs, quiet=5, log=lambda m: print(f"[live] {m}", flush=True))
-        for s in REAL
-        if peers.not_run(TINY, s) is None
-    }
+    built = [s for s in REAL if peers.not_run(TINY, s) is None]
+    return run_each(built, tmp_path_factory.mktemp("peer-logs"))
 
 
 @pytest.mark.parametrize("peer", REAL)
