@@ -14,11 +14,12 @@ Schedulers, each configured as its users would:
 - `volcano` (`PEERS`, where built): vc-scheduler with the chart's configuration, the `preempt` action added and
   `enqueue` removed, as Volcano's maintainers run their preemption tests (`volcano.with_preempt`: with both, a
   gang that needs a preemption is never admitted to get one); every gang, running or pending, a
-  Volcano PodGroup with its minimum and priority class, its pods naming it; pods alone get theirs from Volcano's
-  PodGroup controller.
+  Volcano PodGroup with its minimum and priority class, its pods naming it, and a pod alone a PodGroup of one
+  (`peer_objects`).
 - `kai-quota` (where built): KAI's scheduler and binder with its default actions (preempt among them) and its
   default queue guaranteed the cluster (KAI runs work of priority 100 or more only within quota, and never
-  preempts it); every gang and every pod alone a KAI PodGroup, as its users write them for plain pods.
+  preempts it); every gang and every pod alone a KAI PodGroup, as its users write them for plain pods, and the
+  running work's classes below 100 (`kai_classes`).
 
 A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
 (bound through `spec.nodeName`, Running under kwok); then the pending gangs, t = 0 at the first create. It ends when
@@ -162,7 +163,7 @@ def kai_classes(objs: list[dict]) -> list[dict]:
 
 
 def create_classes(cp: ControlPlane, objs: list[dict]) -> None:
-    """The scenario's PriorityClasses exactly as they are (populate.py's `body_of` makes them Never)."""
+    """The PriorityClasses exactly as the users' objects have them (populate.py's `body_of` makes them Never)."""
     for o in objs:
         if o["kind"] == "PriorityClass":
             cp.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", o)
