@@ -197,14 +197,17 @@ class Workload(threading.Thread):
             await anyio.sleep(TICK)
 
     def sample(self, now: float) -> None:
-        """What each queue's running jobs hold and its waiting jobs ask for, now (`samples`)."""
+        """What each queue's running pods hold and its waiting jobs ask for, now (`samples`). A job's pods end
+        one by one, and a scheduler may give a pod's GPUs to the next job before its siblings end: counted by
+        the job, a queue would seem to hold both."""
         held: dict[str, int] = {}
         waiting: dict[str, int] = {}
         for job in self.jobs:
             held.setdefault(job.queue, 0)
             waiting.setdefault(job.queue, 0)
             if job.start is not None and job.end is None:
-                held[job.queue] += job.gpus
+                running = (p for p in job.arrival.pods if p["metadata"]["name"] in job.ends)
+                held[job.queue] += sum(_gpus(p) for p in running if p["metadata"]["name"] not in self.ended)
             elif job.created is not None and job.start is None:
                 waiting[job.queue] += job.asked
         self.samples.append({"time": SPEEDUP * (now - self.t0), "held": held, "waiting": waiting})

@@ -137,6 +137,25 @@ def test_each_pod_ends_its_runtime_after_the_start_the_api_shows_and_an_unbound_
     assert set(workload.ended) == {"elastic-0", "elastic-1", "elastic-2"}
 
 
+def test_a_queue_holds_a_jobs_pods_until_each_ends_not_until_the_last():
+    kube = _Kube()
+    job = _job("trainer", [4, 4], created=0.0, start=None, end=None)
+    job.duration = 10.0
+    watch = SimpleNamespace(lock=threading.Lock(), started={"trainer-0": 100.0, "trainer-1": 101.0}, gone={})
+    workload = live_timeline.Workload(None, [job], watch, {})  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await workload.step(kube, now=5.0)  # type: ignore[arg-type]
+        workload.t0 = 0.0
+        workload.sample(now=6.0)
+        await workload.finish(kube, job, wall=110.5)  # the first pod ends; its 4 GPUs are free for the next job
+        workload.sample(now=7.0)
+
+    anyio.run(scenario)
+    assert job.end is None
+    assert [s["held"][job.queue] for s in workload.samples] == [8, 4]
+
+
 def _run(scheduler: str, p50: float, p95: float, jct: float, useful: float) -> dict:
     figures = {"queue_delay_p50": p50, "queue_delay_p95": p95, "jct_mean": jct, "gpu_useful_mean": useful}
     return {"scheduler": scheduler, "timeline": {**figures, "overcommitted": []}}
