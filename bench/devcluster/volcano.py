@@ -354,6 +354,17 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def label_members(members: list[dict], group: str) -> list[dict]:
+    """A gang's pods as Volcano's users write them: naming their PodGroup (annotation `group-name`) and Volcano's
+    scheduler name."""
+    out = []
+    for p in members:
+        annotations = {**(p["metadata"].get("annotations") or {}), GROUP_NAME_ANNOTATION: group}
+        spec = {**p["spec"], "schedulerName": SCHEDULER_NAME}
+        out.append({**p, "metadata": {**p["metadata"], "annotations": annotations}, "spec": spec})
+    return out
+
+
 def pod_group(
     name: str,
     min_member: int,

@@ -59,6 +59,7 @@ from gangsolve.bench.live.populate import (
 from gangsolve.bench.live.runs import each_scheduler, gangsolve_process, keep_logs, log_name
 from gangsolve.bench.static import preemption_rounds
 from gangsolve.edge.gangs import POD_GROUP_LABEL
+from gangsolve.solver.model import Cluster
 
 LIVE_PREEMPTION_SCENARIOS = {
     f"live/preempt-{name.removeprefix('preempt/')}": preemption_rounds.SCENARIOS[name]
@@ -115,14 +116,14 @@ def native(objs: list[dict]) -> list[dict]:
     return out
 
 
-def peer_objects(objs: list[dict], scheduler: str) -> list[dict]:
+def peer_objects(objs: list[dict], cluster: Cluster, scheduler: str) -> list[dict]:
     """The scenario as a Volcano or KAI user writes it: scheduler-plugins' PodGroups gone; every gang of the
     gang scheduler's pods, running or pending, the peer's PodGroup (its minimum, its priority class) with its
     pods naming it and the peer's scheduler name, and a pod alone a PodGroup of one (what Volcano's PodGroup
     controller would make for it; KAI schedules no pod without one). Pods of other schedulers stay as they are.
     KAI's users give work they let be preempted a priority below 100, KAI's preemptible range: a class only
-    running pods have keeps its order below 100; the pending gangs' classes stay."""
-    cluster = manifests.to_cluster(objs)
+    running pods have keeps its order below 100; the pending gangs' classes stay. `cluster`: the objects'
+    Cluster (who belongs to which gang)."""
     gang_of = {r.name: (r.gang, r.min_member) for r in cluster.running if r.gang}
     gang_of |= {p.name: (g.name, g.min_member) for g in cluster.gangs for p in g.pods}
     members: dict[tuple[str, int], list[dict]] = defaultdict(list)
@@ -138,11 +139,7 @@ def peer_objects(objs: list[dict], scheduler: str) -> list[dict]:
         if scheduler.startswith("kai"):
             out += [kai.pod_group(name, minimum, pods, manifests.NAMESPACE), *kai.label_members(pods, name)]
             continue
-        out.append(volcano.pod_group(name, minimum, pods, manifests.NAMESPACE))
-        for p in pods:
-            annotations = {**(p["metadata"].get("annotations") or {}), volcano.GROUP_NAME_ANNOTATION: name}
-            meta = {**p["metadata"], "annotations": annotations}
-            out.append({**p, "metadata": meta, "spec": {**p["spec"], "schedulerName": volcano.SCHEDULER_NAME}})
+        out += [volcano.pod_group(name, minimum, pods, manifests.NAMESPACE), *volcano.label_members(pods, name)]
     return kai_classes(out) if scheduler.startswith("kai") else out
 
 
@@ -192,7 +189,7 @@ def run_live(
     cluster = manifests.to_cluster(objs)
     name_of = {r.name.split("/", 1)[1]: r for r in cluster.running}
     shaped = native(objs) if scheduler == "kube-scheduler-wap" else objs
-    shaped = peer_objects(objs, scheduler) if scheduler in PEERS else shaped
+    shaped = peer_objects(objs, cluster, scheduler) if scheduler in PEERS else shaped
     pending = pending_pods(shaped, scheduler_name(scheduler))
     rest = [
         o for o in shaped if o["kind"] != "PriorityClass" and not (o["kind"] == "Pod" and not o["spec"].get("nodeName"))
@@ -337,7 +334,7 @@ def run_scenarios(
     on_run: Callable[[str, str], None] = lambda _s, _r: None,
 ) -> list[dict]:
     results = []
-    not_run = {s: why for s in schedulers if s in PEERS and (why := _not_built(s))}
+    not_run = {s: why for s in schedulers if s in PEERS and (why := peers.not_built(s))}
     for name in names:
         scenario = LIVE_PREEMPTION_SCENARIOS[name]
         runs = each_scheduler(
@@ -349,11 +346,3 @@ def run_scenarios(
         result = {"name": name, "description": scenario.description, "nodes": scenario.nodes, "runs": runs}
         results.append({**result, **({"not_run": not_run} if not_run else {})})
     return results
-
-
-def _not_built(peer: str) -> str | None:
-    try:
-        peers.locate(peer)
-    except volcano.PeerMissing as missing:
-        return str(missing)
-    return None

@@ -57,8 +57,13 @@ def not_run(scenario: LiveScenario, scheduler: str) -> str | None:
         return None
     if scenario.topology and scheduler in ("kueue", "kueue-unblocked"):
         return "Kueue's users ask for a topology level through its topology-aware scheduling: kueue-tas runs it"
+    return not_built(scheduler)
+
+
+def not_built(peer: str) -> str | None:
+    """How to build a real peer that is not in the cache (None: it is built)."""
     try:
-        locate(scheduler)
+        locate(peer)
     except volcano.PeerMissing as missing:
         return str(missing)
     return None

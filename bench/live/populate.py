@@ -193,17 +193,7 @@ def volcano_members(gang, members: list[dict], topology: tuple[str, ...] = ()) -
     name = "gang-" + gang.name.split("/", 1)[1]
     tier = volcano.tier_of(gang.colocate, topology) if gang.colocate in topology else None
     group = volcano.pod_group(name, gang.need, members, manifests.NAMESPACE, gang.queue, highest_tier=tier)
-    annotated = [
-        {
-            **p,
-            "metadata": {
-                **p["metadata"],
-                "annotations": {**(p["metadata"].get("annotations") or {}), volcano.GROUP_NAME_ANNOTATION: name},
-            },
-        }
-        for p in members
-    ]
-    return group, annotated
+    return group, volcano.label_members(members, name)
 
 
 def arrivals(

@@ -689,7 +689,7 @@ def test_preempting_peers_users_give_every_gang_running_or_pending_the_peers_pod
     minimum = {r.name: r.min_member for r in cluster.running if r.gang}
     minimum |= {p.name: g.min_member for g in cluster.gangs for p in g.pods}
     family = kai if peer.startswith("kai") else volcano
-    made = peer_objects(objs, peer)
+    made = peer_objects(objs, cluster, peer)
     groups = {o["metadata"]["name"]: o["spec"] for o in made if o["kind"] == "PodGroup"}
     assert all(o["apiVersion"] == family.POD_GROUP_API for o in made if o["kind"] == "PodGroup")
     annotation = kai.POD_GROUP_ANNOTATION if peer.startswith("kai") else volcano.GROUP_NAME_ANNOTATION
@@ -707,10 +707,15 @@ def test_kais_users_put_the_work_they_let_be_preempted_below_100_in_its_order() 
 
     objs = LIVE_PREEMPTION_SCENARIOS["live/preempt-gpu-100nodes"].build()
     before = {o["metadata"]["name"]: o["value"] for o in objs if o["kind"] == "PriorityClass"}
-    after = {o["metadata"]["name"]: o["value"] for o in peer_objects(objs, "kai-quota") if o["kind"] == "PriorityClass"}
+    cluster = manifests.to_cluster(objs)
+    after = {
+        o["metadata"]["name"]: o["value"]
+        for o in peer_objects(objs, cluster, "kai-quota")
+        if o["kind"] == "PriorityClass"
+    }
     assert after[scenarios.HIGH] == before[scenarios.HIGH] >= KAI_PREEMPTIBLE  # the preemptors': as they were
     assert 0 <= after[scenarios.LOW] < after[scenarios.NORMAL] < KAI_PREEMPTIBLE  # the running work's: preemptible
-    volcano_classes = peer_objects(objs, "volcano")
+    volcano_classes = peer_objects(objs, cluster, "volcano")
     assert {o["metadata"]["name"]: o["value"] for o in volcano_classes if o["kind"] == "PriorityClass"} == before
 
 
