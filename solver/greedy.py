@@ -258,10 +258,12 @@ def place_colocated(
     scorer: Scorer = node_scores,
     most: int | None = None,
     later: bool = False,
+    gather: bool = False,
 ) -> GangCounts | None:
     """A gang with topology levels: one value of its required level's label (the tightest domains that could
-    hold it tried first), and within it as few domains of each preferred level as hold it (`place_in_levels`).
-    `later` as for place_gang."""
+    hold it tried first; `gather`: those where it fits in one domain of its narrowest preferred level before
+    them), and within it as few domains of each preferred level as hold it (`place_in_levels`). `later` as for
+    place_gang."""
     gang = problem.gangs[g]
     if not gang.colocate:
         return place_in_levels(problem, g, free, None, gang.preferred, scorer, most, later)
@@ -284,8 +286,12 @@ def place_colocated(
         room = np.add.reduceat(np.maximum(free.take(nodes, axis=0), 0) * usable[:, None], starts)
         size = np.add.reduceat(usable, starts)
         ok = np.flatnonzero(np.all(room >= smallest, axis=1))
-        # Tightest first: fewest GPUs left over, then the smallest domain.
-        order = np.lexsort((ok, size[ok], room[ok] @ problem.gpus))
+        # Tightest first: fewest GPUs left over, then the smallest domain; gathering, the domains where one of
+        # the gang's narrowest preferred domains holds it whole before those (Volcano tries its lowest tier first).
+        split = np.zeros(len(ok), dtype=bool)
+        if gather and gang.preferred:
+            split = ~_one_preferred_holds(problem, g, free, gang.colocate, gang.preferred[-1], ok, most)
+        order = np.lexsort((ok, size[ok], room[ok] @ problem.gpus, split))
         candidates = [int(d) for d in ok[order][:max_tries]]
     members = problem.members(gang.colocate)
     for d in candidates:
@@ -293,6 +299,23 @@ def place_colocated(
         if counts is not None:
             return counts
     return None
+
+
+def _one_preferred_holds(
+    problem: Problem, g: int, free: np.ndarray, required: str, preferred: str, within: np.ndarray, most: int | None
+) -> np.ndarray:
+    """Per domain of `required` in `within`: whether one domain of `preferred` inside it holds gang g (or
+    `most` of its pods), counted in pods of its largest part, as `fewest_domains` counts."""
+    parts = problem.parts[g]
+    want = sum(len(part.pods) for part in parts) if most is None else min(most, sum(len(p.pods) for p in parts))
+    main = max(parts, key=lambda part: len(part.pods)).cls
+    node_pair, outer_of = problem.nested(required, preferred)
+    labelled = node_pair >= 0
+    room = np.bincount(node_pair[labelled], weights=problem.fits(main, free)[labelled], minlength=len(outer_of))
+    holds = np.zeros(int(problem.domains(required).max(initial=-1)) + 1, dtype=bool)
+    holds[outer_of[room >= want]] = True
+    held: np.ndarray = holds[within]
+    return held
 
 
 def place_in_levels(
@@ -361,13 +384,16 @@ def greedy(
     placed: Counts | None = None,
     limits: Limits | None = None,
     free: np.ndarray | None = None,
+    gather: bool = False,
 ) -> Counts:
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
     likes best; a gang that cannot reach its minimum takes nothing. `minimum_first`: every gang gets only its
     minimum, and the pods past it (of elastic gangs) are placed after all gangs had their turn, so that they
     do not take the room another gang needs to start. `placed`: gangs already placed, kept as they are. No
     queue takes more than its capability. `limits`: each gang keeps within the capacity reservations hold for
-    later (planning.py). `free`: the capacity to fill, updated in place (default: a copy of the cycle's)."""
+    later (planning.py). `free`: the capacity to fill, updated in place (default: a copy of the cycle's).
+    `gather`: co-located gangs prefer the required domains where one preferred domain holds them
+    (`place_colocated`)."""
     free = problem.free.copy() if free is None else free
     result: Counts = {g: dict(c) for g, c in (placed or {}).items()}
     for g, gang_counts in result.items():
@@ -382,7 +408,7 @@ def greedy(
         if not gang.pods or g in result or not caps.may_start(g):
             continue
         most = max(gang.need, 1) if minimum_first else None
-        counts = place_within(problem, g, free, limits, scorer, most=most, caps=caps)
+        counts = place_within(problem, g, free, limits, scorer, most=most, caps=caps, gather=gather)
         if counts is not None:
             result[g] = counts
         elif limits is not None:
@@ -402,6 +428,7 @@ def place_within(
     counts: GangCounts | None = None,
     allowed: np.ndarray | None = None,
     caps: QueueCaps | None = None,
+    gather: bool = False,
 ) -> GangCounts | None:
     """Gang g placed on `free` (updated in place) as place_gang or place_colocated place it, within what
     `limits` leaves it (the reservations) and what `caps` leaves its queue (pods past the minimum its cap
@@ -409,7 +436,7 @@ def place_within(
     `allowed` nodes)."""
     room = free if limits is None else limits.room_for(g, free)
     if counts is None and problem.gangs[g].topology:
-        found = place_colocated(problem, g, room, scorer=scorer, most=most)
+        found = place_colocated(problem, g, room, scorer=scorer, most=most, gather=gather)
     else:
         found = place_gang(problem, g, room, allowed=allowed, scorer=scorer, most=most, counts=counts)
     if found is None:

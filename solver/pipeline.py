@@ -276,7 +276,11 @@ def _gangs(problem: Problem, counts: Counts) -> int:
 # queue order with MostAllocated where single pods of many shapes compete (the OpenB trace). Both place each
 # gang's minimum before extra pods of elastic gangs. (Smallest first with best fit never placed more than
 # with MostAllocated on the benchmark's scenarios.)
-_VARIANTS = (("smallest", most_allocated_off_gpus), ("queue", most_allocated_off_gpus))
+# Where gangs keep to one domain of a required level and prefer few of a narrower one, a third pass chooses the
+# required domain where the gang fits in one preferred domain first, as Volcano and KAI do, before the tightest:
+# fewer racks per gang, and a cycle of one arriving gang cannot tell the passes apart by gangs placed.
+_VARIANTS = (("smallest", most_allocated_off_gpus, False), ("queue", most_allocated_off_gpus, False))
+_GATHERING = ("smallest", most_allocated_off_gpus, True)
 
 
 def _best_hint(
@@ -305,12 +309,15 @@ def _best_hint(
         hints.insert(0, greedy(problem, orders["smallest"], most_allocated_off_gpus, True, warm, limits))
     hints_end = budget.until(HINT_SHARE)
     # Where shares are pending, FGD's choice among the best-fit nodes, in queue order, first: the most GPUs.
-    variants = ((("queue", shares.fragmentation_growth),) if problem.shared else ()) + _VARIANTS
-    for i, (name, scorer) in enumerate(variants):
+    variants = ((("queue", shares.fragmentation_growth, False),) if problem.shared else ()) + _VARIANTS
+    if any(g.colocate and g.preferred for g in problem.gangs):
+        variants += (_GATHERING,)
+    for i, (name, scorer, gather) in enumerate(variants):
         if budget.left(hints_end if i else search_end) < took:
             break  # another pass (estimated by the last one's time) would eat into the search's time
         begun = time.perf_counter()
-        hints.append(greedy(problem, orders[name], scorer, minimum_first=True, limits=_limits(problem, plan)))
+        limits = _limits(problem, plan)
+        hints.append(greedy(problem, orders[name], scorer, minimum_first=True, limits=limits, gather=gather))
         took = time.perf_counter() - begun
     # A pass that places more gangs by leaving GPUs idle (small gangs first) must pay for them (score.pays).
     rate = score.gpus_per_gang(problem, baseline)

@@ -108,6 +108,7 @@ class Problem:
         self._domains: dict[str, np.ndarray] = {}
         self._members: dict[str, list[np.ndarray]] = {}  # label key -> nodes per value id
         self._grouped: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # label key -> (nodes by value id, starts)
+        self._nested: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # (outer, inner) -> see `nested`
         self._fitting: dict[int, np.ndarray] = {}
 
         names = {PODS, GPU, *cluster.gpus}
@@ -367,6 +368,20 @@ class Problem:
             starts = np.searchsorted(ids[order], np.arange(int(ids.max(initial=-1)) + 1))
             self._grouped[key] = (order, starts)
         return self._grouped[key]
+
+    def nested(self, outer: str, inner: str) -> tuple[np.ndarray, np.ndarray]:
+        """The domains of label `inner` within each domain of `outer`: per node, the id of its (outer, inner)
+        pair (-1 where the node lacks `outer`; a node without `inner` is a pair of its own), and per pair id,
+        its `outer` value id. Per-pair sums over any node array are one `np.bincount`."""
+        if (outer, inner) not in self._nested:
+            out, ins = self.domains(outer), self.domains(inner)
+            ins = np.where(ins >= 0, ins, int(ins.max(initial=-1)) + 1 + np.arange(len(ins)))
+            labelled = out >= 0
+            pairs, pair_of = np.unique(np.stack([out[labelled], ins[labelled]]), axis=1, return_inverse=True)
+            node_pair = np.full(len(self.nodes), -1, dtype=np.int64)
+            node_pair[labelled] = pair_of.ravel()
+            self._nested[(outer, inner)] = (node_pair, pairs[0])
+        return self._nested[(outer, inner)]
 
     def domains(self, key: str) -> np.ndarray:
         """Per node, an integer id of its value for label `key` (-1 where the node lacks the label)."""

@@ -75,6 +75,33 @@ def test_required_block_then_fewest_racks():
     assert validate(cluster, placement.bindings) == []
 
 
+def tight_block_across_racks() -> Cluster:
+    """Block x holds the gang with nothing to spare, but only across its two racks; block y has more room and
+    holds it in one rack."""
+    nodes = [rack_node(f"x{r}{i}", f"x{r}", "x", 4) for r in range(2) for i in range(2)]
+    nodes += [rack_node(f"y{i}", "y0", "y", 8) for i in range(2)] + [rack_node("y2", "y1", "y", 8)]
+    pods = tuple(pod(f"g-{i}", gpus=4, order=i) for i in range(4))
+    return Cluster(tuple(nodes), (Gang("g", pods, 4, colocate="block", preferred=("rack",)),))
+
+
+def test_gathering_prefers_the_block_where_one_rack_holds_the_gang():
+    cluster = tight_block_across_racks()
+    for gather, block, racks in ((False, "x", 2), (True, "y", 1)):
+        problem = Problem(cluster)
+        bindings = bindings_of(problem, greedy(problem, gather=gather))
+        assert {n.labels["block"] for n in cluster.nodes if n.name in bindings.values()} == {block}
+        assert spanned(cluster, bindings, "g", "rack") == racks
+
+
+def test_a_gang_alone_goes_where_one_rack_holds_it_not_to_the_tightest_block():
+    # A cycle that sees one arriving gang: every greedy pass places it, so racks decide between them.
+    cluster = tight_block_across_racks()
+    placement = solve(cluster, SolveConfig(time_limit=2))
+    assert len(placement.bindings) == 4
+    assert spanned(cluster, dict(placement.bindings), "g", "rack") == 1
+    assert validate(cluster, placement.bindings) == []
+
+
 @st.composite
 def rack_clusters(draw):
     nodes = []
