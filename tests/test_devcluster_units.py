@@ -102,11 +102,23 @@ def test_node_manifest_carries_capacity_labels_taints_and_kwok_annotation() -> N
     assert "nvidia.com/gpu" not in NodeSpec("cpu-only").capacity()
 
 
+def test_kwok_stops_a_pod_a_stop_first_finalizer_holds_before_it_deletes_it() -> None:
+    """A deleted pod that Kueue's finalizer holds must reach a terminal phase, as kubelet would take it there, or
+    Kueue never lets it go and it holds its node's GPUs for good; any other finalizer keeps it Running."""
+    by_name = {s["metadata"]["name"]: s["spec"] for s in kwok_config.stages()}
+    killed, delete = by_name["gangsolve-pod-killed"], by_name["gangsolve-pod-delete"]
+    assert killed["weight"] > delete.get("weight", 0)  # where both match, kwok takes only weights above 0
+    match = {e["key"]: e for e in killed["selector"]["matchExpressions"]}
+    assert match[".metadata.finalizers.[]"]["values"] == ["kueue.x-k8s.io/managed"]
+    assert "Failed" in match[".status.phase"]["values"]  # once stopped, the delete stage alone matches
+    assert "phase: Failed" in killed["next"]["statusTemplate"]
+
+
 def test_kwok_config_has_node_and_pod_stages(tmp_path: Path) -> None:
     docs = list(yaml.safe_load_all(kwok_config.write_config(tmp_path / "kwok.yaml").read_text()))
     assert all(d["apiVersion"] == "kwok.x-k8s.io/v1alpha1" and d["kind"] == "Stage" for d in docs)
     kinds = [d["spec"]["resourceRef"]["kind"] for d in docs]
     assert kinds.count("Node") == 2
-    assert kinds.count("Pod") == 2
+    assert kinds.count("Pod") == 3
     with_jobs = kwok_config.stages(job_pods_complete_after_ms=1000)
     assert len(with_jobs) == len(docs) + 1

@@ -169,6 +169,39 @@ conditions:
 phase: Succeeded
 """
 
+# What kubelet makes of a pod being deleted while a finalizer holds it that waits for the pod to stop (Kueue's,
+# on the pods it manages): its containers killed, the pod Failed; the finalizer's owner then lets it go. Other
+# finalizers (the tests' own) keep a deleted pod terminating, holding its capacity, for as long as they stay.
+STOP_FIRST_FINALIZERS = ("kueue.x-k8s.io/managed",)
+_POD_KILLED = """\
+{{ $now := Now }}
+{{ $started := or .status.startTime $now }}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: 137
+      reason: Error
+      startedAt: {{ $started | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodFailed
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodFailed
+  type: ContainersReady
+phase: Failed
+"""
+
 
 def _stage(
     name: str,
@@ -177,12 +210,15 @@ def _stage(
     nxt: dict[str, Any],
     delay_ms: int | None = None,
     jitter_ms: int | None = None,
+    weight: int | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "resourceRef": {"apiGroup": "v1", "kind": kind},
         "selector": {"matchExpressions": match},
         "next": nxt,
     }
+    if weight is not None:
+        spec["weight"] = weight
     if delay_ms is not None:
         spec["delay"] = {"durationMilliseconds": delay_ms}
         if jitter_ms is not None:
@@ -199,7 +235,8 @@ def stages(*, job_pods_complete_after_ms: int | None = None) -> list[dict[str, A
     Nodes: a node whose Ready condition is not True gets Ready conditions, addresses, capacity/allocatable
     (kept as given at creation) and nodeInfo; a Ready node gets its conditions refreshed every ~10 min.
     Pods: a pending pod bound to a managed node becomes Running and Ready at once; a pod being deleted is
-    removed. With `job_pods_complete_after_ms`, running pods owned by a Job succeed after that delay
+    removed, or, while a finalizer that waits for it to stop holds it, Failed (its containers killed, as
+    kubelet does) until it goes. With `job_pods_complete_after_ms`, running pods owned by a Job succeed after that delay
     (off by default: gang workloads should keep their place until the test deletes them).
     """
     result = [
@@ -235,6 +272,18 @@ def stages(*, job_pods_complete_after_ms: int | None = None) -> list[dict[str, A
             "Pod",
             [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
             {"delete": True},
+        ),
+        # Weighted: where both match, kwok takes only the stages of weight above 0.
+        _stage(
+            "gangsolve-pod-killed",
+            "Pod",
+            [
+                {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                {"key": ".metadata.finalizers.[]", "operator": "In", "values": list(STOP_FIRST_FINALIZERS)},
+                {"key": ".status.phase", "operator": "NotIn", "values": ["Failed", "Succeeded"]},
+            ],
+            {"statusTemplate": _POD_KILLED},
+            weight=1,
         ),
     ]
     if job_pods_complete_after_ms is not None:
