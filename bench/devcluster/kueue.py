@@ -602,6 +602,18 @@ def tas_queues_for(objs: list[dict], namespace: str, queue: str = "bench") -> li
     return [topology, *flavors, cq, local_queue(queue, namespace, queue)]
 
 
+# Where pending work may take the place of running work of lower priority, as Kueue's preemption guide sets a
+# ClusterQueue up for it.
+PREEMPTION = {"withinClusterQueue": "LowerPriority"}
+
+
+def with_preemption(queues: list[dict]) -> list[dict]:
+    """`queues` with every ClusterQueue preempting within itself by priority (`PREEMPTION`)."""
+    return [
+        {**q, "spec": {**q["spec"], "preemption": PREEMPTION}} if q["kind"] == "ClusterQueue" else q for q in queues
+    ]
+
+
 def create_queues(cp: ControlPlane, queues: list[dict], timeout: float = 60.0) -> None:
     """Create the flavors and queues (through Kueue's webhooks) and wait until Kueue has taken in every
     ClusterQueue: Active, or (held) inactive for no reason but its stop policy."""

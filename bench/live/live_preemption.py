@@ -20,9 +20,16 @@ Schedulers, each configured as its users would:
   default queue guaranteed the cluster (KAI runs work of priority 100 or more only within quota, and never
   preempts it); every gang and every pod alone a KAI PodGroup, as its users write them for plain pods, and the
   running work's classes below 100 (`kai_classes`).
+- `kueue`, `kueue-tas` (where built): Kueue's manager with kube-scheduler binding (the chart's all-or-nothing
+  set-up, or topology-aware scheduling choosing the nodes), one ClusterQueue holding the cluster less the pods
+  Kueue does not manage, preempting `withinClusterQueue: LowerPriority`; every pod of the gang scheduler labelled
+  for its LocalQueue, a gang of several a pod group. Kueue preempts only what it admitted, so the running work
+  goes through it first, kept to its nodes (`admitted_through_kueue`); where that would make a pod group of more
+  pod templates than Kueue admits, Kueue does not run the scenario (`kueue_not_run`).
 
 A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
-(bound through `spec.nodeName`, Running under kwok); then the pending gangs, t = 0 at the first create. It ends when
+(bound through `spec.nodeName`, Running under kwok; Kueue's admitted and bound once it runs); then the pending
+gangs, t = 0 at the first create. It ends when
 every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds (at least
 `RETRY_WAIT`). Victims are the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is
 immediate); each is attributed to the gang it made room for from its `Preempted` event (kube-scheduler names the
@@ -33,6 +40,7 @@ bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exa
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -41,12 +49,13 @@ from pathlib import Path
 from typing import Any
 
 from gangsolve.bench import manifests
-from gangsolve.bench.devcluster import ControlPlane, crds, kai, volcano
+from gangsolve.bench.devcluster import ControlPlane, crds, kai, kueue, volcano
 from gangsolve.bench.devcluster.gangsolve_process import GangsolveProcess
 from gangsolve.bench.live import peers
 from gangsolve.bench.live.live_scenarios import LiveScenario
 from gangsolve.bench.live.measurements import BindWatch
 from gangsolve.bench.live.populate import (
+    DEFAULT_SCHEDULER,
     NATIVE_GANG_API,
     PENDING_LABEL,
     create_all,
@@ -82,7 +91,8 @@ WAP_FLAGS: dict[str, Any] = {
     "extra_scheduler_args": [WAP_GATE],
     "extra_controller_manager_args": [WAP_GATE],
 }
-PEERS = ("volcano", "kai-quota")  # the real peers whose users ask for preemption here, each where it is built
+PEERS = ("volcano", "kai-quota", "kueue", "kueue-tas")  # the real peers that run here, each where it is built
+KUEUE = ("kueue", "kueue-tas")  # whose running work is admitted through it first (`admitted_through_kueue`)
 KAI_PREEMPTIBLE = 100  # KAI preempts only work whose priority is below this, and runs work at or above it in quota
 
 
@@ -136,11 +146,48 @@ def peer_objects(objs: list[dict], cluster: Cluster, scheduler: str) -> list[dic
             out.append(o)
     for (gang, minimum), pods in members.items():
         name = "gang-" + gang.split("/", 1)[1]
+        if scheduler in KUEUE:  # no object: the LocalQueue label, and a pod group's labels on a gang of several
+            out += kueue.label_members(pods, name)
+            continue
         if scheduler.startswith("kai"):
             out += [kai.pod_group(name, minimum, pods, manifests.NAMESPACE), *kai.label_members(pods, name)]
             continue
         out += [volcano.pod_group(name, minimum, pods, manifests.NAMESPACE), *volcano.label_members(pods, name)]
     return kai_classes(out) if scheduler.startswith("kai") else out
+
+
+def admitted_through_kueue(pod: dict, node_labels: dict[str, dict[str, str]]) -> dict:
+    """A running pod as its Kueue user created it: pending, for Kueue to admit and kube-scheduler to bind, kept to
+    the node the scenario has it on by a node selector (Kueue preempts only workloads it admitted). The selector
+    names the node's GPU model too, as a user of that model writes it: Kueue picks a GPU flavor by the pod's
+    selector, and another model's flavor would send the pod where its node is not."""
+    node = pod["spec"]["nodeName"]
+    model = {k: v for k, v in node_labels[node].items() if k in kueue.GPU_POOL_LABELS}
+    spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **model, kueue.HOSTNAME_LABEL: node}
+    return {**pod, "spec": {**spec, "schedulerName": DEFAULT_SCHEDULER}}
+
+
+KUEUE_ROLES = 8  # Kueue admits a pod group of at most this many distinct pod templates ("roles")
+
+
+def kueue_not_run(objs: list[dict], cluster: Cluster) -> str | None:
+    """Why Kueue cannot run a scenario as laid out (None: it can): each running pod goes through Kueue kept to
+    its node by a node selector, which makes a template of its own, and a running gang spread over more nodes
+    than Kueue's limit of roles could not be admitted (Kueue refuses the group: "can't include more than 8
+    roles")."""
+    spec_of = {f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"] for o in objs if o["kind"] == "Pod"}
+    roles: dict[str, set[str]] = defaultdict(set)
+    for r in cluster.running:
+        if r.gang:
+            roles[r.gang].add(json.dumps(spec_of[r.name], sort_keys=True))  # its node included
+    widest = max((len(templates) for templates in roles.values()), default=0)
+    if widest <= KUEUE_ROLES:
+        return None
+    return (
+        f"kept to their nodes, a running gang's pods make up to {widest} pod templates, more than the "
+        f"{KUEUE_ROLES} Kueue admits in one pod group"
+    )
 
 
 def kai_classes(objs: list[dict]) -> list[dict]:
@@ -194,11 +241,18 @@ def run_live(
     rest = [
         o for o in shaped if o["kind"] != "PriorityClass" and not (o["kind"] == "Pod" and not o["spec"].get("nodeName"))
     ]
+    # Kueue preempts only workloads it admitted: its users' running work goes through it once it runs.
+    labels = {o["metadata"]["name"]: o["metadata"].get("labels") or {} for o in objs if o["kind"] == "Node"}
+    admitted = [admitted_through_kueue(o, labels) for o in rest if scheduler in KUEUE and _queued(o)]
+    rest = [o for o in rest if not (scheduler in KUEUE and _queued(o))]
     log_dir.mkdir(parents=True, exist_ok=True)
     flags = WAP_FLAGS if scheduler == "kube-scheduler-wap" else {}
     gs: GangsolveProcess | None = None
     peer: peers.PeerRun | None = None
-    with ControlPlane(scheduler=scheduler.startswith("kube-scheduler"), log=log, **flags) as cp:
+    placer = scheduler in KUEUE  # Kueue admits, kube-scheduler binds: started with Kueue (`peer.start`)
+    with ControlPlane(
+        scheduler=scheduler.startswith("kube-scheduler") or placer, defer_scheduler=placer, log=log, **flags
+    ) as cp:
         try:
             create_classes(cp, shaped)
             prepare(cp, [o for o in rest if o["kind"] != "PodGroup"], scheduler, log)
@@ -211,6 +265,15 @@ def run_live(
             create_groups(cp, [o for o in rest if o["kind"] == "PodGroup"])
             if peer is not None:
                 peer.start()
+            if admitted:
+                run_async(cp.kubeconfig, lambda kube: create_all(kube, admitted))
+                cp.wait_for(
+                    lambda: _on_their_nodes(cp, admitted),
+                    timeout=timeout,
+                    interval=1.0,
+                    what="the running work admitted through Kueue, bound and Running",
+                    component="kueue",
+                )
             if scheduler == "gangsolve":
                 limit = time_limit or scenario.time_limit
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", {}).start()
@@ -236,7 +299,12 @@ def run_live(
                     break
             watch.stop.set()
             final = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
-            left = {p["metadata"]["name"] for p in list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"]}
+            # A pod Kueue deleted stays until Kueue drops its finalizer: being deleted, it is gone.
+            left = {
+                p["metadata"]["name"]
+                for p in list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"]
+                if not p["metadata"].get("deletionTimestamp")
+            }
             uids = {p["metadata"]["uid"]: p for p in final}
             group_uids = {}
             if scheduler == "kube-scheduler-wap":
@@ -305,6 +373,17 @@ def run_live(
     return result
 
 
+def _queued(obj: dict) -> bool:
+    return obj["kind"] == "Pod" and kueue.QUEUE_NAME_LABEL in (obj["metadata"].get("labels") or {})
+
+
+def _on_their_nodes(cp: ControlPlane, pods: list[dict]) -> bool:
+    """Whether every pod of `pods` is Running on the node its selector names."""
+    node_of = {p["metadata"]["name"]: p["spec"]["nodeSelector"][kueue.HOSTNAME_LABEL] for p in pods}
+    running = list_pods(cp, "?fieldSelector=status.phase%3DRunning")["items"]
+    return sum(1 for p in running if node_of.get(p["metadata"]["name"]) == p["spec"].get("nodeName")) == len(pods)
+
+
 def _preempted_events(cp: ControlPlane, victims: set[str], wait: float) -> list[dict]:
     """The namespace's events, once every victim has its Preempted event or `wait` seconds have passed: a
     scheduler writes them after the evictions, and a thousand of them take a while."""
@@ -337,12 +416,17 @@ def run_scenarios(
     not_run = {s: why for s in schedulers if s in PEERS and (why := peers.not_built(s))}
     for name in names:
         scenario = LIVE_PREEMPTION_SCENARIOS[name]
+        objs = scenario.build()
+        why_not = {
+            s: why for s in KUEUE if s in schedulers and (why := kueue_not_run(objs, manifests.to_cluster(objs)))
+        }
+        skipped = {**not_run, **why_not}
         runs = each_scheduler(
             name,
-            [s for s in schedulers if s not in not_run],
+            [s for s in schedulers if s not in skipped],
             partial(run_live, scenario, log_dir=log_dir, quiet=quiet, time_limit=time_limit, log=log),
             on_run,
         )
         result = {"name": name, "description": scenario.description, "nodes": scenario.nodes, "runs": runs}
-        results.append({**result, **({"not_run": not_run} if not_run else {})})
+        results.append({**result, **({"not_run": skipped} if skipped else {})})
     return results

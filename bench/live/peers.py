@@ -13,7 +13,8 @@ the run records about it.
   kube-scheduler binds). Its pod
   webhook fails closed, so the manager runs before the first pending pod is created, in both modes; in burst
   mode its ClusterQueue is created held (`stopPolicy: Hold`: the pods are gated and their Workloads made, none
-  admitted) and released when the scheduler "starts", together with kube-scheduler;
+  admitted) and released when the scheduler "starts", together with kube-scheduler; where pending gangs may
+  preempt, its ClusterQueue holds what the pods it does not manage leave and preempts lower priorities;
 - `kai`, `kai-quota`: NVIDIA's KAI scheduler and its binder (bench/devcluster/kai.py) with the chart's default
   queues (quota 0, as its quick start has them; or, `kai-quota`, guaranteed what the background leaves free) and,
   where the scenario has teams' Volcano Queues, the same teams as KAI queues (`kai.team_queues`), and the
@@ -124,6 +125,12 @@ class KueueRun:
         certs = kueue.install(self.cp, self.peer, port)
         block = self.scheduler == "kueue"  # with TAS Kueue fits gangs to nodes itself: no need to admit one by one
         teams = tenants.queues_of(objs)
+        if self.scenario.preemption:  # its pods (the running work goes through it) count within the quota
+            objs = [
+                o
+                for o in objs
+                if not (o["kind"] == "Pod" and kueue.QUEUE_NAME_LABEL in (o["metadata"].get("labels") or {}))
+            ]
         self.process = kueue.add(
             self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block, fair=bool(teams)
         )
@@ -141,6 +148,8 @@ class KueueRun:
             self.queues = kueue.tas_queues_for(objs, manifests.NAMESPACE)
         else:
             self.queues = kueue.queues_for(objs, manifests.NAMESPACE)
+        if self.scenario.preemption:
+            self.queues = kueue.with_preemption(self.queues)
         self.held = burst
         kueue.create_queues(self.cp, [kueue.held(q) if burst else q for q in self.queues])
 

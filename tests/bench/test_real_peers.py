@@ -702,6 +702,55 @@ def test_preempting_peers_users_give_every_gang_running_or_pending_the_peers_pod
         assert group["priorityClassName"] == pod["spec"]["priorityClassName"]
 
 
+def test_kueues_users_queue_every_gang_and_their_running_work_goes_through_kueue_pinned_to_its_node() -> None:
+    from gangsolve.bench.live.live_preemption import LIVE_PREEMPTION_SCENARIOS, admitted_through_kueue, peer_objects
+
+    objs = LIVE_PREEMPTION_SCENARIOS["live/preempt-gpu-100nodes"].build()
+    cluster = manifests.to_cluster(objs)
+    made = peer_objects(objs, cluster, "kueue")
+    assert not [o for o in made if o["kind"] == "PodGroup"]  # Kueue's users write no gang object
+    pods = {o["metadata"]["name"]: o for o in made if o["kind"] == "Pod"}
+    assert len(pods) == sum(1 for o in objs if o["kind"] == "Pod")
+    assert all(p["metadata"]["labels"][kueue.QUEUE_NAME_LABEL] == "bench" for p in pods.values())
+    members: dict[str, list[str]] = {g.name: [p.name for p in g.pods] for g in cluster.gangs}
+    for r in cluster.running:
+        members.setdefault(r.gang or r.name, []).append(r.name)
+    for names in members.values():
+        groups = {pods[n.split("/", 1)[1]]["metadata"]["labels"].get(kueue.POD_GROUP_NAME_LABEL) for n in names}
+        assert len(groups) == 1  # one pod group per gang of several, none for a pod alone
+        assert (None in groups) == (len(names) == 1)
+    original = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Pod"}
+    labels = {o["metadata"]["name"]: o["metadata"]["labels"] for o in objs if o["kind"] == "Node"}
+    for name, pod in pods.items():
+        node = original[name]["spec"].get("nodeName")
+        if node is None:
+            continue
+        admitted = admitted_through_kueue(pod, labels)
+        assert "nodeName" not in admitted["spec"]  # pending, for Kueue to admit
+        selector = admitted["spec"]["nodeSelector"]
+        assert selector[kueue.HOSTNAME_LABEL] == node  # and kube-scheduler to bind there
+        model = "nvidia.com/gpu.product"  # this cluster's GPU models are Kueue's flavors: the node's one named
+        assert selector.get(model) == labels[node].get(model)
+        assert admitted["spec"]["schedulerName"] == "default-scheduler"
+    queues = kueue.with_preemption(kueue.queues_for(made, "bench"))
+    (cq,) = [q for q in queues if q["kind"] == "ClusterQueue"]
+    assert cq["spec"]["preemption"] == {"withinClusterQueue": "LowerPriority"}
+
+
+def test_kueue_runs_only_where_it_can_admit_the_running_work_as_laid_out() -> None:
+    from gangsolve.bench.live.live_preemption import LIVE_PREEMPTION_SCENARIOS, kueue_not_run
+
+    def why(name: str) -> str | None:
+        objs = LIVE_PREEMPTION_SCENARIOS[name].build()
+        return kueue_not_run(objs, manifests.to_cluster(objs))
+
+    assert why("live/preempt-tfjob") is None  # resnet's four pods on one node: at most two templates
+    assert why("live/preempt-perf-100nodes-1x100-vs-1000pods") is None  # single pods: no group
+    wide = why("live/preempt-perf-100nodes-1x100-vs-5gangs")  # gangs of 100 pods on 100 nodes
+    assert wide is not None
+    assert "100 pod templates" in wide
+
+
 def test_kais_users_put_the_work_they_let_be_preempted_below_100_in_its_order() -> None:
     from gangsolve.bench.live.live_preemption import KAI_PREEMPTIBLE, LIVE_PREEMPTION_SCENARIOS, peer_objects
 

@@ -47,12 +47,16 @@ def test_workload_aware_preemption_breaks_no_gang_either(runs):
     assert wap["gpus_evicted"] >= runs["gangsolve"]["gpus_evicted"]
 
 
+# Each real peer once: Kueue's two set-ups share how its users' running work goes through it.
+SMOKE = tuple(p for p in PEERS if p != "kueue-tas")
+
+
 @pytest.fixture(scope="module")
 def peer_runs(binaries, tmp_path_factory) -> dict[str, dict]:
-    return bench_runs(run_scenarios, "live/preempt-tfjob", list(PEERS), tmp_path_factory.mktemp("peer-logs"))
+    return bench_runs(run_scenarios, "live/preempt-tfjob", list(SMOKE), tmp_path_factory.mktemp("peer-logs"))
 
 
-@pytest.mark.parametrize("peer", PEERS)
+@pytest.mark.parametrize("peer", SMOKE)
 def test_each_real_peer_places_mnist_by_evicting_only_resnet(peer_runs, peer):
     if peer not in peer_runs:
         pytest.skip(f"{peer} is not built (`make peers`)")
@@ -61,7 +65,7 @@ def test_each_real_peer_places_mnist_by_evicting_only_resnet(peer_runs, peer):
     assert r["pods_bound"] == r["pending_pods"] == 8
     # resnet's three GPU workers must go (the notebook is another scheduler's pod); its parameter server may
     # go too: Volcano, whose chart turns the gang plugin's say over victims off, left it running in one of
-    # three runs here, its gang broken.
+    # three runs here, its gang broken. Kueue's victims must go too: its finalizer holds them until they stop.
     assert (r["gpus_evicted"], r["victim_gangs"]) == (3, 1)
     assert r["pods_evicted"] in (3, 4)
     assert r["futile_evictions"] == 0
