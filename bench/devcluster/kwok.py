@@ -140,7 +140,8 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
-_POD_SUCCEEDED = """\
+# A pod whose containers have ended; the PLACEHOLDERS are filled in by `_pod_ended`.
+_POD_ENDED = """\
 {{ $now := Now }}
 {{ $started := or .status.startTime $now }}
 containerStatuses:
@@ -152,55 +153,37 @@ containerStatuses:
   restartCount: 0
   state:
     terminated:
-      exitCode: 0
-      reason: Completed
+      exitCode: EXIT_CODE
+      reason: EXIT_REASON
       startedAt: {{ $started | Quote }}
       finishedAt: {{ $now | Quote }}
 {{ end }}
 conditions:
 - lastTransitionTime: {{ $now | Quote }}
   status: "False"
-  reason: PodCompleted
+  reason: POD_REASON
   type: Ready
 - lastTransitionTime: {{ $now | Quote }}
   status: "False"
-  reason: PodCompleted
+  reason: POD_REASON
   type: ContainersReady
-phase: Succeeded
+phase: PHASE
 """
+
+
+def _pod_ended(phase: str, exit_code: int, exit_reason: str) -> str:
+    reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+    filled = _POD_ENDED.replace("EXIT_CODE", str(exit_code)).replace("EXIT_REASON", exit_reason)
+    return filled.replace("POD_REASON", reason).replace("PHASE", phase)
+
+
+_POD_SUCCEEDED = _pod_ended("Succeeded", 0, "Completed")
 
 # What kubelet makes of a pod being deleted while a finalizer holds it that waits for the pod to stop (Kueue's,
 # on the pods it manages): its containers killed, the pod Failed; the finalizer's owner then lets it go. Other
 # finalizers (the tests' own) keep a deleted pod terminating, holding its capacity, for as long as they stay.
 STOP_FIRST_FINALIZERS = ("kueue.x-k8s.io/managed",)
-_POD_KILLED = """\
-{{ $now := Now }}
-{{ $started := or .status.startTime $now }}
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: 137
-      reason: Error
-      startedAt: {{ $started | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-conditions:
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: PodFailed
-  type: Ready
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: PodFailed
-  type: ContainersReady
-phase: Failed
-"""
+_POD_KILLED = _pod_ended("Failed", 137, "Error")
 
 
 def _stage(
