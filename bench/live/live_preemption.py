@@ -29,13 +29,14 @@ Schedulers, each configured as its users would:
 
 A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
 (bound through `spec.nodeName`, Running under kwok; Kueue's admitted and bound once it runs); then the pending
-gangs, t = 0 at the first create. It ends when
-every pending pod is bound and Running, or nothing was bound, started or evicted for `quiet` seconds (at least
-`RETRY_WAIT`). Victims are the running pods gone at the end (kwok deletes a deleted pod at once, so eviction is
-immediate); each is attributed to the gang it made room for from its `Preempted` event (kube-scheduler names the
-preemptor pod's or PodGroup's uid, gangsolve the gang; waited for up to `quiet` seconds more; a peer's victim,
-which names no preemptor, to the first placed pending gang bound on its node), and everything is measured by
-bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exactly as in the static mode.
+gangs, t = 0 at the first create. It ends when every pending pod is bound and Running, or nothing was bound,
+started or evicted for `quiet` seconds (at least `RETRY_WAIT`). Victims are the running pods gone (or being
+deleted) at the end (kwok deletes a deleted pod at once, or stops it first where Kueue's finalizer holds it, so
+eviction is immediate); each is attributed to the gang it made room for from its `Preempted` event
+(kube-scheduler names the preemptor pod's or PodGroup's uid, gangsolve the gang; waited for up to `quiet` seconds
+more; a peer's victim, which names no preemptor, to the first placed pending gang bound on its node), and
+everything is measured by bench/static/preemption_rounds.py's `measure` on the scenario's own cluster, exactly
+as in the static mode.
 """
 
 from __future__ import annotations
@@ -173,9 +174,8 @@ KUEUE_ROLES = 8  # Kueue admits a pod group of at most this many distinct pod te
 
 def kueue_not_run(objs: list[dict], cluster: Cluster) -> str | None:
     """Why Kueue cannot run a scenario as laid out (None: it can): each running pod goes through Kueue kept to
-    its node by a node selector, which makes a template of its own, and a running gang spread over more nodes
-    than Kueue's limit of roles could not be admitted (Kueue refuses the group: "can't include more than 8
-    roles")."""
+    its node by a node selector, so a running gang has a pod template per node (and per role), and Kueue refuses
+    a group of more than its limit ("pod group can't include more than 8 roles")."""
     spec_of = {f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"] for o in objs if o["kind"] == "Pod"}
     roles: dict[str, set[str]] = defaultdict(set)
     for r in cluster.running:
@@ -416,11 +416,10 @@ def run_scenarios(
     not_run = {s: why for s in schedulers if s in PEERS and (why := peers.not_built(s))}
     for name in names:
         scenario = LIVE_PREEMPTION_SCENARIOS[name]
-        objs = scenario.build()
-        why_not = {
-            s: why for s in KUEUE if s in schedulers and (why := kueue_not_run(objs, manifests.to_cluster(objs)))
-        }
-        skipped = {**not_run, **why_not}
+        kueues = [s for s in KUEUE if s in schedulers]
+        objs = scenario.build() if kueues else []
+        why = kueue_not_run(objs, manifests.to_cluster(objs)) if kueues else None
+        skipped = {**{s: why for s in kueues if why}, **not_run}  # not built says more than cannot run
         runs = each_scheduler(
             name,
             [s for s in schedulers if s not in skipped],
