@@ -46,7 +46,8 @@ class BindWatch(threading.Thread):
         # pod -> its status.startTime (seconds since the epoch, to the second), where a timeline's jobs count
         # their runtime from, as the schedulers read it
         self.started: dict[str, float] = {}
-        self.gone: dict[str, float] = {}  # pod -> when its deletion was seen (a timeline's evictions)
+        # pod -> when its deletion was seen, or it was seen deleted and stopped (a timeline's evictions)
+        self.gone: dict[str, float] = {}
         self.last_change = time.monotonic()
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -56,11 +57,15 @@ class BindWatch(threading.Thread):
         name = pod["metadata"]["name"]
         node = pod.get("spec", {}).get("nodeName")
         now = time.monotonic()
+        phase = pod.get("status", {}).get("phase")
         with self.lock:
+            if pod["metadata"].get("deletionTimestamp") and phase in ("Failed", "Succeeded"):
+                # Deleted and stopped, kept only by a finalizer (Kueue's): gone, its node's room free again.
+                self.gone.setdefault(name, now)
             if node and name not in self.bound:
                 self.bound[name] = (now, node)
                 self.last_change = now
-            if pod.get("status", {}).get("phase") == "Running" and name not in self.running:
+            if phase == "Running" and name not in self.running:
                 self.running[name] = now
                 self.last_change = now
                 stamp = pod["status"].get("startTime")

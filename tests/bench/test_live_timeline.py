@@ -245,3 +245,19 @@ def test_the_command_line_offers_every_live_grid_and_no_other() -> None:
 
     assert set(LIVE_GRID_NAMES) == set(LIVE_GRIDS)
     assert all(LIVE_GRIDS[name] for name in LIVE_GRID_NAMES)
+
+
+def test_a_pod_deleted_and_stopped_is_gone_though_a_finalizer_keeps_it_and_one_still_running_is_not():
+    """Kueue keeps the pods it evicts under its finalizer once they have stopped: a timeline must see them go (to
+    restart the job and free the node in the over-time check); a deleted pod still running holds its node."""
+    from gangsolve.bench.live.measurements import BindWatch
+
+    watch = BindWatch.__new__(BindWatch)  # no control plane: only what it makes of the pods it is shown
+    watch.lock, watch.bound, watch.running, watch.started, watch.gone = threading.Lock(), {}, {}, {}, {}
+    deleted = {"deletionTimestamp": "2026-12-05T01:00:00Z", "finalizers": ["kueue.x-k8s.io/managed"]}
+    watch._see({"metadata": {"name": "stopped", **deleted}, "spec": {"nodeName": "n1"}, "status": {"phase": "Failed"}})
+    watch._see(
+        {"metadata": {"name": "stopping", **deleted}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    )
+    watch._see({"metadata": {"name": "done"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}})
+    assert set(watch.gone) == {"stopped"}
