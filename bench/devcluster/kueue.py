@@ -665,6 +665,11 @@ def _active(cq: dict | None) -> tuple[str, str | None] | None:
     return (active["status"], None if active["status"] == "True" else active.get("reason"))
 
 
+def queued(obj: dict) -> bool:
+    """Whether `obj` is a pod its user gave to Kueue (it names a LocalQueue)."""
+    return obj["kind"] == "Pod" and QUEUE_NAME_LABEL in (obj["metadata"].get("labels") or {})
+
+
 def label_members(
     members: list[dict], group: str | None, queue: str = "bench", required_topology: str | None = None
 ) -> list[dict]:

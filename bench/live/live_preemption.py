@@ -243,8 +243,8 @@ def run_live(
     ]
     # Kueue preempts only workloads it admitted: its users' running work goes through it once it runs.
     labels = {o["metadata"]["name"]: o["metadata"].get("labels") or {} for o in objs if o["kind"] == "Node"}
-    admitted = [admitted_through_kueue(o, labels) for o in rest if scheduler in KUEUE and _queued(o)]
-    rest = [o for o in rest if not (scheduler in KUEUE and _queued(o))]
+    admitted = [admitted_through_kueue(o, labels) for o in rest if scheduler in KUEUE and kueue.queued(o)]
+    rest = [o for o in rest if not (scheduler in KUEUE and kueue.queued(o))]
     log_dir.mkdir(parents=True, exist_ok=True)
     flags = WAP_FLAGS if scheduler == "kube-scheduler-wap" else {}
     gs: GangsolveProcess | None = None
@@ -371,10 +371,6 @@ def run_live(
     if peer_record is not None:
         result["peer"] = peer_record
     return result
-
-
-def _queued(obj: dict) -> bool:
-    return obj["kind"] == "Pod" and kueue.QUEUE_NAME_LABEL in (obj["metadata"].get("labels") or {})
 
 
 def _on_their_nodes(cp: ControlPlane, pods: list[dict]) -> bool:

@@ -126,11 +126,7 @@ class KueueRun:
         block = self.scheduler == "kueue"  # with TAS Kueue fits gangs to nodes itself: no need to admit one by one
         teams = tenants.queues_of(objs)
         if self.scenario.preemption:  # its pods (the running work goes through it) count within the quota
-            objs = [
-                o
-                for o in objs
-                if not (o["kind"] == "Pod" and kueue.QUEUE_NAME_LABEL in (o["metadata"].get("labels") or {}))
-            ]
+            objs = [o for o in objs if not kueue.queued(o)]
         self.process = kueue.add(
             self.cp, self.peer, certs, port, qps=self.scenario.client_qps, block_admission=block, fair=bool(teams)
         )
