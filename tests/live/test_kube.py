@@ -1,0 +1,69 @@
+"""The client's connection: the environment's proxy is honoured as client-go honours it (HTTP(S)_PROXY, NO_PROXY),
+read once when the client is made. Two small HTTP servers stand in, one for the API server, one for the proxy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from aiohttp import web
+
+from gangsolve.live.kube import Kube
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
+
+
+async def serve(seen: list[str]) -> tuple[web.AppRunner, int]:
+    """A server answering every request with an empty NodeList, recording the host each request named."""
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers["Host"])
+        return web.json_response({"kind": "NodeList", "metadata": {}, "items": []})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
+def kubeconfig(path: Path, server: str) -> str:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return str(path)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("bypassed", [False, True])
+async def test_the_environments_proxy_carries_requests_unless_no_proxy_names_the_host(tmp_path, monkeypatch, bypassed):
+    for var in PROXY_VARS:
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.lower(), raising=False)
+    to_api, to_proxy = [], []
+    api_runner, api_port = await serve(to_api)
+    proxy_runner, proxy_port = await serve(to_proxy)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy_port}")
+    if bypassed:
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    kube = await Kube.connect(kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{api_port}"))
+    monkeypatch.delenv("HTTP_PROXY")  # read once, when the client was made
+    try:
+        assert (await kube.get("/api/v1/nodes"))["kind"] == "NodeList"
+    finally:
+        await kube.close()
+        await api_runner.cleanup()
+        await proxy_runner.cleanup()
+    host = f"127.0.0.1:{api_port}"
+    assert (to_api, to_proxy) == (([host], []) if bypassed else ([], [host]))
