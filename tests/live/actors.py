@@ -25,6 +25,7 @@ def solver_actor(
     group_label: str | None = None,
     time_limit: float = 1.0,
     debounce: float = 0.0,
+    cycle_interval: float = 0.0,
     resync_period: float = 3600.0,
     grace: Grace | None = None,
     preemption: bool = True,
@@ -40,6 +41,7 @@ def solver_actor(
         Rules(scheduler_name, group_label, grace or Grace(), starvation),
         SolveConfig(time_limit=time_limit, preemption=preemption, reservations=reservations),
         debounce=debounce,
+        cycle_interval=cycle_interval,
         estimator=estimator,
         plan_page=plan_page,
     )

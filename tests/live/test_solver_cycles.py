@@ -28,7 +28,9 @@ def member(name: str, group: str, gpus: int = 1, node: str | None = None) -> dic
     return p
 
 
-def actor(store: ClusterStore, debounce: float = 0.0, resync: float = 3600.0) -> SolverActor:
+def actor(
+    store: ClusterStore, debounce: float = 0.0, resync: float = 3600.0, cycle_interval: float = 0.0
+) -> SolverActor:
     return solver_actor(
         store,
         Metrics(),
@@ -36,6 +38,7 @@ def actor(store: ClusterStore, debounce: float = 0.0, resync: float = 3600.0) ->
         group_label=None,
         time_limit=1,
         debounce=debounce,
+        cycle_interval=cycle_interval,
         resync_period=resync,
     )
 
@@ -119,6 +122,32 @@ async def test_a_complete_gang_does_not_wait_out_the_debounce():
     assert gang_plan.gang == "default/g"
     assert len(gang_plan.pods) == 3
     assert anyio.current_time() - started < 10  # not the 30 s debounce
+
+
+@pytest.mark.asyncio
+async def test_gangs_arriving_within_the_cycle_interval_are_solved_together(solved):
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=8)]))
+    s.apply(Resync(XPG, [k8s_pod_group(name, 2) for name in ("a", "b", "c")]))
+    s.apply(Resync(POD, [member(f"a-{i}", "a") for i in range(2)]))
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor(s, cycle_interval=2.0).run, send, Latest())
+        with anyio.fail_after(10):
+            first = await receive.receive()  # the first cycle does not wait
+        started = anyio.current_time()
+        for name in ("b", "c"):  # complete gangs, each of which alone would start a cycle at once
+            s.apply(Event(POD, "ADDED", member(f"{name}-0", name)))
+            s.apply(Event(POD, "ADDED", member(f"{name}-1", name)))
+            await anyio.sleep(0.3)
+        with anyio.fail_after(10):
+            later = {(await receive.receive()).gang for _ in range(2)}
+        waited = anyio.current_time() - started
+        tg.cancel_scope.cancel()
+    assert first.gang == "default/a"
+    assert later == {"default/b", "default/c"}
+    assert solved == [["default/a"], ["default/b", "default/c"]]  # one cycle for both
+    assert waited >= 1.5  # the interval, less the first plan's way out of its cycle
 
 
 @pytest.mark.asyncio

@@ -48,6 +48,11 @@ class Config:
         0.2,
         "at most this long (seconds) to wait for the rest of a gang; a gang that has all its members is solved at once",
     )
+    cycle_interval: float = setting(
+        0.2,
+        "at least this long (seconds) from one cycle's start to the next's: gangs that arrive in between are solved "
+        "together, in fewer cycles (less CPU, binds up to this much later); 0: each gang as soon as it is complete",
+    )
     resync_period: float = setting(
         30.0, "every waiting gang is solved again at least this often (seconds), changes or not"
     )

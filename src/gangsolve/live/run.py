@@ -77,6 +77,7 @@ class Scheduler:
             cfg.rules(),
             cfg.solve_config(),
             debounce=cfg.debounce,
+            cycle_interval=cfg.cycle_interval,
             estimator=cfg.estimator(),
             plan_page=cfg.plan_page,
         )

@@ -158,6 +158,7 @@ class SolverActor:
         config: SolveConfig,
         *,
         debounce: float,
+        cycle_interval: float = 0.0,
         estimator: Estimator | None = None,
         plan_page: bool = False,
     ) -> None:
@@ -167,6 +168,7 @@ class SolverActor:
         self.rules = rules
         self.config = config
         self.debounce = debounce
+        self.cycle_interval = cycle_interval
         self.estimator = estimator or Estimator(default=None)
         self._succeeded: MemoryObjectReceiveStream[Event | Resync] | None = None  # finished pods to learn from
         self.cycles = 0
@@ -197,10 +199,14 @@ class SolverActor:
         self._succeeded = succeeded
         async with plans:
             seen = -1
+            last_start = -self.cycle_interval
             while True:
                 if self.store.generation == seen and not self.queue.again:
                     with anyio.move_on_after(self.queue.next_wake()):
                         await self.store.wait_for_change(seen)
+                # Cycles start at least the interval apart: what arrives meanwhile is solved together.
+                if (wait := last_start + self.cycle_interval - time.monotonic()) > 0:
+                    await anyio.sleep(wait)
                 self.queue.again = False
                 deadline = time.monotonic() + self.debounce
                 while True:
@@ -216,6 +222,7 @@ class SolverActor:
                     or self.queue.full_due(self.store.freed)
                     or prepared.waiting.keys() != self._held.keys()
                 ):
+                    last_start = time.monotonic()
                     await self.cycle(plans, results, prepared)
 
     async def prepare(self, whole: bool = False) -> Prepared | None:
