@@ -10,8 +10,11 @@ demo: .venv/.synced
 
 # The end-to-end tests run a real control plane: its binaries are built (once, into a cache outside the
 # repository; see docs/dev-cluster.md) before the tests; the page of the plan's tests drive a headless browser.
+# Two workers, each given whole files (a module's control plane and runs stay in one process): the e2e tests
+# mostly wait on their control planes, so two overlap well even on 2 cores.
+TEST_WORKERS ?= 2
 test: .venv/.synced binaries browser
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # ruff (lint and format) and mypy (strict on solver/); .ci/run runs it before the tests.
 lint: .venv/.synced

@@ -317,8 +317,7 @@ def run_live(
         finally:
             if gs is not None:
                 gs.stop()
-            if peer is not None:
-                keep_logs(cp, log_dir / f"{log_name(scenario.name)}-{scheduler}")
+            keep_logs(cp, log_dir / f"{log_name(scenario.name)}-{scheduler}")
     pod_gang = {p.name: g.name for g in cluster.gangs for p in g.pods}
 
     def gang_of(ref: str) -> str:
