@@ -96,7 +96,7 @@ class Kube:
     ) -> Kube:
         cfg = await load_configuration(kubeconfig, context)
         cfg.connection_pool_maxsize = connections
-        cfg.proxy = cfg.proxy or env_proxy(cfg.host)
+        cfg.proxy = cfg.proxy or env_proxy(cfg.host or "")
         api = k8s_client.ApiClient(cfg)
         # The environment's proxy is read once, above, as client-go reads it. The client's session would look it
         # (and ~/.netrc) up again on two worker threads for every request: a tenth of a busy scheduler's CPU.
