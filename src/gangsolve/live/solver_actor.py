@@ -1,9 +1,10 @@
 """The solver actor: one cycle at a time.
 
 It waits for a change that matters to scheduling (or the resync period, or a pod's back-off to end), takes an
-immutable view from the store and groups gangs in a worker thread. When a gang that changed has all its
-members, it solves at once; while the gangs that changed still miss members, it gathers more changes for at
-most `debounce` seconds. Then it solves, in the worker thread, the gangs that may place differently than last
+immutable view from the store and groups gangs in a worker thread, no sooner than `cycle_interval` after the last
+cycle started (what arrives meanwhile is solved together). When a gang that changed has all its members, it
+solves at once; while the gangs that changed still miss members, it gathers more changes for at most `debounce`
+seconds. Then it solves, in the worker thread, the gangs that may place differently than last
 time, as its `SchedulingQueue` says (gangs new or changed, gangs holding room, every gang once capacity may
 have been freed or the resync period passed); a parked gang's last result is carried into every cycle's report.
 Grouping and deciding are `gangsolve.cycle`'s, the same steps `gangsolve solve` runs offline.
