@@ -5,6 +5,7 @@ and responses the generated models cannot read (a Binding's) are no problem."""
 from __future__ import annotations
 
 import os
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -57,11 +58,10 @@ async def load_configuration(kubeconfig: str | None, context: str | None = None)
 
 def env_proxy(url: str) -> str | None:
     """The proxy `HTTPS_PROXY` / `HTTP_PROXY` name for `url` unless `NO_PROXY` exempts its host."""
-    scheme, _, rest = url.partition("://")
-    host = rest.split("/", 1)[0]
-    if urllib.request.proxy_bypass(host):
+    parts = urllib.parse.urlsplit(url)
+    if urllib.request.proxy_bypass(parts.netloc):
         return None
-    return urllib.request.getproxies().get(scheme)
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 class Kube:
