@@ -65,6 +65,7 @@ def test_file_then_flags(tmp_path):
         ({"reservations": -1}, "reservations: expected a whole number >= 0, got -1"),
         ({"default-runtime": "1h"}, "default-runtime: expected a number > 0, got '1h'"),
         ({"starvation-age": 0}, "starvation-age: expected a number > 0, got 0"),
+        ({"cycle-interval": -1}, "cycle-interval: expected a number >= 0, got -1"),
         ({"workload-label": 7}, "workload-label: expected a string, got 7"),
         ("- a list", "expected a mapping of settings, got list"),
         ("key: [unclosed", "invalid YAML"),
@@ -77,8 +78,8 @@ def test_bad_file_names_the_key(tmp_path, data, message):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.asyncio
-async def test_planning_in_time_settings_reach_the_solver_actor(tmp_path):
+def scheduler_of(cfg):
+    """The live scheduler `gangsolve run` builds from `cfg`, on a fake API client (nothing is started)."""
     from gangsolve.live.run import Scheduler
     from tests.live.fake_kube import FakeKube
 
@@ -86,14 +87,25 @@ async def test_planning_in_time_settings_reach_the_solver_actor(tmp_path):
         def limited(self, *_rate):
             return self
 
+    return Scheduler(cfg, Kube())
+
+
+@pytest.mark.asyncio
+async def test_planning_in_time_settings_reach_the_solver_actor(tmp_path):
     data = {"reservations": 0, "default-runtime": 5400, "workload-label": "app", "starvation-age": 600}
-    scheduler = Scheduler(build(write(tmp_path, data)), Kube())
+    scheduler = scheduler_of(build(write(tmp_path, data)))
     solver = scheduler.solver
     assert (solver.config.reservations, solver.rules.starvation) == (0, 600.0)
     assert (solver.estimator.default, solver.estimator.label) == (5400.0, "app")
     assert scheduler.succeeded.resource.field_selector == "status.phase=Succeeded,spec.schedulerName=gangsolve"
-    defaults = Scheduler(build(), Kube()).solver
+    defaults = scheduler_of(build()).solver
     assert (defaults.config.reservations, defaults.estimator.default) == (PLAN_DEPTH, None)
+
+
+@pytest.mark.asyncio
+async def test_the_cycle_interval_reaches_the_solver_actor(tmp_path):
+    assert scheduler_of(build(write(tmp_path, {"cycle-interval": 0}))).solver.cycle_interval == 0
+    assert scheduler_of(build()).solver.cycle_interval == 0.2  # the default: arrivals within it solved together
 
 
 def test_missing_file(tmp_path):
