@@ -330,13 +330,23 @@ async def arrive(
     kube: Kube, gangs: list[Arrival], rate: float | None, created: dict[str, float], concurrency: int
 ) -> None:
     """Create the gangs in order, pod i at i / rate seconds (or as fast as the API server takes them), each
-    gang's group objects before its pods; `created[pod]` is when the API server answered its create."""
+    gang's group objects before its pods; `created[pod]` is when the API server answered its create.
+
+    A gang's pods wait for its group objects, not the next gang's: a job controller has several workers, so
+    one job's PodGroup round trip does not hold up the others' pods (awaited in line, it capped the arrivals of
+    schedulers whose users make PodGroups, and theirs only)."""
     in_flight = anyio.Semaphore(concurrency)
     t0 = time.monotonic()
     i = 0
 
-    async def one(pod: dict) -> None:
+    async def groups_of(gang: Arrival, done: anyio.Event) -> None:
+        for group in gang.groups:
+            await create(kube, group)
+        done.set()
+
+    async def one(pod: dict, groups: anyio.Event) -> None:
         try:
+            await groups.wait()
             await create(kube, pod)
             created[pod["metadata"]["name"]] = time.monotonic()
         finally:
@@ -344,13 +354,13 @@ async def arrive(
 
     async with anyio.create_task_group() as tg:
         for gang in gangs:
-            for group in gang.groups:
-                await create(kube, group)
+            groups = anyio.Event()
+            tg.start_soon(groups_of, gang, groups)
             for pod in gang.pods:
                 if rate:
                     await anyio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
                 await in_flight.acquire()  # a slow API server slows the arrivals down: the rate achieved is reported
-                tg.start_soon(one, pod)
+                tg.start_soon(one, pod, groups)
                 i += 1
 
 

@@ -5,10 +5,12 @@ and the scale scenarios' names and modes."""
 
 from __future__ import annotations
 
+import anyio
+
 from gangsolve.bench import manifests, scenarios
 from gangsolve.bench.devcluster.fake_nodes import GPU_RESOURCE as GPU
 from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
-from gangsolve.bench.live.populate import arrivals
+from gangsolve.bench.live.populate import arrivals, arrive
 
 
 def synthetic() -> tuple[list[dict], object]:
@@ -52,6 +54,36 @@ def test_each_scheduler_gets_its_own_group_objects_and_the_same_pods():
     colocated = {g.name for g in cluster.gangs if g.colocate}
     assert colocated
     assert all("affinity" in p["spec"] for a in by["kube-scheduler"] if a.gang in colocated for p in a.pods)
+
+
+class SlowGroups:
+    """A client at the HTTP seam: PodGroups answer after a delay, pods at once; the order of answers kept."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.answered: list[str] = []
+
+    async def post(self, path: str, body: dict) -> None:
+        if body["kind"] == "PodGroup":
+            await anyio.sleep(self.delay)
+        self.answered.append(body["metadata"]["name"])
+
+
+def test_a_gangs_pods_wait_for_its_pod_group_and_not_for_the_next_gangs():
+    objs, cluster = synthetic()
+    gangs = [a for a in arrivals(objs, cluster, "gangsolve") if a.groups][:3]
+    kube = SlowGroups(0.2)
+    created: dict[str, float] = {}
+    anyio.run(arrive, kube, gangs, None, created, 64)
+    order = {name: i for i, name in enumerate(kube.answered)}
+    for gang in gangs:
+        group = gang.groups[0]["metadata"]["name"]
+        assert all(order[p["metadata"]["name"]] > order[group] for p in gang.pods)
+    assert set(created) == {p["metadata"]["name"] for a in gangs for p in a.pods}
+    # Three gangs' PodGroups in flight together: 0.2 s for all, where one after another took 0.6 s.
+    first_pods = [order[a.pods[0]["metadata"]["name"]] for a in gangs]
+    groups = [order[a.groups[0]["metadata"]["name"]] for a in gangs]
+    assert max(groups) < min(first_pods)
 
 
 def test_scale_scenarios_cover_every_shape_size_and_rate():
