@@ -3,13 +3,15 @@ read once when the client is made. Two small HTTP servers stand in, one for the 
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 from aiohttp import web
 
-from gangsolve.live.kube import Kube
+from gangsolve.live.kube import LARGE_BODY, Kube, decode
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
 
@@ -67,3 +69,32 @@ async def test_the_environments_proxy_carries_requests_unless_no_proxy_names_the
         await proxy_runner.cleanup()
     host = f"127.0.0.1:{api_port}"
     assert (to_api, to_proxy) == (([host], []) if bypassed else ([], [host]))
+
+
+def test_a_large_answer_is_decoded_without_collections_and_kept_from_later_ones():
+    items = [
+        {"metadata": {"name": f"node-{i}", "labels": {"a": "b"}}, "status": {"capacity": {"cpu": "4"}}}
+        for i in range(20_000)
+    ]
+    body = orjson.dumps({"items": items})
+    assert len(body) > LARGE_BODY
+    collections: list[str] = []
+
+    def seen(phase: str, _info: dict) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    gc.callbacks.append(seen)
+    try:
+        frozen = gc.get_freeze_count()
+        decoded = decode(body)
+        assert len(collections) == 0  # 100,000 new containers: about 140 collections with the collector on
+        # ... and none of them left for the collector to walk later.
+        assert gc.get_freeze_count() - frozen >= 5 * len(items)
+        assert decoded == {"items": items}
+        assert gc.isenabled()
+        with pytest.raises(orjson.JSONDecodeError):
+            decode(body[:-1] + b" " * LARGE_BODY)
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(seen)
