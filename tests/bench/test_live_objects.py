@@ -98,6 +98,12 @@ def test_scale_scenarios_cover_every_shape_size_and_rate():
                 300,
                 1000,
             }
+    # 16,384 nodes: the scheduler_perf shapes only (the synthetic mix's 160,000 background pods are not created).
+    frontier = LIVE_GRIDS["scale-16384"]
+    assert {n for n in frontier if "synthetic" in n} == set()
+    assert {"live/16384nodes-1000x3-burst", "live/16384nodes-3x1000-burst", "live/16384nodes-1000x3-stream300"} <= set(
+        frontier
+    )
     burst = LIVE_SCENARIOS["live/5000nodes-3x1000-burst"]
     pods = [o for o in burst.build() if o["kind"] == "Pod"]
     assert (burst.nodes, len(pods), burst.client_qps) == (5000, 3000, 5000.0)
