@@ -314,8 +314,13 @@ class Planner(Limits):
         if found is not None and self.relaxation and found[0] > now:
             # Relaxed backfill: held no sooner than (1 + relaxation) times its wait from now, so gangs started
             # now may run on until then; it still starts as soon as it fits (the walk starts it), and each
-            # cycle's shorter wait moves the hold sooner.
-            found = self.timeline.earliest(g, runtime, starts, now + (1 + self.relaxation) * (found[0] - now)) or found
+            # cycle's shorter wait moves the hold sooner. Only if it fits then: where another hold takes its
+            # room at that time, the next fit can be days after it (that hold's whole run), and it is held at
+            # its earliest start instead.
+            hold_from = self.timeline.cycle(now + (1 + self.relaxation) * (found[0] - now))
+            relaxed = self.timeline.earliest(g, runtime, starts, hold_from)
+            if relaxed is not None and relaxed[0] <= hold_from:
+                found = relaxed
         if (
             promise is not None
             and promise.start is not None

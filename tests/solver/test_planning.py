@@ -113,6 +113,18 @@ def test_a_relaxed_reservation_is_held_later_so_a_gang_that_ends_before_then_sta
     assert [r.start for r in later.reservations if r.gang == "big"] == [900.0]
 
 
+def test_a_relaxed_hold_that_another_hold_would_push_back_stays_at_its_earliest_start():
+    # One node, free at 600 s. `long` (10 h) is relaxed to 1,200 s; `short` (5 minutes) fits at 600 s and ends
+    # before then. Relaxed to 1,200 s it would not fit until `long` ends (37,200 s): it is held at 600 s.
+    running = [busy("n0", 4, 600.0)]
+    long = starving(gang("long", 1, gpus=4), 10 * HOUR)
+    short = starving(gang("short", 1, gpus=4), 300.0)
+    cluster = cluster_with([long, short], running, nodes=[node("n0", gpus=4)])
+    relaxed = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=1.0))
+    assert [(r.gang, r.start) for r in relaxed.reservations] == [("long", 1200.0), ("short", 600.0)]
+    assert validate(cluster, relaxed) == []
+
+
 def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
     running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
     big = starving(gang("big", 1, gpus=4))
