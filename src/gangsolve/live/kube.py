@@ -42,7 +42,9 @@ def decode(data: bytes) -> Any:
     the collector's generations). A list of 16,384 nodes is millions of new dicts and strings: every 700 of
     them set off a collection, and once decoded, the next collections of every generation would walk them all
     (together twice the decoding's own time). Decoded JSON holds no reference cycles, so no collection could
-    free any of it: its objects are freed by their reference counts when the store lets go of them."""
+    free any of it: its objects are freed by their reference counts when the store lets go of them. (Freezing
+    takes every object tracked at that moment, so a reference cycle made just before and dropped is never
+    collected; large answers come at start and at a relist, so that is rare and small.)"""
     if len(data) < LARGE_BODY or not gc.isenabled():
         return orjson.loads(data)
     gc.disable()
