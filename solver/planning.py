@@ -134,23 +134,17 @@ class Timeline:
             out[t] = room.copy()
         return out
 
-    def earliest(
-        self, g: int, runtime: float, starts: list[float], not_before: float = 0.0
-    ) -> tuple[float, GangCounts] | None:
-        """The first time gang g fits for `runtime` seconds (at `not_before` or later), and where; `starts` are
-        the times at which reservations take capacity (the only times what is free can shrink)."""
+    def earliest(self, g: int, runtime: float, starts: list[float]) -> tuple[float, GangCounts] | None:
+        """The first time gang g fits for `runtime` seconds, and where; `starts` are the times at which
+        reservations take capacity (the only times what is free can shrink)."""
         problem = self.problem
         times, nodes, changes = self._arrays()
         at_start = self.at_many(starts)
         need = problem.floor[g] @ problem.gpus  # GPUs its minimum takes: a cheap first test of each time
         room = self.free.copy()
         i = 0
-        # Only a release can make the gang fit: the times something is freed are the candidates (and the first
-        # time allowed, by what was freed until then).
-        after = max(self.now, self.cycle(not_before))
-        candidates = np.unique(times[(times > after) & (changes > 0).any(axis=1)]).tolist()
-        if after > self.now:
-            candidates.insert(0, after)
+        # Only a release can make the gang fit: the times something is freed are the candidates.
+        candidates = np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist()
         if len(candidates) > MOST_CANDIDATE_TIMES:
             return self._bisect(g, runtime, candidates, at_start, need)
         for t in candidates:
@@ -161,6 +155,10 @@ class Timeline:
             if counts is not None:
                 return t, counts
         return None
+
+    def fit_at(self, g: int, t: float, runtime: float, starts: list[float]) -> GangCounts | None:
+        """Where gang g fits from `t` for `runtime` seconds, or None; `starts` as for `earliest`."""
+        return self._fit(g, self.at(t), t, runtime, self.at_many(starts), self.problem.floor[g] @ self.problem.gpus)
 
     def _fit(
         self, g: int, room: np.ndarray, t: float, runtime: float, at_start: dict[float, np.ndarray], need: int
@@ -318,9 +316,9 @@ class Planner(Limits):
             # room at that time, the next fit can be days after it (that hold's whole run), and it is held at
             # its earliest start instead.
             hold_from = self.timeline.cycle(now + (1 + self.relaxation) * (found[0] - now))
-            relaxed = self.timeline.earliest(g, runtime, starts, hold_from)
-            if relaxed is not None and relaxed[0] <= hold_from:
-                found = relaxed
+            relaxed = self.timeline.fit_at(g, hold_from, runtime, starts)
+            if relaxed is not None:
+                found = (hold_from, relaxed)
         if (
             promise is not None
             and promise.start is not None
