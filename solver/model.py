@@ -236,18 +236,6 @@ class Cluster:
     # there, on those nodes, while that still holds (planning.py). Empty: every pending gang is planned afresh.
     promised: tuple[Reservation, ...] = ()
 
-    @cached_property
-    def schedulable(self) -> Mapping[str, int]:
-        """The allocatable of nodes that can take pods (Ready, not cordoned): what fair shares divide. Kept once
-        per cluster: the queues and preemption ask for it several times a cycle, each a walk over every node.
-        Read it, never write it (a plain dict, so that a cluster still pickles)."""
-        total: dict[str, int] = {}
-        for node in self.nodes:
-            if node.ready and not node.unschedulable:
-                for r, q in node.allocatable.items():
-                    total[r] = total.get(r, 0) + q
-        return total
-
 
 @dataclass(frozen=True)
 class SolveConfig:

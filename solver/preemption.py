@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from gangsolve.solver import queues
+from gangsolve.solver import node_table, queues
 from gangsolve.solver.budget import MIN_VICTIM_SECONDS, PLACE_SHARE, PREEMPTION_END, VICTIM_WORK_PER_SECOND, Budget
 from gangsolve.solver.cpsat import Stage, cpsat_solver
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, Eviction, Gang, Placement, Running, SolveConfig
@@ -223,7 +223,7 @@ class Preemption:
         declared = queues.queues_of(cluster)
         self.tree = queues.Tree(declared)
         fair, own_fair = queues.deserved_both(cluster)  # a parent queue's fair: its whole subtree's
-        self.total = self._amounts(cluster.schedulable)
+        self.total = self._amounts(node_table.schedulable(cluster.nodes))
         self.fair = {name: self._amounts(fair[name]) for name in declared}
         self.own_fair = {name: self._amounts(own_fair[name]) for name in declared}
         self.held = {name: self._amounts(q.allocated) for name, q in declared.items()}  # its own gangs'

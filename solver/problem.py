@@ -14,7 +14,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from gangsolve.solver import queues
+from gangsolve.solver import node_table, queues
 from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from gangsolve.solver.constraints.taints import untolerated
 from gangsolve.solver.model import GPU, GPU_MEMORY_LABEL, PODS, SHARE, WHOLE, Cluster, Gang, Level, Node, Pod
@@ -102,18 +102,16 @@ class Problem:
         self.cluster = cluster
         self.nodes: Sequence[Node] = cluster.nodes
         self.gangs: Sequence[Gang] = queues.rank(cluster)  # with their fair-share tier set
-        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.table = node_table.table(self.nodes)
+        self.node_index = self.table.statics.index
         self.shared = False  # some pending pod asks for a GPU share (the SHARE column; shares.py's devices)
         self.devices = np.zeros(0, dtype=np.int64)  # the columns of the GPUs of each node (with shares pending)
-        self._domains: dict[str, np.ndarray] = {}
         self._members: dict[str, list[np.ndarray]] = {}  # label key -> nodes per value id
         self._grouped: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # label key -> (nodes by value id, starts)
         self._nested: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # (outer, inner) -> see `nested`
         self._fitting: dict[int, np.ndarray] = {}
 
-        names = {PODS, GPU, *cluster.gpus}
-        for node in self.nodes:
-            names.update(node.allocatable)
+        names = {PODS, GPU, *cluster.gpus, *self.table.statics.resources}
         for gang in self.gangs:
             for pod in gang.pods:
                 names.update(pod.requests)
@@ -127,20 +125,14 @@ class Problem:
         self.gpus[[self.res_index[r] for r in {GPU, *cluster.gpus}]] = 1
 
         shape = (len(self.nodes), len(self.resources))
-        self.allocatable = np.zeros(shape, dtype=np.int64)
-        self.free = np.zeros(shape, dtype=np.int64)
-        for i, node in enumerate(self.nodes):
-            for r, q in node.allocatable.items():
-                self.allocatable[i, self.res_index[r]] = q
-            for r, q in node.used.items():
-                if r in self.res_index:  # (SHARE when no pending pod asks for one: the GPU column counts it)
-                    self.free[i, self.res_index[r]] -= q
-        self.free += self.allocatable
+        # (SHARE is in the resources only when a pending pod asks for one; else the GPU column counts it)
+        self.allocatable = self.table.statics.allocatable(tuple(self.resources)).copy()
+        self.free = self.allocatable - self.table.used(tuple(self.resources))
         if SHARE in self.res_index:
             self._shares()
-        elif any(node.gpu_shares for node in self.nodes):
+        elif self.table.shared().any():
             # A GPU that fractional pods hold part of is not whole: whole-GPU pods never take it.
-            self.free[:, self.res_index[GPU]] -= [len(node.gpu_shares) for node in self.nodes]
+            self.free[:, self.res_index[GPU]] -= self.table.shared()
         self.inv_allocatable = np.divide(1.0, self.allocatable, out=np.zeros(shape), where=self.allocatable > 0)
 
         # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
@@ -194,7 +186,7 @@ class Problem:
         plus what is left on the shared ones. A share taking part of one device, never of two, is the device
         model's (solver/shares.py); these two columns are what every stage sees of it."""
         gpu, share = self.res_index[GPU], self.res_index[SHARE]
-        self.free[:, gpu] -= [len(node.gpu_shares) for node in self.nodes]
+        self.free[:, gpu] -= self.table.shared()
         left = [sum(max(WHOLE - t, 0) for d, t in node.gpu_shares.items() if d >= 0) for node in self.nodes]
         self.allocatable[:, share] = WHOLE * self.allocatable[:, gpu]
         self.free[:, share] = WHOLE * np.maximum(self.free[:, gpu], 0) + np.array(left, dtype=np.int64)
@@ -226,7 +218,7 @@ class Problem:
         ]
         borrow = np.full(len(self.resources), queues.UNLIMITED, dtype=np.int64)
         if not all(g.fair for g in self.gangs):
-            usable = np.array([n.ready and not n.unschedulable for n in self.nodes], dtype=bool)
+            usable = self.table.statics.usable
             owed = [g for g, gang in enumerate(self.gangs) if gang.fair and gang.need > 0 and self._may_fit(g)]
             borrow = np.maximum(self.free[usable], 0).sum(axis=0) - self.floor[owed].sum(axis=0)
         self.borrow_row = len(self.queue_names)
@@ -322,25 +314,11 @@ class Problem:
         constraint excluded (`excluded[c][reason]`), which explanations read."""
         self.excluded: list[dict[str, list[int]]] = []
         eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)
-        groups_by_keys: dict[tuple[object, ...], dict[tuple[object, ...], list[int]]] = {}
         for c, pod in enumerate(self.class_pods):
             keys = tuple(
                 sorted(label_keys(pod.node_selector, pod.affinity) | ({GPU_MEMORY_LABEL} if pod.gpu_memory else set()))
             )
-            by_name = reads_node_name(pod.affinity)
-            groups = groups_by_keys.get((keys, by_name))
-            if groups is None:
-                groups = {}
-                for i, node in enumerate(self.nodes):
-                    sig = (
-                        node.unschedulable,
-                        node.ready,
-                        node.taints,
-                        tuple(node.labels.get(k) for k in keys),
-                        node.name if by_name else None,
-                    )
-                    groups.setdefault(sig, []).append(i)
-                groups_by_keys[(keys, by_name)] = groups
+            groups = self.table.statics.signatures(keys, reads_node_name(pod.affinity))
             excluded: dict[str, list[int]] = {}
             for members in groups.values():
                 why = exclusion(pod, self.nodes[members[0]])
@@ -385,16 +363,7 @@ class Problem:
 
     def domains(self, key: str) -> np.ndarray:
         """Per node, an integer id of its value for label `key` (-1 where the node lacks the label)."""
-        if key in self._domains:
-            return self._domains[key]
-        values: dict[str, int] = {}
-        ids = np.full(len(self.nodes), -1, dtype=np.int64)
-        for i, node in enumerate(self.nodes):
-            value = node.labels.get(key)
-            if value is not None:
-                ids[i] = values.setdefault(value, len(values))
-        self._domains[key] = ids
-        return ids
+        return self.table.statics.domains(key)
 
     def gang_priority_levels(self) -> list[Level]:
         """Every gang's level (priority, fair-share tier, starving), highest first."""

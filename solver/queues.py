@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from gangsolve.solver import node_table
 from gangsolve.solver.model import GPU, PODS, SHARE, WHOLE, Cluster, Gang, Queue, QueueResult
 
 UNLIMITED = np.iinfo(np.int64).max // 4  # a resource a queue's capability does not name
@@ -199,7 +200,7 @@ def _shares(cluster: Cluster) -> tuple[dict[str, dict[str, float]], dict[str, di
             return [1.0] * len(kids)
         return [2.0 ** -((u / sum(use)) / max(w / sum(weight), 1e-9)) for u, w in zip(use, weight, strict=True)]
 
-    for r, amount in cluster.schedulable.items():
+    for r, amount in node_table.schedulable(cluster.nodes).items():
         todo = [("", float(amount))]
         while todo:
             parent, given = todo.pop()
@@ -244,7 +245,7 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
     if len({g.queue for g in gangs if g.pods}) < 2:
         return tuple(dataclasses.replace(g, fair=True, share=0.0, tier=0) for g in gangs)
     queues = queues_of(cluster)
-    total = cluster.schedulable
+    total = node_table.schedulable(cluster.nodes)
     fair_share = own_deserved(cluster)
     held_fair = {name: dict(q.allocated) for name, q in queues.items()}  # held plus the fair gangs so far
     held_all = {name: dict(q.allocated) for name, q in queues.items()}  # held plus every gang so far
@@ -279,7 +280,7 @@ def report(cluster: Cluster, bindings: Mapping[str, str]) -> tuple[QueueResult, 
     """Every queue (declared, or named by a gang) after the placement `bindings` (pod -> node)."""
     queues = queues_of(cluster)
     tree = Tree(queues)
-    total = cluster.schedulable
+    total = node_table.schedulable(cluster.nodes)
     fair_share = deserved(cluster)
     own = {name: dict(q.allocated) for name, q in queues.items()}
     for gang in cluster.gangs:

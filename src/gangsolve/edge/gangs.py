@@ -30,6 +30,7 @@ from gangsolve.edge import dra, objects, schema, shares
 from gangsolve.edge.errors import InputError
 from gangsolve.edge.schema import UPSTREAM_GROUP, int_or_percent, positive_int
 from gangsolve.edge.snapshot import Decoded, Snapshot
+from gangsolve.solver import node_table
 from gangsolve.solver.model import DEFAULT_QUEUE, GPU, SHARE, Cluster, Gang, Node, Pod, Queue, Running
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -529,13 +530,14 @@ def _with_devices(pod: Pod, devices: dra.Dra) -> Pod:
 Bound = tuple[schema.Pod, dict[str, int], int | None]
 
 
-def _bound(objs: Decoded, nodes: Iterable[Node]) -> list[Bound]:
+def _bound(objs: Decoded, nodes: Sequence[Node]) -> list[Bound]:
     """The snapshot's bound, unfinished pods on known nodes, with their requests. As kube-scheduler counts, a
     terminating pod holds its capacity until it is gone."""
-    by_name = {n.name: n for n in nodes}
+    row = node_table.table(nodes).statics.index
     out: list[Bound] = []
     for p in objs.pods:
-        node = by_name.get(str(p.spec.nodeName)) if p.spec.nodeName else None
+        i = row.get(str(p.spec.nodeName)) if p.spec.nodeName else None
+        node = None if i is None else nodes[i]
         if node is None or p.finished:
             continue
         requests = objects.pod_requests(p)
@@ -620,8 +622,8 @@ def build_with_origins(
     converted = [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
     bound = _bound(objs, converted)
     nodes = _with_device_capacity(_nodes_with_usage(converted, bound) if nodes is None else nodes, devices)
-    memories = sorted({n.gpu_memory for n in nodes if n.gpu_memory})
-    node_gpus = max((n.allocatable.get(GPU, 0) for n in nodes), default=0)
+    statics = node_table.table(nodes).statics
+    memories, node_gpus = statics.gpu_memories, statics.most_gpus
 
     def convert(p: schema.Pod, order: int) -> Pod:
         if convert_pod is None:
