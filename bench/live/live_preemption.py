@@ -295,7 +295,9 @@ def run_live(
                 with watch.lock:
                     settled = len(watch.bound) == len(pending) and len(watch.running) == len(pending)
                     idle = now - max(watch.last_change, evicting_since)
-                if settled or idle >= max(quiet, RETRY_WAIT) or now - t0 >= timeout:
+                if settled or now - t0 >= timeout:
+                    break
+                if idle >= max(quiet, RETRY_WAIT) and not _in_flight(cp):
                     break
             watch.stop.set()
             final = list_pods(cp, f"?labelSelector={PENDING_LABEL}%3Dtrue")["items"]
@@ -389,6 +391,18 @@ def _preempted_events(cp: ControlPlane, victims: set[str], wait: float) -> list[
         if victims <= named or time.monotonic() >= deadline:
             return events
         time.sleep(0.5)
+
+
+def _in_flight(cp: ControlPlane) -> bool:
+    """Whether a scheduler's move is under way: a victim still terminating, or a pending pod nominated to a
+    node (its victims chosen) and not bound yet. A run is not idle then, however long since the last change:
+    the scheduler waits on the pods' exits, or on its own retry of the pod, and both come."""
+    for p in list_pods(cp, "")["items"]:
+        if p["metadata"].get("deletionTimestamp"):
+            return True
+        if (p.get("status") or {}).get("nominatedNodeName") and not (p.get("spec") or {}).get("nodeName"):
+            return True
+    return False
 
 
 def _pod_count(cp: ControlPlane) -> int:

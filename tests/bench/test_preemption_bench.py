@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import per_pod_preemption, workload_preemption
 from gangsolve.bench.bench_cli import bench_command
+from gangsolve.bench.live.live_preemption import _in_flight
 from gangsolve.bench.static import preemption_rounds
 from gangsolve.solver import SolveConfig, solve, validate
 from gangsolve.solver.model import Running
@@ -91,3 +92,26 @@ def test_the_bench_command_reports_preemption(tmp_path):
     assert "preemptors placed" in (tmp_path / "results.md").read_text()
     targets = {t["target"] for t in data["targets"]}
     assert "preemption: 0 victim gangs broken, 0 futile evictions" in targets
+
+
+class _Pods:
+    """The one API answer `_in_flight` reads: the scenario namespace's pods."""
+
+    def __init__(self, *pods: dict) -> None:
+        self.pods = pods
+
+    def request(self, method: str, path: str) -> dict:
+        assert (method, path) == ("GET", f"/api/v1/namespaces/{manifests.NAMESPACE}/pods")
+        return {"items": list(self.pods)}
+
+
+def _pod(deleting: bool = False, nominated: str = "", node: str = "") -> dict:
+    metadata = {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {"name": "p"}
+    spec = {"nodeName": node} if node else {}
+    return {"metadata": metadata, "spec": spec, "status": {"nominatedNodeName": nominated}}
+
+
+def test_a_live_run_is_not_idle_while_a_victim_terminates_or_a_nominated_pod_waits():
+    assert not _in_flight(_Pods(_pod(), _pod(node="n1"), _pod(nominated="n1", node="n1")))
+    assert _in_flight(_Pods(_pod(), _pod(deleting=True, node="n1")))  # its exit will free room
+    assert _in_flight(_Pods(_pod(nominated="n1")))  # its scheduler retries it once the victims are gone
