@@ -190,9 +190,26 @@ def test_used_capacity_and_freed_follow_the_definition(steps):
             emit(name)
         after = model()
         assert {n: used_cpu(s, n) for n in NODES} == after
+        # the nodes a cycle reads, kept in place as their views are rebuilt
+        assert [(n.name, n.used.get("cpu", 0)) for n in s.view().nodes] == list(after.items())
         decreased = any(after[n] < before[n] for n in NODES)
         assert (s.freed > freed) == decreased, (op, before, after)
         assert {n for n in NODES for _k, _a in s.assumed_on(n)} == set(assumed.values())
+
+
+def test_a_view_reads_the_nodes_in_their_order_as_they_come_go_and_change():
+    s = store_with_nodes()
+    s.apply(Event(POD, "ADDED", pod("p", 200, node="n1")))
+    assert [(n.name, n.used.get("cpu", 0)) for n in s.view().nodes] == [("n0", 0), ("n1", 200), ("n2", 0)]
+    s.apply(Event(NODE, "DELETED", k8s_node("n0")))
+    s.apply(Event(NODE, "ADDED", k8s_node("n3", labels={"rack": "r1"})))
+    s.apply(Event(POD, "ADDED", pod("q", 300, node="n3")))
+    assert [(n.name, n.used.get("cpu", 0)) for n in s.view().nodes] == [("n1", 200), ("n2", 0), ("n3", 300)]
+    s.apply(Event(NODE, "MODIFIED", k8s_node("n1", labels={"rack": "r2"})))
+    s.apply(Event(POD, "DELETED", pod("p", 200, node="n1")))
+    nodes = s.view().nodes
+    assert [(n.name, n.used.get("cpu", 0)) for n in nodes] == [("n1", 0), ("n2", 0), ("n3", 300)]
+    assert nodes[0].labels.get("rack") == "r2"
 
 
 # ---------------------------------------------------------------------------------------------- narrowed views
