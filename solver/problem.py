@@ -126,8 +126,8 @@ class Problem:
 
         shape = (len(self.nodes), len(self.resources))
         # (SHARE is in the resources only when a pending pod asks for one; else the GPU column counts it)
-        self.allocatable = self.table.statics.allocatable(tuple(self.resources)).copy()
-        self.free = self.allocatable - self.table.used(tuple(self.resources))
+        self.allocatable: np.ndarray = self.table.statics.allocatable(tuple(self.resources)).copy()
+        self.free: np.ndarray = self.allocatable - self.table.used(tuple(self.resources))
         if SHARE in self.res_index:
             self._shares()
         elif self.table.shared().any():
