@@ -56,34 +56,41 @@ def test_each_scheduler_gets_its_own_group_objects_and_the_same_pods():
     assert all("affinity" in p["spec"] for a in by["kube-scheduler"] if a.gang in colocated for p in a.pods)
 
 
-class SlowGroups:
-    """A client at the HTTP seam: PodGroups answer after a delay, pods at once; the order of answers kept."""
+class HeldGroups:
+    """A client at the HTTP seam: a PodGroup is answered only once `expected` PodGroups are in flight together
+    (a creator that waits for each before the next never gets there, and times out); pods at once. The order of
+    answers is kept."""
 
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.in_flight: set[str] = set()
+        self.all_in = anyio.Event()
         self.answered: list[str] = []
 
     async def post(self, path: str, body: dict) -> None:
+        name = body["metadata"]["name"]
         if body["kind"] == "PodGroup":
-            await anyio.sleep(self.delay)
-        self.answered.append(body["metadata"]["name"])
+            self.in_flight.add(name)
+            if len(self.in_flight) == self.expected:
+                self.all_in.set()
+            with anyio.move_on_after(5):
+                await self.all_in.wait()
+            # (not a timeout, which the creator retries)
+            assert self.all_in.is_set(), f"PodGroup {name} waited alone: the next gang's never came"
+        self.answered.append(name)
 
 
 def test_a_gangs_pods_wait_for_its_pod_group_and_not_for_the_next_gangs():
     objs, cluster = synthetic()
     gangs = [a for a in arrivals(objs, cluster, "gangsolve") if a.groups][:3]
-    kube = SlowGroups(0.2)
+    kube = HeldGroups(len(gangs))
     created: dict[str, float] = {}
-    anyio.run(arrive, kube, gangs, None, created, 64)
+    anyio.run(arrive, kube, gangs, None, created, 10_000)  # (concurrency: never the limit here)
     order = {name: i for i, name in enumerate(kube.answered)}
     for gang in gangs:
         group = gang.groups[0]["metadata"]["name"]
         assert all(order[p["metadata"]["name"]] > order[group] for p in gang.pods)
     assert set(created) == {p["metadata"]["name"] for a in gangs for p in a.pods}
-    # Three gangs' PodGroups in flight together: 0.2 s for all, where one after another took 0.6 s.
-    first_pods = [order[a.pods[0]["metadata"]["name"]] for a in gangs]
-    groups = [order[a.groups[0]["metadata"]["name"]] for a in gangs]
-    assert max(groups) < min(first_pods)
 
 
 def test_scale_scenarios_cover_every_shape_size_and_rate():
