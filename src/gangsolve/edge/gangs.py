@@ -536,8 +536,7 @@ def _bound(objs: Decoded, nodes: Sequence[Node]) -> list[Bound]:
     row = node_table.table(nodes).statics.index
     out: list[Bound] = []
     for p in objs.pods:
-        i = row.get(str(p.spec.nodeName)) if p.spec.nodeName else None
-        node = None if i is None else nodes[i]
+        node = nodes[row[str(p.spec.nodeName)]] if str(p.spec.nodeName or "") in row else None
         if node is None or p.finished:
             continue
         requests = objects.pod_requests(p)
@@ -622,8 +621,7 @@ def build_with_origins(
     converted = [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
     bound = _bound(objs, converted)
     nodes = _with_device_capacity(_nodes_with_usage(converted, bound) if nodes is None else nodes, devices)
-    statics = node_table.table(nodes).statics
-    memories, node_gpus = statics.gpu_memories, statics.most_gpus
+    statics = node_table.table(nodes).statics  # (the GPU memory sizes and the widest node's GPUs)
 
     def convert(p: schema.Pod, order: int) -> Pod:
         if convert_pod is None:
@@ -655,7 +653,7 @@ def build_with_origins(
                 for r, q in requests_of.get(id(p), objects.pod_requests(p)).items():
                     held[r] = held.get(r, 0) + q
         pending = [
-            _with_devices(shares.planned_pod(convert(p, order), p, memories), devices)
+            _with_devices(shares.planned_pod(convert(p, order), p, statics.gpu_memories), devices)
             for order, p in pods
             if not p.bound
         ]
@@ -663,7 +661,7 @@ def build_with_origins(
             continue
         objs_ = [p for _o, p in pods]
         born = [c for c in (p.metadata.creationTimestamp for _o, p in pods if not p.bound) if c is not None]
-        age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), node_gpus, starvation_seconds)
+        age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), statics.most_gpus, starvation_seconds)
         starving = bool(now and born and (now - min(born)).total_seconds() > age)
         name = names.of(key)
         origins[name] = Origin(key.rule, grouper.fallback(key, objs_))

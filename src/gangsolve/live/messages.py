@@ -2,16 +2,19 @@
 
 watchers -> store: `Event` and `Resync` of a `Resource`; solver actor -> binder: `GangPlan` (a placed gang,
 with the claims to write first) and `Preemption` (nominations, then victims); solver actor -> feedback:
-`CycleResult` (the latest only); binder -> feedback: `Bound` and `Evicted`.
+`CycleResult` (the latest only); binder -> feedback: `Bound` and `Evicted`; store -> solver actor: a `View`
+per cycle.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from gangsolve.edge.errors import InputError
 from gangsolve.edge.gangs import Origin, Waiting
 from gangsolve.edge.snapshot import Snapshot
-from gangsolve.solver import Cluster, Placement
+from gangsolve.solver import Cluster, Node, Placement
 from gangsolve.solver.model import Share
 
 COMPONENT = "gangsolve"  # how events and conditions name the scheduler
@@ -116,3 +119,15 @@ class Evicted:
     """The binder evicted this victim."""
 
     victim: Victim
+
+
+@dataclass(frozen=True)
+class View:
+    """One cycle's immutable view of the store."""
+
+    snapshot: Snapshot  # the objects as observed, assumed pods shown bound, unreadable and backing-off ones left out
+    nodes: tuple[Node, ...]  # every readable node, with the capacity pods bound or assumed there hold
+    unreadable: tuple[InputError, ...]  # objects left out because they cannot be read
+    freed: int  # the store's `freed` when the view was taken
+    partial: bool = False  # only the pods a cycle of one scheduler reads: not every possible victim of preemption
+    lowest_bound: float = -math.inf  # the lowest priority of a pod bound or assumed (inf: none is)

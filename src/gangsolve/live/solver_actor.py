@@ -49,11 +49,11 @@ from gangsolve.edge.objects import is_waiting_for, pod_key
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live import logs
 from gangsolve.live.channels import Latest
-from gangsolve.live.messages import ClaimWrite, CycleResult, Event, GangPlan, Preemption, Resync, Victim
+from gangsolve.live.messages import ClaimWrite, CycleResult, Event, GangPlan, Preemption, Resync, Victim, View
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.plan_page import PlanView, ShareHistory, carried_running, started_now
 from gangsolve.live.queue import SchedulingQueue, Signature
-from gangsolve.live.store import ClusterStore, View
+from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, Reservation, SolveConfig
 
 

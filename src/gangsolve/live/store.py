@@ -51,7 +51,7 @@ from gangsolve.edge.snapshot import DRA_KINDS, KINDS, POD_GROUP_KINDS, QUEUE_GRO
 from gangsolve.live import logs
 from gangsolve.live.fingerprints import fingerprint
 from gangsolve.live.gpu_shares import GpuShares
-from gangsolve.live.messages import Event, Resync
+from gangsolve.live.messages import Event, Resync, View
 from gangsolve.solver import Node
 
 ObjectKey = tuple[str, str, str]  # (api group, namespace, name)
@@ -141,18 +141,6 @@ class Nomination:
     uid: str
 
 
-@dataclass(frozen=True)
-class View:
-    """One cycle's immutable view of the store."""
-
-    snapshot: Snapshot  # the objects as observed, assumed pods shown bound, unreadable and backing-off ones left out
-    nodes: tuple[Node, ...]  # every readable node, with the capacity pods bound or assumed there hold
-    unreadable: tuple[InputError, ...]  # objects left out because they cannot be read
-    freed: int  # the store's `freed` when the view was taken
-    partial: bool = False  # only the pods a cycle of one scheduler reads: not every possible victim of preemption
-    lowest_bound: float = -math.inf  # the lowest priority of a pod bound or assumed (inf: none is)
-
-
 class ClusterStore:
     def __init__(self, group_label: str | None = None) -> None:
         self.group_label = group_label  # the scheduler's --group-label (a gang rule)
@@ -177,10 +165,8 @@ class ClusterStore:
         self._gpu_shares = GpuShares()  # the GPU shares of the pods bound or assumed on each node
         self._views: dict[str, Node] = {}  # node name -> its Node with `used`, rebuilt when dirty
         self._dirty: set[str] = set()
-        # The views in the order of the nodes, and each node's place there: what views share (`_node_tuple`),
-        # patched where a node's view is rebuilt; None when a node came, went or changed (made again).
-        self._node_order: list[Node] | None = None
-        self._node_place: dict[str, int] = {}
+        self._node_order: list[Node] | None = None  # the views in node order (`_node_tuple`); None: make again
+        self._node_place: dict[str, int] = {}  # node name -> its place in `_node_order`
         self._assumed: dict[str, Assumption] = {}  # pod key -> where the solver placed it
         self._assumed_on: dict[str, set[str]] = {}  # node name -> keys of pods assumed there
         # spec.priority (None: not set) -> how many pods bound or assumed have it: whether preemption may find
@@ -762,12 +748,11 @@ class ClusterStore:
         return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest)
 
     def _node_tuple(self) -> tuple[Node, ...]:
-        """Every readable node's view, in the order the nodes came: a copy of the list kept in that order, which
-        a cycle at 16,384 nodes makes at a fraction of the cost of gathering the views by name again."""
+        """The readable nodes' views in node order: the kept list, patched as views are rebuilt, copied (gathering
+        16,384 views by name each cycle cost more)."""
         if self._node_order is None:
             names = [k[2] for k in self._objects["Node"] if k[2] in self._views]
-            self._node_order = [self._views[n] for n in names]
-            self._node_place = {n: i for i, n in enumerate(names)}
+            self._node_order, self._node_place = [self._views[n] for n in names], {n: i for i, n in enumerate(names)}
         return tuple(self._node_order)
 
     def _pod_groups_read(self) -> tuple[dict[ObjectKey, dict], dict[ObjectKey, Any]]:
