@@ -130,19 +130,21 @@ def place_gang(
     for p, part in parts:
         left = min(len(part.pods) - sum(k for (q, _n), k in counts.items() if q == p), most - placed)
         # Only nodes that hold such a pod with nothing else placed can (free only shrinks from there).
+        scored = None
         if allowed is None:
             rows = np.flatnonzero(problem.eligible[part.cls]) if later else problem.fitting(part.cls)
+            scored = None if later or problem.shared else _scored(problem, part.cls, scorer)
         else:
             rows = allowed[problem.eligible[part.cls, allowed] if later else problem.fit[part.cls, allowed] > 0]
-        batches: Iterable[tuple[np.ndarray, np.ndarray]] = _batches(problem, part.cls, free, rows, scorer, used_nodes)
+        batches: Iterable[Batch] = _batches(problem, part.cls, free, rows, scorer, used_nodes, scored)
         if len(problem.parts[g]) == 1:  # counted in full first: a gang that cannot reach its need scores nothing
             batches = list(batches)
-            if placed + min(left, sum(int(fit.sum()) for _rows, fit in batches)) < max(gang.need, 1):
+            if placed + min(left, sum(int(fit.sum()) for _rows, fit, _score in batches)) < max(gang.need, 1):
                 break  # one pod class: every node takes what it holds, so this is all that can be placed
-        for batch, fit in batches if left else ():
+        for batch, fit, score in batches if left else ():
             if not len(batch):
                 continue
-            took = _fill(problem, part.cls, free, batch, fit, scorer, used_nodes, left)
+            took = _fill(problem, part.cls, free, batch, fit, scorer, used_nodes, left, score)
             for n, k in took:
                 counts[(p, n)] = counts.get((p, n), 0) + k
                 placed += k
@@ -158,23 +160,47 @@ def place_gang(
     return counts
 
 
+# A batch of `_batches`: nodes, how many pods of the class each holds, and their scores if known (else None).
+Batch = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
 def _batches(
-    problem: Problem, cls: int, free: np.ndarray, rows: np.ndarray, scorer: Scorer, used_nodes: np.ndarray
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    problem: Problem,
+    cls: int,
+    free: np.ndarray,
+    rows: np.ndarray,
+    scorer: Scorer,
+    used_nodes: np.ndarray,
+    scored: Scored | None = None,
+) -> Iterator[Batch]:
     """The nodes of `rows` that hold a pod of class `cls`, and how many each holds, in batches, each node of a
     batch scoring better than every node of the batches after it: the nodes the gang uses already, then for a
     GPU pod the nodes with the fewest free GPUs (node_scores, whose GPU terms outweigh the rest), for a pod
     without GPUs the nodes without GPUs (the scorers that keep such pods off GPU nodes), then the others. A
     gang filled by the first batches never scores the rest, on a large cluster most nodes; a pod without GPUs
     does not even count what the GPU nodes hold, which filling a batch does not change (the batches share no
-    node)."""
+    node). `scored`: what the nodes of `rows` (the class's `fitting` nodes) hold and score, kept up to date here
+    instead of counted and scored anew."""
     off_gpus_first = scorer in _OFF_GPUS_FIRST and not problem.shared
-    if off_gpus_first and problem.gpu_demand[cls] == 0:
+    score: np.ndarray | None = None
+    if scored is not None:
+        scored.refresh(free)
+        holds = scored.fit > 0
+        if off_gpus_first and problem.gpu_demand[cls] == 0:
+            used, off = used_nodes[rows], problem.gpu_allocatable[rows] == 0
+            for group in (used, ~used & off, ~used & ~off):
+                at = np.flatnonzero(group & holds)
+                yield rows[at], scored.fit[at], scored.score[at]
+            return
+        at = np.flatnonzero(holds)
+        rows, fit, score = rows[at], scored.fit[at], scored.score[at]
+    elif off_gpus_first and problem.gpu_demand[cls] == 0:
         used, off = used_nodes[rows], problem.gpu_allocatable[rows] == 0
         for group in (rows[used], rows[~used & off], rows[~used & ~off]):
-            yield _holding(problem, cls, free, group)
+            yield (*_holding(problem, cls, free, group), None)
         return
-    rows, fit = _holding(problem, cls, free, rows)
+    else:
+        rows, fit = _holding(problem, cls, free, rows)
     gpu_first = scorer is node_scores and not problem.shared and len(problem.resources) < GPU_WEIGHT
     used = used_nodes[rows]
     first, rest = np.flatnonzero(used), np.flatnonzero(~used)
@@ -185,7 +211,7 @@ def _batches(
         fewest = gpus == gpus.min()
         batches = [first, rest[fewest], rest[~fewest]]
     for batch in batches:
-        yield rows[batch], fit[batch]
+        yield rows[batch], fit[batch], None if score is None else score[batch]
 
 
 # Scorers whose penalty for a GPU node outweighs the rest of the score of a pod without GPUs.
@@ -200,6 +226,54 @@ def _holding(problem: Problem, cls: int, free: np.ndarray, rows: np.ndarray) -> 
     return rows[fit > 0], fit[fit > 0]
 
 
+class Scored:
+    """For one pod class and scorer, over the nodes that hold such a pod at the cycle's start (`fitting`): how
+    many each holds and its score, as of the free capacity last seen on it. A walk changes a few nodes a gang,
+    and scoring every node for every gang made the walk grow as gangs x nodes (2.7 ms a gang at 16,384 nodes):
+    `refresh` compares the nodes' rows with those last seen and counts and scores again only the changed ones.
+    The same numbers as counting and scoring anew: a node's count and score read its own row only."""
+
+    def __init__(self, problem: Problem, cls: int, scorer: Scorer) -> None:
+        self.problem, self.cls, self.scorer = problem, cls, scorer
+        self.rows = problem.fitting(cls)
+        self.seen: np.ndarray | None = None
+        self.fit = np.zeros(0, dtype=np.int64)
+        self.score = np.zeros(0)
+
+    def refresh(self, free: np.ndarray) -> None:
+        rows = self.rows
+        now = free.take(rows, axis=0)
+        if self.seen is None:
+            changed: Rows = slice(None)
+        else:
+            # (the differing cells of both flattened, then their rows: reducing along rows of a few columns is slow)
+            changed = np.unique(np.flatnonzero(now.ravel() != self.seen.ravel()) // now.shape[1])
+            if not len(changed):
+                return
+        fit = self.problem.fits(self.cls, free, rows_of(rows, changed))
+        score = self.scorer(self.problem, self.cls, free, rows_of(rows, changed))
+        if self.seen is None:
+            self.fit, self.score, self.seen = fit, score, now
+        else:
+            self.fit[changed], self.score[changed], self.seen[changed] = fit, score, now[changed]
+
+
+SCORED_KEPT = 8  # classes a cycle keeps `Scored` for at once (each holds a copy of its nodes' free rows)
+
+
+def _scored(problem: Problem, cls: int, scorer: Scorer) -> Scored:
+    """The cycle's `Scored` for this class and scorer: the last SCORED_KEPT used are kept."""
+    kept = problem.scored
+    key = (cls, scorer)
+    found = kept.pop(key, None)
+    if not isinstance(found, Scored):
+        found = Scored(problem, cls, scorer)
+    kept[key] = found  # the most recently used last
+    while len(kept) > SCORED_KEPT:
+        del kept[next(iter(kept))]
+    return found
+
+
 def _fill(
     problem: Problem,
     cls: int,
@@ -209,20 +283,23 @@ def _fill(
     scorer: Scorer,
     used_nodes: np.ndarray,
     left: int,
+    scores: np.ndarray | None = None,
 ) -> list[tuple[int, int]]:
     """Up to `left` pods of class `cls` onto `rows` (which hold `fit` each), each to the best-scoring node
     that holds it (nodes the gang uses first); `free` and `used_nodes` updated. Returns (node, pods) in the
-    order taken."""
+    order taken. `scores`: the nodes' scores, if known."""
     # Scores once; afterwards only the node just filled changes.
-    score = scorer(problem, cls, free, rows) - _USED * used_nodes[rows]
+    base = scorer(problem, cls, free, rows) if scores is None else scores
+    score = base - _USED * used_nodes[rows]
     if not problem.shared:
         # A node takes all the pods it holds (or all that are left), so a filled node holds none after and no
         # other node's score changes: the nodes in score order, each up to its fit, until `left` are placed.
-        # At most `left` nodes are taken: sort only the scores up to the left-th lowest (ties as argmin breaks
-        # them: the first node).
+        # At most `left` nodes are taken: sort only the scores up to the left-th lowest, and of the nodes tied
+        # at it only the first `left` (ties as argmin breaks them: the first node; identical nodes all tie).
         order = np.arange(len(score))
         if left < len(score):
-            order = np.flatnonzero(score <= np.partition(score, left - 1)[left - 1])
+            kth = np.partition(score, left - 1)[left - 1]
+            order = np.concatenate([np.flatnonzero(score < kth), np.flatnonzero(score == kth)[:left]])
         order = order[np.argsort(score[order], kind="stable")]
         fits = fit[order]
         before = np.cumsum(fits) - fits

@@ -110,6 +110,8 @@ class Problem:
         self._grouped: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # label key -> (nodes by value id, starts)
         self._nested: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # (outer, inner) -> see `nested`
         self._fitting: dict[int, np.ndarray] = {}
+        # Per (pod class, scorer): what the greedy walk's nodes hold and score, kept up to date by it (greedy.py).
+        self.scored: dict[tuple[int, object], object] = {}
 
         names = {PODS, GPU, *cluster.gpus, *self.table.statics.resources}
         for gang in self.gangs:

@@ -1,9 +1,21 @@
 """The greedy allocator's variants that seed the search."""
 
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gangsolve.solver import Cluster
-from gangsolve.solver.greedy import greedy, most_allocated, most_allocated_off_gpus
+from gangsolve.solver.greedy import (
+    greedy,
+    most_allocated,
+    most_allocated_off_gpus,
+    node_scores,
+    smallest_first_order,
+)
 from gangsolve.solver.problem import Problem
 from tests.builders import gang, node
+from tests.solver.test_properties import gangs, nodes
 
 
 def placed_names(problem, counts):
@@ -45,3 +57,26 @@ def test_already_placed_gangs_keep_their_nodes_and_capacity():
     counts = greedy(problem, placed={0: {(0, b): 4}})
     assert counts[0] == {(0, b): 4}
     assert {n for (_p, n) in counts[1]} == {problem.node_index["a"]}
+
+
+@settings(max_examples=80, deadline=None)
+@given(nodes(), gangs(), st.sampled_from([node_scores, most_allocated, most_allocated_off_gpus]))
+def test_the_walk_keeps_scores_as_scoring_anew_would(nodes_, gangs_, scorer):
+    """The walk scores again only the nodes whose free capacity changed (`Scored`); with every node scored anew
+    for every gang it places the same pods on the same nodes, in each order the hints walk."""
+    cluster = Cluster(tuple(nodes_), tuple(gangs_))
+    kept = Problem(cluster)
+    anew = Problem(cluster)
+    for order in (None, smallest_first_order(kept)):
+        with_kept = greedy(kept, order, scorer=scorer)
+        with mock.patch("gangsolve.solver.greedy._scored", return_value=None):
+            without = greedy(anew, order, scorer=scorer)
+        assert with_kept == without
+
+
+def test_a_gang_fills_the_first_of_identical_nodes_in_order():
+    """Identical nodes all tie: the pods go to the first ones, each filled before the next (2 pods of 3 cpu fit
+    on an 8-cpu node), however many nodes tie."""
+    problem = Problem(Cluster(tuple(node(f"n{i}", cpu=8) for i in range(6)), (gang("g", 5, cpu=3),)))
+    counts = greedy(problem)[0]
+    assert {problem.nodes[n].name: k for (_part, n), k in counts.items()} == {"n0": 2, "n1": 2, "n2": 1}
