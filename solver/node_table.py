@@ -120,8 +120,7 @@ class NodeTable:
         """Per node, how many of its GPUs fractional pods hold part of (read only)."""
         with self._lock:
             if self._shared is None:
-                self._shared = np.array([len(n.gpu_shares) for n in self.nodes], dtype=np.int64)
-                self._shared.flags.writeable = False
+                self._shared = _shared_rows(self.nodes, range(len(self.nodes)), None)
             return self._shared
 
     def successor(self, nodes: tuple[Node, ...]) -> NodeTable:
@@ -143,11 +142,7 @@ class NodeTable:
                 resources, used = self._used
                 table._used = (resources, _used_rows(nodes, resources, changed, used))
             if self._shared is not None:
-                shared = self._shared.copy()
-                for i in changed:
-                    shared[i] = len(nodes[i].gpu_shares)
-                shared.flags.writeable = False
-                table._shared = shared
+                table._shared = _shared_rows(nodes, changed, self._shared)
         return table
 
 
@@ -165,6 +160,17 @@ def _used_rows(
         for r, q in nodes[i].used.items():
             if r in column:
                 row[column[r]] = q
+    out.flags.writeable = False
+    return out
+
+
+def _shared_rows(nodes: Sequence[Node], rows: Sequence[int], base: np.ndarray | None) -> np.ndarray:
+    """`base` (or zeros) with the rows `rows` read from the nodes' `gpu_shares`: how many GPUs hold shares."""
+    if base is not None and not rows:
+        return base
+    out = np.zeros(len(nodes), dtype=np.int64) if base is None else base.copy()
+    for i in rows:
+        out[i] = len(nodes[i].gpu_shares)
     out.flags.writeable = False
     return out
 

@@ -549,7 +549,7 @@ def _bound(objs: Decoded, nodes: Sequence[Node]) -> list[Bound]:
     return out
 
 
-def _nodes_with_usage(nodes: list[Node], bound: list[Bound]) -> list[Node]:
+def _nodes_with_usage(nodes: Sequence[Node], bound: list[Bound]) -> list[Node]:
     used: dict[str, dict[str, int]] = {}
     for p, requests, _index in bound:
         on = used.setdefault(str(p.spec.nodeName), {})
@@ -618,7 +618,7 @@ def build_with_origins(
     objs = snap.decoded(nodes=nodes is None)
     devices = dra.model(snap, scheduler_name)
     grouper = _Grouper(objs, group_label, strict, grace, now)
-    converted = [objects.node(n) for n in objs.nodes] if nodes is None else list(nodes)
+    converted: Sequence[Node] = [objects.node(n) for n in objs.nodes] if nodes is None else tuple(nodes)
     bound = _bound(objs, converted)
     nodes = _with_device_capacity(_nodes_with_usage(converted, bound) if nodes is None else nodes, devices)
     statics = node_table.table(nodes).statics  # (the GPU memory sizes and the widest node's GPUs)
