@@ -183,26 +183,26 @@ def _batches(
     does not even count what the GPU nodes hold, which filling a batch does not change (the batches share no
     node). `scored`: what the nodes of `rows` (the class's `fitting` nodes) hold and score, kept up to date here
     instead of counted and scored anew."""
-    off_gpus_first = scorer in _OFF_GPUS_FIRST and not problem.shared
-    score: np.ndarray | None = None
-    if scored is not None:
-        scored.refresh(free)
-        holds = scored.fit > 0
-        if off_gpus_first and problem.gpu_demand[cls] == 0:
-            used, off = used_nodes[rows], problem.gpu_allocatable[rows] == 0
-            for group in (used, ~used & off, ~used & ~off):
-                at = np.flatnonzero(group & holds)
-                yield rows[at], scored.fit[at], scored.score[at]
-            return
-        at = np.flatnonzero(holds)
-        rows, fit, score = rows[at], scored.fit[at], scored.score[at]
-    elif off_gpus_first and problem.gpu_demand[cls] == 0:
+    if scorer in _OFF_GPUS_FIRST and not problem.shared and problem.gpu_demand[cls] == 0:
         used, off = used_nodes[rows], problem.gpu_allocatable[rows] == 0
-        for group in (rows[used], rows[~used & off], rows[~used & ~off]):
-            yield (*_holding(problem, cls, free, group), None)
+        groups = (used, ~used & off, ~used & ~off)
+        if scored is None:
+            for group in groups:
+                yield (*_holding(problem, cls, free, rows[group]), None)
+            return
+        scored.refresh(problem, free)
+        holds = scored.fit > 0
+        for group in groups:
+            at = np.flatnonzero(group & holds)
+            yield rows[at], scored.fit[at], scored.score[at]
         return
-    else:
+    score: np.ndarray | None = None
+    if scored is None:
         rows, fit = _holding(problem, cls, free, rows)
+    else:
+        scored.refresh(problem, free)
+        at = np.flatnonzero(scored.fit > 0)
+        rows, fit, score = rows[at], scored.fit[at], scored.score[at]
     gpu_first = scorer is node_scores and not problem.shared and len(problem.resources) < GPU_WEIGHT
     used = used_nodes[rows]
     first, rest = np.flatnonzero(used), np.flatnonzero(~used)
@@ -236,13 +236,14 @@ class Scored:
     The same numbers as counting and scoring anew: a node's count and score read its own row only."""
 
     def __init__(self, problem: Problem, cls: int, scorer: Scorer) -> None:
-        self.problem, self.cls, self.scorer = problem, cls, scorer
+        # (not the problem itself, which keeps this: a cycle of references would outlive the cycle's arrays)
+        self.cls, self.scorer = cls, scorer
         self.rows = problem.fitting(cls)
         self.seen: np.ndarray | None = None
         self.fit = np.zeros(0, dtype=np.int64)
         self.score = np.zeros(0)
 
-    def refresh(self, free: np.ndarray) -> None:
+    def refresh(self, problem: Problem, free: np.ndarray) -> None:
         rows = self.rows
         now = free.take(rows, axis=0)
         if self.seen is None:
@@ -252,8 +253,8 @@ class Scored:
             changed = np.unique(np.flatnonzero(now.ravel() != self.seen.ravel()) // now.shape[1])
             if not len(changed):
                 return
-        fit = self.problem.fits(self.cls, free, rows_of(rows, changed))
-        score = self.scorer(self.problem, self.cls, free, rows_of(rows, changed))
+        fit = problem.fits(self.cls, free, rows_of(rows, changed))
+        score = self.scorer(problem, self.cls, free, rows_of(rows, changed))
         if self.seen is None:
             self.fit, self.score, self.seen = fit, score, now
         else:
