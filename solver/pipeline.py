@@ -384,9 +384,9 @@ def _exact(
     work: float = EXACT_WORK,
 ) -> tuple[Counts, bool, Stage | None]:
     """CP-SAT on every fitting node when the model is small: the gangs per level, as one objective with
-    mixed-radix weights (one more gang at a level outweighs any change below it). Returns the placement,
-    whether its gang counts are proven optimal (among placements that keep the reservations), and the stage
-    (None when not run)."""
+    mixed-radix weights (one more gang at a level outweighs any change below it), then, with those held, the
+    resources placed. Returns the placement, whether its gang counts are proven optimal (among placements that
+    keep the reservations), and the stage (None when not run)."""
     cands = {
         (g, p): np.flatnonzero(problem.fit[part.cls] > 0)
         for g in range(len(problem.gangs))
@@ -409,8 +409,18 @@ def _exact(
     except Exception as exc:  # building the model failed: keep the placement, as for a failing stage
         return counts, False, _failed("exact", exc, begun)
     stage = model.solve_stage("exact", expr, MAX, current, w - 1, work, deadline, workers)
+    if model.counts is not counts:
+        # A new set of gangs came with whatever resources CP-SAT first found for them: the search after it
+        # only fills in, so a shorter cycle, which skipped this stage, could place more GPUs on as many gangs.
+        scale = score.gpu_scale(problem)
+        resources, room = model.resource_expr(scale)
+        held = score.resources(problem, model.counts, scale)
+        filled = model.solve_stage("exact", resources, MAX, held, room, work, deadline, workers)
+        detail = f"then resources {filled.status}"
+    else:
+        detail = stage.detail
     seconds = time.perf_counter() - begun
-    exact = Stage(stage.name, stage.status, stage.objective, stage.bound, seconds, stage.detail)
+    exact = Stage(stage.name, stage.status, stage.objective, stage.bound, seconds, detail)
     return model.counts, stage.status == "OPTIMAL", exact
 
 

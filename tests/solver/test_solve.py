@@ -316,6 +316,29 @@ def test_a_previous_plan_that_no_longer_holds_is_dropped_whole():
     assert placed(p) == {"g", "h"}
 
 
+def test_the_exact_stage_fills_the_gangs_it_finds():
+    # The exact stage finds both priority-10 gangs and two single pods, but its first answer gave the elastic gang
+    # one 0.5-cpu pod of the three and left 0.5 cpu idle; the search after it only moves whole gangs at their
+    # bounds, so a cycle that skipped the stage placed more (16 cpu against 15.5). With the gangs held, the stage
+    # now maximizes the resources placed.
+    def one(name, order):
+        return Gang(name, (pod(f"{name}-0", order=order),), 1)
+
+    def many(name, order, cpus, need):
+        pods = tuple(pod(f"{name}-{i}", cpu=c, priority=10, order=order + i) for i, c in enumerate(cpus))
+        return Gang(name, pods, need)
+
+    singles = tuple(one(f"single-{i}", 10 * i) for i in range(4))
+    elastic, whole = many("elastic", 60, [4, 0.5, 0.5], 1), many("whole", 70, [0.5, 0.5, 4, 4, 4], 5)
+    cluster = Cluster((node("n0", cpu=16, pods=16),), (*singles, elastic, whole))
+    p = solve(cluster, SolveConfig(time_limit=1.0, steps=100))
+    assert [s["name"] for s in p.stages].count("exact") == 1
+    assert validate(cluster, p) == []
+    assert {b.rsplit("-", 1)[0] for b in p.bindings} >= {"elastic", "whole"}
+    assert sum(1 for b in p.bindings if b.startswith("single")) == 2
+    assert sum(pod.requests["cpu"] for g in cluster.gangs for pod in g.pods if pod.name in p.bindings) == 16000
+
+
 def test_a_small_problem_is_solved_exactly_when_the_bound_leaves_a_level_open():
     # From greedy's queue-order placement (the big gang on both nodes), CP-SAT on the whole model finds the two
     # small gangs and proves no placement does better.
