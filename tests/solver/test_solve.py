@@ -318,9 +318,9 @@ def test_a_previous_plan_that_no_longer_holds_is_dropped_whole():
 
 def test_the_exact_stage_fills_the_gangs_it_finds():
     # The exact stage finds both priority-10 gangs and two single pods, but its first answer gave the elastic gang
-    # one 0.5-cpu pod of the three and left 0.5 cpu idle; the search after it only moves whole gangs at their
-    # bounds, so a cycle that skipped the stage placed more (16 cpu against 15.5). With the gangs held, the stage
-    # now maximizes the resources placed.
+    # one 0.5-cpu pod of the three and left 0.5 cpu idle, which the search after it did not fill, so a cycle that
+    # skipped the stage placed more (16 cpu against 15.5). With the gangs held, the stage now maximizes the
+    # resources placed.
     def one(name, order):
         return Gang(name, (pod(f"{name}-0", order=order),), 1)
 
