@@ -410,8 +410,9 @@ def _exact(
         return counts, False, _failed("exact", exc, begun)
     stage = model.solve_stage("exact", expr, MAX, current, w - 1, work, deadline, workers)
     if model.counts is not counts:
-        # A new set of gangs came with whatever resources CP-SAT first found for them: the search after it
-        # only fills in, so a shorter cycle, which skipped this stage, could place more GPUs on as many gangs.
+        # A new set of gangs came with whatever resources CP-SAT first found for them, which the search after it
+        # may not refill (it meets an elastic gang's minimum with its first pods), so a shorter cycle that skipped
+        # this stage could place more GPUs on as many gangs.
         scale = score.gpu_scale(problem)
         resources, room = model.resource_expr(scale)
         held = score.resources(problem, model.counts, scale)
