@@ -417,7 +417,7 @@ def _exact(
         resources, room = model.resource_expr(scale)
         held = score.resources(problem, model.counts, scale)
         filled = model.solve_stage("exact", resources, MAX, held, room, work, deadline, workers)
-        detail = f"then resources {filled.status}"
+        detail = f"then resources {filled.status}" + (f": {filled.detail}" if filled.detail else "")
     else:
         detail = stage.detail
     seconds = time.perf_counter() - begun
