@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gangsolve.bench import manifests, openb, sharing
+from gangsolve.bench import manifests, openb, sharing, sharing_reference
 from gangsolve.solver.model import GPU
 
 HIGH, NORMAL, LOW = "high", "normal", "low"
@@ -357,7 +357,8 @@ def _sharing(load: float) -> Scenario:
         sharing.description(load),
         10.0,
         contended=False,  # the +5% target counts whole GPUs: the sharing table is this scenario's measure
-        peers=tuple(sharing.POLICIES),
+        # At the top load, the reference placements too: how far from the best the answers are (minutes).
+        peers=(*sharing.POLICIES, *(sharing_reference.PEERS if load == sharing.LOADS[-1] else ())),
         only=("gangsolve", "greedy-gang"),
     )
 

@@ -355,6 +355,14 @@ def simulate(cluster: Cluster, policy: Policy) -> tuple[dict[str, str], dict[str
     pods = sorted((p for g in cluster.gangs for p in g.pods), key=lambda p: (p.order, p.name))
     bindings: dict[str, str] = {}
     shares: dict[str, tuple[str, int]] = {}
+    place_each(state, pods, policy, bindings, shares)
+    return bindings, shares, state
+
+
+def place_each(
+    state: State, pods: list[Pod], policy: Policy, bindings: dict[str, str], shares: dict[str, tuple[str, int]]
+) -> None:
+    """`pods` one at a time, each where `policy` puts it on `state` (or nowhere), into `bindings` and `shares`."""
     for pod in pods:
         nodes = np.flatnonzero(state.feasible(pod))
         if not len(nodes):
@@ -367,7 +375,6 @@ def simulate(cluster: Cluster, policy: Policy) -> tuple[dict[str, str], dict[str
             state.kinds.setdefault(n, Counter())[(gpus, milli)] += 1
         if milli and milli < WHOLE:
             shares[pod.name] = (state.nodes[n].name, taken[0])
-    return bindings, shares, state
 
 
 def replay(cluster: Cluster, bindings: dict[str, str], shares: dict[str, tuple[str, int]]) -> State:

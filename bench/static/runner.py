@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gangsolve.bench import placement_metrics, sharing
+from gangsolve.bench import placement_metrics, sharing, sharing_reference
 from gangsolve.bench.baselines import LEAST_ALLOCATED, MOST_ALLOCATED, per_pod, proportion, tas_best_fit
 from gangsolve.bench.manifests import SCHEDULER
 from gangsolve.solver.model import DEFAULT_QUEUE, Cluster, SolveConfig
@@ -96,9 +96,11 @@ SCHEDULERS: dict[str, Scheduler] = {
     "proportion": lambda cluster, _snapshot, _limit: (proportion(cluster), {}),
     # The GPU-sharing policies of "Beware of Fragmentation" (bench/sharing.py): run on openb/sharing-* only.
     **{name: sharing.peer(name) for name in sharing.POLICIES},
+    # Not schedulers: how many GPUs (or pods, then GPUs) the top sharing load allows, approached offline.
+    **sharing_reference.PEERS,
 }
 # Run where a scenario or timeline names them (Scenario.peers, Timeline.peers), not by default.
-PEERS_ONLY = ("tas-bestfit", "proportion", *sharing.POLICIES)
+PEERS_ONLY = ("tas-bestfit", "proportion", *sharing.POLICIES, *sharing_reference.PEERS)
 
 
 def _rss_mib() -> float:

@@ -8,12 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from gangsolve.bench import openb, sharing
+from gangsolve.bench import openb, sharing, sharing_reference
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS
 from gangsolve.solver import Cluster, Gang, SolveConfig, solve
 from gangsolve.solver.model import SHARE, Pod, Share
-from gangsolve.solver.validate import validate_shares
+from gangsolve.solver.validate import validate, validate_shares
 from tests.builders import node, pod
 
 
@@ -81,8 +81,57 @@ def test_the_scenarios_run_the_papers_policies_and_gangsolve_only():
     names = [n for n in SCENARIOS if n.startswith("openb/sharing")]
     assert names == ["openb/sharing-100", "openb/sharing-110", "openb/sharing-120", "openb/sharing-130"]
     for name in names:
-        assert SCENARIOS[name].peers == tuple(sharing.POLICIES)
+        assert SCENARIOS[name].peers[: len(sharing.POLICIES)] == tuple(sharing.POLICIES)
         assert SCENARIOS[name].only == ("gangsolve", "greedy-gang")
         assert name not in GRIDS["full"]
     assert set(sharing.POLICIES) <= set(SCHEDULERS)
     assert set(sharing.POLICIES) <= set(PEERS_ONLY)
+
+
+# --- the reference placement (bench/sharing_reference.py) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_reference_placement_holds_on_every_device(seed):
+    cluster = _cluster(seed)
+    bindings, shares, _facts = sharing_reference.place(cluster)
+    pods = {p.name: p for gang in cluster.gangs for p in gang.pods}
+    assert validate(cluster, bindings) == []
+    by_pod = {p: Share(n, gpu, pods[p].requests[SHARE]) for p, (n, gpu) in shares.items()}
+    assert validate_shares(cluster, bindings, by_pod) == []
+    assert set(shares) == {p for p in bindings if SHARE in pods[p].requests}
+    state = sharing.replay(cluster, bindings, shares)
+    assert (state.left[state.present] >= 0).all()
+    assert sharing.metrics(state, sharing.arrived(cluster))["gpus_over"] == 0
+
+
+def test_the_reference_finds_the_configuration_first_fit_misses():
+    # One node, 2 cpu, 2 GPUs: a whole-GPU pod needing both cpus is worth 1 GPU, two 0.9 shares 1.8. Largest
+    # requests first (and every paper policy, in arrival order) take the whole-GPU pod; the LP prices it out.
+    whole = pod("whole", cpu=2, gpus=1, order=0)
+    shares = [frac("a", 900, 1), frac("b", 900, 2)]
+    cluster = Cluster((node("n", cpu=2, gpus=2),), tuple(Gang(p.name, (p,), 1) for p in (whole, *shares)))
+    bindings, placed, _facts = sharing_reference.place(cluster)
+    assert sorted(bindings) == ["a", "b"]
+    assert {gpu for _node, gpu in placed.values()} == {0, 1}
+    first_fit = sharing.simulate(cluster, sharing.best_fit)[0]
+    assert sorted(first_fit) == ["whole"]
+
+
+def test_the_top_load_alone_runs_the_references():
+    assert {"config-lp", "config-lp-pods"} <= set(SCENARIOS["openb/sharing-130"].peers)
+    for n in (100, 110, 120):
+        assert not set(sharing_reference.PEERS) & set(SCENARIOS[f"openb/sharing-{n}"].peers)
+    assert set(sharing_reference.PEERS) <= set(SCHEDULERS) & set(PEERS_ONLY)
+
+
+def test_pods_first_the_reference_places_the_most_pods():
+    # 3 cpus, 2 GPUs: the whole-GPU pod (2 cpus) and the 0.9 share hold the most GPU (1.9); the two shares and
+    # the cpu-only pod (1 + 1 + 0.5 cpus) are the most pods.
+    whole = pod("whole", cpu=2, gpus=1, order=0)
+    cluster = Cluster(
+        (node("n", cpu=3, gpus=2),),
+        tuple(Gang(p.name, (p,), 1) for p in (whole, frac("a", 900, 1), frac("b", 400, 2), pod("c", cpu=0.5, order=3))),
+    )
+    assert sorted(sharing_reference.place(cluster)[0]) == ["a", "whole"]
+    assert sorted(sharing_reference.place(cluster, pods_first=True)[0]) == ["a", "b", "c"]
