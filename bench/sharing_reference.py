@@ -76,20 +76,17 @@ def _kinds(
 ) -> tuple[list[NodeKind], list[list[int]], list[Kind], list[list[Pod]]]:
     """Node kinds (and their nodes), pod kinds (and their pods, in arrival order) of the GPU pods (and the
     cpu-only ones, `cpu_only`)."""
-    by_key: dict[tuple, list[Pod]] = defaultdict(list)
-    masks: dict[tuple, tuple[bool, ...]] = {}
+    by_key: dict[tuple, list[Pod]] = defaultdict(list)  # (cpu, memory, GPUs, thousandths, eligible nodes)
     for pod in pods:
         gpus, milli = sharing.asked(pod)
         if not gpus and not cpu_only:
             continue
         eligible = tuple(bool(e) for e in state.eligible(pod))
-        key = (pod.requests.get("cpu", 0), pod.requests.get("memory", 0), gpus, milli, eligible)
-        by_key[key].append(pod)
-        masks[key] = eligible
+        by_key[(pod.requests.get("cpu", 0), pod.requests.get("memory", 0), gpus, milli, eligible)].append(pod)
     node_keys: dict[tuple, list[int]] = defaultdict(list)
     for n in range(len(state.nodes)):
         left = tuple(sorted((int(g) for g in state.left[n] if g > 0), reverse=True))
-        accepts = tuple(masks[key][n] for key in by_key)
+        accepts = tuple(key[4][n] for key in by_key)
         node_keys[(int(state.cpu[n]), int(state.memory[n]), int(state.slots[n]), left, accepts)].append(n)
     node_kinds = [NodeKind(*key[:4]) for key in node_keys]
     kinds = [
