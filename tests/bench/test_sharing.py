@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gangsolve.bench import openb, sharing, sharing_reference
+from gangsolve.bench.report import targets
 from gangsolve.bench.scenarios import GRIDS, SCENARIOS
 from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS
 from gangsolve.solver import Cluster, Gang, SolveConfig, solve
@@ -135,3 +136,14 @@ def test_pods_first_the_reference_places_the_most_pods():
     )
     assert sorted(sharing_reference.place(cluster)[0]) == ["a", "whole"]
     assert sorted(sharing_reference.place(cluster, pods_first=True)[0]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("gangsolve", "fgd", "met"), [(0.9517, 0.9396, True), (0.9367, 0.9396, False)])
+def test_the_bench_checks_gpus_allocated_against_fgds(gangsolve, fgd, met):
+    def run(scheduler: str, share: float) -> dict:
+        return {"scheduler": scheduler, "gpu_allocated": share * 6212, "gpu_allocated_share": share}
+
+    sc = {"name": "openb/sharing-130", "runs": [run("gangsolve", gangsolve), run("fgd", fgd)]}
+    found = []
+    targets.sharing_targets(sc, sc["runs"][0], lambda *t: found.append(t))
+    assert found == [("GPUs allocated >= FGD's", "openb/sharing-130", f"{gangsolve:.2%} vs {fgd:.2%}", met)]
