@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import ortools.linear_solver.pywraplp as pywraplp
 from ortools.sat.python import cp_model
@@ -64,7 +65,9 @@ class Configuration:
     whole: tuple[tuple[int, int], ...]  # (pod kind, pods) of whole-GPU and cpu-only pods
     shares: tuple[tuple[int, ...], ...]  # per GPU of the node kind (its order), the pod kinds on it
 
+    @cached_property
     def counts(self) -> Counter:
+        """Pods per pod kind (read by every LP round: kept)."""
         out = Counter(dict(self.whole))
         for on_gpu in self.shares:
             out.update(on_gpu)
@@ -81,7 +84,7 @@ def _kinds(
         gpus, milli = sharing.asked(pod)
         if not gpus and not cpu_only:
             continue
-        eligible = tuple(bool(e) for e in state.eligible(pod))
+        eligible = state.eligible(pod).tobytes()  # a byte per node, nonzero where the pod may go
         by_key[(pod.requests.get("cpu", 0), pod.requests.get("memory", 0), gpus, milli, eligible)].append(pod)
     node_keys: dict[tuple, list[int]] = defaultdict(list)
     for n in range(len(state.nodes)):
@@ -101,36 +104,18 @@ def _best_configuration(
 ) -> Configuration | None:
     """The configuration of node kind `t` worth most, each pod valued at `price` (CP-SAT, within its work
     budget: the best found)."""
-    whole = [
+    free = [j for j, g in enumerate(node.gpus) if g == WHOLE]
+    worth_it = [
         k
         for k, kind in enumerate(kinds)
-        if price[k] > 0
-        and kind.milli == WHOLE
-        and t in kind.eligible
-        and kind.cpu <= node.cpu
-        and kind.memory <= node.memory
-        and kind.gpus <= sum(g == WHOLE for g in node.gpus)
+        if price[k] > 0 and t in kind.eligible and kind.cpu <= node.cpu and kind.memory <= node.memory
     ]
-    shared = [
-        k
-        for k, kind in enumerate(kinds)
-        if price[k] > 0
-        and 0 < kind.milli < WHOLE
-        and t in kind.eligible
-        and kind.cpu <= node.cpu
-        and kind.memory <= node.memory
-        and node.gpus
-        and kind.milli <= node.gpus[0]
-    ]
-    plain = [
-        k
-        for k, kind in enumerate(kinds)
-        if price[k] > 0 and not kind.gpus and t in kind.eligible and kind.cpu <= node.cpu and kind.memory <= node.memory
-    ]
+    whole = [k for k in worth_it if kinds[k].milli == WHOLE and kinds[k].gpus <= len(free)]
+    shared = [k for k in worth_it if 0 < kinds[k].milli < WHOLE and node.gpus and kinds[k].milli <= node.gpus[0]]
+    plain = [k for k in worth_it if not kinds[k].gpus]
     if not whole and not shared and not plain:
         return None
     m = cp_model.CpModel()
-    free = [j for j, g in enumerate(node.gpus) if g == WHOLE]
     y = {k: m.new_int_var(0, min(supply[k], len(free) // kinds[k].gpus), "") for k in whole}
     taken = {j: m.new_bool_var("") for j in free}  # GPU j holds a whole-GPU pod
     m.add(sum(taken.values()) == sum(kinds[k].gpus * y[k] for k in whole))
@@ -190,7 +175,7 @@ def _first_fit(
                     if not kind.gpus:
                         whole[k] += 1
                     elif kind.milli == WHOLE:
-                        free = [j for j, r in enumerate(room) if r == WHOLE and not shares[j]][: kind.gpus]
+                        free = [j for j, r in enumerate(room) if r == WHOLE][: kind.gpus]
                         if len(free) < kind.gpus:
                             break
                         for j in free:
@@ -206,12 +191,8 @@ def _first_fit(
                         shares[j].append(k)
                     cpu, memory, slots, left[k] = cpu - kind.cpu, memory - kind.memory, slots - 1, left[k] - 1
             if whole or any(shares):
-                out.add(_ordered(t, node, tuple(sorted(whole.items())), shares))
+                out.add(Configuration(t, tuple(sorted(whole.items())), tuple(tuple(sorted(s)) for s in shares)))
     return out
-
-
-def _ordered(t: int, node: NodeKind, whole: tuple, shares: list[list[int]]) -> Configuration:
-    return Configuration(t, whole, tuple(tuple(sorted(s)) for s in shares))
 
 
 def _prices(
@@ -226,9 +207,9 @@ def _prices(
     for c in columns:
         x = lp.NumVar(0, lp.infinity(), "")
         per_node[c.node].SetCoefficient(x, 1)
-        for k, n in c.counts().items():
+        for k, n in c.counts.items():
             per_kind[k].SetCoefficient(x, n)
-        objective.SetCoefficient(x, sum(worth[k] * n for k, n in c.counts().items()))
+        objective.SetCoefficient(x, sum(worth[k] * n for k, n in c.counts.items()))
     objective.SetMaximization()
     lp.Solve()
     return [c.dual_value() for c in per_kind], [c.dual_value() for c in per_node]
@@ -242,13 +223,13 @@ def _choose(columns: list[Configuration], nodes: list[list[int]], worth: list[in
     per_kind: dict[int, list] = defaultdict(list)
     for v, c in zip(x, columns, strict=True):
         per_node[c.node].append(v)
-        for k, n in c.counts().items():
+        for k, n in c.counts.items():
             per_kind[k].append(n * v)
     for t, terms in per_node.items():
         m.add(sum(terms) <= len(nodes[t]))
     for k, terms in per_kind.items():
         m.add(sum(terms) <= supply[k])
-    m.maximize(sum(sum(worth[k] * n for k, n in c.counts().items()) * v for v, c in zip(x, columns, strict=True)))
+    m.maximize(sum(sum(worth[k] * n for k, n in c.counts.items()) * v for v, c in zip(x, columns, strict=True)))
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = MASTER_WORK
     solver.parameters.num_workers = 1
@@ -273,7 +254,7 @@ def _generate(
             c = _best_configuration(t, node, kinds, supply, price)
             if c is None or c in found:
                 continue
-            if sum((worth[k] - kind_price[k]) * n for k, n in c.counts().items()) - node_price[t] > 0.5:
+            if sum((worth[k] - kind_price[k]) * n for k, n in c.counts.items()) - node_price[t] > 0.5:
                 columns.append(c)
                 found.add(c)
                 added += 1
