@@ -59,8 +59,10 @@ class QueueCaps:
         `free`); None, everything past `keep` given back, when even the minimum does not fit."""
         problem = self.problem
         room = self._room(g)
+        if room is None:  # its queue caps nothing
+            return counts
         use = self.use(g, counts, keep)
-        if room is None or (use <= room).all():
+        if (use <= room).all():
             self.left[self.rows(g)] -= use
             return counts
         keep = keep or {}

@@ -75,6 +75,10 @@ class Limits:
         now after all, it must not push another's later; it may count on what its own reservation holds."""
         return self.running_at(g, k) and self.priority[g] <= self.plan.checks[k].ceiling
 
+    def holds_back(self, g: int) -> bool:
+        """Whether some check holds gang g back (`room_for` is less than free capacity)."""
+        return any(self.subject(g, k) for k in range(len(self.rooms)))
+
     def room_for(self, g: int, free: np.ndarray) -> np.ndarray:
         """Where gang g may go now: free capacity within every check it is subject to (a copy), or `free`
         itself when no check holds it back."""

@@ -123,11 +123,14 @@ class Timeline:
 
     def at_many(self, times: Iterable[float]) -> dict[float, np.ndarray]:
         """What is free at each of `times` (every change at or before it applied), in one sweep."""
+        out: dict[float, np.ndarray] = {}
+        ordered = sorted(set(times))
+        if not ordered:
+            return out
         event_times, nodes, changes = self._arrays()
         room = self.free.copy()
-        out: dict[float, np.ndarray] = {}
         i = 0
-        for t in sorted(set(times)):
+        for t in ordered:
             j = int(np.searchsorted(event_times, t, side="right"))
             np.add.at(room, nodes[i:j], changes[i:j])
             i = j
@@ -139,12 +142,14 @@ class Timeline:
         reservations take capacity (the only times what is free can shrink)."""
         problem = self.problem
         times, nodes, changes = self._arrays()
+        # Only a release can make the gang fit: the times something is freed are the candidates.
+        candidates = np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist()
+        if not candidates:
+            return None
         at_start = self.at_many(starts)
         need = problem.floor[g] @ problem.gpus  # GPUs its minimum takes: a cheap first test of each time
         room = self.free.copy()
         i = 0
-        # Only a release can make the gang fit: the times something is freed are the candidates.
-        candidates = np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist()
         if len(candidates) > MOST_CANDIDATE_TIMES:
             return self._bisect(g, runtime, candidates, at_start, need)
         for t in candidates:

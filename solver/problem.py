@@ -240,10 +240,12 @@ class Problem:
     def alone(self) -> np.ndarray:
         """Per gang, the pods its eligible nodes hold of it in the cycle's free capacity, node by node and part
         by part (each node counted for each part, so an upper bound on what it can place)."""
-        return np.array(
-            [sum(int(np.minimum(self.fit[p.cls], len(p.pods)).sum()) for p in parts) for parts in self.parts],
-            dtype=np.int64,
-        )
+        held: dict[tuple[int, int], int] = {}  # (class, pods) -> what the nodes hold: gangs share their parts' shapes
+        for parts in self.parts:
+            for p in parts:
+                if (p.cls, len(p.pods)) not in held:
+                    held[(p.cls, len(p.pods))] = int(np.minimum(self.fit[p.cls], len(p.pods)).sum())
+        return np.array([sum(held[(p.cls, len(p.pods))] for p in parts) for parts in self.parts], dtype=np.int64)
 
     def fitting(self, cls: int) -> np.ndarray:
         """The nodes that hold a pod of class `cls` with nothing else placed (free capacity only shrinks)."""

@@ -13,9 +13,12 @@ from gangsolve.solver.greedy import (
     node_scores,
     smallest_first_order,
 )
+from gangsolve.solver.planning import plan
 from gangsolve.solver.problem import Problem
+from gangsolve.solver.shares import fragmentation_growth
 from tests.builders import gang, node
 from tests.solver.test_properties import gangs, nodes
+from tests.solver.test_shares import shared_clusters
 
 
 def placed_names(problem, counts):
@@ -73,6 +76,38 @@ def test_the_walk_keeps_scores_as_scoring_anew_would(nodes_, gangs_, scorer):
         with mock.patch("gangsolve.solver.greedy._scored", return_value=None):
             without = greedy(anew, order, scorer=scorer)
         assert with_kept == without
+
+
+@st.composite
+def crowded(draw):
+    """Few nodes, many small gangs of a few shapes, some of them queued behind a reservation: gangs of a shape
+    that found no room keep coming."""
+    nodes_ = tuple(
+        node(f"n{i}", cpu=draw(st.sampled_from((4, 8))), gpus=draw(st.sampled_from((0, 2, 4))))
+        for i in range(draw(st.integers(1, 4)))
+    )
+    gangs_ = []
+    for g in range(draw(st.integers(1, 24))):
+        cpu, gpus, size = draw(st.sampled_from(((1, 0, 1), (2, 1, 1), (1, 1, 2), (4, 2, 1), (1, 0, 3))))
+        need = draw(st.integers(1, size))
+        gangs_.append(gang(f"g{g}", size, min_member=need, cpu=cpu, gpus=gpus, priority=draw(st.sampled_from((0, 10)))))
+    return Cluster(nodes_, tuple(gangs_))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.one_of(crowded(), shared_clusters()), st.sampled_from([node_scores, fragmentation_growth]))
+def test_the_walk_skips_only_gangs_that_would_not_fit(cluster, scorer):
+    """A gang of one pod class that finds too little room makes the walk pass over the later gangs of its class
+    and size without looking: the same placement and plan as looking at every gang."""
+
+    def walk() -> tuple[object, ...]:
+        problem = Problem(cluster)
+        counts, planned = plan(problem, 2)
+        return greedy(problem, scorer=scorer), greedy(problem, minimum_first=True), counts, planned.reservations
+
+    skipping = walk()
+    with mock.patch("gangsolve.solver.greedy._shape", return_value=None):  # no gang is ever passed over
+        assert walk() == skipping
 
 
 def test_a_gang_fills_the_first_of_identical_nodes_in_order():
