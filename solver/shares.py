@@ -25,6 +25,7 @@ counts cpu and memory too, as the paper's does: a node short of a request's cpu 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -108,27 +109,84 @@ def fragmentation(left: Sequence[int], expected: Workload) -> float:
 def node_fragmentation(left: np.ndarray, cpu: np.ndarray, memory: np.ndarray, expected: Workload) -> np.ndarray:
     """`fragmentation` of many nodes at once (rows of `left`), each with `cpu` and `memory` free: a node short
     of a request's cpu or memory cannot hold it, so all its free GPU share is stranded for it."""
+    kinds = _kinds(expected)
     free = np.maximum(left, 0)
-    milli = np.array([kind.milli for kind in expected], dtype=np.int64)
-    cut = np.minimum(milli, WHOLE)
-    # rows x requests: the free share of the GPUs too small for each (all of it where no GPU holds a share)
-    stranded = np.einsum("rd,rdk->rk", free, free[:, :, None] < cut[None, None, :])
+    # A GPU is stranded for every request whose cut (the milli it needs of one GPU) is above what it has left:
+    # each GPU's free share added at the first cut above it, then summed along the cuts (rows x cuts, not
+    # rows x GPUs x requests).
+    at = np.searchsorted(kinds.cuts, free, side="right")
+    width = len(kinds.cuts) + 1
+    flat = (np.arange(len(free))[:, None] * width + at).ravel()
+    stranded = np.bincount(flat, weights=free.ravel(), minlength=len(free) * width).reshape(len(free), width)
+    stranded = np.cumsum(stranded, axis=1).astype(np.int64)[:, kinds.cut_of]
     whole = (free >= WHOLE).sum(axis=1)
-    fits = (cpu[:, None] >= [kind.cpu for kind in expected]) & (memory[:, None] >= [kind.memory for kind in expected])
-    fits &= (milli < WHOLE) | (whole[:, None] * WHOLE >= milli)
-    out: np.ndarray = np.where(fits, stranded, free.sum(axis=1)[:, None]) @ np.array([kind.p for kind in expected])
+    fits = (cpu[:, None] >= kinds.cpu) & (memory[:, None] >= kinds.memory)
+    fits &= kinds.share | (whole[:, None] * WHOLE >= kinds.milli)
+    per_kind = np.where(fits, stranded, free.sum(axis=1)[:, None])
+    # Weighed in integers: a node's measure is the same number whether measured alone or among others.
+    out: np.ndarray = (per_kind @ kinds.weight) / _UNIT
     return out
 
 
-_workloads: WeakKeyDictionary[Problem, Workload] = WeakKeyDictionary()
+_UNIT = 1 << 24  # a request's probability in these units (`_Kinds.weight`)
+
+
+class _Kinds(NamedTuple):
+    """A workload as arrays: each kind's milli, probability (in _UNIT), cpu and memory, whether it is a share, and the
+    position of its cut (the milli it needs of one GPU) among the sorted distinct `cuts`."""
+
+    milli: np.ndarray
+    weight: np.ndarray
+    cpu: np.ndarray
+    memory: np.ndarray
+    share: np.ndarray
+    cuts: np.ndarray
+    cut_of: np.ndarray
+
+
+@functools.lru_cache(maxsize=16)
+def _kinds(expected: Workload) -> _Kinds:
+    milli = np.array([kind.milli for kind in expected], dtype=np.int64)
+    cuts, cut_of = np.unique(np.minimum(milli, WHOLE), return_inverse=True)
+    return _Kinds(
+        milli,
+        np.array([round(kind.p * _UNIT) for kind in expected], dtype=np.int64),
+        np.array([kind.cpu for kind in expected], dtype=np.int64),
+        np.array([kind.memory for kind in expected], dtype=np.int64),
+        milli < WHOLE,
+        cuts,
+        cut_of,
+    )
+
+
+class _Measure(NamedTuple):
+    """What `fragmentation_growth` reads of a cycle's problem, worked out once: the pending workload, the cpu
+    and memory columns (None where no pod asks for them) and best fit's scales."""
+
+    expected: Workload
+    cpu: int | None
+    memory: int | None
+    cpu_scale: float  # the most cpu any node has allocatable (at least 1)
+    gpu_scale: float  # milli-GPU of the most GPUs a node has (at least 1)
+
+
+_measures: WeakKeyDictionary[Problem, _Measure] = WeakKeyDictionary()
 
 
 def pending_workload(problem: Problem) -> Workload:
     """The pending pods' GPU requests (`workload`, the most frequent covering COVER): what is to come."""
-    if problem not in _workloads:
+    return _measure(problem).expected
+
+
+def _measure(problem: Problem) -> _Measure:
+    found = _measures.get(problem)
+    if found is None:
         pods = [problem.class_pods[part.cls] for parts in problem.parts for part in parts for _ in part.pods]
-        _workloads[problem] = workload(pods, COVER)
-    return _workloads[problem]
+        cpu, memory = problem.res_index.get("cpu"), problem.res_index.get("memory")
+        largest = float(max(int(problem.allocatable[:, cpu].max(initial=1)), 1)) if cpu is not None else 1.0
+        found = _Measure(workload(pods, COVER), cpu, memory, largest, float(max(WHOLE * len(problem.devices), 1)))
+        _measures[problem] = found
+    return found
 
 
 def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:
@@ -137,19 +195,18 @@ def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Row
     memory counted, a share on the tightest GPU that holds it), among the NEAREST nodes of best fit (the least
     cpu and GPU left, equally weighted; the rest after them in that order). The best-fit shortlist packs where
     FGD alone spreads: on the OpenB trace it allocates more GPUs than either (docs/benchmarks.md)."""
+    measure = _measure(problem)
     sub = rows_of(free, rows)
     demand = problem.demand[cls]
-    cpu_col, memory_col = problem.res_index.get("cpu"), problem.res_index.get("memory")
     zero = np.zeros(len(sub), dtype=np.int64)
-    cpu_free = sub[:, cpu_col] if cpu_col is not None else zero
-    memory_free = sub[:, memory_col] if memory_col is not None else zero
-    cpu = cpu_free - (demand[cpu_col] if cpu_col is not None else 0)  # what the pod leaves
-    memory = memory_free - (demand[memory_col] if memory_col is not None else 0)
+    cpu_free = sub[:, measure.cpu] if measure.cpu is not None else zero
+    memory_free = sub[:, measure.memory] if measure.memory is not None else zero
+    cpu = cpu_free - (demand[measure.cpu] if measure.cpu is not None else 0)  # what the pod leaves
+    memory = memory_free - (demand[measure.memory] if measure.memory is not None else 0)
     before = sub[:, problem.devices]
     gpus, milli = int(demand[problem.res_index[GPU]]), int(problem.share_of[cls])
-    fit = 0.5 * cpu / _largest(problem, cpu_col) + 0.5 * (
-        np.maximum(before, 0).sum(axis=1) - (milli or WHOLE * gpus)
-    ) / max(WHOLE * len(problem.devices), 1)
+    gpu_left = np.maximum(before, 0).sum(axis=1) - (milli or WHOLE * gpus)
+    fit = (0.5 / measure.cpu_scale) * cpu + (0.5 / measure.gpu_scale) * gpu_left
     chosen = np.arange(len(sub)) if len(sub) <= NEAREST else np.argpartition(fit, NEAREST)[:NEAREST]
     left = before[chosen]
     after = left.copy()
@@ -157,13 +214,13 @@ def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Row
         tightest = np.where(after >= milli, after, WHOLE + 1).argmin(axis=1)
         after[np.arange(len(after)), tightest] -= milli
     elif gpus:
-        first = np.argsort(after < WHOLE, axis=1, kind="stable")[:, :gpus]  # the lowest whole GPUs, as take does
-        np.put_along_axis(after, first, 0, axis=1)
+        whole = after == WHOLE
+        after[whole & (np.cumsum(whole, axis=1) <= gpus)] = 0  # the lowest whole GPUs, as take does
     both = node_fragmentation(
         np.vstack([after, left]),
         np.concatenate([cpu[chosen], cpu_free[chosen]]),
         np.concatenate([memory[chosen], memory_free[chosen]]),
-        pending_workload(problem),
+        measure.expected,
     )
     score: np.ndarray = _SHORTLIST + fit
     score[chosen] = both[: len(chosen)] - both[len(chosen) :]
@@ -171,11 +228,6 @@ def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Row
 
 
 _SHORTLIST = 1e12  # above any growth: the nodes past the best-fit shortlist come after it
-
-
-def _largest(problem: Problem, col: int | None) -> float:
-    """The most any node has allocatable of a column (at least 1): best fit's scale."""
-    return float(max(int(problem.allocatable[:, col].max(initial=1)), 1)) if col is not None else 1.0
 
 
 def pack(room: Devices, shares: Sequence[tuple[str, int]], expected: Workload = ()) -> dict[str, int] | None:
