@@ -8,6 +8,7 @@ baseline of the benchmarks.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 from weakref import WeakKeyDictionary
 
@@ -65,7 +66,8 @@ def most_allocated(problem: Problem, cls: int, free: np.ndarray, rows: Rows = sl
     asks for. Packs cpu and memory as tightly as GPUs, which wins where they run out first."""
     demand = problem.demand[cls]
     asked = np.flatnonzero(demand)
-    left = (rows_of(free, rows)[:, asked] - demand[asked]) * rows_of(problem.inv_allocatable, rows)[:, asked]
+    left = np.subtract(rows_of(free, rows)[:, asked], demand[asked], order="F")
+    left = np.multiply(left, rows_of(problem.inv_allocatable, rows)[:, asked], order="F")
     return _row_sums(left) / len(asked)  # the mean, as mean(axis=1) computes it
 
 
@@ -88,7 +90,8 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice
     nodes; then best fit: the least capacity left over, each resource as a share of the node."""
     demand = problem.demand[cls]
     sub = rows_of(free, rows)
-    score = _row_sums((sub - demand) * rows_of(problem.inv_allocatable, rows))
+    left = np.multiply(np.subtract(sub, demand, order="F"), rows_of(problem.inv_allocatable, rows), order="F")
+    score = _row_sums(left)
     gpus = problem.gpu_demand[cls]
     if gpus > 0:
         score += GPU_WEIGHT * (sub @ problem.gpus - gpus)
@@ -98,11 +101,9 @@ def node_scores(problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice
 
 
 def _row_sums(values: np.ndarray) -> np.ndarray:
-    """Each row's sum, column after column: for the few columns of a node's resources twice as fast as
-    sum(axis=1), and below 8 columns the same numbers (numpy adds that few one after another too)."""
-    total = values[:, 0].copy()
-    for column in range(1, values.shape[1]):
-        total += values[:, column]
+    """Each row's sum, column after column: numpy sums a Fortran-ordered array's rows that way, where a C-ordered
+    row of 8 or more columns is summed pairwise (other numbers). Scores made in Fortran order are not copied."""
+    total: np.ndarray = np.asfortranarray(values).sum(axis=1)
     return total
 
 
@@ -511,15 +512,21 @@ def greedy(
     # or reservation in the way: free only shrinks as the walk goes on, so every later such gang finds too little
     # too (a quarter of OpenB's pods at 130%), and what holds it back besides only leaves it less.
     short: set[tuple[int, int]] = set()
+    walk = OnePodWalk(problem, scorer)
     for g in order:
         gang = problem.gangs[g]
         if not gang.pods or g in result or not caps.may_start(g):
             continue
         shape = _shape(problem, g)
         counts = None
-        if shape not in short:
+        if shape in short:
+            pass
+        elif walk.takes(g, limits):
+            counts = walk.place(g, free, caps, limits)
+        else:
             most = max(gang.need, 1) if minimum_first else None
             counts = place_within(problem, g, free, limits, scorer, most=most, caps=caps, gather=gather)
+            walk.changes(counts or {})
         if counts is not None:
             result[g] = counts
             continue
@@ -530,6 +537,79 @@ def greedy(
     if minimum_first:
         add_extras(problem, result, free, order, scorer, caps, limits)
     return result
+
+
+# Scorers whose score of a node reads that node's row only (`OnePodWalk` keeps them).
+_ROW_LOCAL = (node_scores, most_allocated, most_allocated_off_gpus)
+
+
+@dataclass
+class _Kept:
+    """A pod class in a `OnePodWalk`: its `fitting` nodes, what each holds, their scores (None: scored anew
+    for each pod) and how many of the walk's changes they have seen."""
+
+    rows: np.ndarray
+    fit: np.ndarray
+    score: np.ndarray | None
+    seen: int
+
+
+class OnePodWalk:
+    """A walk's gangs of one pod placed without the gang machinery: the pod takes the best-scoring node that
+    holds it, as place_within would place it (a property test holds them alike). Per pod class, how many pods
+    each node holds (and its score, for scorers that read the node's row only) is kept as of the free capacity
+    last seen there and counted again only on the nodes the walk has changed since (`changed`): counting every
+    node for every gang made OpenB's 10,944 pods at 130% a 2.9 s walk."""
+
+    def __init__(self, problem: Problem, scorer: Scorer) -> None:
+        self.problem, self.scorer = problem, scorer
+        self.changed: list[int] = []  # the nodes whose free capacity the walk changed, in order
+        self.kept: dict[int, _Kept] = {}  # per pod class
+
+    def takes(self, g: int, limits: Limits | None) -> bool:
+        """Whether gang g is one pod this walk places itself (no reservation holding it back)."""
+        gang, parts = self.problem.gangs[g], self.problem.parts[g]
+        alone = len(parts) == 1 and len(parts[0].pods) == 1 and gang.need <= 1 and not gang.topology
+        return alone and (limits is None or not limits.holds_back(g))
+
+    def changes(self, counts: GangCounts) -> None:
+        """Nodes the walk changed by other means."""
+        self.changed.extend(n for (_p, n) in counts)
+
+    def place(self, g: int, free: np.ndarray, caps: QueueCaps, limits: Limits | None) -> GangCounts | None:
+        problem = self.problem
+        cls = problem.parts[g][0].cls
+        kept = self._kept(cls, free)
+        holding = np.flatnonzero(kept.fit > 0)
+        if not len(holding):
+            return None
+        rows = kept.rows[holding]
+        scores = kept.score[holding] if kept.score is not None else self.scorer(problem, cls, free, rows)
+        n = int(rows[int(np.argmin(scores))])  # ties to the first node, as _fill breaks them
+        problem.take(cls, free, n, 1)
+        self.changed.append(n)
+        found = caps.admit(g, {(0, n): 1}, free)
+        if found is not None and limits is not None:
+            limits.take(g, found)
+        return found
+
+    def _kept(self, cls: int, free: np.ndarray) -> _Kept:
+        problem, scorer = self.problem, self.scorer
+        kept = self.kept.get(cls)
+        if kept is None:
+            rows = problem.fitting(cls)
+            score = scorer(problem, cls, free, rows) if scorer in _ROW_LOCAL else None
+            kept = self.kept[cls] = _Kept(rows, problem.fits(cls, free, rows), score, len(self.changed))
+        if kept.seen < len(self.changed) and len(kept.rows):
+            nodes = np.unique(self.changed[kept.seen :])
+            kept.seen = len(self.changed)
+            at = np.minimum(np.searchsorted(kept.rows, nodes), len(kept.rows) - 1)
+            at = at[kept.rows[at] == nodes]  # the changed nodes among the class's
+            if len(at):
+                kept.fit[at] = problem.fits(cls, free, kept.rows[at])
+                if kept.score is not None:
+                    kept.score[at] = scorer(problem, cls, free, kept.rows[at])
+        return kept
 
 
 def _shape(problem: Problem, g: int) -> tuple[int, int] | None:

@@ -243,7 +243,10 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
     queues holding pending gangs there is nothing to share: every gang is fair, as without queues."""
     gangs = cluster.gangs
     if len({g.queue for g in gangs if g.pods}) < 2:
-        return tuple(dataclasses.replace(g, fair=True, share=0.0, tier=0) for g in gangs)
+        return tuple(
+            g if (g.fair, g.share, g.tier) == (True, 0.0, 0) else dataclasses.replace(g, fair=True, share=0.0, tier=0)
+            for g in gangs
+        )
     queues = queues_of(cluster)
     total = node_table.schedulable(cluster.nodes)
     fair_share = own_deserved(cluster)

@@ -111,19 +111,18 @@ def node_fragmentation(left: np.ndarray, cpu: np.ndarray, memory: np.ndarray, ex
     of a request's cpu or memory cannot hold it, so all its free GPU share is stranded for it."""
     kinds = _kinds(expected)
     free = np.maximum(left, 0)
+    rows, width = len(free), len(kinds.cuts) + 1
     # A GPU is stranded for every request whose cut (the milli it needs of one GPU) is above what it has left:
     # each GPU's free share added at the first cut above it, then summed along the cuts (rows x cuts, not
     # rows x GPUs x requests).
-    at = np.searchsorted(kinds.cuts, free, side="right")
-    width = len(kinds.cuts) + 1
-    flat = (np.arange(len(free))[:, None] * width + at).ravel()
-    stranded = np.bincount(flat, weights=free.ravel(), minlength=len(free) * width).reshape(len(free), width)
-    stranded = np.cumsum(stranded, axis=1).astype(np.int64)[:, kinds.cut_of]
+    at = np.searchsorted(kinds.cuts, free, side="right") + np.arange(0, rows * width, width)[:, None]
+    stranded = np.bincount(at.ravel(), weights=free.ravel(), minlength=rows * width).reshape(rows, width)
+    stranded = stranded.cumsum(axis=1)[:, kinds.cut_of]
     whole = (free >= WHOLE).sum(axis=1)
-    fits = (cpu[:, None] >= kinds.cpu) & (memory[:, None] >= kinds.memory)
-    fits &= kinds.share | (whole[:, None] * WHOLE >= kinds.milli)
+    fits = (cpu[:, None] >= kinds.cpu) & (memory[:, None] >= kinds.memory) & (whole[:, None] >= kinds.whole)
     per_kind = np.where(fits, stranded, free.sum(axis=1)[:, None])
-    # Weighed in integers: a node's measure is the same number whether measured alone or among others.
+    # Integers all along (in floats, below 2**53): a node's measure is the same number whether measured alone or
+    # among others, whatever order the products are added in.
     out: np.ndarray = (per_kind @ kinds.weight) / _UNIT
     return out
 
@@ -132,14 +131,13 @@ _UNIT = 1 << 24  # a request's probability in these units (`_Kinds.weight`)
 
 
 class _Kinds(NamedTuple):
-    """A workload as arrays: each kind's milli, probability (in _UNIT), cpu and memory, whether it is a share, and the
-    position of its cut (the milli it needs of one GPU) among the sorted distinct `cuts`."""
+    """A workload as arrays: each kind's probability (in _UNIT, as floats of integers), cpu and memory, whole
+    GPUs, and the position of its cut (the milli it needs of one GPU) among the sorted distinct `cuts`."""
 
-    milli: np.ndarray
     weight: np.ndarray
     cpu: np.ndarray
     memory: np.ndarray
-    share: np.ndarray
+    whole: np.ndarray  # the whole GPUs it needs on one node (0 for a share)
     cuts: np.ndarray
     cut_of: np.ndarray
 
@@ -149,11 +147,10 @@ def _kinds(expected: Workload) -> _Kinds:
     milli = np.array([kind.milli for kind in expected], dtype=np.int64)
     cuts, cut_of = np.unique(np.minimum(milli, WHOLE), return_inverse=True)
     return _Kinds(
-        milli,
-        np.array([round(kind.p * _UNIT) for kind in expected], dtype=np.int64),
+        np.array([float(round(kind.p * _UNIT)) for kind in expected]),
         np.array([kind.cpu for kind in expected], dtype=np.int64),
         np.array([kind.memory for kind in expected], dtype=np.int64),
-        milli < WHOLE,
+        np.where(milli < WHOLE, 0, -(-milli // WHOLE)),
         cuts,
         cut_of,
     )
@@ -161,13 +158,13 @@ def _kinds(expected: Workload) -> _Kinds:
 
 class _Measure(NamedTuple):
     """What `fragmentation_growth` reads of a cycle's problem, worked out once: the pending workload, the cpu
-    and memory columns (None where no pod asks for them) and best fit's scales."""
+    and memory columns, and best fit's weights (a node's cpu and milli-GPU left, each as a share of the most
+    any node has, equally weighted)."""
 
     expected: Workload
     cpu: int | None
     memory: int | None
-    cpu_scale: float  # the most cpu any node has allocatable (at least 1)
-    gpu_scale: float  # milli-GPU of the most GPUs a node has (at least 1)
+    best_fit: np.ndarray  # per column of the problem
 
 
 _measures: WeakKeyDictionary[Problem, _Measure] = WeakKeyDictionary()
@@ -183,9 +180,11 @@ def _measure(problem: Problem) -> _Measure:
     if found is None:
         pods = [problem.class_pods[part.cls] for parts in problem.parts for part in parts for _ in part.pods]
         cpu, memory = problem.res_index.get("cpu"), problem.res_index.get("memory")
-        largest = float(max(int(problem.allocatable[:, cpu].max(initial=1)), 1)) if cpu is not None else 1.0
-        found = _Measure(workload(pods, COVER), cpu, memory, largest, float(max(WHOLE * len(problem.devices), 1)))
-        _measures[problem] = found
+        best_fit = np.zeros(len(problem.resources))
+        best_fit[problem.devices] = 0.5 / max(WHOLE * len(problem.devices), 1)
+        if cpu is not None:
+            best_fit[cpu] = 0.5 / max(int(problem.allocatable[:, cpu].max(initial=1)), 1)
+        found = _measures[problem] = _Measure(workload(pods, COVER), cpu, memory, best_fit)
     return found
 
 
@@ -197,29 +196,28 @@ def fragmentation_growth(problem: Problem, cls: int, free: np.ndarray, rows: Row
     FGD alone spreads: on the OpenB trace it allocates more GPUs than either (docs/benchmarks.md)."""
     measure = _measure(problem)
     sub = rows_of(free, rows)
-    demand = problem.demand[cls]
-    zero = np.zeros(len(sub), dtype=np.int64)
-    cpu_free = sub[:, measure.cpu] if measure.cpu is not None else zero
-    memory_free = sub[:, measure.memory] if measure.memory is not None else zero
-    cpu = cpu_free - (demand[measure.cpu] if measure.cpu is not None else 0)  # what the pod leaves
-    memory = memory_free - (demand[measure.memory] if measure.memory is not None else 0)
-    before = sub[:, problem.devices]
-    gpus, milli = int(demand[problem.res_index[GPU]]), int(problem.share_of[cls])
-    gpu_left = np.maximum(before, 0).sum(axis=1) - (milli or WHOLE * gpus)
-    fit = (0.5 / measure.cpu_scale) * cpu + (0.5 / measure.gpu_scale) * gpu_left
+    fit = sub @ measure.best_fit  # (what the pod takes is the same on every node: left out)
     chosen = np.arange(len(sub)) if len(sub) <= NEAREST else np.argpartition(fit, NEAREST)[:NEAREST]
-    left = before[chosen]
-    after = left.copy()
-    if milli:
-        tightest = np.where(after >= milli, after, WHOLE + 1).argmin(axis=1)
-        after[np.arange(len(after)), tightest] -= milli
-    elif gpus:
-        whole = after == WHOLE
-        after[whole & (np.cumsum(whole, axis=1) <= gpus)] = 0  # the lowest whole GPUs, as take does
+    # The chosen nodes as they are (the second half) and with the pod on them (the first).
+    picked = sub[chosen]
+    state = np.concatenate([picked, picked])
+    after = state[: len(chosen)]
+    after -= problem.demand[cls]
+    gpus, milli = int(problem.demand[cls, problem.res_index[GPU]]), int(problem.share_of[cls])
+    if milli or gpus:
+        left = after[:, problem.devices]
+        if milli:
+            tightest = np.where(left >= milli, left, WHOLE + 1).argmin(axis=1)
+            left[np.arange(len(left)), tightest] -= milli
+        else:
+            whole = left == WHOLE
+            left[whole & (np.cumsum(whole, axis=1) <= gpus)] = 0  # the lowest whole GPUs, as take does
+        after[:, problem.devices] = left
+    zero = np.zeros(len(state), dtype=np.int64)
     both = node_fragmentation(
-        np.vstack([after, left]),
-        np.concatenate([cpu[chosen], cpu_free[chosen]]),
-        np.concatenate([memory[chosen], memory_free[chosen]]),
+        state[:, problem.devices],
+        state[:, measure.cpu] if measure.cpu is not None else zero,
+        state[:, measure.memory] if measure.memory is not None else zero,
         measure.expected,
     )
     score: np.ndarray = _SHORTLIST + fit

@@ -1,11 +1,12 @@
 """The greedy allocator's variants that seed the search."""
 
+from dataclasses import replace
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gangsolve.solver import Cluster
+from gangsolve.solver import GPU, Cluster, Queue, Running
 from gangsolve.solver.greedy import (
     greedy,
     most_allocated,
@@ -80,22 +81,33 @@ def test_the_walk_keeps_scores_as_scoring_anew_would(nodes_, gangs_, scorer):
 
 @st.composite
 def crowded(draw):
-    """Few nodes, many small gangs of a few shapes, some of them queued behind a reservation: gangs of a shape
-    that found no room keep coming."""
-    nodes_ = tuple(
-        node(f"n{i}", cpu=draw(st.sampled_from((4, 8))), gpus=draw(st.sampled_from((0, 2, 4))))
-        for i in range(draw(st.integers(1, 4)))
-    )
+    """Few nodes, many small gangs of a few shapes (most of one pod, some with runtimes) in two queues, one of
+    them capped, and pods running with estimated ends, so that the plan holds reservations: gangs of a shape that
+    found no room keep coming, and some are held back."""
+    nodes_, running = [], []
+    for i in range(draw(st.integers(1, 4))):
+        n = node(f"n{i}", cpu=draw(st.sampled_from((4, 8))), gpus=draw(st.sampled_from((0, 2, 4))))
+        if n.allocatable.get(GPU) and draw(st.booleans()):
+            running.append(Running(n.name, {"cpu": 1000, GPU: 1}, end=draw(st.sampled_from((60.0, 600.0)))))
+        nodes_.append(n)
+    used = {r.node: r.requests for r in running}
+    nodes_ = [replace(n, used=used.get(n.name, {})) for n in nodes_]
     gangs_ = []
     for g in range(draw(st.integers(1, 24))):
-        cpu, gpus, size = draw(st.sampled_from(((1, 0, 1), (2, 1, 1), (1, 1, 2), (4, 2, 1), (1, 0, 3))))
+        cpu, gpus, size = draw(st.sampled_from(((1, 0, 1), (2, 1, 1), (1, 1, 1), (1, 1, 2), (4, 2, 1), (1, 0, 3))))
         need = draw(st.integers(1, size))
-        gangs_.append(gang(f"g{g}", size, min_member=need, cpu=cpu, gpus=gpus, priority=draw(st.sampled_from((0, 10)))))
-    return Cluster(nodes_, tuple(gangs_))
+        made = gang(f"g{g}", size, min_member=need, cpu=cpu, gpus=gpus, priority=draw(st.sampled_from((0, 10))))
+        runtime = draw(st.sampled_from((None, 30.0, 300.0)))
+        gangs_.append(replace(made, queue=draw(st.sampled_from(("a", "b"))), runtime=runtime))
+    queues = (Queue("a", capability={"cpu": 1000 * draw(st.integers(1, 12))}), Queue("b"))
+    return Cluster(tuple(nodes_), tuple(gangs_), tuple(running), queues=queues)
+
+
+WALK_SCORERS = [node_scores, most_allocated, most_allocated_off_gpus, fragmentation_growth]
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.one_of(crowded(), shared_clusters()), st.sampled_from([node_scores, fragmentation_growth]))
+@given(st.one_of(crowded(), shared_clusters()), st.sampled_from(WALK_SCORERS))
 def test_the_walk_skips_only_gangs_that_would_not_fit(cluster, scorer):
     """A gang of one pod class that finds too little room makes the walk pass over the later gangs of its class
     and size without looking: the same placement and plan as looking at every gang."""
@@ -108,6 +120,35 @@ def test_the_walk_skips_only_gangs_that_would_not_fit(cluster, scorer):
     skipping = walk()
     with mock.patch("gangsolve.solver.greedy._shape", return_value=None):  # no gang is ever passed over
         assert walk() == skipping
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.one_of(crowded(), shared_clusters()), st.sampled_from(WALK_SCORERS))
+def test_the_walk_places_one_pod_gangs_as_the_gang_machinery_would(cluster, scorer):
+    """Gangs of one pod take the best-scoring node that holds them, counted and scored again only where the walk
+    changed a node: the same placement and plan as placing every gang with place_within."""
+
+    def walk() -> tuple[object, ...]:
+        problem = Problem(cluster)
+        counts, planned = plan(problem, 2)
+        order = smallest_first_order(problem)
+        return greedy(problem, scorer=scorer), greedy(problem, order, scorer, True), counts, planned.reservations
+
+    kept = walk()
+    with mock.patch("gangsolve.solver.greedy.OnePodWalk.takes", return_value=False):
+        assert walk() == kept
+
+
+def test_a_pod_takes_the_best_fit_a_pod_of_another_class_left():
+    """b1 takes the tighter node (n1: 10 cpu), a1 (9 cpu) only fits on n0 and leaves it 3 cpu: b2 then fits best
+    on n0, whose score changed since pods like b2 last looked."""
+    cluster = Cluster(
+        (node("n0", cpu=12), node("n1", cpu=10)),
+        (gang("b1", 1, cpu=2), gang("a1", 1, cpu=9), gang("b2", 1, cpu=2)),
+    )
+    problem = Problem(cluster)
+    where = {problem.gangs[g].name: n for g, c in greedy(problem, [0, 1, 2]).items() for (_p, n) in c}
+    assert where == {"b1": 1, "a1": 0, "b2": 0}
 
 
 def test_a_gang_fills_the_first_of_identical_nodes_in_order():
