@@ -7,6 +7,8 @@ baseline of the benchmarks.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -490,6 +492,7 @@ def greedy(
     limits: Limits | None = None,
     free: np.ndarray | None = None,
     gather: bool = False,
+    until: float = math.inf,
 ) -> Counts:
     """Allocate gangs one at a time (in queue order unless told otherwise), each pod to the node `scorer`
     likes best; a gang that cannot reach its minimum takes nothing. `minimum_first`: every gang gets only its
@@ -498,7 +501,8 @@ def greedy(
     queue takes more than its capability. `limits`: each gang keeps within the capacity reservations hold for
     later (planning.py). `free`: the capacity to fill, updated in place (default: a copy of the cycle's).
     `gather`: co-located gangs prefer the required domains where one preferred domain holds them
-    (`place_colocated`)."""
+    (`place_colocated`). `until`: the clock reading (time.perf_counter) past which the walk is abandoned
+    (OutOfTime), so that a pass slower than foreseen does not overrun the cycle."""
     free = problem.free.copy() if free is None else free
     result: Counts = {g: dict(c) for g, c in (placed or {}).items()}
     for g, gang_counts in result.items():
@@ -514,6 +518,8 @@ def greedy(
     short: set[tuple[int, int]] = set()
     walk = OnePodWalk(problem, scorer)
     for g in order:
+        if time.perf_counter() > until:
+            raise OutOfTime
         gang = problem.gangs[g]
         if not gang.pods or g in result or not caps.may_start(g):
             continue
@@ -526,7 +532,7 @@ def greedy(
         else:
             most = max(gang.need, 1) if minimum_first else None
             counts = place_within(problem, g, free, limits, scorer, most=most, caps=caps, gather=gather)
-            walk.changes(counts or {})
+            walk.changes(counts, capped=bool(caps.rows(g)))
         if counts is not None:
             result[g] = counts
             continue
@@ -572,9 +578,13 @@ class OnePodWalk:
         alone = len(parts) == 1 and len(parts[0].pods) == 1 and gang.need <= 1 and not gang.topology
         return alone and (limits is None or not limits.holds_back(g))
 
-    def changes(self, counts: GangCounts) -> None:
-        """Nodes the walk changed by other means."""
-        self.changed.extend(n for (_p, n) in counts)
+    def changes(self, counts: GangCounts | None, capped: bool) -> None:
+        """A gang placed by other means: the nodes it took. One that took room and was turned away by its queue's
+        cap had it given back by arithmetic, which leaves shares' GPUs as they were not: counted anew."""
+        if counts is not None:
+            self.changed.extend(n for (_p, n) in counts)
+        elif capped:
+            self.kept.clear()
 
     def place(self, g: int, free: np.ndarray, caps: QueueCaps, limits: Limits | None) -> GangCounts | None:
         problem = self.problem
@@ -610,6 +620,10 @@ class OnePodWalk:
                 if kept.score is not None:
                     kept.score[at] = scorer(problem, cls, free, kept.rows[at])
         return kept
+
+
+class OutOfTime(Exception):
+    """A walk passed its `until`."""
 
 
 def _shape(problem: Problem, g: int) -> tuple[int, int] | None:

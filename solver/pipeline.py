@@ -49,7 +49,7 @@ from gangsolve.solver.candidates import candidates
 from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.cpsat import MAX, MIN, GangModel, Stage, possible_gangs
 from gangsolve.solver.explain import Explained, explain
-from gangsolve.solver.greedy import greedy, most_allocated_off_gpus, queue_order, smallest_first_order
+from gangsolve.solver.greedy import OutOfTime, greedy, most_allocated_off_gpus, queue_order, smallest_first_order
 from gangsolve.solver.limits import Limits, Plan, Planned
 from gangsolve.solver.lns import Search
 from gangsolve.solver.model import Cluster, GangResult, Level, Placement, Reservation, SolveConfig
@@ -294,8 +294,8 @@ def _best_hint(
     search_end: float,
 ) -> Counts:
     """The best of the baseline (which took `took` seconds), the greedy variants (the first one while it fits
-    before `search_end`, the others while they fit in the hints' share) and the warm start, each within the
-    reservations' limits."""
+    before `search_end`, the others while they fit in the hints' share; one still walking at `search_end` is
+    abandoned) and the warm start, each within the reservations' limits."""
 
     def key(counts: Counts) -> tuple[tuple[int, ...], tuple[int, ...], int]:
         spans = tuple(-k for k in score.topology(problem, counts))
@@ -317,7 +317,14 @@ def _best_hint(
             break  # another pass (estimated by the last one's time) would eat into the search's time
         begun = time.perf_counter()
         limits = _limits(problem, plan)
-        hints.append(greedy(problem, orders[name], scorer, minimum_first=True, limits=limits, gather=gather))
+        try:
+            hints.append(
+                greedy(
+                    problem, orders[name], scorer, minimum_first=True, limits=limits, gather=gather, until=search_end
+                )
+            )
+        except OutOfTime:
+            break  # slower than its estimate: abandoned rather than overrun the cycle
         took = time.perf_counter() - begun
     # A pass that places more gangs by leaving GPUs idle (small gangs first) must pay for them (score.pays).
     rate = score.gpus_per_gang(problem, baseline)

@@ -1,13 +1,16 @@
 """The greedy allocator's variants that seed the search."""
 
+import time
 from dataclasses import replace
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gangsolve.solver import GPU, Cluster, Queue, Running
 from gangsolve.solver.greedy import (
+    OutOfTime,
     greedy,
     most_allocated,
     most_allocated_off_gpus,
@@ -157,3 +160,15 @@ def test_a_gang_fills_the_first_of_identical_nodes_in_order():
     problem = Problem(Cluster(tuple(node(f"n{i}", cpu=8) for i in range(6)), (gang("g", 5, cpu=3),)))
     counts = greedy(problem)[0]
     assert {problem.nodes[n].name: k for (_part, n), k in counts.items()} == {"n0": 2, "n1": 2, "n2": 1}
+
+
+def test_a_walk_past_its_time_is_abandoned_whole():
+    """A pass given a clock reading already past is abandoned before it places anything: the cycle does not
+    overrun for a hint, and no half-walked placement is mistaken for one."""
+    cluster = Cluster((node("n", gpus=8),), tuple(gang(f"g{i}", 1, gpus=1) for i in range(4)))
+    problem = Problem(cluster)
+    free = problem.free.copy()
+    with pytest.raises(OutOfTime):
+        greedy(problem, free=free, until=time.perf_counter() - 1)
+    assert (free == problem.free).all()
+    assert len(greedy(problem, until=time.perf_counter() + 60)) == 4
