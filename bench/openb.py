@@ -1,4 +1,4 @@
-"""Scenarios from the OpenB trace (Alibaba GPU cluster trace 2023): its 1,213 GPU nodes and its whole-GPU pods.
+"""Scenarios from the OpenB trace (Alibaba GPU cluster trace 2023): its 1,213 GPU nodes and its GPU pods.
 
 Static snapshots follow the paper's method: pods sampled from the trace until their GPU demand reaches a share
 of the cluster's GPUs. The first 80% of capacity is already running, placed the way the trace's cluster placed
@@ -17,6 +17,8 @@ import numpy as np
 
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import LEAST_ALLOCATED, per_pod
+from gangsolve.edge.shares import FRACTION
+from gangsolve.solver.model import WHOLE
 
 DATA = Path(__file__).parent / "data"
 NODES = 1213
@@ -36,6 +38,7 @@ class TracePod:
     gpu_spec: str
     duration: int  # seconds between creation and deletion
     created: int = 0  # seconds into the trace
+    gpu_milli: int = WHOLE  # thousandths of each of its GPUs: below WHOLE, a share of one GPU
 
 
 @cache
@@ -45,8 +48,8 @@ def trace_nodes() -> tuple[dict[str, str], ...]:
 
 
 @cache
-def trace_pods() -> tuple[TracePod, ...]:
-    """The trace's whole-GPU pods, in creation order."""
+def trace_pods(shares: bool = False) -> tuple[TracePod, ...]:
+    """The trace's whole-GPU pods, in creation order; with `shares`, its pods asking part of one GPU too."""
     with open(DATA / "openb_pod_list_default.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return tuple(
@@ -58,9 +61,10 @@ def trace_pods() -> tuple[TracePod, ...]:
             r["gpu_spec"],
             max(0, int(r["deletion_time"] or r["creation_time"]) - int(r["creation_time"])),
             int(r["creation_time"]),
+            int(r["gpu_milli"]),
         )
         for r in rows
-        if int(r["num_gpu"]) >= 1 and int(r["gpu_milli"]) == 1000
+        if int(r["num_gpu"]) >= 1 and (int(r["gpu_milli"]) == WHOLE or shares)
     )
 
 
@@ -74,7 +78,11 @@ def node_objects(rows=None) -> list[dict]:
 
 
 def pod_object(name: str, tp: TracePod, created: float, **kwargs) -> dict:
-    obj = manifests.pod(name, tp.cpu_milli, tp.memory_mib, tp.gpus, created=created, **kwargs)
+    """`tp` as a pending pod: whole GPUs as `nvidia.com/gpu`, a share of one GPU as KAI's `gpu-fraction`."""
+    share = tp.gpu_milli < WHOLE
+    obj = manifests.pod(name, tp.cpu_milli, tp.memory_mib, 0 if share else tp.gpus, created=created, **kwargs)
+    if share:
+        obj["metadata"].setdefault("annotations", {})[FRACTION] = f"{tp.gpu_milli / WHOLE:g}"
     if tp.gpu_spec:  # `V100M16|V100M32`: any of these models
         term = {
             "matchExpressions": [{"key": manifests.GPU_MODEL_LABEL, "operator": "In", "values": tp.gpu_spec.split("|")}]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from gangsolve.bench import manifests, openb, placement_metrics, tenants
+from gangsolve.bench import manifests, openb, placement_metrics, sharing, tenants
 from gangsolve.bench.baselines import conservative_backfill, easy_backfill
 from gangsolve.bench.scenarios import (  # the timelines' workloads live beside the static scenarios
     MAX_CYCLES,
@@ -44,7 +44,7 @@ from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.edge.usage import accrue
-from gangsolve.solver.model import GPU, Cluster, Gang, Node, Queue, Reservation, Running, SolveConfig
+from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, Gang, Node, Queue, Reservation, Running, SolveConfig
 from gangsolve.solver.planning import expected_end
 
 ESTIMATES = ("exact", "noisy", "absent")
@@ -93,8 +93,9 @@ class Job:
     promised: float | None = None  # the first start it held a reservation for (None: it never held one)
 
     @property
-    def gpus(self) -> int:
-        return sum(p.requests.get(GPU, 0) for p in self.gang.pods)
+    def gpus(self) -> float:
+        """The GPUs it asks for, a share of one GPU as its fraction."""
+        return sum(p.requests.get(GPU, 0) + p.requests.get(SHARE, 0) / WHOLE for p in self.gang.pods)
 
 
 def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
@@ -114,25 +115,28 @@ def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
     return objs
 
 
-def openb_trace_timeline(seed: int = 1) -> list[dict]:
-    """The trace's own arrivals and durations: the whole-GPU pods created in TRACE_TENANTS consecutive windows
-    of TRACE_DAYS (the seed moves the first window on by a window per seed, see TRACE_SEEDS), laid over each
-    other: each pod a job of its own arriving at its creation time into its window and running until its
-    deletion time."""
+def openb_trace_timeline(seed: int = 1, shares: bool = False) -> list[dict]:
+    """The trace's own arrivals and durations: the whole-GPU pods (with `shares`, those asking part of one GPU
+    too) created in TRACE_TENANTS consecutive windows of TRACE_DAYS (the seed moves the first window on by a
+    window per seed, see TRACE_SEEDS), laid over each other: each pod a job of its own arriving at its creation
+    time into its window and running until its deletion time."""
     span = TRACE_DAYS * 86400
     first = TRACE_START + (1 + (seed - 1) % TRACE_SEEDS) * span
     pods = []
     for tenant in range(TRACE_TENANTS):
         begin = first + tenant * span
-        pods += [(tp.created - begin, tenant, tp) for tp in openb.trace_pods() if begin <= tp.created < begin + span]
+        pods += [
+            (tp.created - begin, tenant, tp) for tp in openb.trace_pods(shares) if begin <= tp.created < begin + span
+        ]
     pods.sort(key=lambda e: (e[0], e[1]))
-    offered = sum(min(tp.duration, span - t) * tp.gpus for t, _tenant, tp in pods) / span
+    offered = sum(min(tp.duration, span - t) * tp.gpus * tp.gpu_milli / WHOLE for t, _tenant, tp in pods) / span
     shape = ("G2", "8")  # the trace's most common node: 8 GPUs, 96 cores, 384 GiB
     rows = [r for r in openb.trace_nodes() if (r["model"], r["gpu"]) == shape]
     objs = openb.node_objects(rows[: max(1, round(offered / (TRACE_LOAD * 8)))])
     for j, (t, _tenant, tp) in enumerate(pods):
         job_objs = openb.job_objects(f"job-{j:05d}", [tp], t, timeline_annotations(t, max(1, tp.duration)))
-        label_workload(job_objs, f"{tp.gpus}gpu-{tp.cpu_milli // 1000}cpu")
+        gpus = f"{tp.gpus}" if tp.gpu_milli == WHOLE else f"{tp.gpu_milli / WHOLE:g}"
+        label_workload(job_objs, f"{gpus}gpu-{tp.cpu_milli // 1000}cpu")
         objs += job_objs
     return objs
 
@@ -161,6 +165,15 @@ TIMELINES = {
             f"each other (the seed picks them), on its 8-GPU nodes sized for {TRACE_LOAD:.0%} mean GPU load",
             (6 * 3600, TRACE_DAYS * 86400),
             2 * TRACE_DAYS * 1440,
+        ),
+        Timeline(
+            "timeline/openb-trace-shares",
+            lambda seed: openb_trace_timeline(seed, shares=True),
+            f"timeline/openb-trace with the trace's pods asking part of one GPU (`gpu-fraction`) too, on as many "
+            f"8-GPU nodes as make {TRACE_LOAD:.0%} of their GPUs the mean load asked",
+            (6 * 3600, TRACE_DAYS * 86400),
+            2 * TRACE_DAYS * 1440,
+            peers=("fgd",),
         ),
         Timeline(
             "timeline/tenants",
@@ -201,6 +214,12 @@ def _conservative(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict
     return conservative_backfill(cluster), {}
 
 
+def _fgd(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict[str, str], dict]:
+    """The paper's FGD each cycle: the pending pods one by one in arrival order, each share on the GPU it chose."""
+    bindings, shares, _state = sharing.simulate(cluster, sharing.POLICIES["fgd"])
+    return bindings, {"shares": {pod: [node, gpu] for pod, (node, gpu) in shares.items()}}
+
+
 # The timeline adds a scheduler that only makes sense over time: it needs running jobs' expected ends.
 # gangsolve runs on a deterministic budget (SolveConfig.steps) instead of the clock: a run is reproducible
 # on a loaded machine, and a seed's result moves only when the policy does. The live scheduler keeps the clock.
@@ -220,6 +239,7 @@ TIMELINE_SCHEDULERS: dict[str, Scheduler] = {
     "gangsolve-history": timeline_gangsolve(),
     "easy-backfill": _easy,
     "conservative-backfill": _conservative,
+    "fgd": _fgd,  # run on the timeline with GPU shares (its peers)
 }
 # `--set NAME=VALUE` in the time-based mode: gangsolve's SolveConfig fields, and how the timeline marks a gang
 # starving (the live scheduler's `starvation-age`; by width: a gang wider than a node starves sooner).
@@ -340,6 +360,33 @@ def simulate(
             for r, q in requests[pod].items():
                 u[r] = u.get(r, 0) + sign * q
 
+    # GPU shares: what they take of each GPU of each node, and the GPU each running share holds. A binding the
+    # node's GPUs cannot hold (past all of a GPU, or a share on a GPU a whole-GPU pod needs) is refused, counted.
+    shared = [[0] * int(n.allocatable.get(GPU, 0)) for n in nodes]
+    gpu_of: dict[str, int] = {}
+    refused = 0
+
+    def take_gpus(pod: str, node: str, chosen: int | None) -> bool:
+        """Whether `node`'s GPUs hold `pod`; a share goes on GPU `chosen` (the scheduler's), else the tightest."""
+        i, milli = index[node], requests[pod].get(SHARE, 0)
+        whole_left = shared[i].count(0) - used[i].get(GPU, 0)  # GPUs free of shares and of whole-GPU pods
+        if not milli:
+            return whole_left >= requests[pod].get(GPU, 0)
+        fit = [d for d, m in enumerate(shared[i]) if m + milli <= WHOLE and (m or whole_left >= 1)]
+        if chosen is None and fit:
+            chosen = max(fit, key=lambda d: (shared[i][d], -d))
+        if chosen not in fit:
+            return False
+        shared[i][chosen] += milli
+        gpu_of[pod] = chosen
+        return True
+
+    def release(job: Job) -> None:
+        for pod, node in job.bound.items():
+            hold(pod, node, -1)
+            if pod in gpu_of:
+                shared[index[node]][gpu_of.pop(pod)] -= requests[pod][SHARE]
+
     arrived = 0
     pending: list[Job] = []
     running: list[Job] = []
@@ -350,14 +397,13 @@ def simulate(
     promised_at: dict[str, float] = {}  # gang -> the first start it held a reservation for
     later = backfilled = 0
     nominated: dict[str, str] = {}  # pod -> node, from the last cycle's preemptions (their victims are gone)
-    lost: list[tuple[int, float, float]] = []  # evicted runs: GPUs, start, eviction (their work is lost)
+    lost: list[tuple[float, float, float]] = []  # evicted runs: GPUs, start, eviction (their work is lost)
     now = 0.0
     while len(cycles) < max_cycles:
         for job in [j for j in running if j.end is not None and j.end <= now]:
             running.remove(job)
             estimator.history.record(job.workload, job.duration)
-            for pod, node in job.bound.items():
-                hold(pod, node, -1)
+            release(job)
         while arrived < len(jobs) and jobs[arrived].arrival <= now:
             pending.append(jobs[arrived])
             arrived += 1
@@ -371,7 +417,7 @@ def simulate(
                 j.gang,
                 pods=tuple(p for p in j.gang.pods if p.name not in j.bound),
                 bound_nodes=tuple(j.bound.values()),
-                starving=now - max(j.arrival, j.created) > starvation_age(j.gpus, widest, starvation),
+                starving=now - max(j.arrival, j.created) > starvation_age(math.ceil(j.gpus), widest, starvation),
                 runtime=estimator.choose(j.declared, j.workload),
             )
             for j in pending
@@ -393,7 +439,10 @@ def simulate(
         ]
         waiting_pods = {p.name for g in gangs for p in g.pods}
         cluster = Cluster(
-            tuple(replace(n, used=dict(used[i])) for i, n in enumerate(nodes)),
+            tuple(
+                replace(n, used=dict(used[i]), gpu_shares={d: m for d, m in enumerate(shared[i]) if m})
+                for i, n in enumerate(nodes)
+            ),
             gangs,
             tuple(ends),
             nominated={pod: node for pod, node in nominated.items() if pod in waiting_pods},
@@ -408,7 +457,11 @@ def simulate(
         seconds = time.perf_counter() - started
         by_name = {j.gang.name: j for j in pending}
         owner = {p.name: by_name[g.name] for g in gangs for p in g.pods}
+        chosen = {pod: int(gpu) for pod, (_node, gpu) in facts.get("shares", {}).items()}
         for pod, node in bindings.items():
+            if not take_gpus(pod, node, chosen.get(pod)):
+                refused += 1
+                continue
             owner[pod].bound[pod] = node
             hold(pod, node, +1)
         # Evicted jobs are gone before the next cycle (their controllers recreate the pods): they queue again
@@ -417,8 +470,7 @@ def simulate(
         for job in [j for j in running if evicted & set(j.bound)]:
             running.remove(job)
             lost.append((job.gpus, job.start or 0.0, now))
-            for pod, node in job.bound.items():
-                hold(pod, node, -1)
+            release(job)
             job.bound, job.start, job.end, job.estimate, job.created = {}, None, None, None, now
             pending.append(job)
         nominated = dict(facts.get("nominations", {}))
@@ -443,8 +495,8 @@ def simulate(
             job.estimate = runtime[job.gang.name]
             backfilled += bool(reserved_nodes & set(job.bound.values()))
             running.append(job)
-        allocated = sum(u.get(GPU, 0) for u in used)
-        useful = sum(requests[p].get(GPU, 0) for j in running for p in j.bound)
+        allocated = sum(u.get(GPU, 0) + u.get(SHARE, 0) / WHOLE for u in used)
+        useful = sum(requests[p].get(GPU, 0) + requests[p].get(SHARE, 0) / WHOLE for j in running for p in j.bound)
         cycles.append(
             {
                 "time": now,
@@ -475,7 +527,7 @@ def simulate(
             break  # stuck: nothing runs that could free capacity and nothing new arrives
         now += PERIOD
     summary = summarize(jobs, cycles, window, total_gpus, now, nodes, lost)
-    summary.update(reservations_pushed_later=later, backfilled=backfilled)
+    summary.update(reservations_pushed_later=later, backfilled=backfilled, bindings_refused=refused)
     if scheduler == "gangsolve":
         summary["promises"] = promise_accuracy(jobs)
     if tenants_mode:
@@ -530,7 +582,7 @@ def summarize(
     total_gpus: int,
     end: float,
     nodes: list[Node],
-    lost: Sequence[tuple[int, float, float]] = (),
+    lost: Sequence[tuple[float, float, float]] = (),
 ) -> dict:
     """Queueing, completion and slowdown per job, and GPU use over the steady-state window from the jobs' own
     start and end times. Jobs that could not run even on the idle cluster count for no scheduler; a job never

@@ -9,8 +9,9 @@ from bench_clusters import cluster_objects, gang, gpu_nodes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gangsolve.bench import manifests
+from gangsolve.bench import manifests, openb
 from gangsolve.bench.baselines import conservative_backfill, easy_backfill
+from gangsolve.bench.scenarios import timeline_annotations
 from gangsolve.bench.timeline.simulation import (
     PERIOD,
     TIMELINES,
@@ -303,3 +304,53 @@ def test_the_plan_cost_comparison_plans_on_a_busy_cluster_and_keeps_every_placem
     assert off.violations == on.violations == 0
     rows = plan_cost.table({30: results})
     assert [r[1] for r in rows[1:]] == list(results)
+
+
+# --- GPU shares over time -------------------------------------------------------------------------------------
+
+SHARE_SCHEDULERS = ("gangsolve", "greedy-gang", "fgd")  # each chooses the GPU of every share it places
+
+
+def share_job(name: str, milli: int, arrival: float, duration: float) -> list[dict]:
+    """A job of one trace-like pod asking `milli` thousandths of one GPU (1000: a whole GPU)."""
+    pod = openb.TracePod(name, 1000, 1024, 1, "", int(duration), int(arrival), milli)
+    return openb.job_objects(name, [pod], arrival, timeline_annotations(arrival, duration))
+
+
+def on_two_gpus(scheduler, *jobs: list[dict]) -> dict:
+    return simulate(cluster_objects(gpu_nodes(1, gpus=2), *jobs), scheduler, time_limit=0.5, estimates="exact")
+
+
+@pytest.mark.parametrize("scheduler", SHARE_SCHEDULERS)
+def test_two_shares_past_one_gpu_keep_a_whole_gpu_pod_waiting(scheduler):
+    """Two 0.6 shares cannot share a GPU: on a 2-GPU node they take one each (1.2 GPUs allocated), and a 1-GPU
+    job arriving a minute later waits until they end; no binding the GPUs cannot hold."""
+    s = share_job("s1", 600, 0, 10 * PERIOD) + share_job("s2", 600, 0, 10 * PERIOD)
+    result = on_two_gpus(scheduler, s, share_job("w", 1000, PERIOD, PERIOD))
+    assert [c["gpu_allocation"] for c in result["cycles"][:10]] == pytest.approx([0.6] * 10)
+    assert result["summary"]["started"] == 3
+    assert result["summary"]["queue_delay_mean"] == pytest.approx(9 * PERIOD / 3)
+    assert result["summary"]["bindings_refused"] == 0
+
+
+@pytest.mark.parametrize("scheduler", SHARE_SCHEDULERS)
+def test_shares_that_fit_one_gpu_leave_the_other_whole(scheduler):
+    """Two half shares go on one GPU, so a 1-GPU job arriving a minute later starts at once on the other."""
+    s = share_job("s1", 500, 0, 10 * PERIOD) + share_job("s2", 500, 0, 10 * PERIOD)
+    result = on_two_gpus(scheduler, s, share_job("w", 1000, PERIOD, PERIOD))
+    assert result["cycles"][1]["gpu_allocation"] == pytest.approx(1.0)
+    assert result["summary"]["queue_delay_mean"] == 0
+    assert result["summary"]["bindings_refused"] == 0
+
+
+def test_a_share_the_gpus_cannot_hold_is_refused_not_bound():
+    """A scheduler that binds shares by totals alone: the simulation puts each on the tightest GPU that holds it
+    and refuses a binding none holds (three 0.6 shares on two GPUs), counting it; that job starts later."""
+
+    def by_totals(cluster, _snapshot, _limit):
+        return {p.name: cluster.nodes[0].name for g in cluster.gangs for p in g.pods}, {}
+
+    result = on_two_gpus(by_totals, *(share_job(f"s{i}", 600, 0, 2 * PERIOD) for i in range(3)))
+    assert result["summary"]["bindings_refused"] == 2  # at minutes 0 and 1; the two first end at minute 2
+    assert result["summary"]["started"] == 3
+    assert max(c["gpu_allocation"] for c in result["cycles"]) == pytest.approx(0.6)
