@@ -94,8 +94,12 @@ class Job:
 
     @property
     def gpus(self) -> float:
-        """The GPUs it asks for, a share of one GPU as its fraction."""
-        return sum(p.requests.get(GPU, 0) + p.requests.get(SHARE, 0) / WHOLE for p in self.gang.pods)
+        return sum(gpus_in(p.requests) for p in self.gang.pods)
+
+
+def gpus_in(amounts: Mapping[str, int]) -> float:
+    """The GPUs of requests (or of what a node's pods hold), a share of one GPU as its fraction."""
+    return amounts.get(GPU, 0) + amounts.get(SHARE, 0) / WHOLE
 
 
 def openb_timeline(seed: int = 2023, every: int = 10) -> list[dict]:
@@ -372,10 +376,13 @@ def simulate(
         whole_left = shared[i].count(0) - used[i].get(GPU, 0)  # GPUs free of shares and of whole-GPU pods
         if not milli:
             return whole_left >= requests[pod].get(GPU, 0)
-        fit = [d for d, m in enumerate(shared[i]) if m + milli <= WHOLE and (m or whole_left >= 1)]
-        if chosen is None and fit:
-            chosen = max(fit, key=lambda d: (shared[i][d], -d))
-        if chosen not in fit:
+        left = WHOLE - np.array(shared[i], dtype=np.int64)
+        if chosen is None and len(left):
+            chosen = sharing.tightest(left, milli)
+        # (the tightest is a GPU already shared wherever one holds the share: it opens a GPU only if none does)
+        if chosen is None or not 0 <= chosen < len(left) or left[chosen] < milli:
+            return False
+        if left[chosen] == WHOLE and whole_left < 1:
             return False
         shared[i][chosen] += milli
         gpu_of[pod] = chosen
@@ -495,8 +502,8 @@ def simulate(
             job.estimate = runtime[job.gang.name]
             backfilled += bool(reserved_nodes & set(job.bound.values()))
             running.append(job)
-        allocated = sum(u.get(GPU, 0) + u.get(SHARE, 0) / WHOLE for u in used)
-        useful = sum(requests[p].get(GPU, 0) + requests[p].get(SHARE, 0) / WHOLE for j in running for p in j.bound)
+        allocated = sum(gpus_in(u) for u in used)
+        useful = sum(gpus_in(requests[p]) for j in running for p in j.bound)
         cycles.append(
             {
                 "time": now,
