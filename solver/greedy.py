@@ -524,9 +524,8 @@ def greedy(
         if not gang.pods or g in result or not caps.may_start(g):
             continue
         shape = _shape(problem, g)
-        counts = None
         if shape in short:
-            pass
+            counts = None
         elif walk.takes(g, limits):
             counts = walk.place(g, free, caps, limits)
         else:

@@ -142,8 +142,6 @@ class Timeline:
         reservations take capacity (the only times what is free can shrink)."""
         problem = self.problem
         times, nodes, changes = self._arrays()
-        if not len(times):
-            return None  # nothing is ever released
         # Only a release can make the gang fit: the times something is freed are the candidates.
         candidates = np.unique(times[(times > self.now) & (changes > 0).any(axis=1)]).tolist()
         if not candidates:
