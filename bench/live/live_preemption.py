@@ -24,8 +24,10 @@ Schedulers, each configured as its users would:
   set-up, or topology-aware scheduling choosing the nodes), one ClusterQueue holding the cluster less the pods
   Kueue does not manage, preempting `withinClusterQueue: LowerPriority`; every pod of the gang scheduler labelled
   for its LocalQueue, a gang of several a pod group. Kueue preempts only what it admitted, so the running work
-  goes through it first, kept to its nodes (`admitted_through_kueue`); where that would make a pod group of more
-  pod templates than Kueue admits, Kueue does not run the scenario (`kueue_not_run`).
+  goes through it first, kept to its nodes (`admitted_through_kueue`; a gang spread one pod a node, as
+  scheduler_perf's are, kept to its nodes' label and spread by anti-affinity: `spread_through_kueue`); where
+  that would make a pod group of more pod templates than Kueue admits, or under topology-aware scheduling a
+  spread gang, Kueue does not run the scenario (`kueue_not_run`).
 
 A run: the scenario's PriorityClasses (as they are: these may preempt), nodes, PDBs, PodGroups and running pods
 (bound through `spec.nodeName`, Running under kwok; Kueue's admitted and bound once it runs); then the pending
@@ -170,16 +172,89 @@ def admitted_through_kueue(pod: dict, node_labels: dict[str, dict[str, str]]) ->
 
 
 KUEUE_ROLES = 8  # Kueue admits a pod group of at most this many distinct pod templates ("roles")
+SPREAD_LABEL = "spread.bench.gangsolve.io/"  # + a gang's name: on the nodes its pods are spread over
 
 
-def kueue_not_run(objs: list[dict], cluster: Cluster) -> str | None:
+def spread_gangs(objs: list[dict], cluster: Cluster) -> dict[str, list[str]]:
+    """The running gangs Kueue cannot admit kept pod by pod to their nodes (more than KUEUE_ROLES nodes, so as
+    many pod templates) whose pods are alike but for their node, one a node: scheduler_perf's spread gangs
+    (hostPorts spread them there). Their users write one template, kept to the gang's nodes by a label and
+    spread one a node by pod anti-affinity (`spread_through_kueue`). Each gang's pod names, in order."""
+    spec_of = {f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"] for o in objs if o["kind"] == "Pod"}
+    members: dict[str, list[str]] = defaultdict(list)
+    for r in cluster.running:
+        if r.gang:
+            members[r.gang].append(r.name)
+    out = {}
+    for gang, names in members.items():
+        nodes = [spec_of[n]["nodeName"] for n in names]
+        alike = {json.dumps({k: v for k, v in spec_of[n].items() if k != "nodeName"}, sort_keys=True) for n in names}
+        if len(set(nodes)) > KUEUE_ROLES and len(set(nodes)) == len(nodes) and len(alike) == 1:
+            out[gang] = names
+    return out
+
+
+def spread_through_kueue(pod: dict, gang: str, node_labels: dict[str, dict[str, str]]) -> dict:
+    """A running pod of a spread gang as its Kueue user created it: pending, kept to the gang's nodes by their
+    label (`SPREAD_LABEL` + the gang's name, which `spread_labels` puts on them) and one a node by a required pod
+    anti-affinity on its pod group, so every pod of the gang is alike (one template, one role)."""
+    node = pod["spec"]["nodeName"]
+    model = {k: v for k, v in node_labels[node].items() if k in kueue.GPU_POOL_LABELS}
+    group = pod["metadata"]["labels"][kueue.POD_GROUP_NAME_LABEL]
+    spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **model, SPREAD_LABEL + _short(gang): "true"}
+    apart = {"labelSelector": {"matchLabels": {kueue.POD_GROUP_NAME_LABEL: group}}, "topologyKey": kueue.HOSTNAME_LABEL}
+    spec["affinity"] = {
+        **(spec.get("affinity") or {}),
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]},
+    }
+    return {**pod, "spec": {**spec, "schedulerName": DEFAULT_SCHEDULER}}
+
+
+def spread_labels(nodes: list[dict], spread: dict[str, list[str]], objs: list[dict]) -> list[dict]:
+    """`nodes` with the label of each spread gang whose pods the scenario has on them."""
+    node_of = {
+        f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"].get("nodeName") for o in objs if o["kind"] == "Pod"
+    }
+    extra: dict[str, dict[str, str]] = defaultdict(dict)
+    for gang, names in spread.items():
+        for n in names:
+            extra[node_of[n]][SPREAD_LABEL + _short(gang)] = "true"
+    return [
+        {
+            **o,
+            "metadata": {
+                **o["metadata"],
+                "labels": {**(o["metadata"].get("labels") or {}), **extra[o["metadata"]["name"]]},
+            },
+        }
+        if o["kind"] == "Node" and o["metadata"]["name"] in extra
+        else o
+        for o in nodes
+    ]
+
+
+def _short(gang: str) -> str:
+    """A gang's name as a label key's name part (its namespace dropped)."""
+    return gang.split("/", 1)[-1]
+
+
+def kueue_not_run(objs: list[dict], cluster: Cluster, scheduler: str = "kueue") -> str | None:
     """Why Kueue cannot run a scenario as laid out (None: it can): each running pod goes through Kueue kept to
     its node by a node selector, so a running gang has a pod template per node (and per role), and Kueue refuses
-    a group of more than its limit ("pod group can't include more than 8 roles")."""
+    a group of more than its limit ("pod group can't include more than 8 roles"), unless its pods are spread one
+    a node (`spread_gangs`: one template). Kueue's topology-aware scheduling chooses every pod's node itself and
+    reads no pod anti-affinity, so under `kueue-tas` a spread gang cannot be kept one a node."""
+    spread = spread_gangs(objs, cluster)
+    if spread and scheduler == "kueue-tas":
+        return (
+            f"its running gangs are spread one pod a node ({len(spread)} of them), and Kueue's topology-aware "
+            "scheduling, which picks every pod's node, reads no pod anti-affinity to keep them so"
+        )
     spec_of = {f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"] for o in objs if o["kind"] == "Pod"}
     roles: dict[str, set[str]] = defaultdict(set)
     for r in cluster.running:
-        if r.gang:
+        if r.gang and r.gang not in spread:
             roles[r.gang].add(json.dumps(spec_of[r.name], sort_keys=True))  # its node included
     widest = max((len(templates) for templates in roles.values()), default=0)
     if widest <= KUEUE_ROLES:
@@ -243,8 +318,16 @@ def run_live(
     ]
     # Kueue preempts only workloads it admitted: its users' running work goes through it once it runs.
     labels = {o["metadata"]["name"]: o["metadata"].get("labels") or {} for o in objs if o["kind"] == "Node"}
-    admitted = [admitted_through_kueue(o, labels) for o in rest if scheduler in KUEUE and kueue.queued(o)]
-    rest = [o for o in rest if not (scheduler in KUEUE and kueue.queued(o))]
+    spread = spread_gangs(objs, cluster) if scheduler in KUEUE else {}
+    spread_gang = {name.split("/", 1)[1]: gang for gang, names in spread.items() for name in names}
+    admitted = [
+        spread_through_kueue(o, spread_gang[o["metadata"]["name"]], labels)
+        if o["metadata"]["name"] in spread_gang
+        else admitted_through_kueue(o, labels)
+        for o in rest
+        if scheduler in KUEUE and kueue.queued(o)
+    ]
+    rest = spread_labels([o for o in rest if not (scheduler in KUEUE and kueue.queued(o))], spread, objs)
     log_dir.mkdir(parents=True, exist_ok=True)
     flags = WAP_FLAGS if scheduler == "kube-scheduler-wap" else {}
     gs: GangsolveProcess | None = None
@@ -274,6 +357,8 @@ def run_live(
                     what="the running work admitted through Kueue, bound and Running",
                     component="kueue",
                 )
+                if spread:  # a spread gang's pods are alike: each is measured on the node it took
+                    cluster, name_of = _as_bound(cp, objs, admitted)
             if scheduler == "gangsolve":
                 limit = time_limit or scenario.time_limit
                 gs = gangsolve_process(cp, limit, log_dir / f"{log_name(scenario.name)}-gangsolve.log", {}).start()
@@ -375,10 +460,34 @@ def run_live(
 
 
 def _on_their_nodes(cp: ControlPlane, pods: list[dict]) -> bool:
-    """Whether every pod of `pods` is Running on the node its selector names."""
-    node_of = {p["metadata"]["name"]: p["spec"]["nodeSelector"][kueue.HOSTNAME_LABEL] for p in pods}
-    running = list_pods(cp, "?fieldSelector=status.phase%3DRunning")["items"]
-    return sum(1 for p in running if node_of.get(p["metadata"]["name"]) == p["spec"].get("nodeName")) == len(pods)
+    """Whether every pod of `pods` is Running on a node its selector allows (the one node it names, or one of its
+    spread gang's nodes: anti-affinity keeps those one a node)."""
+    running = {p["metadata"]["name"]: p for p in list_pods(cp, "?fieldSelector=status.phase%3DRunning")["items"]}
+    nodes = {
+        o["metadata"]["name"]: o["metadata"].get("labels") or {} for o in cp.request("GET", "/api/v1/nodes")["items"]
+    }
+
+    def where(pod: dict) -> bool:
+        node = (running.get(pod["metadata"]["name"]) or {"spec": {}})["spec"].get("nodeName")
+        return node is not None and all(nodes[node].get(k) == v for k, v in pod["spec"]["nodeSelector"].items())
+
+    return all(where(p) for p in pods)
+
+
+def _as_bound(cp: ControlPlane, objs: list[dict], admitted: list[dict]) -> tuple[Cluster, dict]:
+    """The scenario's cluster with the admitted pods on the nodes they took, and its running pods by name."""
+    took = {
+        p["metadata"]["name"]: p["spec"]["nodeName"] for p in list_pods(cp, "")["items"] if p["spec"].get("nodeName")
+    }
+    names = {p["metadata"]["name"] for p in admitted}
+    moved = [
+        {**o, "spec": {**o["spec"], "nodeName": took[o["metadata"]["name"]]}}
+        if o["kind"] == "Pod" and o["metadata"]["name"] in names
+        else o
+        for o in objs
+    ]
+    cluster = manifests.to_cluster(moved)
+    return cluster, {r.name.split("/", 1)[1]: r for r in cluster.running}
 
 
 def _preempted_events(cp: ControlPlane, victims: set[str], wait: float) -> list[dict]:
@@ -427,8 +536,9 @@ def run_scenarios(
         scenario = LIVE_PREEMPTION_SCENARIOS[name]
         kueues = [s for s in KUEUE if s in schedulers]
         objs = scenario.build() if kueues else []
-        why = kueue_not_run(objs, manifests.to_cluster(objs)) if kueues else None
-        skipped = {**{s: why for s in kueues if why}, **not_run}  # not built says more than cannot run
+        cluster = manifests.to_cluster(objs)
+        cannot = {s: reason for s in kueues if (reason := kueue_not_run(objs, cluster, s))}
+        skipped = {**cannot, **not_run}  # not built says more than cannot run
         runs = each_scheduler(
             name,
             [s for s in schedulers if s not in skipped],

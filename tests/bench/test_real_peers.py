@@ -5,6 +5,7 @@ script's bad input."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from decimal import Decimal
 from pathlib import Path
@@ -740,15 +741,65 @@ def test_kueues_users_queue_every_gang_and_their_running_work_goes_through_kueue
 def test_kueue_runs_only_where_it_can_admit_the_running_work_as_laid_out() -> None:
     from gangsolve.bench.live.live_preemption import LIVE_PREEMPTION_SCENARIOS, kueue_not_run
 
-    def why(name: str) -> str | None:
+    def why(name: str, scheduler: str = "kueue") -> str | None:
         objs = LIVE_PREEMPTION_SCENARIOS[name].build()
-        return kueue_not_run(objs, manifests.to_cluster(objs))
+        return kueue_not_run(objs, manifests.to_cluster(objs), scheduler)
 
     assert why("live/preempt-tfjob") is None  # resnet's four pods on one node: at most two templates
     assert why("live/preempt-perf-100nodes-1x100-vs-1000pods") is None  # single pods: no group
-    wide = why("live/preempt-perf-100nodes-1x100-vs-5gangs")  # gangs of 100 pods on 100 nodes
+    # gangs of 100 pods spread one a node: one template, kept to their nodes by a label and anti-affinity
+    assert why("live/preempt-perf-100nodes-1x100-vs-5gangs") is None
+    assert why("live/preempt-perf-100nodes-10x10-vs-50gangs") is None
+    tas = why("live/preempt-perf-100nodes-1x100-vs-5gangs", "kueue-tas")  # TAS picks nodes, reads no anti-affinity
+    assert tas is not None
+    assert "anti-affinity" in tas
+    assert why("live/preempt-gpu-100nodes", "kueue-tas") is None
+    # the same gangs with two pods on one node are not spread: a template per node, more than Kueue's 8 roles
+    objs = LIVE_PREEMPTION_SCENARIOS["live/preempt-perf-100nodes-1x100-vs-5gangs"].build()
+    first = next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] == "low-000-1")
+    first["spec"]["nodeName"] = "node-00000"
+    wide = kueue_not_run(objs, manifests.to_cluster(objs), "kueue")
     assert wide is not None
-    assert "100 pod templates" in wide
+    assert "99 pod templates" in wide
+
+
+def test_kueues_users_write_a_spread_gang_as_one_template_kept_to_its_nodes_one_a_node() -> None:
+    from gangsolve.bench.live.live_preemption import (
+        LIVE_PREEMPTION_SCENARIOS,
+        SPREAD_LABEL,
+        peer_objects,
+        spread_gangs,
+        spread_labels,
+        spread_through_kueue,
+    )
+
+    objs = LIVE_PREEMPTION_SCENARIOS["live/preempt-perf-100nodes-10x10-vs-50gangs"].build()
+    cluster = manifests.to_cluster(objs)
+    spread = spread_gangs(objs, cluster)
+    assert len(spread) == 50
+    assert all(len(names) == 10 for names in spread.values())
+    made = {o["metadata"]["name"]: o for o in peer_objects(objs, cluster, "kueue") if o["kind"] == "Pod"}
+    labels = {o["metadata"]["name"]: o["metadata"]["labels"] for o in objs if o["kind"] == "Node"}
+    nodes = spread_labels([o for o in objs if o["kind"] == "Node"], spread, objs)
+    original = {
+        f"bench/{o['metadata']['name']}": o["spec"]["nodeName"]
+        for o in objs
+        if o["kind"] == "Pod" and o["spec"].get("nodeName")
+    }
+    for gang, names in spread.items():
+        pods = [spread_through_kueue(made[n.split("/", 1)[1]], gang, labels) for n in names]
+        specs = {json.dumps(p["spec"], sort_keys=True) for p in pods}
+        assert len(specs) == 1  # one template: one role of Kueue's pod group
+        spec = pods[0]["spec"]
+        assert "nodeName" not in spec
+        assert spec["schedulerName"] == "default-scheduler"
+        key = next(k for k in spec["nodeSelector"] if k.startswith(SPREAD_LABEL))
+        # the label is on exactly the nodes the scenario has the gang's pods on
+        assert {o["metadata"]["name"] for o in nodes if key in o["metadata"]["labels"]} == {original[n] for n in names}
+        (apart,) = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert apart["topologyKey"] == kueue.HOSTNAME_LABEL
+        group = pods[0]["metadata"]["labels"][kueue.POD_GROUP_NAME_LABEL]
+        assert apart["labelSelector"]["matchLabels"] == {kueue.POD_GROUP_NAME_LABEL: group}
 
 
 def test_kais_users_put_the_work_they_let_be_preempted_below_100_in_its_order() -> None:
