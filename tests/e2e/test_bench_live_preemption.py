@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from gangsolve.bench.live import peers
 from gangsolve.bench.live.live_preemption import PEERS, run_scenarios
 from gangsolve.bench.static.preemption_rounds import PREEMPTION_SCHEDULERS
 from tests.e2e.live_helpers import bench_runs
@@ -70,3 +71,22 @@ def test_each_real_peer_places_mnist_by_evicting_only_resnet(peer_runs, peer):
     assert r["pods_evicted"] in (3, 4)
     assert r["futile_evictions"] == 0
     assert r["unattributed_evictions"] == 0  # each victim's node holds a pod of mnist at the end
+
+
+@pytest.fixture(scope="module")
+def kueue_spread(binaries, tmp_path_factory) -> dict[str, dict]:
+    return bench_runs(
+        run_scenarios, "live/preempt-perf-100nodes-1x100-vs-5gangs", ["kueue"], tmp_path_factory.mktemp("kueue-logs")
+    )
+
+
+def test_kueue_admits_scheduler_perfs_spread_gangs_and_preempts_them_whole(kueue_spread):
+    """The five running gangs of 100 go through Kueue as one template each (kept to their nodes by a label, one
+    a node by anti-affinity); Kueue's quota has no room for the 100-pod preemptor, so it evicts them whole."""
+    if peers.not_built("kueue"):
+        pytest.skip("kueue is not built (`make peers`)")
+    r = kueue_spread["kueue"]  # a KeyError if the bench declined to run it
+    assert r["preemptors_placed"] == 1
+    assert r["pods_bound"] == r["pending_pods"] == 100
+    assert (r["pods_evicted"], r["victim_gangs"], r["victim_gangs_broken"]) == (500, 5, 0)
+    assert r["futile_evictions"] == 0
