@@ -200,8 +200,9 @@ class KaiRun:
         teams = tenants.queues_of(objs)
         self.queues += kai.team_queues(teams)
         kai.create_queues(self.cp, self.queues)
-        if self.scenario.topology:  # the topology guide's Topology, from the nodes' labels
-            made = kai.topology(self.scenario.topology)
+        levels = kai_levels(self.scenario.topology, objs)
+        if levels:  # the topology guide's Topology, from the nodes' labels
+            made = kai.topology(levels)
             self.cp.request("POST", f"/apis/{kai.TOPOLOGY_API}/topologies", made)
             self.topology = made["spec"]
         # Tenants reclaim from each other, and the tenants timelines restart what is evicted: KAI's default
@@ -234,6 +235,18 @@ class KaiRun:
 
 
 PeerRun = VolcanoRun | KueueRun | KaiRun
+
+
+def kai_levels(declared: tuple[str, ...], objs: list[dict]) -> tuple[str, ...]:
+    """The levels of the Topology KAI's users build: the scenario's own, widest first, then each node label a gang
+    must stay within (its definition's co-location) that those leave out. KAI's users keep a gang in one rack with
+    a PodGroup topology constraint on the Topology, not with pod affinity (`populate.arrivals`)."""
+    kept = {
+        (o["metadata"].get("annotations") or {}).get(manifests.COLOCATE_ANNOTATION)
+        for o in objs
+        if o["kind"] == "PodGroup"
+    }
+    return (*declared, *sorted(k for k in kept if k and k not in declared))
 
 
 def peer_run(cp: ControlPlane, scheduler: str, scenario: LiveScenario) -> PeerRun:

@@ -235,11 +235,15 @@ def arrivals(
         if scheduler.startswith("kai"):
             name = "gang-" + gang.name.split("/", 1)[1]
             queue = kai.DEFAULT_QUEUE if gang.queue == DEFAULT_QUEUE else gang.queue  # a tenant's: kai.team_queues
+            # A gang kept in one domain asks KAI's Topology (`peers.kai_levels` builds it from every level a gang
+            # names) through its PodGroup; its pods then carry no pod affinity for it.
             levels = {
-                "required": gang.colocate if gang.colocate in topology else None,
+                "required": gang.colocate,
                 "preferred": gang.preferred[-1] if gang.preferred and gang.preferred[-1] in topology else None,
             }
             made = [kai.pod_group(name, gang.need, members, manifests.NAMESPACE, queue, **levels)]
+            if gang.colocate:
+                members = [{**p, "spec": {k: v for k, v in p["spec"].items() if k != "affinity"}} for p in members]
             members = kai.label_members(members, name, queue)
         if scheduler.startswith("kueue"):
             # Under TAS a co-located gang asks Kueue for its rack; Kueue alone cannot see pod affinity.

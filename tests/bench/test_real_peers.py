@@ -91,10 +91,36 @@ def test_on_the_topology_scenario_each_peers_users_ask_for_one_block_in_their_ow
     why = peer_not_run(scenario, "kueue")
     assert why is not None
     assert "kueue-tas" in why
-    # Elsewhere co-located gangs keep the users' pod affinity: no peer is given a topology it was not asked for.
+    # Elsewhere Volcano's users keep the pod affinity (its predicates read it): no HyperNodes they did not ask for.
     synthetic = scenarios.synthetic(100, 40, seed=100)
     for gang in arrivals(synthetic, manifests.to_cluster(synthetic), "volcano"):
         assert "networkTopology" not in gang.groups[0]["spec"]
+
+
+def test_kais_users_keep_a_synthetic_gang_in_its_rack_through_kais_topology_not_pod_affinity() -> None:
+    from gangsolve.bench.live.peers import kai_levels
+    from gangsolve.bench.live.populate import arrivals
+
+    synthetic = scenarios.synthetic(100, 40, seed=100)
+    cluster = manifests.to_cluster(synthetic)
+    kept = {g.name for g in cluster.gangs if g.colocate == manifests.RACK_LABEL}
+    assert kept  # the mix has co-located gangs
+    # the Topology holds the rack: the synthetic scenarios declare no levels, the gangs' definitions name it
+    assert kai_levels((), synthetic) == (manifests.RACK_LABEL,)
+    assert (
+        kai_levels(LIVE_SCENARIOS["live/topology-seed1"].topology, synthetic)
+        == LIVE_SCENARIOS["live/topology-seed1"].topology
+    )  # already there: not added twice
+    for gang in arrivals(synthetic, cluster, "kai-quota"):
+        (group,) = gang.groups
+        if gang.gang in kept:
+            assert group["spec"]["topologyConstraint"] == {
+                "topology": kai.TOPOLOGY,
+                "requiredTopologyLevel": manifests.RACK_LABEL,
+            }
+            assert all("affinity" not in p["spec"] for p in gang.pods)
+        else:
+            assert "topologyConstraint" not in group["spec"]
 
 
 def test_volcano_hypernodes_hold_each_rack_block_and_zone_as_the_nodes_labels_say() -> None:
