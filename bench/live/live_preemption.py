@@ -180,7 +180,7 @@ def spread_gangs(objs: list[dict], cluster: Cluster) -> dict[str, list[str]]:
     many pod templates) whose pods are alike but for their node, one a node: scheduler_perf's spread gangs
     (hostPorts spread them there). Their users write one template, kept to the gang's nodes by a label and
     spread one a node by pod anti-affinity (`spread_through_kueue`). Each gang's pod names, in order."""
-    spec_of = {f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"] for o in objs if o["kind"] == "Pod"}
+    spec_of = _pod_specs(objs)
     members: dict[str, list[str]] = defaultdict(list)
     for r in cluster.running:
         if r.gang:
@@ -195,31 +195,32 @@ def spread_gangs(objs: list[dict], cluster: Cluster) -> dict[str, list[str]]:
 
 
 def spread_through_kueue(pod: dict, gang: str, node_labels: dict[str, dict[str, str]]) -> dict:
-    """A running pod of a spread gang as its Kueue user created it: pending, kept to the gang's nodes by their
-    label (`SPREAD_LABEL` + the gang's name, which `spread_labels` puts on them) and one a node by a required pod
-    anti-affinity on its pod group, so every pod of the gang is alike (one template, one role)."""
-    node = pod["spec"]["nodeName"]
-    model = {k: v for k, v in node_labels[node].items() if k in kueue.GPU_POOL_LABELS}
+    """A running pod of a spread gang as its Kueue user created it: `admitted_through_kueue`'s pod kept to the
+    gang's nodes by their label (`SPREAD_LABEL` + the gang's name, which `spread_labels` puts on them) instead of
+    its one node, and one a node by a required pod anti-affinity on its pod group, so every pod of the gang is
+    alike (one template, one role)."""
+    admitted = admitted_through_kueue(pod, node_labels)
+    spec = admitted["spec"]
+    selector = {k: v for k, v in spec["nodeSelector"].items() if k != kueue.HOSTNAME_LABEL}
     group = pod["metadata"]["labels"][kueue.POD_GROUP_NAME_LABEL]
-    spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
-    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **model, SPREAD_LABEL + _short(gang): "true"}
     apart = {"labelSelector": {"matchLabels": {kueue.POD_GROUP_NAME_LABEL: group}}, "topologyKey": kueue.HOSTNAME_LABEL}
-    spec["affinity"] = {
+    affinity = {
         **(spec.get("affinity") or {}),
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]},
     }
-    return {**pod, "spec": {**spec, "schedulerName": DEFAULT_SCHEDULER}}
+    return {
+        **admitted,
+        "spec": {**spec, "nodeSelector": {**selector, SPREAD_LABEL + _short(gang): "true"}, "affinity": affinity},
+    }
 
 
 def spread_labels(nodes: list[dict], spread: dict[str, list[str]], objs: list[dict]) -> list[dict]:
     """`nodes` with the label of each spread gang whose pods the scenario has on them."""
-    node_of = {
-        f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"].get("nodeName") for o in objs if o["kind"] == "Pod"
-    }
+    spec_of = _pod_specs(objs)
     extra: dict[str, dict[str, str]] = defaultdict(dict)
     for gang, names in spread.items():
         for n in names:
-            extra[node_of[n]][SPREAD_LABEL + _short(gang)] = "true"
+            extra[spec_of[n]["nodeName"]][SPREAD_LABEL + _short(gang)] = "true"
     return [
         {
             **o,
@@ -235,8 +236,13 @@ def spread_labels(nodes: list[dict], spread: dict[str, list[str]], objs: list[di
 
 
 def _short(gang: str) -> str:
-    """A gang's name as a label key's name part (its namespace dropped)."""
+    """A gang's or pod's name without its namespace (a label key's name part, an object's name)."""
     return gang.split("/", 1)[-1]
+
+
+def _pod_specs(objs: list[dict]) -> dict[str, dict]:
+    """Each pod's spec by its namespaced name, as the scenario's Cluster names pods."""
+    return {f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"] for o in objs if o["kind"] == "Pod"}
 
 
 def kueue_not_run(objs: list[dict], cluster: Cluster, scheduler: str = "kueue") -> str | None:
@@ -251,7 +257,7 @@ def kueue_not_run(objs: list[dict], cluster: Cluster, scheduler: str = "kueue") 
             f"its running gangs are spread one pod a node ({len(spread)} of them), and Kueue's topology-aware "
             "scheduling, which picks every pod's node, reads no pod anti-affinity to keep them so"
         )
-    spec_of = {f"{manifests.NAMESPACE}/{o['metadata']['name']}": o["spec"] for o in objs if o["kind"] == "Pod"}
+    spec_of = _pod_specs(objs)
     roles: dict[str, set[str]] = defaultdict(set)
     for r in cluster.running:
         if r.gang and r.gang not in spread:
@@ -319,7 +325,7 @@ def run_live(
     # Kueue preempts only workloads it admitted: its users' running work goes through it once it runs.
     labels = {o["metadata"]["name"]: o["metadata"].get("labels") or {} for o in objs if o["kind"] == "Node"}
     spread = spread_gangs(objs, cluster) if scheduler in KUEUE else {}
-    spread_gang = {name.split("/", 1)[1]: gang for gang, names in spread.items() for name in names}
+    spread_gang = {_short(name): gang for gang, names in spread.items() for name in names}
     admitted = [
         spread_through_kueue(o, spread_gang[o["metadata"]["name"]], labels)
         if o["metadata"]["name"] in spread_gang
