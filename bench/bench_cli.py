@@ -315,7 +315,8 @@ def run_live_preemption(
     show_default=True,
     help="Live scenarios --live runs: the small ones, the live timelines (jobs arriving and finishing, seeds 1-3), "
     "the live tenants timelines (teams sharing through queues, seeds 1-3), the live topology ones (one block, "
-    "few racks, seeds 1-3), or the scale ones at 1,000 or 5,000 nodes (see --list).",
+    "few racks, seeds 1-3), the scale ones at 1,000, 5,000 or 16,384 nodes, or the scale curve (one burst shape at "
+    "all three sizes; see --list).",
 )
 @click.option(
     "--live-scheduler",

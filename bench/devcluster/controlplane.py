@@ -570,9 +570,22 @@ class ControlPlane:
         return _probe(f"{self.server}/readyz", self._ctx)
 
     def _component_ready(self, name: str) -> Callable[[], bool]:
-        port = self.kcm_port if name == "kube-controller-manager" else self.scheduler_port
         insecure = tls_context(None, None)  # serving cert self-signed by the component itself
-        return lambda: _probe(f"https://{LOOPBACK}:{port}/healthz", insecure)
+        return lambda: _probe(f"https://{LOOPBACK}:{self._secure_port(name)}/healthz", insecure)
+
+    def _secure_port(self, name: str) -> int:
+        return self.kcm_port if name == "kube-controller-manager" else self.scheduler_port
+
+    def component_metrics(self, name: str) -> str:
+        """The /metrics text of kube-scheduler or kube-controller-manager, read as admin (they authorize it
+        through the API server); "" when the component does not answer."""
+        ctx = tls_context(None, self.admin_cert)  # their serving certs are self-signed
+        try:
+            url = f"https://{LOOPBACK}:{self._secure_port(name)}/metrics"
+            with urllib.request.urlopen(url, timeout=10, context=ctx) as resp:
+                return str(resp.read().decode())
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            return ""
 
     def _start_kwok(self) -> None:
         comp = self.components["kwok"]

@@ -248,12 +248,13 @@ def install(cp: ControlPlane, volcano: Volcano, user: str = "system:kube-schedul
 @dataclass(frozen=True)
 class VolcanoProcesses:
     """vc-scheduler and vc-controller-manager as components of a ControlPlane (stopped with it, watched by its
-    check_alive), each with the port of its /healthz."""
+    check_alive), each with the port of its /healthz, and the scheduler's /metrics port."""
 
     scheduler: Component
     controllers: Component
     scheduler_healthz: int
     controllers_healthz: int
+    scheduler_metrics: int
 
 
 # The controllers the scheduler's path needs: the queue controller opens Queues (vc-scheduler enqueues nothing
@@ -283,6 +284,7 @@ def add(
             "--enable-healthz=true",
             f"--healthz-address={LOOPBACK}:{healthz}",
             f"--listen-address={LOOPBACK}:{metrics}",
+            "--enable-metrics=true",  # as the chart runs both
             f"-v={verbosity}",
         ]
 
@@ -309,6 +311,7 @@ def add(
         Component(CONTROLLERS_COMPONENT, controllers, logs, cp.workdir),
         ports[COMPONENT][0],
         ports[CONTROLLERS_COMPONENT][0],
+        ports[COMPONENT][1],
     )
     cp.components[COMPONENT] = made.scheduler
     cp.components[CONTROLLERS_COMPONENT] = made.controllers

@@ -28,4 +28,13 @@ REAL_PEERS = (
     "kai-quota",
 )
 # The named sets of live scenarios `--live-grid` offers (live_scenarios.LIVE_GRIDS holds their members).
-LIVE_GRID_NAMES = ("small", "timeline", "tenants", "topology", "scale-1000", "scale-5000", "scale-16384")
+LIVE_GRID_NAMES = (
+    "small",
+    "timeline",
+    "tenants",
+    "topology",
+    "scale-1000",
+    "scale-5000",
+    "scale-16384",
+    "scale-curve",
+)

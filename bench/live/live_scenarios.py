@@ -271,4 +271,6 @@ LIVE_GRIDS = {
     "scale-1000": [n for n in LIVE_SCENARIOS if n.startswith("live/1000nodes-")],
     "scale-5000": [n for n in LIVE_SCENARIOS if n.startswith("live/5000nodes-")],
     "scale-16384": [n for n in LIVE_SCENARIOS if n.startswith("live/16384nodes-")],
+    # One shape at every size: each scheduler's cost against the nodes (the report's scale curve).
+    "scale-curve": [f"live/{n}nodes-1000x3-burst" for n in (1000, 5000, 16384)],
 }

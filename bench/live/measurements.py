@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gangsolve.bench import manifests, placement_metrics
 from gangsolve.bench.devcluster import ControlPlane
 from gangsolve.bench.devcluster.controlplane import tls_context
@@ -126,6 +128,44 @@ def peak_rss_mib(pid: int) -> float | None:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return None
+
+
+def metrics_text(url: str) -> str:
+    """The /metrics text at `url`; "" when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError):
+        return ""
+
+
+def decision_times(exposition: str, family: str, unit: float = 1.0) -> dict[str, Any] | None:
+    """A scheduler's own histogram of its decisions (gangsolve's cycle, kube-scheduler's attempt, Volcano's and
+    KAI's session) from its /metrics text: how many, their mean, and the smallest bucket bound that holds 99% of
+    them (None when that is the +Inf bucket), in seconds (`unit`: seconds per the metric's unit). Label sets are
+    added up. None when the family is not there or counted nothing."""
+    count = total = 0.0
+    buckets: dict[float, float] = {}
+    for metric in text_string_to_metric_families(exposition):
+        if metric.name != family or metric.type != "histogram":
+            continue
+        for sample in metric.samples:
+            if sample.name == family + "_count":
+                count += sample.value
+            elif sample.name == family + "_sum":
+                total += sample.value
+            elif sample.name == family + "_bucket":
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    if count <= 0:
+        return None
+    p99 = next((le for le in sorted(buckets) if buckets[le] >= 0.99 * count), math.inf)
+    return {
+        "metric": family,
+        "count": int(count),
+        "mean_seconds": total / count * unit,
+        "p99_at_most_seconds": None if math.isinf(p99) else p99 * unit,
+    }
 
 
 def api_requests(cp: ControlPlane, since: datetime) -> dict[str, int]:

@@ -31,7 +31,7 @@ from gangsolve.bench import manifests, tenants
 from gangsolve.bench.devcluster import ControlPlane, kai, kueue, volcano
 from gangsolve.bench.live import REAL_PEERS, WAP
 from gangsolve.bench.live.live_scenarios import LiveScenario
-from gangsolve.bench.live.measurements import cpu_seconds, peak_rss_mib
+from gangsolve.bench.live.measurements import cpu_seconds, decision_times, metrics_text, peak_rss_mib
 
 KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")
 KAI_PEERS = ("kai", "kai-quota")
@@ -107,6 +107,12 @@ class VolcanoRun:
     def record(self) -> dict[str, Any]:
         return {"version": self.peer.version, "scheduler_conf": self.conf, "hypernodes": len(self.hypernodes)}
 
+    def decisions(self) -> dict[str, Any] | None:
+        """Its sessions (open, every action, close), from its /metrics."""
+        assert self.processes is not None
+        text = metrics_text(f"http://127.0.0.1:{self.processes.scheduler_metrics}/metrics")
+        return decision_times(text, "volcano_e2e_scheduling_latency_milliseconds", unit=0.001)
+
 
 class KueueRun:
     """Kueue's manager, its queues over the scenario's free capacity, and kube-scheduler."""
@@ -172,6 +178,10 @@ class KueueRun:
             "kube_scheduler": placer,
         }
 
+    def decisions(self) -> dict[str, Any] | None:
+        """kube-scheduler's, which places what Kueue admits: the manager's own metrics are not served here."""
+        return kube_scheduler_decisions(self.cp)
+
 
 class KaiRun:
     """KAI's scheduler and binder, the chart's default queues (with kai-quota: guaranteed the free capacity),
@@ -233,8 +243,23 @@ class KaiRun:
             "binder": {"cpu_seconds": cpu_seconds(binder), "peak_rss_mib": peak_rss_mib(binder)} if binder else {},
         }
 
+    def decisions(self) -> dict[str, Any] | None:
+        """Its sessions, from the scheduler's log: its latency metric is a gauge of the last session only, and
+        every session logs its start and end under its own id."""
+        assert self.processes is not None
+        return kai.session_times(self.processes.scheduler.log_path.read_text(errors="replace"))
+
 
 PeerRun = VolcanoRun | KueueRun | KaiRun
+
+
+def kube_scheduler_decisions(cp: ControlPlane) -> dict[str, Any] | None:
+    """kube-scheduler's attempts: a pod group's where it scheduled pod groups (native gang scheduling), else a
+    pod's."""
+    text = cp.component_metrics("kube-scheduler")
+    return decision_times(text, "scheduler_podgroup_scheduling_attempt_duration_seconds") or decision_times(
+        text, "scheduler_scheduling_attempt_duration_seconds"
+    )
 
 
 def kai_levels(declared: tuple[str, ...], objs: list[dict]) -> tuple[str, ...]:

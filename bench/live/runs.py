@@ -72,6 +72,7 @@ from gangsolve.bench.live.measurements import (
     Timing,
     api_requests,
     cpu_seconds,
+    decision_times,
     peak_rss_mib,
     summarize,
 )
@@ -304,6 +305,10 @@ def run_live(
                 figures["phases"] = dict(Counter(p.get("status", {}).get("phase", "?") for p in pods))
             background = len(list_pods(cp, f"?labelSelector=!{PENDING_LABEL}")["items"])
             gs_metrics = gs.metrics() if gs is not None else {}
+            if gs is not None:
+                decisions = decision_times(gs.get("/metrics")[1], "gangsolve_scheduling_cycle_duration_seconds")
+            else:
+                decisions = peer.decisions() if peer is not None else peers.kube_scheduler_decisions(cp)
             peer_record = peer.record() if peer is not None else None
             requests = api_requests(cp, wall0)
             served = first_pod_group_served(cp)
@@ -324,7 +329,7 @@ def run_live(
         time_limit=limit if scheduler == "gangsolve" else None,
         timeline=figures,
     )
-    result.update(usage)
+    result.update(usage, decisions=decisions)
     # Kueue admits and kube-scheduler places; KAI's scheduler decides and its binder binds: each pair together is
     # the scheduler under test.
     placer = (peer_record or {}).get("kube_scheduler") or (peer_record or {}).get("binder")

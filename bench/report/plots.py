@@ -10,6 +10,7 @@ matplotlib.use("Agg")  # files only: no display on CI or servers
 import matplotlib.pyplot as plt
 
 from gangsolve.bench import tenants
+from gangsolve.bench.report.curves import cpu_ms_per_pod, curve_points
 from gangsolve.bench.report.tables import timeline_label
 
 COLORS = {
@@ -22,6 +23,9 @@ COLORS = {
     "easy-backfill": "tab:purple",
     "conservative-backfill": "tab:cyan",
     "gangsolve": "tab:red",
+    "volcano": "tab:orange",
+    "kai-quota": "tab:pink",
+    "kueue": "black",
 }
 MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}
 
@@ -120,10 +124,43 @@ def plot(results: dict, out: Path) -> list[Path]:
     return paths
 
 
+def plot_curves(live: list[dict], out: Path) -> list[Path]:
+    """Per shape run at several sizes: decision mean, CPU per bound pod and peak RSS against nodes, one line per
+    scheduler."""
+    paths = []
+    points = curve_points(live)
+    panels = (
+        (lambda r: (r.get("decisions") or {}).get("mean_seconds"), "mean decision time (s)"),
+        (cpu_ms_per_pod, "CPU ms per bound pod"),
+        (lambda r: r.get("peak_rss_mib"), "peak RSS (MiB)"),
+    )
+    for shape in dict.fromkeys(shape for shape, _ in points):
+        fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+        for (of_shape, scheduler), runs in points.items():
+            for ax, (metric, _label) in zip(axes, panels, strict=True):
+                xy = [(n, metric(r)) for n, r in runs if of_shape == shape and metric(r) is not None]
+                if xy:
+                    xs, ys = zip(*xy, strict=True)
+                    ax.plot(xs, ys, "-o", color=COLORS.get(scheduler), label=scheduler)
+        for ax, (_metric, label) in zip(axes, panels, strict=True):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("nodes")
+            ax.set_ylabel(label)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"live {shape}: cost against cluster size")
+        fig.tight_layout()
+        paths.append(out / f"scale-curve-{shape}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
 def plot_live(live: list[dict], out: Path) -> list[Path]:
     """Per live scenario: pods bound against time, one line per scheduler (stream: pods created dashed), and
-    for streams the CDF of gang latency."""
-    paths = []
+    for streams the CDF of gang latency; the scale curves."""
+    paths = plot_curves(live, out)
     for sc in live:
         runs = [r for r in sc["runs"] if "error" not in r and r["bound_over_time"]]
         stream = sc.get("mode", "stream") == "stream"

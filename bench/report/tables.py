@@ -11,21 +11,8 @@ from rich.table import Table
 
 from gangsolve.bench import tenants
 from gangsolve.bench.placement_metrics import priority_key
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{100 * x:.{digits}f}%"
-
-
-def secs(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x * 1000:.0f}ms" if x < 1 else f"{x:.2f}s"
-
-
-def num(x: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if x is None else fmt.format(x)
-
+from gangsolve.bench.report.curves import CURVE_COLUMNS, CURVE_TITLE, curve_rows
+from gangsolve.bench.report.format import num, pct, secs
 
 COLUMNS = (
     "scenario",
@@ -564,6 +551,8 @@ def print_live(live: list[dict], console: Console) -> None:
         console.print(_by_scenario(LIVE_SHARING_TITLE, LIVE_SHARING_COLUMNS, rows))
     if rows := live_timeline_rows(live):
         console.print(_by_scenario(LIVE_TIMELINE_TITLE, LIVE_TIMELINE_COLUMNS, rows))
+    if rows := curve_rows(live):
+        console.print(_by_scenario(CURVE_TITLE, CURVE_COLUMNS, rows))
     if rows := tenants.live_tenant_rows(live):
         title = "Live tenants: GPU shares of running jobs against weighted fair shares (timeline seconds)"
         console.print(_by_scenario(title, tenants.LIVE_TENANT_COLUMNS, rows))
@@ -720,6 +709,8 @@ def markdown(results: dict) -> str:
         lines += ["", *md(LIVE_SHARING_COLUMNS, sharing)]
     if timelines := live_timeline_rows(results.get("live") or []):
         lines += ["", *md(LIVE_TIMELINE_COLUMNS, timelines)]
+    if curve := curve_rows(results.get("live") or []):
+        lines += ["", *md(CURVE_COLUMNS, curve)]
     if shares := tenants.live_tenant_rows(results.get("live") or []):
         lines += ["", *md(tenants.LIVE_TENANT_COLUMNS, shares)]
     if notes := peer_notes(results.get("live") or []):

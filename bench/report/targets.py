@@ -6,7 +6,8 @@ from collections.abc import Callable
 from statistics import median
 
 from gangsolve.bench.placement_metrics import priority_key, worth
-from gangsolve.bench.report.tables import PREEMPTION_TITLES, by_time, num, pct, run_median, secs, timeline_label
+from gangsolve.bench.report.format import num, pct, secs
+from gangsolve.bench.report.tables import PREEMPTION_TITLES, by_time, run_median, timeline_label
 
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
 

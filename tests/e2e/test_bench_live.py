@@ -16,6 +16,12 @@ from tests.e2e.live_helpers import bench_runs
 
 pytestmark = pytest.mark.e2e
 
+DECISIONS = {
+    "kube-scheduler": "scheduler_scheduling_attempt_duration_seconds",
+    "kube-scheduler-gang": "scheduler_podgroup_scheduling_attempt_duration_seconds",
+    "gangsolve": "gangsolve_scheduling_cycle_duration_seconds",
+}
+
 
 @pytest.fixture(scope="module")
 def live_results(binaries, tmp_path_factory) -> list[dict]:
@@ -87,6 +93,12 @@ def test_every_run_measures_latency_cpu_memory_and_api_requests(live_results):
         # Every scheduler runs as kube-scheduler's user; the audit log counts its requests, bindings included.
         assert r["api_requests"]["create pods/binding"] >= r["pods_placed"]
         assert r["api_requests_per_pod"] >= 1
+        # Its decisions, from its own histogram: gangsolve's cycles, kube-scheduler's attempts (a pod group's where
+        # it scheduled pod groups).
+        decided = r["decisions"]
+        assert decided["metric"] == DECISIONS[name]
+        assert decided["count"] >= 1
+        assert decided["mean_seconds"] > 0
 
 
 def test_report_and_target_read_the_live_runs(live_results):

@@ -87,3 +87,6 @@ def test_the_live_bench_runs_kai_on_the_users_tfjobs(binaries: Binaries, tmp_pat
     assert (run["pods_placed"], run["gangs_placed"], run["partial_gangs"], run["violations"]) == (8, 1, 0, [])
     assert run["peer"]["scheduler_conf"]["actions"] == "allocate, stalegangeviction"  # the bench evicts nothing
     assert [q["name"] for q in run["peer"]["queues"]] == ["default-parent-queue", "default-queue"]
+    # Its sessions, from its log.
+    assert run["decisions"]["metric"] == "kai-scheduler log"
+    assert run["decisions"]["count"] >= 1
