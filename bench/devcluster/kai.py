@@ -15,10 +15,10 @@ write status for people and metrics; the scheduler reads specs).
 
 from __future__ import annotations
 
-import math
 import re
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -385,26 +385,8 @@ def label_members(members: list[dict], group: str, queue: str = DEFAULT_QUEUE) -
 _SESSION_LINE = re.compile(r"^(\S+)\s.*?\[(?:\x1b\[\d+m)?(\w+)(?:\x1b\[0m)?\] (Start|End) scheduling \.\.\.$")
 
 
-def session_times(log: str) -> dict[str, Any] | None:
-    """How many sessions the scheduler's log shows whole, their mean and 99th percentile duration in seconds (the
-    bench's decision times; None when it shows none)."""
-    started: dict[str, datetime] = {}
-    took: list[float] = []
+def session_marks(log: str) -> Iterator[tuple[datetime, str, bool]]:
+    """(time, session id, opened) for each session's start and end in the scheduler's log."""
     for line in log.splitlines():
-        seen = _SESSION_LINE.match(line)
-        if seen is None:
-            continue
-        at = datetime.fromisoformat(seen[1])
-        if seen[3] == "Start":
-            started[seen[2]] = at
-        elif seen[2] in started:
-            took.append((at - started.pop(seen[2])).total_seconds())
-    if not took:
-        return None
-    took.sort()
-    return {
-        "metric": "kai-scheduler log",
-        "count": len(took),
-        "mean_seconds": sum(took) / len(took),
-        "p99_at_most_seconds": took[min(len(took) - 1, math.ceil(0.99 * len(took)) - 1)],
-    }
+        if seen := _SESSION_LINE.match(line):
+            yield datetime.fromisoformat(seen[1]), seen[2], seen[3] == "Start"

@@ -14,10 +14,13 @@ logs "Queue <default> is overused" and binds nothing.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -248,13 +251,12 @@ def install(cp: ControlPlane, volcano: Volcano, user: str = "system:kube-schedul
 @dataclass(frozen=True)
 class VolcanoProcesses:
     """vc-scheduler and vc-controller-manager as components of a ControlPlane (stopped with it, watched by its
-    check_alive), each with the port of its /healthz, and the scheduler's /metrics port."""
+    check_alive), each with the port of its /healthz."""
 
     scheduler: Component
     controllers: Component
     scheduler_healthz: int
     controllers_healthz: int
-    scheduler_metrics: int
 
 
 # The controllers the scheduler's path needs: the queue controller opens Queues (vc-scheduler enqueues nothing
@@ -311,7 +313,6 @@ def add(
         Component(CONTROLLERS_COMPONENT, controllers, logs, cp.workdir),
         ports[COMPONENT][0],
         ports[CONTROLLERS_COMPONENT][0],
-        ports[COMPONENT][1],
     )
     cp.components[COMPONENT] = made.scheduler
     cp.components[CONTROLLERS_COMPONENT] = made.controllers
@@ -400,3 +401,16 @@ def pod_group(
         "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
         "spec": spec,
     }
+
+
+# vc-scheduler's session lines (framework/session.go, at -v 3) in klog's header: Lmmdd hh:mm:ss.uuuuuu.
+_SESSION_LINE = re.compile(r"^I(\d{4} \d\d:\d\d:\d\d\.\d+)\s.*\] (Open|Close) Session ([0-9a-f-]+)")
+
+
+def session_marks(log: str, year: int) -> Iterator[tuple[datetime, str, bool]]:
+    """(time, session id, opened) for each session opened and closed in the scheduler's log (klog writes no year:
+    `year`'s)."""
+    for line in log.splitlines():
+        if seen := _SESSION_LINE.match(line):
+            at = datetime.strptime(f"{year}{seen[1]}", "%Y%m%d %H:%M:%S.%f")
+            yield at, seen[3], seen[2] == "Open"

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -130,20 +131,11 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
-def metrics_text(url: str) -> str:
-    """The /metrics text at `url`; "" when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return str(resp.read().decode())
-    except (urllib.error.URLError, OSError):
-        return ""
-
-
 def decision_times(exposition: str, family: str, unit: float = 1.0) -> dict[str, Any] | None:
-    """A scheduler's own histogram of its decisions (gangsolve's cycle, kube-scheduler's attempt, Volcano's and
-    KAI's session) from its /metrics text: how many, their mean, and the smallest bucket bound that holds 99% of
-    them (None when that is the +Inf bucket), in seconds (`unit`: seconds per the metric's unit). Label sets are
-    added up. None when the family is not there or counted nothing."""
+    """A scheduler's own histogram of its decisions (gangsolve's cycles, kube-scheduler's scheduling algorithm)
+    from its /metrics text: how many, their mean and total, and the smallest bucket bound that holds 99% of them
+    (None when that is the +Inf bucket), in seconds (`unit`: seconds per the metric's unit). Label sets are added
+    up. None when the family is not there or counted nothing."""
     count = total = 0.0
     buckets: dict[float, float] = {}
     for metric in text_string_to_metric_families(exposition):
@@ -165,6 +157,35 @@ def decision_times(exposition: str, family: str, unit: float = 1.0) -> dict[str,
         "count": int(count),
         "mean_seconds": total / count * unit,
         "p99_at_most_seconds": None if math.isinf(p99) else p99 * unit,
+        "total_seconds": total * unit,
+        "open_seconds": 0.0,
+    }
+
+
+def session_times(source: str, marks: Iterable[tuple[datetime, str, bool]]) -> dict[str, Any] | None:
+    """The same figures from a scheduler's log, as (time, session id, opened) marks in log order: sessions that
+    closed (their p99 exact), and how long one still open at the last mark had been open (`open_seconds`; a
+    scheduler that binds inside its session may spend a whole burst in one). None when no session opened."""
+    opened: dict[str, datetime] = {}
+    took: list[float] = []
+    last = None
+    for at, session, opens in marks:
+        last = at
+        if opens:
+            opened[session] = at
+        elif session in opened:
+            took.append((at - opened.pop(session)).total_seconds())
+    if last is None or not (took or opened):
+        return None
+    still = max(((last - at).total_seconds() for at in opened.values()), default=0.0)
+    took.sort()
+    return {
+        "metric": source,
+        "count": len(took),
+        "mean_seconds": sum(took) / len(took) if took else None,
+        "p99_at_most_seconds": took[math.ceil(0.99 * len(took)) - 1] if took else None,
+        "total_seconds": sum(took) + still,
+        "open_seconds": still,
     }
 
 

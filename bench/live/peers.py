@@ -25,13 +25,14 @@ the run records about it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from gangsolve.bench import manifests, tenants
 from gangsolve.bench.devcluster import ControlPlane, kai, kueue, volcano
 from gangsolve.bench.live import REAL_PEERS, WAP
 from gangsolve.bench.live.live_scenarios import LiveScenario
-from gangsolve.bench.live.measurements import cpu_seconds, decision_times, metrics_text, peak_rss_mib
+from gangsolve.bench.live.measurements import cpu_seconds, decision_times, peak_rss_mib, session_times
 
 KUEUE_PEERS = ("kueue", "kueue-unblocked", "kueue-tas")
 KAI_PEERS = ("kai", "kai-quota")
@@ -108,10 +109,11 @@ class VolcanoRun:
         return {"version": self.peer.version, "scheduler_conf": self.conf, "hypernodes": len(self.hypernodes)}
 
     def decisions(self) -> dict[str, Any] | None:
-        """Its sessions (open, every action, close), from its /metrics."""
+        """Its sessions (open, every action, close), from its log: its session histogram counts only sessions
+        that closed, and in a burst it binds inside one session that may outlast the run."""
         assert self.processes is not None
-        text = metrics_text(f"http://127.0.0.1:{self.processes.scheduler_metrics}/metrics")
-        return decision_times(text, "volcano_e2e_scheduling_latency_milliseconds", unit=0.001)
+        log = self.processes.scheduler.log_path.read_text(errors="replace")
+        return session_times("vc-scheduler log", volcano.session_marks(log, datetime.now().year))
 
 
 class KueueRun:
@@ -244,21 +246,21 @@ class KaiRun:
         }
 
     def decisions(self) -> dict[str, Any] | None:
-        """Its sessions, from the scheduler's log: its latency metric is a gauge of the last session only, and
-        every session logs its start and end under its own id."""
+        """Its sessions, from the scheduler's log: its latency metric is a gauge of the last session only."""
         assert self.processes is not None
-        return kai.session_times(self.processes.scheduler.log_path.read_text(errors="replace"))
+        log = self.processes.scheduler.log_path.read_text(errors="replace")
+        return session_times("kai-scheduler log", kai.session_marks(log))
 
 
 PeerRun = VolcanoRun | KueueRun | KaiRun
 
 
 def kube_scheduler_decisions(cp: ControlPlane) -> dict[str, Any] | None:
-    """kube-scheduler's attempts: a pod group's where it scheduled pod groups (native gang scheduling), else a
-    pod's."""
+    """kube-scheduler's scheduling algorithm (filter and score, not the binding it waits for): a pod group's where
+    it scheduled pod groups (native gang scheduling), else a pod's."""
     text = cp.component_metrics("kube-scheduler")
-    return decision_times(text, "scheduler_podgroup_scheduling_attempt_duration_seconds") or decision_times(
-        text, "scheduler_scheduling_attempt_duration_seconds"
+    return decision_times(text, "scheduler_podgroup_scheduling_algorithm_duration_seconds") or decision_times(
+        text, "scheduler_scheduling_algorithm_duration_seconds"
     )
 
 

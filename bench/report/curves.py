@@ -7,12 +7,12 @@ import re
 
 from gangsolve.bench.report.format import num, secs
 
-# What one of a scheduler's decisions is, by the histogram it keeps of them (bench/live/peers.py).
+# What one of a scheduler's decisions is, by where the bench read them (bench/live/peers.py).
 DECISION = {
     "gangsolve_scheduling_cycle_duration_seconds": "cycle",
-    "scheduler_scheduling_attempt_duration_seconds": "pod attempt",
-    "scheduler_podgroup_scheduling_attempt_duration_seconds": "pod group attempt",
-    "volcano_e2e_scheduling_latency_milliseconds": "session",
+    "scheduler_scheduling_algorithm_duration_seconds": "pod",
+    "scheduler_podgroup_scheduling_algorithm_duration_seconds": "pod group",
+    "vc-scheduler log": "session",
     "kai-scheduler log": "session",
 }
 CURVE_COLUMNS = (
@@ -25,12 +25,15 @@ CURVE_COLUMNS = (
     "decisions",
     "decision mean",
     "decision p99 at most",
+    "deciding ms per bound pod",
     "CPU ms per bound pod",
     "peak RSS MiB",
 )
 CURVE_TITLE = (
-    "Live scale curve: the same shape at each cluster size run (decisions from each scheduler's own histogram; "
-    "p99 as the bucket bound that holds it)"
+    "Live scale curve: the same shape at each cluster size run. Decisions as each scheduler times them: "
+    "gangsolve's cycles and kube-scheduler's scheduling algorithm from their histograms (p99: the bucket bound "
+    "that holds it), Volcano's and KAI's sessions from their logs (+1 open: a session still open when the run "
+    "ended, counted in the time deciding)"
 )
 _SIZED = re.compile(r"live/(\d+)nodes-(.+)")
 
@@ -56,11 +59,17 @@ def cpu_ms_per_pod(r: dict) -> float | None:
     return r["cpu_seconds"] / placed * 1000 if placed and r.get("cpu_seconds") is not None else None
 
 
+def deciding_ms_per_pod(r: dict) -> float | None:
+    placed, decided = r.get("pods_placed"), r.get("decisions")
+    return decided["total_seconds"] / placed * 1000 if placed and decided else None
+
+
 def curve_rows(live: list[dict]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for (shape, scheduler), points in curve_points(live).items():
         for nodes, r in points:
             d = r.get("decisions") or {}
+            count = f"{d['count']:,}" + (" +1 open" if d.get("open_seconds") else "") if d else "-"
             rows.append(
                 (
                     shape,
@@ -69,9 +78,10 @@ def curve_rows(live: list[dict]) -> list[tuple[str, ...]]:
                     num(r.get("pods_per_second")),
                     secs(r.get("first_bind_seconds")),
                     DECISION.get(d.get("metric", ""), "-"),
-                    f"{d['count']:,}" if d else "-",
+                    count,
                     secs(d.get("mean_seconds")),
                     secs(d.get("p99_at_most_seconds")),
+                    num(deciding_ms_per_pod(r), "{:.2f}"),
                     num(cpu_ms_per_pod(r)),
                     num(r.get("peak_rss_mib"), "{:.0f}"),
                 )

@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # files only: no display on CI or servers
 import matplotlib.pyplot as plt
 
 from gangsolve.bench import tenants
-from gangsolve.bench.report.curves import cpu_ms_per_pod, curve_points
+from gangsolve.bench.report.curves import cpu_ms_per_pod, curve_points, deciding_ms_per_pod
 from gangsolve.bench.report.tables import timeline_label
 
 COLORS = {
@@ -125,12 +125,12 @@ def plot(results: dict, out: Path) -> list[Path]:
 
 
 def plot_curves(live: list[dict], out: Path) -> list[Path]:
-    """Per shape run at several sizes: decision mean, CPU per bound pod and peak RSS against nodes, one line per
-    scheduler."""
+    """Per shape run at several sizes: time deciding and CPU per bound pod, and peak RSS, against nodes, one line
+    per scheduler."""
     paths = []
     points = curve_points(live)
     panels = (
-        (lambda r: (r.get("decisions") or {}).get("mean_seconds"), "mean decision time (s)"),
+        (deciding_ms_per_pod, "ms deciding per bound pod"),
         (cpu_ms_per_pod, "CPU ms per bound pod"),
         (lambda r: r.get("peak_rss_mib"), "peak RSS (MiB)"),
     )

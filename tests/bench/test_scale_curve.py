@@ -1,12 +1,15 @@
-"""The live scale curve: each scheduler's decision times read from its own Prometheus histogram, and the table
-that sets one shape's runs at several sizes side by side."""
+"""The live scale curve: each scheduler's decision times, read from its own Prometheus histogram or its log, and
+the table that sets one shape's runs at several sizes side by side."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
+from gangsolve.bench.devcluster import kai, volcano
 from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
-from gangsolve.bench.live.measurements import decision_times
+from gangsolve.bench.live.measurements import decision_times, session_times
 from gangsolve.bench.report import curves, tables
 
 # Volcano's session histogram as vc-scheduler writes it (milliseconds), one label set.
@@ -54,6 +57,8 @@ def test_decisions_count_mean_and_the_bucket_that_holds_99_percent_in_seconds():
         "count": 100,
         "mean_seconds": pytest.approx(0.025),
         "p99_at_most_seconds": pytest.approx(0.1),  # 99 of 100 within 100 ms, not all within 10 ms
+        "total_seconds": pytest.approx(2.5),
+        "open_seconds": 0.0,
     }
 
 
@@ -87,11 +92,19 @@ def _run(scheduler: str, cpu: float, decisions: dict | None) -> dict:
 
 
 def test_the_curve_sets_one_shape_side_by_side_across_sizes():
-    cycle = {"metric": "gangsolve_scheduling_cycle_duration_seconds", "count": 12, "mean_seconds": 0.5}
+    cycle = {
+        "metric": "gangsolve_scheduling_cycle_duration_seconds",
+        **{"count": 12, "mean_seconds": 0.5, "p99_at_most_seconds": None, "total_seconds": 6.0, "open_seconds": 0.0},
+    }
+    session = {
+        "metric": "vc-scheduler log",
+        **{"count": 0, "mean_seconds": None, "p99_at_most_seconds": None, "total_seconds": 30.0, "open_seconds": 30.0},
+    }
     live = [
         {"name": f"live/{n}nodes-1000x3-burst", "mode": "burst", "runs": [_run("gangsolve", n / 1000, cycle)]}
         for n in (16384, 1000)
     ]
+    live[0]["runs"].append(_run("volcano", 9.0, session))
     live += [
         {"name": "live/1000nodes-3x1000-burst", "mode": "burst", "runs": [_run("gangsolve", 1.0, None)]},  # one size
         {"name": "live/tfjob", "mode": "stream", "runs": [_run("gangsolve", 1.0, None)]},
@@ -100,36 +113,54 @@ def test_the_curve_sets_one_shape_side_by_side_across_sizes():
     assert [(r[0], r[1], r[2]) for r in rows] == [
         ("1000x3-burst", "gangsolve", "1,000"),
         ("1000x3-burst", "gangsolve", "16,384"),
+        ("1000x3-burst", "volcano", "16,384"),
     ]
-    assert rows[0][5:10] == ("cycle", "12", "500ms", "-", "0.3")  # 1 CPU s for 3,000 pods: 0.33 ms a pod
-    assert rows[1][9] == "5.5"
+    # 6 s deciding and 1 CPU s for 3,000 pods: 2 ms and 0.33 ms a pod
+    assert rows[0][5:11] == ("cycle", "12", "500ms", "-", "2.00", "0.3")
+    assert rows[1][10] == "5.5"
+    assert rows[2][5:10] == ("session", "0 +1 open", "-", "-", "10.00")  # the whole run in one open session
     assert "16,384" in tables.markdown({"scenarios": [], "live": live})
+
+
+def test_sessions_pair_by_id_and_one_still_open_counts_until_the_last_mark():
+    t = [datetime(2026, 12, 6, 1, 0, s) for s in range(60)]
+    marks = [(t[0], "a", True), (t[2], "a", False), (t[3], "b", True), (t[4], "c", False), (t[7], "b", False)]
+    marks += [(t[10], "d", True), (t[40], "x", False)]  # d still open 30 s later; x never opened
+    figures = session_times("log", marks)
+    assert figures == {
+        "metric": "log",
+        "count": 2,
+        "mean_seconds": pytest.approx(3.0),
+        "p99_at_most_seconds": pytest.approx(4.0),
+        "total_seconds": pytest.approx(2 + 4 + 30),
+        "open_seconds": pytest.approx(30.0),
+    }
+    assert session_times("log", []) is None
+
+
+def test_volcano_and_kai_session_marks_from_their_logs():
+    vc = "\n".join(
+        [
+            "I1206 01:15:48.794030   19953 session.go:279] Open Session cbd65ee2-3a9d with <1000> Job and <2> Queues.",
+            "I1206 01:15:50.000000   19953 allocate.go:100] something else",
+            "I1206 01:16:31.626145   19953 session.go:577] Close Session cbd65ee2-3a9d",
+        ]
+    )
+    assert list(volcano.session_marks(vc, 2026)) == [
+        (datetime(2026, 12, 6, 1, 15, 48, 794030), "cbd65ee2-3a9d", True),
+        (datetime(2026, 12, 6, 1, 16, 31, 626145), "cbd65ee2-3a9d", False),
+    ]
+    log = "\n".join(
+        [
+            "2026-12-06T01:07:13.869Z\tINFO\tscheduler/scheduler.go:124\t[\x1b[31m0yFbjX\x1b[0m] Start scheduling ...",
+            "2026-12-06T01:07:13.900Z\tINFO\tframework/session.go:80\t[0yFbjX] Taking cluster snapshot ...",
+            "2026-12-06T01:07:13.873Z\tINFO\tscheduler/scheduler.go:146\t[\x1b[31m0yFbjX\x1b[0m] End scheduling ...",
+        ]
+    )
+    assert [(m[1], m[2]) for m in kai.session_marks(log)] == [("0yFbjX", True), ("0yFbjX", False)]
 
 
 def test_the_curve_grid_is_one_shape_at_every_live_size():
     grid = LIVE_GRIDS["scale-curve"]
     assert [LIVE_SCENARIOS[n].nodes for n in grid] == [1000, 5000, 16384]
     assert {n.split("nodes-", 1)[1] for n in grid} == {"1000x3-burst"}
-
-
-def test_kai_sessions_are_paired_by_id_from_its_log():
-    from gangsolve.bench.devcluster import kai
-
-    log = "\n".join(
-        [
-            "2026-12-06T01:07:13.869Z\tINFO\tscheduler/scheduler.go:124\t[\x1b[31m0yFbjX\x1b[0m] Start scheduling ...",
-            "2026-12-06T01:07:13.900Z\tINFO\tframework/session.go:80\t[0yFbjX] Taking cluster snapshot ...",
-            "2026-12-06T01:07:13.873Z\tINFO\tscheduler/scheduler.go:146\t[\x1b[31m0yFbjX\x1b[0m] End scheduling ...",
-            "2026-12-06T01:07:14.874Z\tINFO\tscheduler/scheduler.go:124\t[BTjgyq] Start scheduling ...",
-            "2026-12-06T01:07:14.974Z\tINFO\tscheduler/scheduler.go:146\t[BTjgyq] End scheduling ...",
-            "2026-12-06T01:07:15.975Z\tINFO\tscheduler/scheduler.go:124\t[fWDc6p] Start scheduling ...",  # cut off
-        ]
-    )
-    sessions = kai.session_times(log)
-    assert sessions == {
-        "metric": "kai-scheduler log",
-        "count": 2,
-        "mean_seconds": pytest.approx((0.004 + 0.1) / 2),
-        "p99_at_most_seconds": pytest.approx(0.1),
-    }
-    assert kai.session_times("") is None

@@ -17,8 +17,8 @@ from tests.e2e.live_helpers import bench_runs
 pytestmark = pytest.mark.e2e
 
 DECISIONS = {
-    "kube-scheduler": "scheduler_scheduling_attempt_duration_seconds",
-    "kube-scheduler-gang": "scheduler_podgroup_scheduling_attempt_duration_seconds",
+    "kube-scheduler": "scheduler_scheduling_algorithm_duration_seconds",
+    "kube-scheduler-gang": "scheduler_podgroup_scheduling_algorithm_duration_seconds",
     "gangsolve": "gangsolve_scheduling_cycle_duration_seconds",
 }
 
@@ -93,12 +93,13 @@ def test_every_run_measures_latency_cpu_memory_and_api_requests(live_results):
         # Every scheduler runs as kube-scheduler's user; the audit log counts its requests, bindings included.
         assert r["api_requests"]["create pods/binding"] >= r["pods_placed"]
         assert r["api_requests_per_pod"] >= 1
-        # Its decisions, from its own histogram: gangsolve's cycles, kube-scheduler's attempts (a pod group's where
-        # it scheduled pod groups).
+        # Its decisions, from its own histogram: gangsolve's cycles, kube-scheduler's scheduling algorithm (a pod
+        # group's where it scheduled pod groups).
         decided = r["decisions"]
         assert decided["metric"] == DECISIONS[name]
         assert decided["count"] >= 1
         assert decided["mean_seconds"] > 0
+        assert decided["total_seconds"] == pytest.approx(decided["mean_seconds"] * decided["count"])
 
 
 def test_report_and_target_read_the_live_runs(live_results):

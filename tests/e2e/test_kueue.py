@@ -117,6 +117,6 @@ def test_the_live_bench_runs_kueue_on_the_users_tfjobs(binaries: Binaries, tmp_p
     (queue,) = [q for q in run["peer"]["queues"] if q["kind"] == "ClusterQueue"]
     gpu_group = queue["spec"]["resourceGroups"][1]
     assert gpu_group["flavors"][0]["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]
-    # kube-scheduler's attempts: it places what Kueue admits.
-    assert run["decisions"]["metric"] == "scheduler_scheduling_attempt_duration_seconds"
+    # kube-scheduler's scheduling algorithm: it places what Kueue admits.
+    assert run["decisions"]["metric"] == "scheduler_scheduling_algorithm_duration_seconds"
     assert run["decisions"]["count"] >= 1
