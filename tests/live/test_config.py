@@ -5,6 +5,7 @@ import yaml
 from click.testing import CliRunner
 
 from gangsolve.cli import cli
+from gangsolve.live import config
 from gangsolve.live.config import Config, ConfigError, build
 from gangsolve.solver.model import PLAN_DEPTH
 
@@ -106,6 +107,43 @@ async def test_planning_in_time_settings_reach_the_solver_actor(tmp_path):
 async def test_the_cycle_interval_reaches_the_solver_actor(tmp_path):
     assert scheduler_of(build(write(tmp_path, {"cycle-interval": 0}))).solver.cycle_interval == 0
     assert scheduler_of(build()).solver.cycle_interval == 0.2  # the default: arrivals within it solved together
+
+
+@pytest.mark.asyncio
+async def test_the_solver_workers_reach_each_cycle(tmp_path):
+    assert scheduler_of(build(write(tmp_path, {"solver-workers": 3}))).solver.config.workers == 3
+    with pytest.raises(ConfigError, match="solver-workers: expected a whole number >= 1, got 0"):
+        build(write(tmp_path, {"solver-workers": 0}))
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "given"),
+    [
+        ("max 100000", None),  # no CPU limit: only a share of the machine
+        ("150000 100000", 2),  # limits.cpu 1.5: two cores, rounded up
+        ("50000 100000", 1),
+        ("not a limit", None),
+    ],
+)
+def test_the_cores_given_are_the_cpu_limit(tmp_path, monkeypatch, cpu_max, given):
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 8)
+    (tmp_path / "cpu.max").write_text(cpu_max + "\n")
+    assert config.given_cores(tmp_path / "cpu.max") == given
+
+
+def test_exclusive_cores_are_given_and_cap_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda _pid: {2, 3, 4})  # the static CPU manager's cores
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 8)
+    assert config.given_cores(tmp_path / "absent") == 3
+    (tmp_path / "cpu.max").write_text("800000 100000\n")
+    assert config.given_cores(tmp_path / "cpu.max") == 3
+
+
+def test_one_worker_per_core_given_less_one(monkeypatch):
+    for given, workers in ((None, 1), (1, 1), (2, 1), (8, 7)):
+        monkeypatch.setattr(config, "given_cores", lambda g=given: g)
+        assert config.default_workers() == workers
 
 
 def test_missing_file(tmp_path):

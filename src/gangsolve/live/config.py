@@ -8,11 +8,14 @@ this module (gangsolve.reference): every setting, what it must be, its default a
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -25,6 +28,24 @@ from gangsolve.solver import SolveConfig
 
 class ConfigError(ValueError):
     pass
+
+
+def given_cores(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
+    """The cores this process was given: its cgroup's CPU limit (a pod's `limits.cpu`, rounded up), capped by its
+    CPU affinity (exclusive cores, as the kubelet's static CPU manager gives); None when it has neither, only a
+    share of the machine."""
+    cores = len(os.sched_getaffinity(0))
+    given = cores if cores < (os.cpu_count() or cores) else None
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = cgroup.read_text().split()[:2]
+        if quota != "max":
+            given = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    return given
+
+
+def default_workers() -> int:
+    """One CP-SAT worker per core given, less one for watching and binding; one where none were given."""
+    return max(1, (given_cores() or 1) - 1)
 
 
 def setting(default: Any = None, help: str = "", *, shown: str | None = None, factory: Any = None) -> Any:
@@ -79,6 +100,12 @@ class Config:
         SolveConfig.reservations,
         "pending gangs planned per cycle, queue order: each that cannot start holds a reservation at its expected "
         "start, which no gang started later delays (docs/planning.md); 0 turns the plan off",
+    )
+    solver_workers: int = setting(
+        help="threads CP-SAT searches a cycle's placement on; by default one per core the pod is given (its CPU "
+        "limit, or exclusive cores) less one for watching and binding, and 1 where it has only a CPU request",
+        shown="cores given less one, at least 1",
+        factory=default_workers,
     )
     preempt_min_runtime: float = setting(
         SolveConfig.preempt_min_runtime,
@@ -162,6 +189,7 @@ class Config:
     def solve_config(self) -> SolveConfig:
         return SolveConfig(
             time_limit=self.time_limit,
+            workers=self.solver_workers,
             preemption=self.preemption,
             reservations=self.reservations,
             preempt_min_runtime=self.preempt_min_runtime,
@@ -182,6 +210,7 @@ CYCLE_SETTINGS = (
     "preemption",
     "starvation_age",
     "reservations",
+    "solver_workers",
     "preempt_min_runtime",
     "reclaim_min_runtime",
     "usage_half_life",
