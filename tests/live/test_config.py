@@ -140,6 +140,14 @@ def test_exclusive_cores_are_given_and_cap_the_limit(tmp_path, monkeypatch):
     assert config.given_cores(tmp_path / "cpu.max") == 3
 
 
+def test_without_an_affinity_call_the_limit_alone_decides(tmp_path, monkeypatch):
+    monkeypatch.delattr(config.os, "sched_getaffinity")  # as on macOS, where `gangsolve solve` also runs
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 8)
+    assert config.given_cores(tmp_path / "absent") is None
+    (tmp_path / "cpu.max").write_text("400000 100000\n")
+    assert config.given_cores(tmp_path / "cpu.max") == 4
+
+
 def test_one_worker_per_core_given_less_one(monkeypatch):
     for given, workers in ((None, 1), (1, 1), (2, 1), (8, 7)):
         monkeypatch.setattr(config, "given_cores", lambda g=given: g)

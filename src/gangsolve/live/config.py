@@ -34,8 +34,9 @@ def given_cores(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
     """The cores this process was given: its cgroup's CPU limit (a pod's `limits.cpu`, rounded up), capped by its
     CPU affinity (exclusive cores, as the kubelet's static CPU manager gives); None when it has neither, only a
     share of the machine."""
-    cores = len(os.sched_getaffinity(0))
-    given = cores if cores < (os.cpu_count() or cores) else None
+    machine = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else machine  # (not on macOS)
+    given = cores if cores < machine else None
     with contextlib.suppress(OSError, ValueError):
         quota, period = cgroup.read_text().split()[:2]
         if quota != "max":
