@@ -385,6 +385,17 @@ def label_members(members: list[dict], group: str, queue: str = DEFAULT_QUEUE) -
 _SESSION_LINE = re.compile(r"^(\S+)\s.*?\[(?:\x1b\[\d+m)?(\w+)(?:\x1b\[0m)?\] (Start|End) scheduling \.\.\.$")
 
 
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\S+)\s")
+
+
+def last_logged(log: str) -> datetime | None:
+    """The time of the log's last line: how long a session still open at the end had been open."""
+    for line in reversed(log.splitlines()):
+        if seen := _LOG_TIME.match(line):
+            return datetime.fromisoformat(seen[1])
+    return None
+
+
 def session_marks(log: str) -> Iterator[tuple[datetime, str, bool]]:
     """(time, session id, opened) for each session's start and end in the scheduler's log."""
     for line in log.splitlines():

@@ -407,10 +407,24 @@ def pod_group(
 _SESSION_LINE = re.compile(r"^I(\d{4} \d\d:\d\d:\d\d\.\d+)\s.*\] (Open|Close) Session ([0-9a-f-]+)")
 
 
+_LOG_TIME = re.compile(r"^[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)\s")
+
+
+def _klog_time(stamp: str, year: int) -> datetime:
+    return datetime.strptime(f"{year}{stamp}", "%Y%m%d %H:%M:%S.%f")
+
+
+def last_logged(log: str, year: int) -> datetime | None:
+    """The time of the log's last klog line: how long a session still open at the end had been open."""
+    for line in reversed(log.splitlines()):
+        if seen := _LOG_TIME.match(line):
+            return _klog_time(seen[1], year)
+    return None
+
+
 def session_marks(log: str, year: int) -> Iterator[tuple[datetime, str, bool]]:
     """(time, session id, opened) for each session opened and closed in the scheduler's log (klog writes no year:
     `year`'s)."""
     for line in log.splitlines():
         if seen := _SESSION_LINE.match(line):
-            at = datetime.strptime(f"{year}{seen[1]}", "%Y%m%d %H:%M:%S.%f")
-            yield at, seen[3], seen[2] == "Open"
+            yield _klog_time(seen[1], year), seen[3], seen[2] == "Open"

@@ -162,10 +162,13 @@ def decision_times(exposition: str, family: str, unit: float = 1.0) -> dict[str,
     }
 
 
-def session_times(source: str, marks: Iterable[tuple[datetime, str, bool]]) -> dict[str, Any] | None:
+def session_times(
+    source: str, marks: Iterable[tuple[datetime, str, bool]], until: datetime | None = None
+) -> dict[str, Any] | None:
     """The same figures from a scheduler's log, as (time, session id, opened) marks in log order: sessions that
-    closed (their p99 exact), and how long one still open at the last mark had been open (`open_seconds`; a
-    scheduler that binds inside its session may spend a whole burst in one). None when no session opened."""
+    closed (their p99 exact), and how long one still open at the end had been open (`open_seconds`; a scheduler
+    that binds inside its session may spend a whole burst in one). The end is `until` (the log's last line),
+    else the last mark. None when no session opened."""
     opened: dict[str, datetime] = {}
     took: list[float] = []
     last = None
@@ -177,7 +180,8 @@ def session_times(source: str, marks: Iterable[tuple[datetime, str, bool]]) -> d
             took.append((at - opened.pop(session)).total_seconds())
     if last is None or not (took or opened):
         return None
-    still = max(((last - at).total_seconds() for at in opened.values()), default=0.0)
+    end = max(last, until or last)
+    still = max(((end - at).total_seconds() for at in opened.values()), default=0.0)
     took.sort()
     return {
         "metric": source,

@@ -113,7 +113,8 @@ class VolcanoRun:
         that closed, and in a burst it binds inside one session that may outlast the run."""
         assert self.processes is not None
         log = self.processes.scheduler.log_path.read_text(errors="replace")
-        return session_times("vc-scheduler log", volcano.session_marks(log, datetime.now().year))
+        year = datetime.now().year
+        return session_times("vc-scheduler log", volcano.session_marks(log, year), volcano.last_logged(log, year))
 
 
 class KueueRun:
@@ -249,7 +250,7 @@ class KaiRun:
         """Its sessions, from the scheduler's log: its latency metric is a gauge of the last session only."""
         assert self.processes is not None
         log = self.processes.scheduler.log_path.read_text(errors="replace")
-        return session_times("kai-scheduler log", kai.session_marks(log))
+        return session_times("kai-scheduler log", kai.session_marks(log), kai.last_logged(log))
 
 
 PeerRun = VolcanoRun | KueueRun | KaiRun

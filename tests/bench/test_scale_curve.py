@@ -3,7 +3,7 @@ the table that sets one shape's runs at several sizes side by side."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 
@@ -122,7 +122,7 @@ def test_the_curve_sets_one_shape_side_by_side_across_sizes():
     assert "16,384" in tables.markdown({"scenarios": [], "live": live})
 
 
-def test_sessions_pair_by_id_and_one_still_open_counts_until_the_last_mark():
+def test_sessions_pair_by_id_and_one_still_open_counts_until_the_log_ends():
     t = [datetime(2026, 12, 6, 1, 0, s) for s in range(60)]
     marks = [(t[0], "a", True), (t[2], "a", False), (t[3], "b", True), (t[4], "c", False), (t[7], "b", False)]
     marks += [(t[10], "d", True), (t[40], "x", False)]  # d still open 30 s later; x never opened
@@ -135,6 +135,9 @@ def test_sessions_pair_by_id_and_one_still_open_counts_until_the_last_mark():
         "total_seconds": pytest.approx(2 + 4 + 30),
         "open_seconds": pytest.approx(30.0),
     }
+    # Still open when the log ends: counted to its last line, not to the session's own opening mark.
+    assert session_times("log", [(t[5], "e", True)], until=t[50])["open_seconds"] == pytest.approx(45.0)
+    assert session_times("log", [(t[5], "e", True)])["open_seconds"] == 0.0
     assert session_times("log", []) is None
 
 
@@ -146,6 +149,7 @@ def test_volcano_and_kai_session_marks_from_their_logs():
             "I1206 01:16:31.626145   19953 session.go:577] Close Session cbd65ee2-3a9d",
         ]
     )
+    assert volcano.last_logged(vc + "\n  a continuation line", 2026) == datetime(2026, 12, 6, 1, 16, 31, 626145)
     assert list(volcano.session_marks(vc, 2026)) == [
         (datetime(2026, 12, 6, 1, 15, 48, 794030), "cbd65ee2-3a9d", True),
         (datetime(2026, 12, 6, 1, 16, 31, 626145), "cbd65ee2-3a9d", False),
@@ -158,6 +162,7 @@ def test_volcano_and_kai_session_marks_from_their_logs():
         ]
     )
     assert [(m[1], m[2]) for m in kai.session_marks(log)] == [("0yFbjX", True), ("0yFbjX", False)]
+    assert kai.last_logged(log) == datetime(2026, 12, 6, 1, 7, 13, 873000, tzinfo=UTC)
 
 
 def test_the_curve_grid_is_one_shape_at_every_live_size():
