@@ -33,6 +33,7 @@ def solver_actor(
     reservations: int = SolveConfig.reservations,
     starvation: float = STARVATION_SECONDS,
     plan_page: bool = False,
+    first_cycle_gangs: int = 100,
 ) -> SolverActor:
     return SolverActor(
         store,
@@ -44,6 +45,7 @@ def solver_actor(
         cycle_interval=cycle_interval,
         estimator=estimator,
         plan_page=plan_page,
+        first_cycle_gangs=first_cycle_gangs,
     )
 
 

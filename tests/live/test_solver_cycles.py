@@ -29,7 +29,11 @@ def member(name: str, group: str, gpus: int = 1, node: str | None = None) -> dic
 
 
 def actor(
-    store: ClusterStore, debounce: float = 0.0, resync: float = 3600.0, cycle_interval: float = 0.0
+    store: ClusterStore,
+    debounce: float = 0.0,
+    resync: float = 3600.0,
+    cycle_interval: float = 0.0,
+    first_cycle_gangs: int = 100,
 ) -> SolverActor:
     return solver_actor(
         store,
@@ -40,6 +44,7 @@ def actor(
         debounce=debounce,
         cycle_interval=cycle_interval,
         resync_period=resync,
+        first_cycle_gangs=first_cycle_gangs,
     )
 
 
@@ -148,6 +153,53 @@ async def test_gangs_arriving_within_the_cycle_interval_are_solved_together(solv
     assert later == {"default/b", "default/c"}
     assert solved == [["default/a"], ["default/b", "default/c"]]  # one cycle for both
     assert waited >= 1.5  # the interval, less the first plan's way out of its cycle
+
+
+@pytest.mark.asyncio
+async def test_the_first_cycle_solves_the_first_gangs_in_queue_order_and_the_next_the_rest_at_once(solved):
+    """After a start with many gangs waiting, binding starts after a cycle of a few gangs, not of all: the first
+    cycle takes the first in queue order (priority, then the oldest member), the next one the rest, with no
+    change in the cluster to wake it."""
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=8)]))
+    s.apply(Resync(XPG, [k8s_pod_group(name, 1) for name in "abcde"]))
+    pods = []
+    for i, name in enumerate("edcba"):  # e is the oldest, then d, ...
+        pod = member(f"{name}-0", name)
+        pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:0{i}Z"
+        if name == "a":
+            pod["spec"]["priority"] = 1000  # the youngest, but the highest priority
+        pods.append(pod)
+    s.apply(Resync(POD, pods))
+    send, receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor(s, first_cycle_gangs=2, cycle_interval=0.2).run, send, Latest())
+        with anyio.fail_after(20):
+            gangs = [(await receive.receive()).gang for _ in range(5)]
+        await anyio.sleep(0.5)
+        tg.cancel_scope.cancel()
+    # The second cycle solves every gang (one that does is due): a and e are bound, so it sees the rest.
+    assert solved == [["default/a", "default/e"], ["default/b", "default/c", "default/d"]]
+    assert set(gangs[:2]) == {"default/a", "default/e"}
+
+
+@pytest.mark.asyncio
+async def test_gangs_the_first_cycle_left_are_solved_at_once_even_when_it_placed_nothing(solved):
+    """A full cluster: the first cycle places nothing, so nothing in the store changes; the gangs it left must
+    still be solved (and told why they wait) at once, not at the next event or resync."""
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=1)]))
+    s.apply(Resync(XPG, [k8s_pod_group(name, 1) for name in "abc"]))
+    s.apply(Resync(POD, [member("run", "x", node="n1")] + [member(f"{name}-0", name) for name in "abc"]))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            actor(s, first_cycle_gangs=1).run, anyio.create_memory_object_stream[GangPlan](math.inf)[0], Latest()
+        )
+        with anyio.fail_after(10):
+            while len(solved) < 2:
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert solved == [["default/a"], ["default/a", "default/b", "default/c"]]  # every gang, a again with them
 
 
 @pytest.mark.asyncio
