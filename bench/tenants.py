@@ -320,6 +320,8 @@ def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
     """Per scheduler, each tenant's share of the GPUs over time against its weighted fair share."""
     import matplotlib.pyplot as plt
 
+    from gangsolve.bench.report.plots import save
+
     paths = []
     plotted = set()
     for sc in timeline:
@@ -345,8 +347,5 @@ def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
             ax.legend(fontsize=7, loc="upper right")
         axes[-1, 0].set_xlabel("minutes")
         fig.suptitle(f"{sc['name']} seed {sc['seed']} {sc['estimates']}: tenants' GPU shares over time")
-        fig.tight_layout()
-        paths.append(out / f"shares-{sc['name'].split('/')[-1]}.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(save(fig, out / f"shares-{sc['name'].split('/')[-1]}.png"))
     return paths

@@ -43,7 +43,7 @@ def curve_points(live: list[dict]) -> dict[tuple[str, str], list[tuple[int, dict
     out: dict[tuple[str, str], list[tuple[int, dict]]] = {}
     for sc in live:
         sized = _SIZED.fullmatch(sc["name"])
-        if sized is None or sc.get("mode") == "timeline":
+        if sized is None:
             continue
         for r in sc["runs"]:
             if "error" not in r:

@@ -24,10 +24,26 @@ COLORS = {
     "conservative-backfill": "tab:cyan",
     "gangsolve": "tab:red",
     "volcano": "tab:orange",
-    "kai-quota": "tab:pink",
+    "kai": "tab:pink",
     "kueue": "black",
 }
 MARKERS = {"synthetic": "o", "kube-perf": "s", "openb": "^"}
+
+
+def color(scheduler: str) -> str | None:
+    """A scheduler's colour; a variant of a peer (`kueue-unblocked`, `volcano-reclaim`) takes the peer's."""
+    if scheduler in COLORS:
+        return COLORS[scheduler]
+    family = next((name for name in COLORS if scheduler.startswith(f"{name}-")), None)
+    return COLORS[family] if family else None
+
+
+def save(fig, path: Path) -> Path:
+    """Lay the figure out, write it to `path` and free it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _family(name: str) -> str:
@@ -51,7 +67,7 @@ def _draw(ax, results: dict, metric, ylabel: str, logy: bool = False) -> None:
     for (scheduler, family), points in _series(results, metric).items():
         xs, ys = zip(*points, strict=True)
         style = "-" if family == "synthetic" else ":"
-        ax.plot(xs, ys, style, marker=MARKERS.get(family, "x"), color=COLORS.get(scheduler))
+        ax.plot(xs, ys, style, marker=MARKERS.get(family, "x"), color=color(scheduler))
     ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
@@ -66,7 +82,7 @@ def _legend(ax, results: dict) -> None:
 
     schedulers = list(dict.fromkeys(r["scheduler"] for sc in results["scenarios"] for r in sc["runs"]))
     families = list(dict.fromkeys(_family(sc["name"]) for sc in results["scenarios"]))
-    handles = [Line2D([], [], color=COLORS.get(s), label=s) for s in schedulers]
+    handles = [Line2D([], [], color=color(s), label=s) for s in schedulers]
     handles += [Line2D([], [], color="black", marker=MARKERS.get(f, "x"), linestyle="", label=f) for f in families]
     ax.legend(handles=handles, fontsize=8)
 
@@ -81,19 +97,13 @@ def plot(results: dict, out: Path) -> list[Path]:
     _draw(axes[2], results, lambda r: r["stranded_gpus"] if r["gpus_total"] else None, "GPUs stranded by partial gangs")
     _legend(axes[0], results)
     fig.suptitle("Placement quality against cluster size (one cycle)")
-    fig.tight_layout()
-    paths.append(out / "quality.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(save(fig, out / "quality.png"))
 
     fig, ax = plt.subplots(figsize=(8, 5))
     _draw(ax, results, lambda r: r["cycle_p99"], "cycle time p99 (s)", logy=True)
     _legend(ax, results)
     ax.set_title("Latency against cluster size")
-    fig.tight_layout()
-    paths.append(out / "latency.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(save(fig, out / "latency.png"))
 
     shown: set[str] = set()
     for sc in results.get("timeline") or []:
@@ -103,12 +113,12 @@ def plot(results: dict, out: Path) -> list[Path]:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
         for r in sc["runs"]:
             t = [c["time"] / 60 for c in r["cycles"]]
-            color = COLORS.get(r["scheduler"])
-            top.plot(t, [c["gpu_useful"] for c in r["cycles"]], color=color, label=f"{r['scheduler']} (running jobs)")
+            tint = color(r["scheduler"])
+            top.plot(t, [c["gpu_useful"] for c in r["cycles"]], color=tint, label=f"{r['scheduler']} (running jobs)")
             top.plot(
-                t, [c["gpu_allocation"] for c in r["cycles"]], ":", color=color, label=f"{r['scheduler']} (allocated)"
+                t, [c["gpu_allocation"] for c in r["cycles"]], ":", color=tint, label=f"{r['scheduler']} (allocated)"
             )
-            bottom.plot(t, [c["pending"] for c in r["cycles"]], color=color, label=r["scheduler"])
+            bottom.plot(t, [c["pending"] for c in r["cycles"]], color=tint, label=r["scheduler"])
         top.set_ylabel("GPU utilization")
         top.legend(fontsize=7)
         bottom.set_ylabel("pending jobs")
@@ -116,10 +126,7 @@ def plot(results: dict, out: Path) -> list[Path]:
         top.set_title(f"{timeline_label(sc)}: GPU utilization and queue over time")
         for ax in (top, bottom):
             ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        paths.append(out / f"timeline-{sc['name'].split('/')[-1]}.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(save(fig, out / f"timeline-{sc['name'].split('/')[-1]}.png"))
     paths += tenants.plot_shares(results.get("timeline") or [], out)
     return paths
 
@@ -141,19 +148,16 @@ def plot_curves(live: list[dict], out: Path) -> list[Path]:
                 xy = [(n, metric(r)) for n, r in runs if of_shape == shape and metric(r) is not None]
                 if xy:
                     xs, ys = zip(*xy, strict=True)
-                    ax.plot(xs, ys, "-o", color=COLORS.get(scheduler), label=scheduler)
+                    ax.plot(xs, ys, "-o", color=color(scheduler), label=scheduler)
         for ax, (_metric, label) in zip(axes, panels, strict=True):
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("nodes")
             ax.set_ylabel(label)
             ax.grid(True, which="both", alpha=0.3)
-        axes[0].legend(fontsize=8)
+        axes[1].legend(fontsize=8)  # CPU: every run has it
         fig.suptitle(f"live {shape}: cost against cluster size")
-        fig.tight_layout()
-        paths.append(out / f"scale-curve-{shape}.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(save(fig, out / f"scale-curve-{shape}.png"))
     return paths
 
 
@@ -168,10 +172,10 @@ def plot_live(live: list[dict], out: Path) -> list[Path]:
         ax = axes[0][0]
         for r in runs:
             times = [0.0, *r["bound_over_time"]]
-            ax.step(times, range(len(times)), where="post", color=COLORS.get(r["scheduler"]), label=r["scheduler"])
+            ax.step(times, range(len(times)), where="post", color=color(r["scheduler"]), label=r["scheduler"])
             if stream and r.get("created_over_time"):
                 made = [0.0, *r["created_over_time"]]
-                ax.step(made, range(len(made)), where="post", color=COLORS.get(r["scheduler"]), alpha=0.4, ls="--")
+                ax.step(made, range(len(made)), where="post", color=color(r["scheduler"]), alpha=0.4, ls="--")
         origin = "the first pending pod was created" if stream else "the scheduler started"
         ax.set_xlabel(f"seconds since {origin}")
         ax.set_ylabel("pods bound" + (" (dashed: created)" if stream else ""))
@@ -187,7 +191,7 @@ def plot_live(live: list[dict], out: Path) -> list[Path]:
                         lat,
                         [(i + 1) / len(lat) for i in range(len(lat))],
                         where="post",
-                        color=COLORS.get(r["scheduler"]),
+                        color=color(r["scheduler"]),
                         label=f"{r['scheduler']} ({len(lat)} gangs)",
                     )
             cdf.set_xscale("log")
@@ -196,8 +200,5 @@ def plot_live(live: list[dict], out: Path) -> list[Path]:
             cdf.set_title("gang latency CDF")
             cdf.grid(True, which="both", alpha=0.3)
             cdf.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(out / f"live-{sc['name'].split('/')[-1]}.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(save(fig, out / f"live-{sc['name'].split('/')[-1]}.png"))
     return paths

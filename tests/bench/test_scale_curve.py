@@ -10,7 +10,7 @@ import pytest
 from gangsolve.bench.devcluster import kai, volcano
 from gangsolve.bench.live.live_scenarios import LIVE_GRIDS, LIVE_SCENARIOS
 from gangsolve.bench.live.measurements import decision_times, session_times
-from gangsolve.bench.report import curves, tables
+from gangsolve.bench.report import curves, plots, tables
 
 # Volcano's session histogram as vc-scheduler writes it (milliseconds), one label set.
 VOLCANO = """# HELP volcano_e2e_scheduling_latency_milliseconds Duration of a single scheduling session.
@@ -120,6 +120,23 @@ def test_the_curve_sets_one_shape_side_by_side_across_sizes():
     assert rows[1][10] == "5.5"
     assert rows[2][5:10] == ("session", "0 +1 open", "-", "-", "10.00")  # the whole run in one open session
     assert "16,384" in tables.markdown({"scenarios": [], "live": live})
+
+
+def test_the_curve_is_drawn_with_each_peer_variant_in_its_peers_colour(tmp_path):
+    live = [
+        {"name": f"live/{n}nodes-1000x3-burst", "mode": "burst", "runs": [_run(s, n / 1000, None) for s in PEERS]}
+        for n in (1000, 5000)
+    ]
+    (path,) = plots.plot_curves(live, tmp_path)
+    assert path.name == "scale-curve-1000x3-burst.png"
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    assert plots.color("kueue-unblocked") == plots.color("kueue") is not None
+    assert plots.color("volcano-reclaim") == plots.color("volcano") != plots.color("kai-quota")
+    assert plots.color("kube-scheduler-gang") != plots.color("kube-scheduler")  # a colour of its own
+    assert plots.color("someone-else") is None
+
+
+PEERS = ("gangsolve", "kube-scheduler", "kube-scheduler-gang", "volcano", "kai-quota", "kueue-unblocked")
 
 
 def test_sessions_pair_by_id_and_one_still_open_counts_until_the_log_ends():
