@@ -185,12 +185,16 @@ async def test_the_first_cycle_solves_the_first_gangs_in_queue_order_and_the_nex
 
 @pytest.mark.asyncio
 async def test_gangs_the_first_cycle_left_are_solved_at_once_even_when_it_placed_nothing(solved):
-    """A full cluster: the first cycle places nothing, so nothing in the store changes; the gangs it left must
-    still be solved (and told why they wait) at once, not at the next event or resync."""
+    """Room enough in all, but on no node the gangs may take: the first cycle places nothing, so nothing in the
+    store changes; the gangs it left must still be solved (and told why they wait) at once, not at the next event
+    or resync."""
     s = ClusterStore()
-    s.apply(Resync(NODE, [k8s_node("n1", gpus=1)]))
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=8)]))
     s.apply(Resync(XPG, [k8s_pod_group(name, 1) for name in "abc"]))
-    s.apply(Resync(POD, [member("run", "x", node="n1")] + [member(f"{name}-0", name) for name in "abc"]))
+    pods = [member(f"{name}-0", name) for name in "abc"]
+    for pod in pods:
+        pod["spec"]["nodeSelector"] = {"zone": "nowhere"}
+    s.apply(Resync(POD, pods))
     async with anyio.create_task_group() as tg:
         tg.start_soon(
             actor(s, first_cycle_gangs=1).run, anyio.create_memory_object_stream[GangPlan](math.inf)[0], Latest()
@@ -200,6 +204,19 @@ async def test_gangs_the_first_cycle_left_are_solved_at_once_even_when_it_placed
                 await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
     assert solved == [["default/a"], ["default/a", "default/b", "default/c"]]  # every gang, a again with them
+
+
+@pytest.mark.asyncio
+async def test_gangs_that_compete_for_room_are_all_weighed_in_the_first_cycle(solved):
+    """Together they ask for more than is free (which of them to place is the question): no first cut."""
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=2)]))
+    s.apply(Resync(XPG, [k8s_pod_group(name, 1) for name in "abc"]))
+    s.apply(Resync(POD, [member(f"{name}-0", name) for name in "abc"]))
+    send, _receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    a = actor(s, first_cycle_gangs=1)
+    await a.cycle(send, Latest(), await a.prepare())
+    assert solved == [["default/a", "default/b", "default/c"]]
 
 
 @pytest.mark.asyncio
