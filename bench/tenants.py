@@ -14,7 +14,6 @@ tree, level by level (a department's share divided among its teams).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -314,38 +313,3 @@ def _after(f: dict) -> str:
     if not f.get("over_when_all_came"):
         return "-"
     return "not in window" if f["yielded_after"] is None else f"{f['yielded_after'] / 60:.0f} min"
-
-
-def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
-    """Per scheduler, each tenant's share of the GPUs over time against its weighted fair share."""
-    import matplotlib.pyplot as plt
-
-    from gangsolve.bench.report.plots import save
-
-    paths = []
-    plotted = set()
-    for sc in timeline:
-        runs = [r for r in sc["runs"] if r["summary"].get("fairness")]
-        if not runs or sc["name"] in plotted:
-            continue  # one plot per scenario: its first seed and estimate mode
-        plotted.add(sc["name"])
-        fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), sharex=True, squeeze=False)
-        for ax, r in zip(axes[:, 0], runs, strict=True):
-            tenants_ = r["summary"]["fairness"]["tenants"]
-            weights = {t: f["weight"] for t, f in tenants_.items()}
-            parents = {t: f.get("parent", "") for t, f in tenants_.items()}
-            capacity = r["summary"]["gpus"]
-            t = [c["time"] / 60 for c in r["cycles"]]
-            for i, tenant in enumerate(q for q in weights if q not in parents.values()):  # the teams
-                color = f"C{i}"
-                ax.plot(t, [c["held"].get(tenant, 0) / capacity for c in r["cycles"]], color=color, label=tenant)
-                fair = [tree_split(capacity, weights, parents, c["demand"], {})[tenant] / capacity for c in r["cycles"]]
-                ax.plot(t, fair, "--", color=color, linewidth=0.8)
-            ax.set_ylabel("GPU share")
-            ax.set_title(f"{r['scheduler']} (solid: held; dashed: weighted fair share)", fontsize=9)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7, loc="upper right")
-        axes[-1, 0].set_xlabel("minutes")
-        fig.suptitle(f"{sc['name']} seed {sc['seed']} {sc['estimates']}: tenants' GPU shares over time")
-        paths.append(save(fig, out / f"shares-{sc['name'].split('/')[-1]}.png"))
-    return paths

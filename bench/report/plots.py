@@ -127,7 +127,38 @@ def plot(results: dict, out: Path) -> list[Path]:
         for ax in (top, bottom):
             ax.grid(True, alpha=0.3)
         paths.append(save(fig, out / f"timeline-{sc['name'].split('/')[-1]}.png"))
-    paths += tenants.plot_shares(results.get("timeline") or [], out)
+    paths += plot_shares(results.get("timeline") or [], out)
+    return paths
+
+
+def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
+    """Per scheduler, each tenant's share of the GPUs over time against its weighted fair share."""
+    paths = []
+    plotted = set()
+    for sc in timeline:
+        runs = [r for r in sc["runs"] if r["summary"].get("fairness")]
+        if not runs or sc["name"] in plotted:
+            continue  # one plot per scenario: its first seed and estimate mode
+        plotted.add(sc["name"])
+        fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), sharex=True, squeeze=False)
+        for ax, r in zip(axes[:, 0], runs, strict=True):
+            tenants_ = r["summary"]["fairness"]["tenants"]
+            weights = {t: f["weight"] for t, f in tenants_.items()}
+            parents = {t: f.get("parent", "") for t, f in tenants_.items()}
+            capacity = r["summary"]["gpus"]
+            t = [c["time"] / 60 for c in r["cycles"]]
+            for i, tenant in enumerate(q for q in weights if q not in parents.values()):  # the teams
+                tint = f"C{i}"
+                ax.plot(t, [c["held"].get(tenant, 0) / capacity for c in r["cycles"]], color=tint, label=tenant)
+                split = [tenants.tree_split(capacity, weights, parents, c["demand"], {}) for c in r["cycles"]]
+                ax.plot(t, [fair[tenant] / capacity for fair in split], "--", color=tint, linewidth=0.8)
+            ax.set_ylabel("GPU share")
+            ax.set_title(f"{r['scheduler']} (solid: held; dashed: weighted fair share)", fontsize=9)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7, loc="upper right")
+        axes[-1, 0].set_xlabel("minutes")
+        fig.suptitle(f"{sc['name']} seed {sc['seed']} {sc['estimates']}: tenants' GPU shares over time")
+        paths.append(save(fig, out / f"shares-{sc['name'].split('/')[-1]}.png"))
     return paths
 
 

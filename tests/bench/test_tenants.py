@@ -7,6 +7,7 @@ from bench_clusters import cluster_objects, gang, gpu_nodes
 
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import proportion
+from gangsolve.bench.report import plots
 from gangsolve.bench.tenants import (
     DEPARTMENTS,
     TEAMS,
@@ -150,3 +151,12 @@ def test_fairness_says_how_soon_a_queue_over_its_share_comes_down_when_the_other
     stuck = [dict(c, held={"a": 8, "b": 0}) for c in cycles]
     never = fairness(stuck, {"a": 1, "b": 1}, 8, (0, len(held) * PERIOD))["tenants"]["a"]
     assert (never["over_when_all_came"], never["yielded_after"]) == (True, None)
+
+
+def test_the_shares_plot_draws_each_scheduler_against_its_fair_share(tmp_path):
+    runs = [{"scheduler": s, **simulate(workload(), s, time_limit=0.5)} for s in ("gangsolve", "proportion")]
+    assert all(r["summary"].get("fairness") for r in runs)
+    sc = {"name": "timeline/two-queues", "seed": 1, "estimates": "exact", "runs": runs}
+    (path,) = plots.plot_shares([sc, sc], tmp_path)  # one plot per scenario
+    assert path.name == "shares-two-queues.png"
+    assert path.read_bytes()[:4] == b"\x89PNG"
