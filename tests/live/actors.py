@@ -11,7 +11,7 @@ from gangsolve.edge.gangs import STARVATION_SECONDS, Grace
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.queue import SchedulingQueue
-from gangsolve.live.solver_actor import SolverActor
+from gangsolve.live.solver_actor import FIRST_CYCLE_GANGS, SolverActor
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import SolveConfig
 
@@ -33,7 +33,7 @@ def solver_actor(
     reservations: int = SolveConfig.reservations,
     starvation: float = STARVATION_SECONDS,
     plan_page: bool = False,
-    first_cycle_gangs: int = 100,
+    first_cycle_gangs: int = FIRST_CYCLE_GANGS,
 ) -> SolverActor:
     return SolverActor(
         store,

@@ -15,7 +15,7 @@ from gangsolve.edge.gangs import Grace
 from gangsolve.live.channels import Latest
 from gangsolve.live.messages import CycleResult, Event, GangPlan, Resync
 from gangsolve.live.metrics import Metrics
-from gangsolve.live.solver_actor import SolverActor
+from gangsolve.live.solver_actor import FIRST_CYCLE_GANGS, SolverActor
 from gangsolve.live.store import ClusterStore
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.actors import solver_actor
@@ -33,7 +33,7 @@ def actor(
     debounce: float = 0.0,
     resync: float = 3600.0,
     cycle_interval: float = 0.0,
-    first_cycle_gangs: int = 100,
+    first_cycle_gangs: int = FIRST_CYCLE_GANGS,
 ) -> SolverActor:
     return solver_actor(
         store,
@@ -157,9 +157,9 @@ async def test_gangs_arriving_within_the_cycle_interval_are_solved_together(solv
 
 @pytest.mark.asyncio
 async def test_the_first_cycle_solves_the_first_gangs_in_queue_order_and_the_next_the_rest_at_once(solved):
-    """After a start with many gangs waiting, binding starts after a cycle of a few gangs, not of all: the first
-    cycle takes the first in queue order (priority, then the oldest member), the next one the rest, with no
-    change in the cluster to wake it."""
+    """After a start with many gangs waiting (room for all), binding starts after a cycle of a few gangs, not of
+    all: the first cycle takes the first in queue order (priority, then the oldest member), the next one, at once,
+    the rest."""
     s = ClusterStore()
     s.apply(Resync(NODE, [k8s_node("n1", gpus=8)]))
     s.apply(Resync(XPG, [k8s_pod_group(name, 1) for name in "abcde"]))
@@ -178,7 +178,7 @@ async def test_the_first_cycle_solves_the_first_gangs_in_queue_order_and_the_nex
             gangs = [(await receive.receive()).gang for _ in range(5)]
         await anyio.sleep(0.5)
         tg.cancel_scope.cancel()
-    # The second cycle solves every gang (one that does is due): a and e are bound, so it sees the rest.
+    # The second cycle solves every gang (one that does is due): a and e are assumed, so it sees the rest.
     assert solved == [["default/a", "default/e"], ["default/b", "default/c", "default/d"]]
     assert set(gangs[:2]) == {"default/a", "default/e"}
 
