@@ -238,6 +238,11 @@ def dominant(amounts: Mapping[str, float], total: Mapping[str, int]) -> float:
     return max((amounts.get(r, 0) / t for r, t in total.items() if t > 0), default=0.0)
 
 
+def queue_key(gang: Gang) -> tuple[int, int, int]:
+    """A gang's place in the queue before fair shares reorder it: priority, then starving, then its oldest member."""
+    return (-gang.priority, -gang.starving, gang.order)
+
+
 def rank(cluster: Cluster) -> tuple[Gang, ...]:
     """The cluster's gangs with `fair` and `share` set (see the module's docstring). With fewer than two
     queues holding pending gangs there is nothing to share: every gang is fair, as without queues."""
@@ -253,7 +258,7 @@ def rank(cluster: Cluster) -> tuple[Gang, ...]:
     held_fair = {name: dict(q.allocated) for name, q in queues.items()}  # held plus the fair gangs so far
     held_all = {name: dict(q.allocated) for name, q in queues.items()}  # held plus every gang so far
     ranked = list(gangs)
-    order = sorted(range(len(gangs)), key=lambda g: (-gangs[g].priority, -gangs[g].starving, gangs[g].order))
+    order = sorted(range(len(gangs)), key=lambda g: queue_key(gangs[g]))
     for g in order:
         gang = gangs[g]
         q = gang.queue

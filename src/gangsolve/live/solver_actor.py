@@ -57,6 +57,7 @@ from gangsolve.live.plan_page import PlanView, ShareHistory, carried_running, st
 from gangsolve.live.queue import SchedulingQueue, Signature
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, Reservation, SolveConfig
+from gangsolve.solver.queues import queue_key
 
 # Where the gangs waiting at start-up together ask for no more than the cluster has free, the first cycle solves
 # at most this many (the first in queue order); the next one starts at once (no cycle has solved every gang yet:
@@ -281,8 +282,7 @@ class SolverActor:
         signatures = {g.name: self._converter.signature(g) for g in cluster.gangs}
         todo = self.queue.to_solve(cluster.gangs, signatures, lambda g: self._holds(g, cluster), full)
         if self.cycles == 0 and len(todo) > self.first_cycle_gangs and _room_for_all(cluster, todo):
-            # The first in queue order as the solver begins it (queues.rank's): priority, starving, oldest member.
-            first = sorted(todo, key=lambda g: (-g.priority, -g.starving, g.order))[: self.first_cycle_gangs]
+            first = sorted(todo, key=queue_key)[: self.first_cycle_gangs]  # as the solver begins its walk
             names = {g.name for g in first}
             todo = tuple(g for g in todo if g.name in names)
         skipped = (*view.unreadable, *grouped.skipped)
