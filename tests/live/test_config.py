@@ -174,3 +174,14 @@ def test_cli_missing_kubeconfig_exits_2(tmp_path):
         result = CliRunner().invoke(cli, [command, "--kubeconfig", str(tmp_path / "nope")])
         assert result.exit_code == 2
         assert result.stderr.strip() == f"error: kubeconfig {tmp_path / 'nope'}: no such file"
+
+
+def test_cli_a_file_that_is_no_kubeconfig_exits_2_with_one_line_naming_it(tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text("")  # `touch ~/.kube/config`, or KUBECONFIG=/dev/null
+    run = CliRunner().invoke(cli, ["run", "--kubeconfig", str(path)])
+    assert run.exit_code == 2
+    assert run.stderr.strip().splitlines() == [f"error: kubeconfig: {path}: empty"]
+    export = CliRunner().invoke(cli, ["export", "--kubeconfig", str(path)])
+    assert export.exit_code == 2
+    assert export.stderr.strip().splitlines() == [f"error: export: ConfigException: {path}: empty"]

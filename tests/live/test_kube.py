@@ -1,17 +1,23 @@
-"""The client's connection: the environment's proxy is honoured as client-go honours it (HTTP(S)_PROXY, NO_PROXY),
-read once when the client is made. Two small HTTP servers stand in, one for the API server, one for the proxy."""
+"""The client's connection: the kubeconfig read (a file that is none is named, never a traceback); the
+environment's proxy honoured as client-go honours it (HTTP(S)_PROXY, NO_PROXY), read once when the client is
+made. Two small HTTP servers stand in, one for the API server, one for the proxy."""
 
 from __future__ import annotations
 
 import gc
+import tempfile
 from pathlib import Path
 
+import anyio
 import orjson
 import pytest
 import yaml
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kubernetes_asyncio.config import ConfigException
 
-from gangsolve.live.kube import LARGE_BODY, Kube, decode
+from gangsolve.live.kube import LARGE_BODY, Kube, decode, load_configuration
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
 
@@ -98,3 +104,72 @@ def test_a_large_answer_is_decoded_without_collections_and_kept_from_later_ones(
         assert gc.isenabled()
     finally:
         gc.callbacks.remove(seen)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "empty"),
+        ("- a\n- b\n", "not a mapping of fields (list)"),
+        ("clusters: [a\n", "not YAML"),
+        ("clusters: 5\ncontexts: 5\ncurrent-context: x\n", "a field has the wrong shape"),
+        ("contexts: [{name: x, context: {cluster: c, user: u}}]\nusers: [5]\ncurrent-context: x\n", "wrong shape"),
+        ("apiVersion: v1\n", "current-context"),  # the library's own message
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_file_that_is_no_kubeconfig_is_named_with_what_is_wrong(tmp_path, text, says):
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    with pytest.raises(ConfigException) as err:
+        await load_configuration(str(path))
+    assert str(path) in str(err.value)
+    assert says in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.asyncio
+async def test_a_kubeconfig_is_read():
+    cfg = await load_configuration(kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig", "https://10.0.0.1:6443"))
+    assert cfg.host == "https://10.0.0.1:6443"
+
+
+# Documents with a kubeconfig's fields in every shape: each is read, or refused with ConfigException.
+_SCALARS = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+_FIELDS = st.sampled_from(
+    [
+        "apiVersion",
+        "kind",
+        "clusters",
+        "contexts",
+        "users",
+        "current-context",
+        "name",
+        "cluster",
+        "context",
+        "user",
+        "server",
+        "token",
+        "namespace",
+        "certificate-authority-data",
+        "insecure-skip-tls-verify",
+        "exec",
+    ]
+)
+_DOCUMENTS = st.recursive(
+    _SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_FIELDS, inner, max_size=4), max_leaves=12
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_DOCUMENTS)
+def test_any_document_is_read_or_refused_with_one_config_error(document):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "kubeconfig"
+        path.write_text(yaml.safe_dump(document))
+        refused: list[ConfigException] = []
+        try:
+            anyio.run(load_configuration, str(path))
+        except ConfigException as exc:  # anything else fails the test
+            refused.append(exc)
+        assert all(str(path) in str(e) for e in refused)

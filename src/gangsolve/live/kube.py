@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import anyio
 import orjson
+import yaml
 from aiolimiter import AsyncLimiter
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -64,18 +65,38 @@ def default_kubeconfig() -> str | None:
 
 async def load_configuration(kubeconfig: str | None, context: str | None = None) -> k8s_client.Configuration:
     """The given kubeconfig; else in-cluster config; else $KUBECONFIG / ~/.kube/config. `context`: one of the
-    kubeconfig's contexts instead of its current one."""
+    kubeconfig's contexts instead of its current one. A file that is no kubeconfig raises ConfigException
+    naming it."""
     cfg = k8s_client.Configuration()
     if kubeconfig:
-        await k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        await _load_kubeconfig(kubeconfig, context, cfg)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         k8s_config.load_incluster_config(client_configuration=cfg)
     else:
         default = default_kubeconfig()
         if default is None:
             raise k8s_config.ConfigException("none found: pass --kubeconfig, set KUBECONFIG, or run inside a cluster")
-        await k8s_config.load_kube_config(config_file=default, context=context, client_configuration=cfg)
+        await _load_kubeconfig(default, context, cfg)
     return cfg
+
+
+async def _load_kubeconfig(path: str, context: str | None, cfg: k8s_client.Configuration) -> None:
+    # kubernetes-asyncio reads the document as it goes: where a field has the wrong shape (an empty file, a list
+    # where a mapping belongs) it fails with whatever Python raised there. Those are the user's file's faults.
+    try:
+        with open(path, "rb") as f:
+            document = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise k8s_config.ConfigException(f"{path}: not YAML: {' '.join(str(exc).split())}") from None
+    except OSError as exc:
+        raise k8s_config.ConfigException(f"{path}: {exc.strerror}") from None
+    if not isinstance(document, dict):
+        found = "empty" if document is None else f"not a mapping of fields ({type(document).__name__})"
+        raise k8s_config.ConfigException(f"{path}: {found}")
+    try:
+        await k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        raise k8s_config.ConfigException(f"{path}: a field has the wrong shape ({type(exc).__name__}: {exc})") from None
 
 
 def env_proxy(url: str) -> str | None:
