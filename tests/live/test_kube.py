@@ -129,8 +129,8 @@ async def test_a_file_that_is_no_kubeconfig_is_named_with_what_is_wrong(tmp_path
 
 
 @pytest.mark.asyncio
-async def test_a_kubeconfig_is_read():
-    cfg = await load_configuration(kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig", "https://10.0.0.1:6443"))
+async def test_a_kubeconfig_is_read(tmp_path):
+    cfg = await load_configuration(kubeconfig(tmp_path / "kubeconfig", "https://10.0.0.1:6443"))
     assert cfg.host == "https://10.0.0.1:6443"
 
 
