@@ -147,10 +147,10 @@ def plot_shares(timeline: list[dict], out: Path) -> list[Path]:
             parents = {t: f.get("parent", "") for t, f in tenants_.items()}
             capacity = r["summary"]["gpus"]
             t = [c["time"] / 60 for c in r["cycles"]]
+            split = [tenants.tree_split(capacity, weights, parents, c["demand"], {}) for c in r["cycles"]]
             for i, tenant in enumerate(q for q in weights if q not in parents.values()):  # the teams
                 tint = f"C{i}"
                 ax.plot(t, [c["held"].get(tenant, 0) / capacity for c in r["cycles"]], color=tint, label=tenant)
-                split = [tenants.tree_split(capacity, weights, parents, c["demand"], {}) for c in r["cycles"]]
                 ax.plot(t, [fair[tenant] / capacity for fair in split], "--", color=tint, linewidth=0.8)
             ax.set_ylabel("GPU share")
             ax.set_title(f"{r['scheduler']} (solid: held; dashed: weighted fair share)", fontsize=9)
