@@ -55,6 +55,9 @@ class Limits:
         self.ends = np.array(
             [problem.cluster.now + (gang.runtime if gang.runtime is not None else FOREVER) for gang in problem.gangs]
         )
+        # What the checks count on: a gang whose runtime is a guess may run on past any reservation's start, so
+        # it backfills only where it leaves every reservation whole for ever (a guess never delays a promise).
+        self.counted_ends = np.where([gang.guessed for gang in problem.gangs], FOREVER, self.ends)
         self.priority = np.array([gang.priority for gang in problem.gangs], dtype=np.int64)
         self.reserved = reserved_at_checks(problem, plan)
         self.started: set[int] = set()  # gangs holding a reservation that this pass starts now after all
@@ -68,7 +71,7 @@ class Limits:
         return other
 
     def running_at(self, g: int, k: int) -> bool:
-        return bool(self.ends[g] > self.plan.checks[k].time)
+        return bool(self.counted_ends[g] > self.plan.checks[k].time)
 
     def subject(self, g: int, k: int) -> bool:
         """Whether gang g, started now, must keep within check k. A gang holding a reservation too: started

@@ -123,6 +123,9 @@ class Gang:
     # would borrow, the poorest queue's (weighted dominant share held) highest.
     tier: int = 0
     runtime: float | None = None  # estimated seconds from start to end; None: no estimate (runs for ever)
+    # The runtime is a guess (learned from history, or the default), not declared: the plan shows the gang a
+    # start but holds nothing for it, and counts on no end of it (planning.py).
+    guessed: bool = False
 
     @property
     def need(self) -> int:
@@ -176,6 +179,7 @@ class Running:
     node: str
     requests: Resources
     end: float | None = None  # on the cycle's clock (Cluster.now); None: no estimate, never assumed to end
+    guessed: bool = False  # the end is a guess (learned or default runtime): no reservation rests on it
     name: str = ""  # namespace/name
     priority: int = 0
     gang: str = ""  # the gang it belongs to, named as pending gangs are; "" for a pod alone
@@ -187,11 +191,11 @@ class Running:
     queue: str = ""  # the queue of its gang when this scheduler placed it; "": none (never reclaimed)
     gpu: int | None = None  # the device index its GPU share is on (requests[SHARE]); None: no share
 
-    def ending(self, end: float | None) -> Running:
-        """This pod with expected end `end`: `replace(self, end=end)` without its walk over the fields, which
-        is a third of what estimating the ends of 40,000 running pods costs a cycle."""
+    def ending(self, end: float | None, guessed: bool = False) -> Running:
+        """This pod with expected end `end`: `replace(self, end=end, guessed=guessed)` without its walk over the
+        fields, which is a third of what estimating the ends of 40,000 running pods costs a cycle."""
         copy = object.__new__(Running)
-        copy.__dict__.update(self.__dict__, end=end)
+        copy.__dict__.update(self.__dict__, end=end, guessed=guessed)
         return copy
 
 

@@ -15,6 +15,11 @@ run at T must fit in what is free at T once the reservations active at T are hel
 than every reservation active at T is not held back (a reservation never delays a higher-priority gang). The
 greedy passes apply the limits through `Limits`, CP-SAT as linear constraints (`GangModel.limit`).
 
+Only declared runtimes are held to. Where an estimate is a guess (learned from history or the default:
+`Gang.guessed`, `Running.guessed`), a gang whose own runtime is one, or whose start counts on a guessed end on
+its nodes, gets a forecast instead of a reservation; and a gang with a guessed runtime started now is never
+counted on to end before a reservation's start. So no reservation waits for a guess.
+
 Without the last cycle's plan (after a restart), reservations are a function of the cycle's input (the queue,
 running pods and their estimated ends), so they are rebuilt from the cluster.
 """
@@ -66,6 +71,8 @@ class Timeline:
         self.events: list[tuple[float, int, np.ndarray]] = []  # (time, node, change)
         self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.unknown = np.zeros_like(free)  # held by running pods without an estimated end
+        # Per node, the first time a guessed end (`Running.guessed`, `Gang.guessed`) gives capacity back there.
+        self.guessed_from = np.full(len(free), math.inf)
         # By requests: running pods repeat a few shapes (the vectors are never written to); a large cluster
         # runs 100,000 pods or more, so those without an end are summed per node in one step.
         shapes: dict[tuple[tuple[str, int], ...], int] = {}
@@ -86,6 +93,8 @@ class Timeline:
                 unknown_shapes.append(s)
             else:
                 self.events.append((self.cycle(pod.end), n, vectors[s]))
+                if pod.guessed:
+                    self.guessed_from[n] = min(self.guessed_from[n], self.cycle(pod.end))
         if unknown_nodes:
             np.add.at(self.unknown, np.array(unknown_nodes), np.stack(vectors)[unknown_shapes])
 
@@ -99,9 +108,16 @@ class Timeline:
         if time == FOREVER:
             return
         time = self.cycle(time)
+        guessed = sign > 0 and self.problem.gangs[g].guessed
         for (p, n), k in counts.items():
             self.events.append((time, n, sign * k * self.problem.demand[self.problem.parts[g][p].cls]))
+            if guessed:
+                self.guessed_from[n] = min(self.guessed_from[n], time)
         self._sorted = None
+
+    def rests_on_guess(self, t: float, counts: GangCounts) -> bool:
+        """Whether a start at `t` on `counts` may count on a guessed end: one on its nodes at or before `t`."""
+        return any(self.guessed_from[n] <= t for (_p, n) in counts)
 
     def hold(self, g: int, start: float, counts: GangCounts, sign: int = 1) -> None:
         """Gang g's reservation from `start` for its runtime takes its capacity (sign 1), or gives it back (-1)."""
@@ -330,8 +346,16 @@ class Planner(Limits):
             and promise.start > self.problem.cluster.now
             and (found is None or found[0] > promise.start)
             and self.timeline.holds(g, promise.start, promise.counts, runtime, starts)
+            and not self.timeline.rests_on_guess(promise.start, promise.counts)
         ):
             found = (promise.start, promise.counts)
+        elif found is not None and (gang.guessed or self.timeline.rests_on_guess(*found)):
+            # A start that rests on a guess is shown, not held: capacity held for a gang that does not come when
+            # planned idles, and reservations on guessed ends cost every figure (docs/benchmarks.md).
+            self.past_depth.append(g)
+            if promise is not None:
+                self._refresh()
+            return
         if found is None:
             if self.timeline.unknown.any() and self.timeline.fits_eventually(g):
                 self.plan.reservations.append(Planned(g, None, {}))
@@ -376,13 +400,13 @@ def checks(timeline: Timeline, plan: Plan, priority: np.ndarray) -> list[Check]:
 def promises(problem: Problem) -> list[Planned]:
     """The last cycle's reservations (`Cluster.promised`) of gangs still pending, in this cycle's indices. One
     whose start has come is held from now (no gang walked before it may take its nodes); one whose pods or
-    nodes changed is planned afresh. A gang now past its queue's fair share keeps none: it holds nothing (see
-    `Planner.blocked`)."""
+    nodes changed is planned afresh. A gang now past its queue's fair share, or with a guessed runtime, keeps
+    none: it holds nothing (see `Planner.blocked`)."""
     index = {gang.name: g for g, gang in enumerate(problem.gangs)}
     out = []
     for r in problem.cluster.promised:
         g = index.get(r.gang)
-        if g is None or r.start is None or not r.bindings or not problem.gangs[g].fair:
+        if g is None or r.start is None or not r.bindings or not problem.gangs[g].fair or problem.gangs[g].guessed:
             continue
         part_of = {pod.name: p for p, part in enumerate(problem.parts[g]) for pod in part.pods}
         counts: dict[tuple[int, int], int] = {}

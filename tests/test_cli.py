@@ -621,7 +621,8 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
     docs[2]["metadata"]["annotations"] = {}
     out = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=yaml.safe_dump_all(docs)).stdout)
     assert out["reservations"] == [{"gang": "default/old", "nodes": [], "start": None, "gpus": 0}]
-    # A configured default gives both running pods an end: n0 (started first, same default) is as good as n1.
+    # A configured default gives both running pods an end (n0, started first, as good as n1), but a guessed
+    # one: the old gang is shown that start and holds nothing.
     out = orjson.loads(
         solve(
             "-",
@@ -634,7 +635,9 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
             input=yaml.safe_dump_all(docs),
         ).stdout
     )
-    assert [r["start"] for r in out["reservations"]] == ["2026-01-01T01:30:00Z"]
+    assert out["reservations"] == []
+    old = [p for p in out["plan"] if p["gang"] == "default/old"]
+    assert [(p["start"], p["held"]) for p in old] == [("2026-01-01T01:30:00Z", False)]
 
 
 @pytest.mark.parametrize(

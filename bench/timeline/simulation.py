@@ -10,8 +10,8 @@ job whole or not at all.
 Schedulers see runtime estimates the way the live scheduler does (`gangsolve.edge.estimates`): in mode `exact` every
 PodGroup declares its true runtime (annotation gangsolve.io/expected-runtime), in `noisy` a declared runtime
 the true one is a log-normal multiple of (actual = estimate x lognormal(0, 1)), in `absent` none, so estimates
-come from the history of finished jobs of the same workload, else the default. Running jobs' expected ends
-come from the same estimates.
+come from the history of finished jobs of the same workload, else the default (guesses, which gangsolve's plan
+shows but holds nothing on). Running jobs' expected ends come from the same estimates.
 
 Workloads are Kubernetes objects like the static scenarios (every job a PodGroup whose annotations say when it
 arrives and how long it runs), so a timeline's jobs can be written out and inspected too.
@@ -426,6 +426,7 @@ def simulate(
                 bound_nodes=tuple(j.bound.values()),
                 starving=now - max(j.arrival, j.created) > starvation_age(math.ceil(j.gpus), widest, starvation),
                 runtime=estimator.choose(j.declared, j.workload),
+                guessed=j.declared is None,  # learned or the default, as the live scheduler marks it
             )
             for j in pending
         )
@@ -434,6 +435,7 @@ def simulate(
                 node,
                 requests[pod],
                 expected_end(j.start or 0.0, j.estimate, now),
+                guessed=j.declared is None,
                 name=pod,
                 priority=priority[pod],
                 gang=j.gang.name,

@@ -132,7 +132,8 @@ class Seconds(click.ParamType):
     default=None,
     metavar="DURATION",
     help="With --now: the runtime (a Go duration, e.g. 1h) of gangs and running pods that declare none "
-    "(annotation gangsolve.io/expected-runtime, activeDeadlineSeconds) [default: none, they run for ever].",
+    "(annotation gangsolve.io/expected-runtime, activeDeadlineSeconds); a guess: starts planned on it are shown, "
+    "not held [default: none, they run for ever].",
 )
 @click.option(
     "--skip-invalid",

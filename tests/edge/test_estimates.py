@@ -130,6 +130,11 @@ def test_declared_then_learned_then_default():
     assert estimator.runtime([k8s_pod("job-2")]) == 120.0
     assert estimator.runtime([with_runtime(k8s_pod("job-3"), "10m")]) == 600.0
     assert Estimator(default=None).runtime([k8s_pod("job-4")]) is None
+    # Only a declared runtime is held to; the plan shows learned and default ones but holds nothing on them.
+    assert estimator.estimate([with_runtime(k8s_pod("job-3"), "10m")]) == (600.0, False)
+    assert estimator.estimate([k8s_pod("job-2")]) == (120.0, True)
+    assert estimator.estimate([k8s_pod("other-1")]) == (3600.0, True)
+    assert Estimator(default=None).estimate([k8s_pod("job-4")]) == (None, False)
 
 
 # --- a cluster with estimates ----------------------------------------------------------------------------------
@@ -163,6 +168,10 @@ def test_running_pods_get_expected_ends_and_pending_gangs_runtimes():
         start + 7200,  # ours, the default
     ]
     assert [g.runtime for g in cluster.gangs] == [1200.0]
+    assert [r.guessed for r in cluster.running] == [False, False, False, True]  # only the default is a guess
+    assert [g.guessed for g in cluster.gangs] == [False]
+    unknown = with_estimates(snap, build_cluster(snap, now=now), now, Estimator(default=None))
+    assert [r.guessed for r in unknown.running] == [False] * 4  # no end at all is no guessed end
 
 
 def test_a_kubernetes_podgroups_declared_runtime_is_its_pods():

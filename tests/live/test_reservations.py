@@ -133,9 +133,14 @@ async def test_a_gang_behind_pods_that_declare_no_end_waits_for_an_estimate():
     reasons = Feedback(FakeKube(), s, metrics, Unfenced(), identity="t", scheduler_name="gangsolve").reasons(result)
     assert reasons["default/big-0"].endswith("; " + WAITING_FOR_ESTIMATE)
 
-    # A configured default gives the running pod an end, so the gang gets a time.
+    # A configured default gives the running pod an end, so the gang gets a time; a guessed one, so it is shown
+    # that time and holds nothing.
     result = await one_cycle(actor(s, metrics, estimator=Estimator(default=3600.0)))
-    assert result.placement.reservations[0].start == (NOW + timedelta(minutes=50)).timestamp()
+    assert result.placement.reservations == ()
+    assert [r.start for r in result.placement.forecasts] == [(NOW + timedelta(minutes=50)).timestamp()]
+    assert value(metrics, "gangsolve_reserved_gpus") == 0
+    reasons = Feedback(FakeKube(), s, metrics, Unfenced(), identity="t", scheduler_name="gangsolve").reasons(result)
+    assert reasons["default/big-0"].endswith("(a forecast: nothing is held for it yet)")
 
 
 @pytest.mark.asyncio
@@ -187,7 +192,8 @@ def succeeded(name: str, uid: str, started: datetime, minutes: float, owner: str
 @pytest.mark.asyncio
 async def test_the_history_learns_from_succeeded_pods_the_watcher_sends_once_each():
     """Runs of the Job template `train-*` took 20 minutes: the running one, started 5 minutes ago and declaring
-    nothing, is expected to end 15 minutes from now, and the reservation starts then."""
+    nothing, is expected to end 15 minutes from now, and the waiting gang is shown that start (a learned runtime
+    is a guess: nothing is held on it)."""
     started = NOW - timedelta(minutes=5)
     s = store_with([running("train-run", 3, started, owner="train-x1y2z"), *big_gang(timedelta(hours=2))])
     metrics = Metrics()
@@ -207,7 +213,7 @@ async def test_the_history_learns_from_succeeded_pods_the_watcher_sends_once_eac
     result = await one_cycle(a)
 
     assert list(a.estimator.history.runs["default/Job:train"]) == [1200.0, 1200.0]
-    assert result.placement.reservations[0].start == (started + timedelta(minutes=20)).timestamp()
+    assert [r.start for r in result.placement.forecasts] == [(started + timedelta(minutes=20)).timestamp()]
     assert metrics.registry.get_sample_value("gangsolve_held_objects", {"kind": "runtime_history"}) == 2
 
 

@@ -139,6 +139,43 @@ def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
     assert reason.startswith("fits the free capacity now, but would still be running when a reservation")
 
 
+def test_a_start_that_counts_on_a_guessed_end_is_shown_not_held():
+    # The cluster of the first test, n0's pod on a guessed runtime (no declared one): `big` would count on it
+    # ending in 10 minutes, so it gets a forecast, and `long` takes n0 (best fit) as if there were no plan.
+    running = [replace(busy("n0", 3, 600.0), guessed=True), busy("n1", 3, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    long = timed(gang("long", 1, gpus=1), 2 * HOUR)
+    placement = solve(cluster_with([big, long], running), SolveConfig(time_limit=0.5))
+    assert placement.reservations == ()
+    assert placement.bindings == {"long-0": "n0"}
+    assert [(r.gang, r.start) for r in placement.forecasts] == [("big", HOUR)]  # after `long` took n0
+    # The same end declared: held, and `long` keeps off n0.
+    declared = solve(cluster_with([big, long], [busy("n0", 3, 600.0), running[1]]), SolveConfig(time_limit=0.5))
+    assert [(r.gang, r.nodes, r.start) for r in declared.reservations] == [("big", ("n0",), 600.0)]
+    assert declared.bindings == {"long-0": "n1"}
+
+
+def test_a_gang_whose_own_runtime_is_a_guess_holds_nothing():
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    big = replace(starving(gang("big", 1, gpus=4)), guessed=True)
+    placement = solve(cluster_with([big], running), SolveConfig(time_limit=0.5))
+    assert placement.reservations == ()
+    assert [(r.gang, r.start) for r in placement.forecasts] == [("big", 600.0)]
+
+
+def test_a_gang_started_on_a_guessed_runtime_is_not_counted_on_to_end_before_a_reservation():
+    # `short` would end before big's reservation at 600 s by its estimate, but the estimate is a guess: it may
+    # not take the GPU of n0 the reservation needs, and waits (n1 is full).
+    running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
+    big = starving(gang("big", 1, gpus=4))
+    short = replace(timed(gang("short", 1, gpus=1), 300.0), guessed=True)
+    placement = solve(cluster_with([big, short], running), SolveConfig(time_limit=0.5))
+    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("big", ("n0",), 600.0)]
+    assert placement.bindings == {}
+    declared = solve(cluster_with([big, replace(short, guessed=False)], running), SolveConfig(time_limit=0.5))
+    assert declared.bindings == {"short-0": "n0"}
+
+
 def test_a_gang_without_an_estimate_may_backfill_only_capacity_the_reservation_leaves():
     running = [busy("n0", 2, 600.0), busy("n1", 4, HOUR)]
     big = starving(gang("big", 1, gpus=3))  # at 600 s n0 has 4 free: one GPU is left over
@@ -233,19 +270,22 @@ def reservation_violations(cluster: Cluster, placement) -> list[str]:
     node, what still runs then (running pods not yet ended, gangs started now that run past T and are not of a
     higher priority than every reservation active at T) plus the pods of the reservations active at T fit the
     node's allocatable, resource by resource. Preemption's victims are gone by then, and its nominated pods
-    count as started."""
+    count as started. A guess is never waited for: a guessed end never comes, a gang started now on a guessed
+    runtime runs past every reservation's start, and a gang with a guessed runtime holds no reservation."""
     gangs = {g.name: g for g in cluster.gangs}
     evicted = {e.pod for e in placement.evictions}
     pods = {p.name: (g, p) for g in cluster.gangs for p in g.pods}
     nodes = {n.name: n for n in cluster.nodes}
 
-    def runtime(g):
-        return float("inf") if g.runtime is None else g.runtime
+    def runtime(g):  # a guessed runtime is not counted on: the gang may run on past any reservation's start
+        return float("inf") if g.runtime is None or g.guessed else g.runtime
 
     out = []
     for reservation in placement.reservations:
         if reservation.start is None:
             continue
+        if gangs[reservation.gang].guessed and reservation.start > cluster.now:
+            out.append(f"{reservation.gang}: held for {reservation.start:g} on a guessed runtime")
         at = reservation.start
         active = [
             r
@@ -260,7 +300,7 @@ def reservation_violations(cluster: Cluster, placement) -> list[str]:
                 use[node][k] = use[node].get(k, 0) + sign * q
 
         for r in cluster.running:
-            if (r.end is not None and r.end <= at) or r.name in evicted:
+            if (r.end is not None and r.end <= at and not r.guessed) or r.name in evicted:  # a guess never ends
                 add(r.node, r.requests, -1)
         for r in active:
             for pod_name, node_name in r.bindings.items():
@@ -293,7 +333,8 @@ def timed_clusters(draw):
         while left and draw(st.booleans()):
             gpus = draw(st.integers(1, left))
             end = draw(st.sampled_from((60.0, 600.0, 1800.0, 3600.0, 7200.0, None)))
-            running.append(busy(n.name, gpus, end))
+            guessed = end is not None and draw(st.integers(0, 3)) == 0  # learned or the default, not declared
+            running.append(replace(busy(n.name, gpus, end), guessed=guessed))
             left -= gpus
     gangs = []
     for i in range(draw(st.integers(1, 8))):
@@ -307,7 +348,9 @@ def timed_clusters(draw):
             priority=draw(st.sampled_from((0, 0, 10))),
             colocate=draw(st.sampled_from((None, None, "zone"))),
         )
-        gangs.append(replace(g, starving=draw(st.booleans()), runtime=draw(st.sampled_from(RUNTIMES))))
+        runtime = draw(st.sampled_from(RUNTIMES))
+        guessed = runtime is not None and draw(st.integers(0, 3)) == 0
+        gangs.append(replace(g, starving=draw(st.booleans()), runtime=runtime, guessed=guessed))
     return cluster_with(gangs, running, nodes)
 
 
@@ -429,6 +472,7 @@ def test_a_running_pod_with_an_end_is_the_same_pod_otherwise() -> None:
         protected=True, leaving=True, queue="q", gpu=1,
     )  # fmt: skip
     assert pod.ending(90.0) == replace(pod, end=90.0)
+    assert pod.ending(90.0, guessed=True) == replace(pod, end=90.0, guessed=True)
     assert pod.end is None
 
 

@@ -9,7 +9,9 @@ A gang's estimate is the first of:
 4. a configured default.
 
 Estimates only plan reservations: a running pod that outruns its estimate is expected to run on
-(`planning.expected_end`), and nothing is ever evicted because of one.
+(`planning.expected_end`), and nothing is ever evicted because of one. Only declared runtimes (1 and 2) are held
+to: learned and default ones are guesses (`Gang.guessed`, `Running.guessed`), on which the plan shows starts but
+holds none.
 """
 
 from __future__ import annotations
@@ -154,7 +156,17 @@ class Estimator:
         return self.history.learn(pods, self.label)
 
     def runtime(self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None) -> float | None:
-        return self.choose(declared_runtime(pods, group, owner), workload_key(pods[0], self.label) if pods else None)
+        return self.estimate(pods, group, owner)[0]
+
+    def estimate(
+        self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None
+    ) -> tuple[float | None, bool]:
+        """The runtime, and whether it is a guess (learned or the default, not declared)."""
+        declared = declared_runtime(pods, group, owner)
+        if declared is not None:
+            return declared, False
+        guess = self.choose(None, workload_key(pods[0], self.label) if pods else None)
+        return guess, guess is not None
 
     def choose(self, declared: float | None, key: str | None) -> float | None:
         if declared is not None:
@@ -219,19 +231,23 @@ def with_estimates(
     for gang in cluster.gangs:
         members = [pods[p.name] for p in gang.pods if p.name in pods]
         first = members[0] if members else {}
-        runtime = estimator.runtime(members, _group_of(snap, first), owner_of(first)) if members else None
-        gangs.append(replace(gang, runtime=runtime))
+        runtime, guessed = (
+            estimator.estimate(members, _group_of(snap, first), owner_of(first)) if members else (None, False)
+        )
+        gangs.append(replace(gang, runtime=runtime, guessed=guessed))
 
     clock = now.timestamp()
     running = []
     for r in cluster.running:  # every bound, unfinished pod, as build_cluster found them
         pod = pods.get(r.name)
-        end = None  # a terminating pod holds its capacity until it is gone, with no estimate of when
+        end, guessed = None, False  # a terminating pod holds its capacity until it is gone, with no estimate of when
         if pod is not None and not r.leaving:
             started = _time(pod, "status.startTime") or _time(pod, "metadata.creationTimestamp")
             group, owner = _group_of(snap, pod), owner_of(pod)
             ours = (pod.get("spec") or {}).get("schedulerName", "default-scheduler") == scheduler_name
-            estimate = estimator.runtime([pod], group, owner) if ours else declared_runtime([pod], group, owner)
+            estimate, guessed = (
+                estimator.estimate([pod], group, owner) if ours else (declared_runtime([pod], group, owner), False)
+            )
             end = expected_end(started.timestamp(), estimate, clock) if started else None
-        running.append(r.ending(end))
+        running.append(r.ending(end, guessed and end is not None))
     return replace(cluster, gangs=tuple(gangs), running=tuple(running), now=clock)

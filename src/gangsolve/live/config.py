@@ -132,7 +132,8 @@ class Config:
     default_runtime: float | None = setting(
         None,
         "seconds a gang (and a running pod of ours) is expected to run when it declares nothing and its workload "
-        "has no history; none: such pods are never expected to end",
+        "has no history; a guess: the plan shows starts from it but holds none (docs/planning.md); none: such "
+        "pods are never expected to end",
     )
     bind_concurrency: int = setting(
         64, "Binding calls in flight at once (each waits on the API server, not on us), and gangs being bound"
