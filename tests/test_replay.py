@@ -85,8 +85,15 @@ def cluster(*history: dict) -> dict:
 
 
 def reservation_start(tmp_path: Path, snapshot: dict, *args: str) -> str | None:
-    (reservation,) = solve(write(tmp_path / "snap.yaml", snapshot), "--now", stamp(NOW), *args)["reservations"]
-    return reservation["start"]
+    """The start the plan shows the big gang: a reservation's while no end is known (start null), a forecast's
+    once the history gives the running pod one (a learned runtime is a guess: nothing is held on it)."""
+    out = solve(write(tmp_path / "snap.yaml", snapshot), "--now", stamp(NOW), *args)
+    (planned,) = [p for p in out["plan"] if p["gang"] == "default/big"]
+    assert planned["held"] == (planned["start"] is None)
+    assert out["reservations"] == (
+        [{"gang": "default/big", "nodes": [], "start": None, "gpus": 0}] if planned["held"] else []
+    )
+    return planned["start"]
 
 
 def test_solve_learns_runtimes_from_the_succeeded_pods_of_its_scheduler(tmp_path: Path) -> None:
