@@ -39,6 +39,7 @@ class Plan:
     checks: list[Check] = field(default_factory=list)
     # Gangs past the reservations: when they are expected to start, holding nothing (no check, no promise).
     forecasts: list[Planned] = field(default_factory=list)
+    guessed: set[int] = field(default_factory=set)  # forecast, not held, as their start counts on a guess
 
     def held(self) -> set[int]:
         return {r.gang for r in self.reservations}

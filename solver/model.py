@@ -310,6 +310,7 @@ class Reservation:
     bindings: Mapping[str, str] = field(default_factory=dict)  # pod -> node it would take at `start`
     end: float | None = None  # start plus the gang's estimated runtime; None: no estimate (or no start)
     held: bool = True  # False: a forecast past the plan's depth, which holds nothing and promises nothing
+    guessed: bool = False  # a forecast because its start counts on a runtime nobody declared (planning.py)
 
 
 @dataclass(frozen=True)

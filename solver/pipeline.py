@@ -618,7 +618,11 @@ def _placement(
         queues=queues.report(problem.cluster, bindings),
         # A gang started after all (a later step found it room now) holds no reservation.
         reservations=tuple(_reservation(problem, r) for r in plan.reservations if r.gang not in counts),
-        forecasts=tuple(replace(_reservation(problem, r), held=False) for r in plan.forecasts if r.gang not in counts),
+        forecasts=tuple(
+            replace(_reservation(problem, r), held=False, guessed=r.gang in plan.guessed)
+            for r in plan.forecasts
+            if r.gang not in counts
+        ),
         backfilled=tuple(
             problem.gangs[g].name
             for g, gang_counts in counts.items()

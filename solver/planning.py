@@ -353,6 +353,7 @@ class Planner(Limits):
             # A start that rests on a guess is shown, not held: capacity held for a gang that does not come when
             # planned idles, and reservations on guessed ends cost every figure (docs/benchmarks.md).
             self.past_depth.append(g)
+            self.plan.guessed.add(g)
             if promise is not None:
                 self._refresh()
             return

@@ -1,6 +1,7 @@
 """Runtime estimates from objects, the workload history, and the reservation texts people read."""
 
 import contextlib
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -218,6 +219,13 @@ def test_reservation_messages():
     assert message(many, now=at).endswith("14:05 UTC on nodes n0, n1, n2, n3, n4, 3 more (64 GPUs held)")
     waiting = Reservation("default/big", (), None)
     assert message(waiting) == WAITING_FOR_ESTIMATE
+    forecast = Reservation("default/big", ("a",), at, 8, held=False)
+    assert message(forecast, now=at).endswith("on node a (a forecast: nothing is held for it yet)")
+    guessed = replace(forecast, guessed=True)
+    assert message(guessed, now=at).endswith(
+        "on node a (a forecast on runtimes nobody declared: nothing is held for it; declare "
+        "gangsolve.io/expected-runtime to have it held)"
+    )
     assert pending_message("needs 24 nvidia.com/gpu, 8 free", few, at).startswith(
         "needs 24 nvidia.com/gpu, 8 free; expected to start"
     )

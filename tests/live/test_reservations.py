@@ -140,7 +140,7 @@ async def test_a_gang_behind_pods_that_declare_no_end_waits_for_an_estimate():
     assert [r.start for r in result.placement.forecasts] == [(NOW + timedelta(minutes=50)).timestamp()]
     assert value(metrics, "gangsolve_reserved_gpus") == 0
     reasons = Feedback(FakeKube(), s, metrics, Unfenced(), identity="t", scheduler_name="gangsolve").reasons(result)
-    assert reasons["default/big-0"].endswith("(a forecast: nothing is held for it yet)")
+    assert reasons["default/big-0"].endswith("declare gangsolve.io/expected-runtime to have it held)")
 
 
 @pytest.mark.asyncio

@@ -82,7 +82,7 @@ def test_reservations_for_starving_gangs_only_leave_a_gang_not_yet_starving_a_fo
     config = SolveConfig(time_limit=0.5, plan_starving_only=True)
     waiting = solve(cluster_with([timed(gang("big", 1, gpus=4), HOUR), long], running), config)
     assert waiting.reservations == ()
-    assert [r.gang for r in waiting.forecasts] == ["big"]
+    assert [(r.gang, r.guessed) for r in waiting.forecasts] == [("big", False)]  # forecast as not starving
     assert waiting.bindings == {"long-0": "n0"}
     starved = solve(cluster_with([starving(gang("big", 1, gpus=4)), long], running), config)
     assert [(r.gang, r.nodes, r.start) for r in starved.reservations] == [("big", ("n0",), 600.0)]
@@ -148,7 +148,7 @@ def test_a_start_that_counts_on_a_guessed_end_is_shown_not_held():
     placement = solve(cluster_with([big, long], running), SolveConfig(time_limit=0.5))
     assert placement.reservations == ()
     assert placement.bindings == {"long-0": "n0"}
-    assert [(r.gang, r.start) for r in placement.forecasts] == [("big", HOUR)]  # after `long` took n0
+    assert [(r.gang, r.start, r.guessed) for r in placement.forecasts] == [("big", HOUR, True)]  # `long` took n0
     # The same end declared: held, and `long` keeps off n0.
     declared = solve(cluster_with([big, long], [busy("n0", 3, 600.0), running[1]]), SolveConfig(time_limit=0.5))
     assert [(r.gang, r.nodes, r.start) for r in declared.reservations] == [("big", ("n0",), 600.0)]
@@ -160,7 +160,7 @@ def test_a_gang_whose_own_runtime_is_a_guess_holds_nothing():
     big = replace(starving(gang("big", 1, gpus=4)), guessed=True)
     placement = solve(cluster_with([big], running), SolveConfig(time_limit=0.5))
     assert placement.reservations == ()
-    assert [(r.gang, r.start) for r in placement.forecasts] == [("big", 600.0)]
+    assert [(r.gang, r.start, r.guessed) for r in placement.forecasts] == [("big", 600.0, True)]
 
 
 def test_a_gang_started_on_a_guessed_runtime_is_not_counted_on_to_end_before_a_reservation():

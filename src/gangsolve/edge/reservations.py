@@ -16,6 +16,11 @@ WAITING_FOR_ESTIMATE = (
     "waiting for an estimate: running pods on the nodes it needs declare no runtime "
     "(annotation gangsolve.io/expected-runtime or activeDeadlineSeconds) and no default is configured"
 )
+# Learned and default runtimes are guesses: the plan shows a start on them but holds nothing (planning.py).
+GUESSED = (
+    " (a forecast on runtimes nobody declared: nothing is held for it; "
+    "declare gangsolve.io/expected-runtime to have it held)"
+)
 
 
 def start_rfc3339(reservation: Reservation) -> str | None:
@@ -35,7 +40,7 @@ def message(reservation: Reservation, now: float | None = None, tz: tzinfo = UTC
     when = start.strftime("%H:%M %Z" if same_day else "%Y-%m-%d %H:%M %Z")
     held = f" ({reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'} held)" if reservation.gpus else ""
     if not reservation.held:
-        held = " (a forecast: nothing is held for it yet)"
+        held = GUESSED if reservation.guessed else " (a forecast: nothing is held for it yet)"
     noun = "node" if len(reservation.nodes) == 1 else "nodes"
     return f"expected to start at about {when} on {noun} {', '.join(nodes)}{held}"
 
