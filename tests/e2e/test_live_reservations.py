@@ -88,3 +88,34 @@ def test_a_reservation_shows_on_the_pod_the_podgroup_and_in_metrics(
     )
     assert g.metric("gangsolve_plan_horizon_seconds") > 0
     assert not any(p["metadata"]["name"] in ("big-0", "later") for p in bound(pods(cp, namespace)))
+
+
+def test_a_start_on_a_default_runtime_is_shown_and_holds_nothing(
+    control_plane, make_nodes, namespace, pod_group_crds, gangsolve_factory, tmp_path
+):
+    """The same cluster with no runtime declared and `default-runtime` set: the big gang is shown when the running
+    pod's default runtime ends, as a forecast that says why nothing is held, and a later gang takes the free GPUs."""
+    config = tmp_path / "gangsolve.yaml"
+    config.write_text(yaml.safe_dump({"resync-period": 1, "default-runtime": 7200}))
+    g = gangsolve_factory("--config", str(config))
+    tag = {"gangsolve.dev/test": namespace}
+    (node,) = make_nodes(1, gpus=8, labels=tag)
+    cp = control_plane
+
+    create(cp, namespace, pod("long", scheduler=g.scheduler_name, gpus=6, node_selector=tag))
+    poll(lambda: running(pods(cp, namespace)), what="the long pod running")
+    create(cp, namespace, pod_group("scheduling.x-k8s.io", "big", 1))
+    labels = {"scheduling.x-k8s.io/pod-group": "big"}
+    create(cp, namespace, pod("big-0", scheduler=g.scheduler_name, gpus=8, node_selector=tag, labels=labels))
+    poll(
+        lambda: (
+            "(a forecast on runtimes nobody declared: nothing is held for it; declare "
+            "gangsolve.io/expected-runtime to have it held)" in condition(cp, namespace, "big-0")
+        ),
+        what="the forecast on the pod's condition",
+    )
+    assert f"on node {node}" in condition(cp, namespace, "big-0")
+    assert g.metric("gangsolve_reserved_gpus") == 0
+    # Nothing held: a gang that would run past big's expected start takes the free GPUs now.
+    create(cp, namespace, pod("later", scheduler=g.scheduler_name, gpus=2, node_selector=tag))
+    poll(lambda: any(p["metadata"]["name"] == "later" for p in bound(pods(cp, namespace))), what="later bound")
