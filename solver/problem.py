@@ -108,6 +108,7 @@ class Problem:
         self.devices = np.zeros(0, dtype=np.int64)  # the columns of the GPUs of each node (with shares pending)
         self._members: dict[str, list[np.ndarray]] = {}  # label key -> nodes per value id
         self._grouped: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # label key -> (nodes by value id, starts)
+        self._positions: dict[str, np.ndarray] = {}  # label key -> each node's index in its grouped order
         self._nested: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # (outer, inner) -> see `nested`
         self._fitting: dict[int, np.ndarray] = {}
         # Per (pod class, scorer): what the greedy walk's nodes hold and score, kept up to date by it (greedy.py).
@@ -355,6 +356,15 @@ class Problem:
             starts = np.searchsorted(ids[order], np.arange(int(ids.max(initial=-1)) + 1))
             self._grouped[key] = (order, starts)
         return self._grouped[key]
+
+    def grouped_position(self, key: str) -> np.ndarray:
+        """Per node, its index in `grouped(key)`'s order of nodes (-1 where it lacks the label)."""
+        if key not in self._positions:
+            order, _starts = self.grouped(key)
+            position = np.full(len(self.nodes), -1, dtype=np.int64)
+            position[order] = np.arange(len(order))
+            self._positions[key] = position
+        return self._positions[key]
 
     def nested(self, outer: str, inner: str) -> tuple[np.ndarray, np.ndarray]:
         """The domains of label `inner` within each domain of `outer`: per node, the id of its (outer, inner)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gangsolve.solver import GPU, Cluster, Queue, Running
 from gangsolve.solver.greedy import (
+    DomainRooms,
     OutOfTime,
     greedy,
     most_allocated,
@@ -80,6 +81,46 @@ def test_the_walk_keeps_scores_as_scoring_anew_would(nodes_, gangs_, scorer):
         with mock.patch("gangsolve.solver.greedy._scored", return_value=None):
             without = greedy(anew, order, scorer=scorer)
         assert with_kept == without
+
+
+@st.composite
+def racked(draw):
+    """Racks of a few 4-GPU nodes, some busy; many co-located gangs of a few shapes (so the walk reads the same
+    domains' room again after changing nodes), elastic ones among them, some in a queue whose GPU cap trims
+    their extras."""
+    nodes_ = [
+        node(f"n{i}", cpu=16, gpus=4, labels={"rack": f"r{i % draw(st.integers(1, 3))}"}, used={GPU: busy})
+        for i, busy in enumerate(draw(st.lists(st.integers(0, 2), min_size=1, max_size=9)))
+    ]
+    gangs_ = [replace(gang("first", 2, gpus=1, colocate="rack"), queue="b")]  # fits any node: the room is read
+    for g in range(draw(st.integers(1, 16))):
+        size, gpus = draw(st.sampled_from(((2, 1), (3, 2), (4, 1))))
+        made = gang(f"g{g}", size, min_member=draw(st.integers(1, size)), gpus=gpus, colocate="rack")
+        gangs_.append(replace(made, queue=draw(st.sampled_from(("a", "b")))))
+    return Cluster(tuple(nodes_), tuple(gangs_), queues=(Queue("a", capability={GPU: draw(st.integers(1, 12))}),))
+
+
+@settings(max_examples=100, deadline=None)
+@given(racked())
+def test_the_walk_keeps_domain_rooms_as_summing_anew_would(cluster):
+    """Co-located gangs read each domain's room from sums the walk keeps up to date on the nodes it changed (a
+    node whose pods a queue's cap took off all again is as it was): at every read, the same as summing anew."""
+    original = DomainRooms.of
+    reads = []
+
+    def checked(self: DomainRooms, g: int, free) -> tuple:
+        room, size = original(self, g, free)
+        anew = original(DomainRooms(self.problem), g, free)
+        reads.append(self.changed is not None and len(self.changed) > 0)
+        assert room.tolist() == anew[0].tolist()
+        assert size.tolist() == anew[1].tolist()
+        return room, size
+
+    with mock.patch.object(DomainRooms, "of", checked):
+        for kwargs in ({}, {"minimum_first": True}, {"gather": True}):
+            greedy(Problem(cluster), **kwargs)
+        plan(Problem(cluster), 2)
+    assert reads  # every gang is co-located
 
 
 @st.composite
