@@ -457,7 +457,7 @@ def _locality(
     `topology` stage each), then nodes spanned per gang and empty GPU nodes broken into (`locality`)."""
     begun = time.perf_counter()
     seconds = budget.seconds(max(LOCALITY_MOST, _locality_share(problem)), deadline)
-    counts = _one_node_each(problem, plan, counts)
+    counts = _one_node_each(problem, plan, counts, deadline)
     current = score.locality(problem, counts)
     levels = score.topology_levels(problem)
     if not levels and current == len(counts):  # one node per gang, no empty GPU node opened: the bound
@@ -495,11 +495,12 @@ def _locality(
     return model.counts, [*stages, _timed(stage, begun)]
 
 
-def _one_node_each(problem: Problem, plan: Plan, counts: Counts) -> Counts:
+def _one_node_each(problem: Problem, plan: Plan, counts: Counts, deadline: float = math.inf) -> Counts:
     """Each placed gang spread over several nodes moved whole onto one node that holds it, where nothing else
     decides where a gang may go (no reservations, shares, topology or co-location): the locality stage's
     bound, one node per gang, without a model. Best fit put a stream's small gangs partly on the fullest node.
-    The gang's own nodes first, then the others, each by best fit; an empty GPU node is not broken into."""
+    The gang's own nodes first, then the others, each by best fit; an empty GPU node is not broken into. Each
+    move reads every node, so past `deadline` the gangs left stay where they are (3 s at 65,536 nodes)."""
     if problem.shared or plan.checks or score.topology_levels(problem):
         return counts
     empty = score.empty_gpu_nodes(problem)
@@ -512,6 +513,8 @@ def _one_node_each(problem: Problem, plan: Plan, counts: Counts) -> Counts:
         nodes = sorted({n for (_p, n) in gang_counts})
         if len(nodes) == 1 or problem.gangs[g].colocate:
             continue
+        if time.perf_counter() > deadline:
+            break
         pods: dict[int, int] = {}
         for (p, n), k in gang_counts.items():
             pods[p] = pods.get(p, 0) + k
