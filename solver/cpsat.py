@@ -155,6 +155,8 @@ class GangModel:
                 per_node.setdefault(n, []).append((g, p, part.cls, ub))
             if int(bounds.sum()) > len(part.pods):
                 m.add(_sum([self.x[(g, p, n)] for n in nodes.tolist() if (g, p, n) in self.x]) <= len(part.pods))
+        if gang.colocate and gang.bound_nodes:
+            keys = self._in_members_domain(g, keys)
         if not keys or not score.counted(problem, g):
             return  # extras of a gang already at its minimum are placed one by one
         placed = m.new_bool_var(f"placed_{g}")
@@ -226,7 +228,24 @@ class GangModel:
                     coefficients.append(-int(held[node, r]))
             self.model.add(_weighted(variables, coefficients) <= max(int(room[r]), 0))
 
+    def _in_members_domain(self, g: int, keys: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """A co-located gang with members bound places its pods (its extras too) in their domain of its required
+        level only: none where they already disagree or run on a node without the label. The keys left."""
+        problem = self.problem
+        domain = problem.domains(problem.gangs[g].colocate or "")
+        fixed = {int(domain[problem.node_index[n]]) for n in problem.gangs[g].bound_nodes if n in problem.node_index}
+        if not fixed:
+            return keys  # its members' nodes are gone: any one domain
+        kept = []
+        for key in keys:
+            if {int(domain[key[2]])} == fixed and -1 not in fixed:
+                kept.append(key)
+            else:
+                self.model.add(self.x[key] == 0)
+        return kept
+
     def _colocate(self, g: int, keys: list[tuple[int, int, int]], placed: cp_model.IntVar) -> None:
+        """One domain of the gang's required level holds all its pods placed."""
         domain = self.problem.domains(self.problem.gangs[g].colocate or "")
         chosen: dict[int, cp_model.IntVar] = {}
         for key in keys:

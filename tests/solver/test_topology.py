@@ -48,6 +48,53 @@ def bindings_of(problem: Problem, counts) -> dict[str, str]:
     return out
 
 
+def test_a_co_located_gang_with_a_member_bound_stays_in_its_members_rack_in_every_stage():
+    """Its pending pods join the rack its bound member runs in, or wait. Here that rack holds 4 of the 5 its
+    minimum still needs, while an empty node of another rack holds all 6: the whole-model CP-SAT stage put them
+    there (found by the pools property test; the greedy passes and the search kept to the rack)."""
+    nodes = (
+        node("other", gpus=8, labels={"rack": "r1"}),
+        node("mine", gpus=4, labels={"rack": "r0"}),
+        node("cordoned", gpus=4, labels={"rack": "r0"}, unschedulable=True),
+    )
+    # Two pod classes (one pod asks for more cpu): the relaxation then bounds it above 0, so the exact stage runs.
+    pods = tuple(pod(f"elastic-{i}", cpu=4 if i == 5 else 1, gpus=1) for i in range(6))
+    elastic = Gang("elastic", pods, 6, ("mine",), "rack")
+    cluster = Cluster(nodes, (elastic,))
+    placement = solve(cluster, SolveConfig(time_limit=1, steps=30))
+    assert validate(cluster, placement) == []
+    assert placement.bindings == {}
+    assert placement.gangs[0].reason.startswith("no single rack value has room for 5 pods together")
+    # With room in its rack, it is placed there.
+    roomy = Cluster((*nodes[:2], replace(nodes[2], unschedulable=False)), (elastic,))
+    placed = solve(roomy, SolveConfig(time_limit=1, steps=30)).bindings
+    assert len(placed) >= 5
+    assert set(placed.values()) <= {"mine", "cordoned"}
+
+
+def test_the_extra_pods_of_a_co_located_gang_at_its_minimum_join_its_members_node():
+    """g0's minimum is met by its member bound on n0, so its pending pods are extras placed one by one; they may
+    go only to n0 (its required level is the hostname), which is cordoned, so they wait. The exact stage placed
+    them on n1 (the property tests' example once they drew bound members; other gangs keep its level open)."""
+    nodes = (
+        node("n0", cpu=8, pods=4, labels={"zone": "z1"}, unschedulable=True),
+        node("n1", cpu=8, pods=16, labels={"zone": "z1"}),
+    )
+    g0 = Gang("g0", tuple(pod(f"g0-{i}", cpu=0.5) for i in range(7)), 1, ("n0",), "kubernetes.io/hostname")
+    others = (
+        Gang("g1", (pod("g1-0", cpu=0.5),), 1),
+        Gang("g2", (pod("g2-0", cpu=0.5),), 1),
+        Gang("g3", (pod("g3-0", cpu=0.5),), 2),  # fewer pods than its minimum
+        Gang("g4", (pod("g4-0", cpu=0.5),), 1, ("n0",)),  # elastic, not co-located
+        Gang("g5", (pod("g5-0", cpu=0.5),), 1),
+        Gang("g6", (pod("g6-0", cpu=0.5), pod("g6-1", cpu=0.5)), 2),
+    )
+    cluster = Cluster(nodes, (g0, *others))
+    placement = solve(cluster, SolveConfig(time_limit=1, steps=30))
+    assert validate(cluster, placement) == []
+    assert not [p for p in placement.bindings if p.startswith("g0-")]
+
+
 def test_greedy_packs_a_gang_into_the_fewest_preferred_domains():
     for preferred, racks in (((), 2), (("rack",), 1)):  # best fit alone takes rack a's two half-free nodes
         cluster = four_by_four(preferred)
