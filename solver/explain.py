@@ -3,13 +3,15 @@ constraint excluded which nodes, or which other gangs took the room this cycle."
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.limits import Limits
-from gangsolve.solver.model import PODS, SHARE, Pod
+from gangsolve.solver.model import PODS, SHARE, Node, Pod
 from gangsolve.solver.problem import Counts, GangPart, Problem
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
@@ -50,6 +52,9 @@ class Explained:
     exclusions: dict[tuple[int, ...], str] = field(default_factory=dict)  # by the gang's pod classes
     alone: dict[Shape, bool] = field(default_factory=dict)  # fits_alone, by the gang's shape
     free: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict)  # free totals on the classes' nodes
+    # For a node pool's problem (pools.py), which holds only the pool's nodes: a gang's exclusions (from its
+    # parts) over every node of the cluster.
+    outside: Callable[[tuple[GangPart, ...]], str] | None = None
 
 
 def _exclusions(problem: Problem, g: int, cache: Explained) -> str:
@@ -57,7 +62,8 @@ def _exclusions(problem: Problem, g: int, cache: Explained) -> str:
     parts = problem.parts[g]
     key = tuple(part.cls for part in parts)
     if key not in cache.exclusions:
-        cache.exclusions[key] = _exclusions_of(problem, parts)
+        outside = cache.outside
+        cache.exclusions[key] = exclusions_of(problem, parts) if outside is None else outside(parts)
     return cache.exclusions[key]
 
 
@@ -69,7 +75,17 @@ def _shape(problem: Problem, g: int) -> Shape:
     return parts, gang.need, gang.colocate, gang.preferred, tuple(sorted(gang.bound_nodes))
 
 
-def _exclusions_of(problem: Problem, parts: tuple[GangPart, ...]) -> str:
+class Filed(Protocol):
+    """What exclusions read: the nodes, and per pod class the nodes it may use and what excluded the others
+    (a Problem, or the whole cluster's classes where a pool's problem holds only its own nodes: pools.py)."""
+
+    nodes: Sequence[Node]
+    eligible: np.ndarray
+    excluded: list[dict[str, list[int]]]
+
+
+def exclusions_of(problem: Filed, parts: tuple[GangPart, ...]) -> str:
+    """Nodes no pod of `parts` may use, grouped by the first constraint that rules them out."""
     eligible = np.zeros(len(problem.nodes), dtype=bool)
     for part in parts:
         eligible |= problem.eligible[part.cls]

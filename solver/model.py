@@ -245,6 +245,9 @@ class Cluster:
 class SolveConfig:
     time_limit: float = 2.0  # wall-clock seconds for the whole cycle
     workers: int = 1  # CP-SAT interleaves its strategies on these threads; 1 leaves a core for the event loop
+    # Node pools (gangs that may use no node in common) solved apart, in up to this many processes at once
+    # (pools.py); CP-SAT's workers are shared among them. 1: the cycle solved whole, in this process.
+    parallel: int = 1
     candidates_per_pod: int = 3  # candidate nodes kept per pending pod of a gang (pruning on big clusters)
     min_candidates: int = 16
     use_cpsat: bool = True  # False: the greedy allocator alone

@@ -9,6 +9,7 @@ read again only for the nodes whose object changed. What it answers depends only
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from operator import is_not
@@ -177,6 +178,15 @@ def _shared_rows(nodes: Sequence[Node], rows: Sequence[int], base: np.ndarray | 
 
 _last: NodeTable | None = None
 _last_lock = threading.Lock()
+
+
+def _unlocked() -> None:
+    """A forked child (pools.py) starts with no lock held: another thread of its parent may have held it."""
+    global _last_lock
+    _last_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlocked)
 
 
 def table(nodes: Sequence[Node]) -> NodeTable:

@@ -29,7 +29,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from gangsolve.solver import planning, preemption, queues, score, shares
+from gangsolve.solver import planning, pools, preemption, queues, score, shares
 from gangsolve.solver.bound import Relaxation, level_bounds
 from gangsolve.solver.budget import (
     BUILD_SECONDS,
@@ -73,6 +73,25 @@ def solve(cluster: Cluster, config: SolveConfig | None = None, previous: Mapping
 
 
 def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapping[str, str] | None) -> Placement:
+    """The placement, solved node pool by node pool where the cycle splits into pools (pools.py)."""
+    split = pools.groups(cluster, config.parallel)
+    if split is None:
+        return _place_pool(cluster, config, budget, previous)
+    # The pools share the cores: CP-SAT's workers among them.
+    inner = replace(config, workers=max(1, config.workers // len(split)))
+    placements = pools.solve_apart(
+        split, lambda group: _place_pool(group.cluster, inner, budget, previous, group.exclusions)
+    )
+    return pools.merged(cluster, split, placements, budget.elapsed())
+
+
+def _place_pool(
+    cluster: Cluster,
+    config: SolveConfig,
+    budget: Budget,
+    previous: Mapping[str, str] | None,
+    exclusions: pools.Exclusions | None = None,
+) -> Placement:
     problem = Problem(cluster)
     begun = time.perf_counter()
     # Queue order, as Volcano allocates, holding reservations for the gangs that cannot start (the plan): the
@@ -97,7 +116,7 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     if config.use_cpsat and problem.gangs:
         counts, stages, levels, total = _optimise(problem, plan, counts, took, config, budget, previous or {})
         status = "OPTIMAL" if all(found == bound for found, bound, _most in levels.values()) else "FEASIBLE"
-    return _placement(problem, counts, stages, levels, total, status, budget.elapsed(), plan)
+    return _placement(problem, counts, stages, levels, total, status, budget.elapsed(), plan, exclusions)
 
 
 def _limits(problem: Problem, plan: Plan) -> Limits | None:
@@ -574,12 +593,13 @@ def _placement(
     status: str,
     seconds: float,
     plan: Plan | None = None,
+    exclusions: pools.Exclusions | None = None,
 ) -> Placement:
     bindings = {
         pod: node for g, gang_counts in counts.items() for pod, node in problem.bindings(g, gang_counts).items()
     }
     results = []
-    explained = Explained()
+    explained = Explained(outside=exclusions)
     plan = plan or Plan()
     limits = _limits(problem, plan)
     for g, gang in enumerate(problem.gangs):

@@ -75,7 +75,29 @@ def exclusion(pod: Pod, node: Node) -> str | None:
     return None
 
 
-def _class_key(pod: Pod) -> tuple[object, ...]:
+def eligibility(
+    statics: node_table.Statics, nodes: Sequence[Node], pods: Sequence[Pod]
+) -> tuple[np.ndarray, list[dict[str, list[int]]]]:
+    """Per pod of `pods` (one per class), the nodes its static constraints let it use (`eligible[c, n]`), and
+    the nodes each constraint excluded (`excluded[c][reason]`). Evaluated once per node signature."""
+    eligible = np.zeros((len(pods), len(nodes)), dtype=bool)
+    excluded: list[dict[str, list[int]]] = []
+    for c, pod in enumerate(pods):
+        keys = tuple(
+            sorted(label_keys(pod.node_selector, pod.affinity) | ({GPU_MEMORY_LABEL} if pod.gpu_memory else set()))
+        )
+        by_reason: dict[str, list[int]] = {}
+        for members in statics.signatures(keys, reads_node_name(pod.affinity)).values():
+            why = exclusion(pod, nodes[members[0]])
+            if why is None:
+                eligible[c, members] = True
+            else:
+                by_reason.setdefault(why, []).extend(members)
+        excluded.append(by_reason)
+    return eligible, excluded
+
+
+def class_key(pod: Pod) -> tuple[object, ...]:
     return (
         tuple(sorted(pod.requests.items())),
         tuple(sorted(pod.node_selector.items())),
@@ -91,6 +113,29 @@ class GangPart:
 
     cls: int
     pods: tuple[Pod, ...]
+
+
+def pod_classes(gangs: Sequence[Gang]) -> tuple[list[Pod], list[tuple[GangPart, ...]]]:
+    """The gangs' pods filed by class: a representative pod per class (in the order first met), and per gang
+    its parts (its pods of one class each, highest priority first, by class)."""
+    index: dict[tuple[object, ...], int] = {}
+    class_pods: list[Pod] = []
+    parts: list[tuple[GangPart, ...]] = []
+    for gang in gangs:
+        by_class: dict[int, list[Pod]] = {}
+        for pod in gang.pods:
+            key = class_key(pod)
+            if key not in index:
+                index[key] = len(class_pods)
+                class_pods.append(pod)
+            by_class.setdefault(index[key], []).append(pod)
+        parts.append(
+            tuple(
+                GangPart(c, tuple(sorted(ps, key=lambda p: (-p.priority, p.order, p.name))))
+                for c, ps in sorted(by_class.items())
+            )
+        )
+    return class_pods, parts
 
 
 class Problem:
@@ -139,23 +184,7 @@ class Problem:
         self.inv_allocatable = np.divide(1.0, self.allocatable, out=np.zeros(shape), where=self.allocatable > 0)
 
         # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
-        index: dict[tuple[object, ...], int] = {}
-        self.class_pods: list[Pod] = []  # a representative pod per class
-        self.parts: list[tuple[GangPart, ...]] = []
-        for gang in self.gangs:
-            by_class: dict[int, list[Pod]] = {}
-            for pod in gang.pods:
-                key = _class_key(pod)
-                if key not in index:
-                    index[key] = len(self.class_pods)
-                    self.class_pods.append(pod)
-                by_class.setdefault(index[key], []).append(pod)
-            self.parts.append(
-                tuple(
-                    GangPart(c, tuple(sorted(ps, key=lambda p: (-p.priority, p.order, p.name))))
-                    for c, ps in sorted(by_class.items())
-                )
-            )
+        self.class_pods, self.parts = pod_classes(self.gangs)
 
         self.demand = np.zeros((len(self.class_pods), len(self.resources)), dtype=np.int64)
         for c, pod in enumerate(self.class_pods):
@@ -169,7 +198,8 @@ class Problem:
             self.demand[:, share] += WHOLE * self.demand[:, gpu]
         # Per class, the columns its pod asks for (never none: every pod takes a pod slot) and how much of each.
         self._asked = [(np.flatnonzero(d), d[np.flatnonzero(d)]) for d in self.demand]
-        self.eligible = self._eligibility()
+        # Per class, the nodes each static constraint excluded (`excluded[c][reason]`), which explanations read.
+        self.eligible, self.excluded = eligibility(self.table.statics, self.nodes, self.class_pods)
         self.floor = self._floors()
         self._caps(cluster)
         self.gpu_demand = self.demand @ self.gpus  # per class
@@ -318,26 +348,6 @@ class Problem:
             )
             floor[g] = np.sort(rows, axis=0)[: gang.need].sum(axis=0)
         return floor
-
-    def _eligibility(self) -> np.ndarray:
-        """Evaluates static constraints once per node signature; also files, per class, the nodes each
-        constraint excluded (`excluded[c][reason]`), which explanations read."""
-        self.excluded: list[dict[str, list[int]]] = []
-        eligible = np.zeros((len(self.class_pods), len(self.nodes)), dtype=bool)
-        for c, pod in enumerate(self.class_pods):
-            keys = tuple(
-                sorted(label_keys(pod.node_selector, pod.affinity) | ({GPU_MEMORY_LABEL} if pod.gpu_memory else set()))
-            )
-            groups = self.table.statics.signatures(keys, reads_node_name(pod.affinity))
-            excluded: dict[str, list[int]] = {}
-            for members in groups.values():
-                why = exclusion(pod, self.nodes[members[0]])
-                if why is None:
-                    eligible[c, members] = True
-                else:
-                    excluded.setdefault(why, []).extend(members)
-            self.excluded.append(excluded)
-        return eligible
 
     def members(self, key: str) -> list[np.ndarray]:
         """Per value id of label `key` (`domains`), its nodes in ascending order."""
