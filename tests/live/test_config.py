@@ -116,6 +116,17 @@ async def test_the_solver_workers_reach_each_cycle(tmp_path):
         build(write(tmp_path, {"solver-workers": 0}))
 
 
+@pytest.mark.asyncio
+async def test_the_solver_processes_reach_each_cycle(tmp_path, monkeypatch):
+    assert scheduler_of(build(write(tmp_path, {"solver-processes": 4}))).solver.config.parallel == 4
+    with pytest.raises(ConfigError, match="solver-processes: expected a whole number >= 1, got 0"):
+        build(write(tmp_path, {"solver-processes": 0}))
+    monkeypatch.setattr(config, "given_cores", lambda: 3)  # a pod given 3 cores: a process per core
+    assert scheduler_of(build()).solver.config.parallel == 3
+    monkeypatch.setattr(config, "given_cores", lambda: None)  # only a CPU request: the cycle solved whole
+    assert scheduler_of(build()).solver.config.parallel == 1
+
+
 @pytest.mark.parametrize(
     ("cpu_max", "given"),
     [

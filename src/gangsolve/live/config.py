@@ -49,6 +49,11 @@ def default_workers() -> int:
     return max(1, (given_cores() or 1) - 1)
 
 
+def default_processes() -> int:
+    """One process per core given for a cycle's node pools; 1 (the cycle solved whole) where none were given."""
+    return given_cores() or 1
+
+
 def setting(default: Any = None, help: str = "", *, shown: str | None = None, factory: Any = None) -> Any:
     """One setting: its default, and its help for the configuration reference (`shown`: the default as the
     reference prints it, for a default made per process)."""
@@ -107,6 +112,13 @@ class Config:
         "limit, or exclusive cores) less one for watching and binding, and 1 where it has only a CPU request",
         shown="cores given less one, at least 1",
         factory=default_workers,
+    )
+    solver_processes: int = setting(
+        help="processes a cycle's node pools (pending gangs whose pods may use no node in common) are solved in at "
+        "once, each pool on its own nodes (docs/how-it-works.md#node-pools); by default one per core the pod is "
+        "given, and 1 (the cycle solved whole) where it has only a CPU request",
+        shown="cores given, at least 1",
+        factory=default_processes,
     )
     preempt_min_runtime: float = setting(
         SolveConfig.preempt_min_runtime,
@@ -192,6 +204,7 @@ class Config:
         return SolveConfig(
             time_limit=self.time_limit,
             workers=self.solver_workers,
+            parallel=self.solver_processes,
             preemption=self.preemption,
             reservations=self.reservations,
             preempt_min_runtime=self.preempt_min_runtime,
@@ -213,6 +226,7 @@ CYCLE_SETTINGS = (
     "starvation_age",
     "reservations",
     "solver_workers",
+    "solver_processes",
     "preempt_min_runtime",
     "reclaim_min_runtime",
     "usage_half_life",
