@@ -6,10 +6,12 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -52,7 +54,9 @@ def run_static(
     console: Console,
     quality_times: tuple[float, ...] = (),
     quality_repeat: int = 1,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[dict]:
+    """Each static scenario once per scheduler (`settings`: gangsolve's, the bench's `--set`)."""
     results: list[dict] = []
     if not names:
         return results
@@ -71,14 +75,14 @@ def run_static(
             usual = [s for s in schedulers if scenario.only is None or s in scenario.only]
             for scheduler in dict.fromkeys([*usual, *scenario.peers]):
                 progress.update(task, description=f"{name}: {scheduler}")
-                runs.append(runner.run(path, scheduler, limit, repeat))
+                runs.append(runner.run(path, scheduler, limit, repeat, settings))
                 progress.advance(task)
             add_gaps(runs)
             quality = []
             for t in quality_times:  # gangsolve alone at each time limit: quality against time
                 for _ in range(quality_repeat):
                     progress.update(task, description=f"{name}: gangsolve at {t:g} s")
-                    run = runner.run(path, "gangsolve", t, 1)
+                    run = runner.run(path, "gangsolve", t, 1, settings)
                     if "error" not in run:
                         run["gap"] = placement_metrics.gap(run["gangs_placed"], run["best_bound"])
                     quality.append(run)
@@ -298,9 +302,9 @@ def run_live_preemption(
     "settings",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Time-based mode: one of gangsolve's settings (repeatable), a SolveConfig field (reservations=32, "
-    "plan_relaxation=0.25) or how a gang starves (starvation_age=2700, starvation_by_width=false); shown in "
-    "the results.",
+    help="One of gangsolve's settings (repeatable): a SolveConfig field (reservations=32, plan_relaxation=0.25, "
+    "parallel=2), or, in the time-based mode, how a gang starves (starvation_age=2700, starvation_by_width=false); "
+    "shown in the results.",
 )
 @click.option(
     "--live",
@@ -393,6 +397,7 @@ def bench_command(
         SEEDS,
         TIMELINE_GRIDS,
         TIMELINE_SCHEDULERS,
+        TIMELINE_SETTINGS,
         TIMELINES,
         parse_settings,
     )
@@ -401,6 +406,7 @@ def bench_command(
         typed_settings = parse_settings(settings)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--set") from None
+    solve_settings = {k: v for k, v in typed_settings.items() if k not in TIMELINE_SETTINGS}  # (static scenarios)
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
@@ -454,7 +460,9 @@ def bench_command(
                 "ortools": version("ortools"),
                 "platform": platform.platform(),
             },
-            "scenarios": run_static(static, schedulers, time_limit, repeat, snapshots, console, times, quality_repeat),
+            "scenarios": run_static(
+                static, schedulers, time_limit, repeat, snapshots, console, times, quality_repeat, solve_settings
+            ),
             "timeline": run_timelines(
                 timed,
                 timeline_schedulers,

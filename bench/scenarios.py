@@ -7,7 +7,9 @@ lists `gangsolve bench --grid quick|full` runs; `timeline/...` scenarios feed th
 from __future__ import annotations
 
 import copy
+import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -201,6 +203,36 @@ def synthetic(n_nodes: int, n_gangs: int, seed: int, small_pods: float = 7.5) ->
     return objs
 
 
+POOL_LABEL = "bench.gangsolve.io/pool"
+_NAMED = re.compile(r"\b(node|job|rack)-(?=\d)")  # the names `synthetic` makes, to make unique per pool
+
+
+def pools(n_nodes: int, n_gangs: int, seed: int, count: int = 4) -> list[dict]:
+    """`count` node pools, each the synthetic mix on its share of the nodes with its share of the gangs, every
+    pending pod selecting its pool (a node group per team or instance type, as cloud clusters are built)."""
+    objs: list[dict] = [*PRIORITY_CLASSES]
+    for i in range(count):
+        pool = f"pool-{i}"
+        part = json.loads(_NAMED.sub(rf"p{i}-\1-", json.dumps(synthetic(n_nodes // count, n_gangs // count, seed + i))))
+        for obj in part:
+            if obj["kind"] == "Node":
+                obj["metadata"]["labels"][POOL_LABEL] = pool
+            elif obj["kind"] == "Pod" and not obj["spec"].get("nodeName"):
+                obj["spec"]["nodeSelector"] = {**(obj["spec"].get("nodeSelector") or {}), POOL_LABEL: pool}
+        objs += [obj for obj in part if obj["kind"] != "PriorityClass"]
+    return objs
+
+
+def _pools(n: int, gangs: int, limit: float) -> Scenario:
+    return Scenario(
+        f"pools/{n}nodes",
+        n,
+        lambda: pools(n, gangs, seed=n),
+        f"{n} nodes in 4 node pools, each the synthetic mix with its own {gangs // 4} pending gangs selecting it",
+        limit,
+    )
+
+
 # --- the same clusters with GPUs as DRA devices ----------------------------------------------------------------
 
 DRA_DRIVER = "gpu.bench.gangsolve.io"  # a test driver: kwok nodes publish no devices of their own
@@ -372,6 +404,8 @@ SCENARIOS: dict[str, Scenario] = {
         _synthetic(5000, 1000, 5.0),
         _synthetic(16384, 3277, 5.0),  # frontier scale (issue 26): the same mix, pending gangs in proportion
         _synthetic(65536, 13107, 20.0),
+        _pools(16384, 3276, 5.0),  # the same sizes as node pools, which a cycle solves apart (solver/pools.py)
+        _pools(65536, 13104, 20.0),
         _synthetic_dra(100, 20, 1.0),
         _synthetic_dra(1000, 200, 1.0),
         _kube_perf(100, 20, 3, 1.0),

@@ -111,8 +111,11 @@ def _rss_mib() -> float:
     return 0.0
 
 
-def run_one(snapshot: str, scheduler: str, time_limit: float, repeat: int = 1) -> dict:
-    """Load `snapshot`, schedule it `repeat` times (cycle times), measure the last placement."""
+def run_one(
+    snapshot: str, scheduler: str, time_limit: float, repeat: int = 1, settings: Mapping[str, Any] | None = None
+) -> dict:
+    """Load `snapshot`, schedule it `repeat` times (cycle times), measure the last placement. `settings`:
+    gangsolve's other SolveConfig fields (the bench's `--set`)."""
     from gangsolve.edge.gangs import build_cluster
     from gangsolve.edge.snapshot import read
 
@@ -121,9 +124,14 @@ def run_one(snapshot: str, scheduler: str, time_limit: float, repeat: int = 1) -
     load_seconds = time.perf_counter() - started
     rss_loaded = _rss_mib()
     cycles = []
+    schedule = (
+        solve_with(use_cpsat=True, settings=settings)
+        if scheduler == "gangsolve" and settings
+        else SCHEDULERS[scheduler]
+    )
     for _ in range(max(1, repeat)):
         started = time.perf_counter()
-        bindings, facts = SCHEDULERS[scheduler](cluster, snapshot, time_limit)
+        bindings, facts = schedule(cluster, snapshot, time_limit)
         cycles.append(time.perf_counter() - started)
     if "shares" in facts and sharing.arrived(cluster):  # GPUs allocated and stranded, as the peers report them
         shares = {pod: (node, gpu) for pod, (node, gpu) in facts.pop("shares").items()}
@@ -131,12 +139,15 @@ def run_one(snapshot: str, scheduler: str, time_limit: float, repeat: int = 1) -
     return {
         "scheduler": scheduler,
         "time_limit": time_limit if scheduler == "gangsolve" else None,
+        **({"settings": dict(settings)} if scheduler == "gangsolve" and settings else {}),
         "cycle_seconds": cycles,
         "cycle_p50": placement_metrics.percentile(cycles, 50),
         "cycle_p99": placement_metrics.percentile(cycles, 99),
         "load_seconds": load_seconds,
         "rss_loaded_mib": rss_loaded,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+        # The largest of the processes it forked to solve node pools apart (SolveConfig.parallel); 0: none.
+        "peak_rss_pools_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "nodes": len(cluster.nodes),
         **placement_metrics.quality(cluster, bindings),
         **facts,
@@ -160,9 +171,11 @@ class Runner:
         )
         self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
 
-    def run(self, snapshot: Path, scheduler: str, time_limit: float, repeat: int) -> dict:
+    def run(
+        self, snapshot: Path, scheduler: str, time_limit: float, repeat: int, settings: Mapping[str, Any] | None = None
+    ) -> dict:
         try:
-            return self.pool.submit(run_one, str(snapshot), scheduler, time_limit, repeat).result()
+            return self.pool.submit(run_one, str(snapshot), scheduler, time_limit, repeat, settings).result()
         except Exception as exc:  # a crash in one run is a result to report, not the end of the benchmark
             return {"scheduler": scheduler, "error": "".join(traceback.format_exception_only(exc)).strip()}
 
