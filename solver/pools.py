@@ -92,8 +92,8 @@ def groups(cluster: Cluster, parallel: int) -> list[Group] | None:
                 pods.append(pod)
             own.add(index[key])
         gang_places.append(own)
-    if not pods:
-        return None
+    if len(pods) < 2:
+        return None  # every pending pod may go where every other may: one pool
     statics = node_table.table(cluster.nodes).statics
     eligible, excluded = eligibility(statics, cluster.nodes, pods)
     joined = _joined(cluster, _pools(cluster, eligible, gang_places, statics.index), parallel)
