@@ -476,6 +476,7 @@ class SolverActor:
             pods_placed=len(placement.bindings),
             evicted=len(placement.evictions),
             status=placement.status,
+            pools=max(1, sum(1 for stage in placement.stages if stage["name"] == "pool")),  # 1: solved whole
             solve_s=round(placement.solve_seconds, 3),
             cycle_s=round(seconds, 3),
         )
