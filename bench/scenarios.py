@@ -223,16 +223,6 @@ def pools(n_nodes: int, n_gangs: int, seed: int, count: int = 4) -> list[dict]:
     return objs
 
 
-def _pools(n: int, gangs: int, limit: float) -> Scenario:
-    return Scenario(
-        f"pools/{n}nodes",
-        n,
-        lambda: pools(n, gangs, seed=n),
-        f"{n} nodes in 4 node pools, each the synthetic mix with its own {gangs // 4} pending gangs selecting it",
-        limit,
-    )
-
-
 # --- the same clusters with GPUs as DRA devices ----------------------------------------------------------------
 
 DRA_DRIVER = "gpu.bench.gangsolve.io"  # a test driver: kwok nodes publish no devices of their own
@@ -355,6 +345,16 @@ def _synthetic(n: int, gangs: int, limit: float) -> Scenario:
         n,
         lambda: synthetic(n, gangs, seed=n),
         f"{n} nodes (4/8-GPU models, CPU-only, tainted H100 pool, background load), {gangs} pending gangs",
+        limit,
+    )
+
+
+def _pools(n: int, gangs: int, limit: float) -> Scenario:
+    return Scenario(
+        f"pools/{n}nodes",
+        n,
+        lambda: pools(n, gangs, seed=n),
+        f"{n} nodes in 4 node pools, each the synthetic mix with its own {gangs // 4} pending gangs selecting it",
         limit,
     )
 
