@@ -80,7 +80,9 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     # The pools share the cores: CP-SAT's workers among them.
     inner = replace(config, workers=max(1, config.workers // len(split)))
     placements = pools.solve_apart(
-        split, lambda group: _place_pool(group.cluster, inner, budget, previous, group.exclusions)
+        split,
+        lambda group: _place_pool(group.cluster, inner, budget, previous, group.exclusions),
+        wait=pools.WAIT_LIMITS * config.time_limit + pools.WAIT_MORE,
     )
     return pools.merged(cluster, split, placements, budget.elapsed())
 

@@ -20,6 +20,7 @@ each group is given its gangs' exclusions over all of them.
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -115,6 +116,9 @@ def _tied(cluster: Cluster) -> bool:
 # A pool or a group of them: its gangs and its nodes, as indices into the cluster's.
 Pool = tuple[list[int], list[int]]
 _WORTH = 0.75  # the most of a cycle's work one group may hold for the split to pay (`_joined`)
+# How long a group's process may take to answer (`solve_apart`): a cycle keeps to its time limit but for the steps
+# not cut by it (on a step budget, or the walk on a huge cluster), so a generous multiple of it, and more.
+WAIT_LIMITS, WAIT_MORE = 5, 30.0
 
 
 def _pools(
@@ -216,10 +220,12 @@ def _clusters_of(cluster: Cluster, groups: list[Pool]) -> list[Cluster]:
     return out
 
 
-def solve_apart(groups: Sequence[Group], solve: Callable[[Group], Placement]) -> list[Placement]:
-    """`solve` of each group, each in a forked process, all at once. A group whose process fails is solved in
-    this one afterwards (so an error in it is raised here, with its traceback)."""
+def solve_apart(groups: Sequence[Group], solve: Callable[[Group], Placement], wait: float) -> list[Placement]:
+    """`solve` of each group, each in a forked process, all at once. A group whose process fails, or has not
+    answered `wait` seconds from the start (a child forked while another thread held a lock it needs waits for
+    ever), is solved in this one afterwards (so an error in it is raised here, with its traceback)."""
     context = multiprocessing.get_context("fork")  # the cluster is there already: nothing is sent but the answer
+    until = time.monotonic() + wait
     running = []
     for group in groups:
         receive, send = context.Pipe(duplex=False)
@@ -229,10 +235,14 @@ def solve_apart(groups: Sequence[Group], solve: Callable[[Group], Placement]) ->
         running.append((process, receive))
     out = []
     for group, (process, receive) in zip(groups, running, strict=True):
+        placement = None
         try:
-            placement = receive.recv()
+            if receive.poll(max(until - time.monotonic(), 0)):
+                placement = receive.recv()
         except EOFError:  # it died (killed, out of memory) before answering
-            placement = None
+            pass
+        if placement is None:
+            process.kill()
         process.join()
         receive.close()
         out.append(placement if isinstance(placement, Placement) else solve(group))

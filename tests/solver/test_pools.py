@@ -2,7 +2,9 @@
 and that a split cycle answers as the whole one would wherever the answer does not depend on the search:
 the greedy allocator's bindings and every gang's reason, on random clusters of pools, in forked processes."""
 
+import multiprocessing
 import os
+import time
 from dataclasses import replace
 from unittest.mock import patch
 
@@ -121,9 +123,26 @@ def test_a_group_whose_process_fails_is_solved_in_this_one(monkeypatch):
         return solve(group.cluster, SolveConfig(use_cpsat=False))
 
     split = pools.groups(_two_pools(), 2)
-    answers = pools.solve_apart(split, dying)
+    answers = pools.solve_apart(split, dying, wait=60)
     assert [sorted(a.bindings) for a in answers] == [["ga-0", "ga-1"], ["gb-0", "gb-1"]]
     assert os.getpid() == parent
+
+
+def test_a_group_whose_process_does_not_answer_in_time_is_solved_in_this_one():
+    """A forked child can hang (a lock another thread of the parent held at the fork): it is killed once the
+    wait is over, and the parent solves its group."""
+    parent = os.getpid()
+
+    def hanging(group):
+        if os.getpid() != parent:
+            time.sleep(600)
+        return solve(group.cluster, SolveConfig(use_cpsat=False))
+
+    started = time.monotonic()
+    answers = pools.solve_apart(pools.groups(_two_pools(), 2), hanging, wait=1)
+    assert time.monotonic() - started < 30
+    assert [sorted(a.bindings) for a in answers] == [["ga-0", "ga-1"], ["gb-0", "gb-1"]]
+    assert multiprocessing.active_children() == []
 
 
 # --- random clusters of pools -----------------------------------------------------------------------------------
