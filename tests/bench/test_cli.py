@@ -92,3 +92,18 @@ def test_quality_times_must_be_seconds():
     result = CliRunner().invoke(cli, ["bench", "--quality-times", "1,soon"])
     assert result.exit_code == 2
     assert "--quality-times" in result.output
+
+
+def test_settings_reach_gangsolve_on_static_scenarios(tmp_path):
+    """`--set` was read by the time-based mode only; a static run now gets it too, and records it."""
+    out = tmp_path / "out"
+    args = ["bench", "--scenario", "synthetic/10nodes", "--scheduler", "gangsolve", "--scheduler", "greedy-gang"]
+    result = CliRunner().invoke(cli, [*args, "--set", "reservations=0", "--set", "use_cpsat=false", "--out", str(out)])
+    assert result.exit_code == 2  # use_cpsat is the bench's own to set: named, not ignored
+    assert "use_cpsat" in result.output
+    result = CliRunner().invoke(cli, [*args, "--set", "reservations=0", "--set", "parallel=2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (scenario,) = orjson.loads((out / "results.json").read_bytes())["scenarios"]
+    runs = {r["scheduler"]: r for r in scenario["runs"]}
+    assert runs["gangsolve"]["settings"] == {"reservations": 0, "parallel": 2}
+    assert "settings" not in runs["greedy-gang"]  # a peer runs as it is

@@ -35,6 +35,8 @@ def test_frontier_sizes_are_run_by_name_only() -> None:
         "synthetic/65536nodes",
         "kube-perf/16384nodes-1000x3",
         "kube-perf/16384nodes-3x1000",
+        "pools/16384nodes",
+        "pools/65536nodes",
     }
     assert frontier == FRONTIER
     assert set(SCENARIOS) >= FRONTIER

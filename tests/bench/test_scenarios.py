@@ -96,3 +96,26 @@ def test_gangsolve_solve_reads_a_written_snapshot(tmp_path):
     plan = orjson.loads(result.stdout)
     assert plan["bindings"]
     assert validate(manifests.to_cluster(objs), plan["bindings"]) == []
+
+
+def test_pools_scenarios_are_node_pools_that_the_solver_splits():
+    """Four node pools, each the synthetic mix with its own gangs selecting it: names stay unique, every pending
+    pod selects its pool, and a cycle splits into pools that share no node."""
+    from gangsolve.bench.scenarios import POOL_LABEL, pools
+    from gangsolve.edge.snapshot import of_documents
+    from gangsolve.solver import pools as solver_pools
+
+    objs = pools(400, 40, seed=7)
+    names = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs]
+    assert len(names) == len(set(names))
+    cluster = build_cluster(of_documents(objs), manifests.SCHEDULER)
+    pool_of = {n.name: n.labels[POOL_LABEL] for n in cluster.nodes}
+    assert sorted(set(pool_of.values())) == ["pool-0", "pool-1", "pool-2", "pool-3"]
+    assert all(len([p for p in pool_of.values() if p == f"pool-{i}"]) == 100 for i in range(4))
+    pending = [pod for gang in cluster.gangs for pod in gang.pods]
+    assert pending and all(POOL_LABEL in pod.node_selector for pod in pending)
+    groups = solver_pools.groups(cluster, 2)
+    assert groups is not None and len(groups) == 2
+    for group in groups:
+        chosen = {pod.node_selector[POOL_LABEL] for gang in group.cluster.gangs for pod in gang.pods}
+        assert {pool_of[n.name] for n in group.cluster.nodes} == chosen
