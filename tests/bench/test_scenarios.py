@@ -113,9 +113,11 @@ def test_pools_scenarios_are_node_pools_that_the_solver_splits():
     assert sorted(set(pool_of.values())) == ["pool-0", "pool-1", "pool-2", "pool-3"]
     assert all(len([p for p in pool_of.values() if p == f"pool-{i}"]) == 100 for i in range(4))
     pending = [pod for gang in cluster.gangs for pod in gang.pods]
-    assert pending and all(POOL_LABEL in pod.node_selector for pod in pending)
+    assert pending
+    assert all(POOL_LABEL in pod.node_selector for pod in pending)
     groups = solver_pools.groups(cluster, 2)
-    assert groups is not None and len(groups) == 2
+    assert groups is not None
+    assert len(groups) == 2
     for group in groups:
         chosen = {pod.node_selector[POOL_LABEL] for gang in group.cluster.gangs for pod in gang.pods}
         assert {pool_of[n.name] for n in group.cluster.nodes} == chosen
