@@ -12,9 +12,11 @@ as a cluster of its own: its nodes, the pods running on them, its gangs, their n
 Splitting takes from no gang a placement it could have had, as no pod of one group may use another group's
 nodes, and never-worse-than-greedy holds group by group, so for the whole. It is not done where something
 else ties gangs across pools: more than one queue with pending gangs (fair shares are of the whole cluster), or
-a capability on their queue or one above it. The plan's depth (`reservations`, `forecasts`) then applies per
-group, as Slurm's `bf_max_job_part` does per partition. Explanations still count every node of the cluster:
-each group is given its gangs' exclusions over all of them.
+a capability on their queue or one above it; nor where one group would hold more than three quarters of the
+work, as the others, solved beside it, would save less than splitting costs. The plan's depth (`reservations`,
+`forecasts`) then applies per group, as Slurm's `bf_max_job_part` does per partition. Explanations still count
+every node of the cluster: each group is given its gangs' exclusions over all of them. A group's process that
+dies, or does not answer in time, is killed and its group solved in the scheduler's own process.
 """
 
 from __future__ import annotations
@@ -182,14 +184,17 @@ def _joined(cluster: Cluster, pools: list[Pool], parallel: int) -> list[Pool] | 
     def work(pool: Pool) -> int:
         return sum(pods[g] for g in pool[0]) * max(len(pool[1]), 1)
 
-    bins: list[tuple[list[int], list[int]]] = [([], []) for _ in range(min(parallel, len(pools)))]
+    count = min(parallel, sum(1 for pool in pools if pool[1]))  # a pool of no node joins a group, makes none
+    if count < 2:
+        return None
+    bins: list[tuple[list[int], list[int]]] = [([], []) for _ in range(count)]
     loads = [0] * len(bins)
     for pool in sorted(pools, key=lambda pool: (-work(pool), pool[0][0])):
         i = loads.index(min(loads))
         bins[i][0].extend(pool[0])
         bins[i][1].extend(pool[1])
         loads[i] += work(pool)
-    if len(bins) < 2 or max(loads) > _WORTH * sum(loads):
+    if max(loads) > _WORTH * sum(loads):
         return None
     return sorted(((sorted(gs), sorted(ns)) for gs, ns in bins), key=lambda pool: pool[0][0])
 

@@ -65,6 +65,14 @@ def test_more_pools_than_processes_are_joined_evenly():
     assert sorted(n.name for group in groups for n in group.cluster.nodes) == sorted(n.name for n in nodes)
 
 
+def test_gangs_no_node_may_take_join_a_group_and_make_none():
+    cluster = _two_pools()
+    nowhere = gang("nowhere", 2, gpus=8, node_selector={POOL: "c"})  # no node is in pool c
+    groups = pools.groups(Cluster(cluster.nodes, (*cluster.gangs, nowhere)), 3)
+    assert len(groups) == 2
+    assert "nowhere" in {g.name for group in groups for g in group.cluster.gangs}
+
+
 def test_queues_tie_pools_together():
     cluster = _two_pools()
     two_queues = (replace(cluster.gangs[0], queue="team-x"), *cluster.gangs[1:])
