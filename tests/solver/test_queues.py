@@ -51,12 +51,14 @@ def held(cluster: Cluster, bindings) -> dict[str, dict[str, int]]:
 
 
 def per_level(cluster: Cluster, bindings) -> tuple[int, ...]:
-    """Gangs placed per level of the solver's order (priority, within fair share, starving), highest first."""
+    """Gangs placed per level of the solver's order (priority, within fair share, starving), highest first:
+    gangs deciding all-or-nothing this cycle that reached their minimum (an elastic gang whose bound members
+    already reach it places extras, not a gang)."""
     ranked = rank(cluster)
     counts: dict[tuple, int] = defaultdict(int)
     for g in ranked:
         placed = sum(p.name in bindings for p in g.pods)
-        counts[g.level] += int(placed >= g.need and placed > 0)
+        counts[g.level] += int(g.need > 0 and placed >= g.need)
     return tuple(counts[level] for level in sorted(counts, reverse=True))
 
 
