@@ -82,7 +82,7 @@ def _place(cluster: Cluster, config: SolveConfig, budget: Budget, previous: Mapp
     placements = pools.solve_apart(
         split,
         lambda group: _place_pool(group.cluster, inner, budget, previous, group.exclusions),
-        wait=pools.WAIT_LIMITS * config.time_limit + pools.WAIT_MORE,
+        wait=pools.patience(config.time_limit),
     )
     return pools.merged(cluster, split, placements, budget.elapsed())
 

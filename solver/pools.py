@@ -33,7 +33,7 @@ from gangsolve.solver.cpsat import Stage
 from gangsolve.solver.explain import exclusions_of
 from gangsolve.solver.greedy import desc
 from gangsolve.solver.model import Cluster, Node, Placement, Pod, Running
-from gangsolve.solver.problem import GangPart, eligibility
+from gangsolve.solver.problem import GangPart, eligibility, static_key
 
 # A forked child starts with the cluster in memory (where there is no fork, as on Windows, cycles are solved whole).
 _FORKS = "fork" in multiprocessing.get_all_start_methods()
@@ -66,17 +66,12 @@ class _Places:
 
     def exclusions(self, parts: tuple[GangPart, ...]) -> str:
         """A gang's exclusions over every node (explain.Explained.outside), from its parts in its pool."""
-        places = tuple(self.index[_place_key(part.pods[0])] for part in parts)
+        places = tuple(self.index[static_key(part.pods[0])] for part in parts)
         if places not in self.worded:
             self.worded[places] = exclusions_of(
                 self, tuple(GangPart(c, part.pods) for c, part in zip(places, parts, strict=True))
             )
         return self.worded[places]
-
-
-def _place_key(pod: Pod) -> tuple[object, ...]:
-    """What the static constraints read of a pod (`problem.exclusion`), which pod classes refine by requests."""
-    return (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations, pod.gpu_memory)
 
 
 def groups(cluster: Cluster, parallel: int) -> list[Group] | None:
@@ -89,7 +84,7 @@ def groups(cluster: Cluster, parallel: int) -> list[Group] | None:
     for gang in cluster.gangs:
         own = set()
         for pod in gang.pods:
-            key = _place_key(pod)
+            key = static_key(pod)
             if key not in index:
                 index[key] = len(pods)
                 pods.append(pod)
@@ -118,9 +113,12 @@ def _tied(cluster: Cluster) -> bool:
 # A pool or a group of them: its gangs and its nodes, as indices into the cluster's.
 Pool = tuple[list[int], list[int]]
 _WORTH = 0.75  # the most of a cycle's work one group may hold for the split to pay (`_joined`)
-# How long a group's process may take to answer (`solve_apart`): a cycle keeps to its time limit but for the steps
-# not cut by it (on a step budget, or the walk on a huge cluster), so a generous multiple of it, and more.
-WAIT_LIMITS, WAIT_MORE = 5, 30.0
+
+
+def patience(time_limit: float) -> float:
+    """How long a group's process may take to answer (`solve_apart`): a cycle keeps to its time limit but for
+    the steps not cut by it (on a step budget, or the walk on a huge cluster), so a generous multiple, and more."""
+    return 5 * time_limit + 30.0
 
 
 def _pools(

@@ -97,14 +97,13 @@ def eligibility(
     return eligible, excluded
 
 
-def class_key(pod: Pod) -> tuple[object, ...]:
-    return (
-        tuple(sorted(pod.requests.items())),
-        tuple(sorted(pod.node_selector.items())),
-        pod.affinity,
-        pod.tolerations,
-        pod.gpu_memory,
-    )
+def static_key(pod: Pod) -> tuple[object, ...]:
+    """What `exclusion` reads of a pod: pods alike in it may use the same nodes."""
+    return (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations, pod.gpu_memory)
+
+
+def _class_key(pod: Pod) -> tuple[object, ...]:
+    return (tuple(sorted(pod.requests.items())), *static_key(pod))
 
 
 @dataclass(frozen=True)
@@ -113,29 +112,6 @@ class GangPart:
 
     cls: int
     pods: tuple[Pod, ...]
-
-
-def pod_classes(gangs: Sequence[Gang]) -> tuple[list[Pod], list[tuple[GangPart, ...]]]:
-    """The gangs' pods filed by class: a representative pod per class (in the order first met), and per gang
-    its parts (its pods of one class each, highest priority first, by class)."""
-    index: dict[tuple[object, ...], int] = {}
-    class_pods: list[Pod] = []
-    parts: list[tuple[GangPart, ...]] = []
-    for gang in gangs:
-        by_class: dict[int, list[Pod]] = {}
-        for pod in gang.pods:
-            key = class_key(pod)
-            if key not in index:
-                index[key] = len(class_pods)
-                class_pods.append(pod)
-            by_class.setdefault(index[key], []).append(pod)
-        parts.append(
-            tuple(
-                GangPart(c, tuple(sorted(ps, key=lambda p: (-p.priority, p.order, p.name))))
-                for c, ps in sorted(by_class.items())
-            )
-        )
-    return class_pods, parts
 
 
 class Problem:
@@ -184,7 +160,23 @@ class Problem:
         self.inv_allocatable = np.divide(1.0, self.allocatable, out=np.zeros(shape), where=self.allocatable > 0)
 
         # Pod classes, shared across gangs; parts keep each gang's pods per class in placement order.
-        self.class_pods, self.parts = pod_classes(self.gangs)
+        index: dict[tuple[object, ...], int] = {}
+        self.class_pods: list[Pod] = []  # a representative pod per class
+        self.parts: list[tuple[GangPart, ...]] = []
+        for gang in self.gangs:
+            by_class: dict[int, list[Pod]] = {}
+            for pod in gang.pods:
+                key = _class_key(pod)
+                if key not in index:
+                    index[key] = len(self.class_pods)
+                    self.class_pods.append(pod)
+                by_class.setdefault(index[key], []).append(pod)
+            self.parts.append(
+                tuple(
+                    GangPart(c, tuple(sorted(ps, key=lambda p: (-p.priority, p.order, p.name))))
+                    for c, ps in sorted(by_class.items())
+                )
+            )
 
         self.demand = np.zeros((len(self.class_pods), len(self.resources)), dtype=np.int64)
         for c, pod in enumerate(self.class_pods):
