@@ -34,13 +34,14 @@ def solver_actor(
     starvation: float = STARVATION_SECONDS,
     plan_page: bool = False,
     first_cycle_gangs: int = FIRST_CYCLE_GANGS,
+    parallel: int = 1,
 ) -> SolverActor:
     return SolverActor(
         store,
         queue or SchedulingQueue(resync_period),
         metrics or Metrics(),
         Rules(scheduler_name, group_label, grace or Grace(), starvation),
-        SolveConfig(time_limit=time_limit, preemption=preemption, reservations=reservations),
+        SolveConfig(time_limit=time_limit, preemption=preemption, reservations=reservations, parallel=parallel),
         debounce=debounce,
         cycle_interval=cycle_interval,
         estimator=estimator,

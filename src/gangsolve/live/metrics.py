@@ -33,6 +33,11 @@ class Metrics:
             "Last cycle: (proven bound - gangs placed) / bound; 0 when the placement is proven optimal.",
             registry=r,
         )
+        self.cycle_pools = Gauge(
+            "gangsolve_cycle_pools",
+            "Last cycle: the node pools it was solved in, each in a process of its own (1: solved whole).",
+            registry=r,
+        )
         self.solver_status = Counter(
             "gangsolve_solver_status_total",
             "Cycles by the solver's status (OPTIMAL, FEASIBLE, GREEDY).",

@@ -476,7 +476,7 @@ class SolverActor:
             pods_placed=len(placement.bindings),
             evicted=len(placement.evictions),
             status=placement.status,
-            pools=max(1, sum(1 for stage in placement.stages if stage["name"] == "pool")),  # 1: solved whole
+            pools=_pools(placement),
             solve_s=round(placement.solve_seconds, 3),
             cycle_s=round(seconds, 3),
         )
@@ -554,6 +554,7 @@ class SolverActor:
         m.solve_duration.observe(placement.solve_seconds)
         m.solver_status.labels(placement.status).inc()
         m.optimality_gap.set((placement.best_bound - placement.objective) / max(placement.best_bound, 1))
+        m.cycle_pools.set(_pools(placement))
         pending_gangs = pending_pods = 0
         for gang, result in zip(cluster.gangs, placement.gangs, strict=True):
             if result.placed and result.placed_pods:
@@ -584,3 +585,8 @@ class SolverActor:
                 self.metrics.start_after_expected.observe(cluster.now - self._shown.pop(result.name))
         pending = {g.name for g in cluster.gangs}
         self._shown = {name: start for name, start in self._shown.items() if name in pending}
+
+
+def _pools(placement: Placement) -> int:
+    """The node pools a cycle was solved in, each in its own process (a `pool` stage each); 1: solved whole."""
+    return max(1, sum(1 for stage in placement.stages if stage["name"] == "pool"))
