@@ -4,6 +4,7 @@ the whole cluster counted, and the scheduler goes on cycling (the children are g
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -78,6 +79,11 @@ def test_node_pools_are_solved_apart_and_bind_on_their_own_nodes(
     poll(lambda: running(pods(control_plane, namespace, "job=late")), timeout=60, what="the late pod running")
 
     # The processes a split cycle forks exit and are reaped: none is left behind its cycle.
-    tasks = Path(f"/proc/{g.proc.pid}/task")
-    children = lambda: [pid for task in tasks.iterdir() for pid in (task / "children").read_text().split()]  # noqa: E731
+    def children() -> list[str]:
+        found = []
+        for task in Path(f"/proc/{g.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended since it was listed
+                found += (task / "children").read_text().split()
+        return found
+
     poll(lambda: not children() and "none left", timeout=10, what="no child processes left")
