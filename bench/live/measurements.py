@@ -119,9 +119,10 @@ class BindWatch(threading.Thread):
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
+    """User + system CPU time of a process so far, and of the children it has waited for (gangsolve's
+    processes for node pools: a scheduler's CPU is its whole tree's)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float | None:

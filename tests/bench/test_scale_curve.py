@@ -186,3 +186,17 @@ def test_the_curve_grid_is_one_shape_at_every_live_size():
     grid = LIVE_GRIDS["scale-curve"]
     assert [LIVE_SCENARIOS[n].nodes for n in grid] == [1000, 5000, 16384]
     assert {n.split("nodes-", 1)[1] for n in grid} == {"1000x3-burst"}
+
+
+def test_cpu_seconds_count_the_children_a_scheduler_waited_for():
+    """gangsolve solves node pools in forked processes: their CPU is the scheduler's too."""
+    import os
+    import subprocess
+    import sys
+
+    from gangsolve.bench.live.measurements import cpu_seconds
+
+    before = cpu_seconds(os.getpid())
+    busy = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", busy], check=True)  # waited for: its CPU joins ours
+    assert cpu_seconds(os.getpid()) - before >= 0.4
