@@ -173,6 +173,20 @@ LIVE_SCENARIOS: dict[str, LiveScenario] = {
             time_limit=1.0,
             late_definitions=2.0,
         ),
+        *(
+            LiveScenario(
+                f"live/pools-1000nodes-burst{suffix}",
+                1000,
+                partial(scenarios.pools, 1000, SYNTHETIC_GANGS[1000], seed=1000),
+                f"1,000 nodes in 4 node pools, each the synthetic mix with its own {SYNTHETIC_GANGS[1000] // 4} "
+                f"gangs selecting it; burst; gangsolve solving cycles in {processes} process(es)",
+                mode="burst",
+                client_qps=PERF_QPS,
+                scale=True,
+                gangsolve_settings={"solver-processes": processes},
+            )
+            for suffix, processes in (("", 1), ("-2processes", 2))
+        ),
         LiveScenario(
             "live/synthetic-100nodes",
             100,
