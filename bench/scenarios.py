@@ -404,7 +404,9 @@ SCENARIOS: dict[str, Scenario] = {
         _synthetic(5000, 1000, 5.0),
         _synthetic(16384, 3277, 5.0),  # frontier scale (issue 26): the same mix, pending gangs in proportion
         _synthetic(65536, 13107, 20.0),
-        _pools(16384, 3276, 5.0),  # the same sizes as node pools, which a cycle solves apart (solver/pools.py)
+        _pools(1000, 200, 1.0),  # the same sizes as node pools, which a cycle may solve apart (solver/pools.py)
+        _pools(5000, 1000, 5.0),
+        _pools(16384, 3276, 5.0),
         _pools(65536, 13104, 20.0),
         _synthetic_dra(100, 20, 1.0),
         _synthetic_dra(1000, 200, 1.0),

@@ -49,11 +49,6 @@ def default_workers() -> int:
     return max(1, (given_cores() or 1) - 1)
 
 
-def default_processes() -> int:
-    """One process per core given for a cycle's node pools; 1 (the cycle solved whole) where none were given."""
-    return given_cores() or 1
-
-
 def setting(default: Any = None, help: str = "", *, shown: str | None = None, factory: Any = None) -> Any:
     """One setting: its default, and its help for the configuration reference (`shown`: the default as the
     reference prints it, for a default made per process)."""
@@ -114,11 +109,10 @@ class Config:
         factory=default_workers,
     )
     solver_processes: int = setting(
-        help="processes a cycle's node pools (pending gangs whose pods may use no node in common) are solved in at "
-        "once, each pool on its own nodes (docs/how-it-works.md#node-pools); by default one per core the pod is "
-        "given, and 1 (the cycle solved whole) where it has only a CPU request",
-        shown="cores given, at least 1",
-        factory=default_processes,
+        SolveConfig.parallel,
+        "processes a cycle's node pools (pending gangs whose pods may use no node in common) are solved in at "
+        "once, each pool on its own nodes; 1 solves every cycle whole. Measured, it pays from about 16,384 nodes: "
+        "set it to the cores the pod is given there (docs/how-it-works.md#node-pools)",
     )
     preempt_min_runtime: float = setting(
         SolveConfig.preempt_min_runtime,
