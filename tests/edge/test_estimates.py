@@ -126,11 +126,11 @@ def test_the_history_learns_a_high_quantile_of_recent_runs():
 
 def test_declared_then_learned_then_default():
     estimator = Estimator(default=3600.0)
-    assert estimator.runtime([k8s_pod("job-1")]) == 3600.0
+    assert estimator.estimate([k8s_pod("job-1")])[0] == 3600.0
     estimator.history.record(workload_key(k8s_pod("job-1")), 120.0)
-    assert estimator.runtime([k8s_pod("job-2")]) == 120.0
-    assert estimator.runtime([with_runtime(k8s_pod("job-3"), "10m")]) == 600.0
-    assert Estimator(default=None).runtime([k8s_pod("job-4")]) is None
+    assert estimator.estimate([k8s_pod("job-2")])[0] == 120.0
+    assert estimator.estimate([with_runtime(k8s_pod("job-3"), "10m")])[0] == 600.0
+    assert Estimator(default=None).estimate([k8s_pod("job-4")])[0] is None
     # Only a declared runtime is held to; the plan shows learned and default ones but holds nothing on them.
     assert estimator.estimate([with_runtime(k8s_pod("job-3"), "10m")]) == (600.0, False)
     assert estimator.estimate([k8s_pod("job-2")]) == (120.0, True)

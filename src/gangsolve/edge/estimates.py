@@ -155,9 +155,6 @@ class Estimator:
         """The history learns from these finished pods (those it has not seen yet)."""
         return self.history.learn(pods, self.label)
 
-    def runtime(self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None) -> float | None:
-        return self.estimate(pods, group, owner)[0]
-
     def estimate(
         self, pods: Sequence[dict], group: dict | None = None, owner: dict | None = None
     ) -> tuple[float | None, bool]:
