@@ -231,14 +231,13 @@ class GangModel:
     def _in_members_domain(self, g: int, keys: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
         """A co-located gang with members bound places its pods (its extras too) in their domain of its required
         level only: none where they already disagree or run on a node without the label. The keys left."""
-        problem = self.problem
-        domain = problem.domains(problem.gangs[g].colocate or "")
-        fixed = {int(domain[problem.node_index[n]]) for n in problem.gangs[g].bound_nodes if n in problem.node_index}
-        if not fixed:
+        fixed = self.problem.members_domain(g)
+        if fixed is None:
             return keys  # its members' nodes are gone: any one domain
+        domain = self.problem.domains(self.problem.gangs[g].colocate or "")
         kept = []
         for key in keys:
-            if {int(domain[key[2]])} == fixed and -1 not in fixed:
+            if fixed >= 0 and domain[key[2]] == fixed:
                 kept.append(key)
             else:
                 self.model.add(self.x[key] == 0)

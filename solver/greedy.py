@@ -375,13 +375,11 @@ def place_colocated(
     gang = problem.gangs[g]
     if not gang.colocate:
         return place_in_levels(problem, g, free, None, gang.preferred, scorer, most, later)
-    domain = problem.domains(gang.colocate)
-    bound = {problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index}
-    if bound:
-        fixed = {int(domain[n]) for n in bound}
-        if len(fixed) != 1 or -1 in fixed:
+    fixed = problem.members_domain(g)
+    if fixed is not None:
+        if fixed < 0:
             return None  # bound members already disagree: nothing pending can repair that
-        candidates = list(fixed)
+        candidates = [fixed]
     else:
         # A domain must at least hold `need` of the gang's smallest pods.
         smallest = np.min([problem.demand[part.cls] for part in problem.parts[g]], axis=0) * max(1, gang.need)

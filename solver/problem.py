@@ -386,6 +386,17 @@ class Problem:
         """Per node, an integer id of its value for label `key` (-1 where the node lacks the label)."""
         return self.table.statics.domains(key)
 
+    def members_domain(self, g: int) -> int | None:
+        """The domain of co-located gang g's required level its bound members run in, which its pending pods
+        must join: None where none of its members' nodes is in the cluster (any one domain will do), -1 where
+        they already disagree or run on a node without the label (nothing pending can repair that)."""
+        gang = self.gangs[g]
+        domain = self.domains(gang.colocate or "")
+        fixed = {int(domain[self.node_index[n]]) for n in gang.bound_nodes if n in self.node_index}
+        if not fixed:
+            return None
+        return fixed.pop() if len(fixed) == 1 else -1
+
     def gang_priority_levels(self) -> list[Level]:
         """Every gang's level (priority, fair-share tier, starving), highest first."""
         return sorted({g.level for g in self.gangs}, reverse=True)
