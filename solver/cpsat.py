@@ -23,7 +23,7 @@ from ortools.sat.python import cp_model
 from gangsolve.solver import score
 from gangsolve.solver.budget import MIN_STAGE_SECONDS
 from gangsolve.solver.model import Level
-from gangsolve.solver.problem import Counts, Problem
+from gangsolve.solver.problem import Counts, Problem, eligible_to_any
 from gangsolve.solver.shares import DeviceVars
 
 MAX, MIN = "max", "min"
@@ -76,10 +76,7 @@ def add_knapsack_cuts(model: cp_model.CpModel, problem: Problem, placed: dict[in
     gangs = list(placed)
     masks = {}
     for g in gangs:
-        mask = np.zeros(len(problem.nodes), dtype=bool)
-        for part in problem.parts[g]:
-            mask |= problem.eligible[part.cls]
-        masks[g] = mask
+        masks[g] = eligible_to_any(problem.eligible, [part.cls for part in problem.parts[g]])
     for area in {m.tobytes(): m for m in masks.values()}.values():
         inside = [g for g in gangs if not (masks[g] & ~area).any()]
         room = np.maximum(problem.free[area], 0).sum(axis=0)

@@ -12,7 +12,7 @@ import numpy as np
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.limits import Limits
 from gangsolve.solver.model import PODS, SHARE, Node, Pod
-from gangsolve.solver.problem import Counts, GangPart, Problem
+from gangsolve.solver.problem import Counts, GangPart, Problem, eligible_to_any
 
 _BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -86,9 +86,7 @@ class Filed(Protocol):
 
 def exclusions_of(problem: Filed, parts: tuple[GangPart, ...]) -> str:
     """Nodes no pod of `parts` may use, grouped by the first constraint that rules them out."""
-    eligible = np.zeros(len(problem.nodes), dtype=bool)
-    for part in parts:
-        eligible |= problem.eligible[part.cls]
+    eligible = eligible_to_any(problem.eligible, [part.cls for part in parts])
     pod = parts[0].pods[0]
     phrases = []
     by_reason = problem.excluded[parts[0].cls]
@@ -121,7 +119,7 @@ def _shortage(problem: Problem, g: int, cache: Explained) -> str | None:
             break
     key = tuple(sorted(set(classes)))
     if key not in cache.free:  # a sum over every node: once per set of classes, not once per gang
-        available = np.logical_or.reduce([problem.eligible[c] for c in key])
+        available = eligible_to_any(problem.eligible, key)
         cache.free[key] = np.maximum(problem.free[available], 0).sum(axis=0)
     free = cache.free[key]
     # Scarce resources first: GPUs, then extended resources, then the rest.

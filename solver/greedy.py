@@ -19,7 +19,7 @@ import numpy as np
 from gangsolve.solver.caps import QueueCaps
 from gangsolve.solver.limits import Limits
 from gangsolve.solver.model import Level
-from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows, rows_of
+from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows, eligible_to_any, rows_of
 
 
 class Scorer(Protocol):
@@ -434,7 +434,7 @@ class DomainRooms:
         changed = self.changed if self.changed is not None else []
         kept = self.kept.get((key, classes))
         if kept is None:
-            usable = self._usable(classes, nodes)
+            usable = eligible_to_any(problem.eligible, classes, nodes)
             share = np.maximum(free.take(nodes, axis=0), 0) * usable[:, None]
             kept = _Rooms(share, np.add.reduceat(share, starts), np.add.reduceat(usable, starts), len(changed))
             if self.changed is not None:
@@ -445,18 +445,12 @@ class DomainRooms:
             where = problem.grouped_position(key)[nodes_changed]
             where = where[where >= 0]  # the changed nodes that carry the label
             if len(where):
-                usable = self._usable(classes, nodes[where])
+                usable = eligible_to_any(problem.eligible, classes, nodes[where])
                 share = np.maximum(free.take(nodes[where], axis=0), 0) * usable[:, None]
                 domain = np.searchsorted(starts, where, side="right") - 1
                 np.add.at(kept.room, domain, share - kept.share[where])
                 kept.share[where] = share
         return kept.room, kept.size
-
-    def _usable(self, classes: tuple[int, ...], nodes: np.ndarray) -> np.ndarray:
-        usable = np.zeros(len(nodes), dtype=bool)
-        for cls in classes:
-            usable |= self.problem.eligible[cls][nodes]
-        return usable
 
 
 def _one_preferred_holds(

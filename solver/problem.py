@@ -7,7 +7,7 @@ taints, selectors, affinity) are evaluated once per distinct node signature, not
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeAlias
@@ -95,6 +95,15 @@ def eligibility(
                 by_reason.setdefault(why, []).extend(members)
         excluded.append(by_reason)
     return eligible, excluded
+
+
+def eligible_to_any(eligible: np.ndarray, classes: Iterable[int], rows: Rows = slice(None)) -> np.ndarray:
+    """The nodes (of `rows`) that a pod of any of `classes` may use: those rows of `eligible` (class x node),
+    or'ed."""
+    picked = np.fromiter(classes, dtype=np.int64)
+    # Only the rows and nodes asked for are gathered (the walk asks for a few changed nodes at a time).
+    sub = eligible[picked][:, rows] if isinstance(rows, slice) else eligible[np.ix_(picked, np.asarray(rows))]
+    return np.asarray(sub.any(axis=0))
 
 
 def static_key(pod: Pod) -> tuple[object, ...]:
