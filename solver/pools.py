@@ -48,7 +48,6 @@ class Group:
 
     cluster: Cluster
     exclusions: Exclusions
-    nodes: int  # of the whole cluster (for the stage's detail)
 
 
 @dataclass
@@ -98,7 +97,7 @@ def groups(cluster: Cluster, parallel: int) -> list[Group] | None:
     if joined is None:
         return None
     places = _Places(cluster.nodes, index, eligible, excluded)
-    return [Group(part, places.exclusions, len(cluster.nodes)) for part in _clusters_of(cluster, joined)]
+    return [Group(part, places.exclusions) for part in _clusters_of(cluster, joined)]
 
 
 def _tied(cluster: Cluster) -> bool:
@@ -279,7 +278,7 @@ def merged(cluster: Cluster, groups: Sequence[Group], placements: Sequence[Place
     for i, (group, p) in enumerate(zip(groups, placements, strict=True)):
         detail = (
             f"pool {i + 1} of {len(groups)}: {len(group.cluster.gangs)} gangs on {len(group.cluster.nodes)} of "
-            f"{group.nodes} nodes"
+            f"{len(cluster.nodes)} nodes"
         )
         stage = Stage("pool", p.status, p.objective, p.best_bound, p.solve_seconds, detail)
         stages.append(stage.as_dict())
