@@ -116,6 +116,7 @@ def check_targets(results: dict) -> list[dict]:
         for sc in results.get(key) or []:
             preemption_targets(sc, add)
     timeline_targets(results.get("timeline") or [], add)
+    fairness_targets(results.get("timeline") or [], add)
     for sc in results["scenarios"]:
         quality_targets(sc, add)
         gs = _run(sc, "gangsolve")
@@ -314,3 +315,79 @@ def quality_targets(sc: dict, add) -> None:
             )
     if sc["name"] == "synthetic/5000nodes":
         gap_target(60, 0.10)
+
+
+# Issue 24's targets on the timelines that share a cluster between queues, against proportion's run of the same
+# workload: the largest hourly gap from a fair share (a fraction of the cluster), the GPU-time evictions may throw
+# away, and the schedulers held to them.
+FAIR_GAP = 0.05
+MOST_LOST = 0.02
+FAIR_SCHEDULERS = ("gangsolve", "gangsolve-history")
+
+
+def fairness_targets(timeline: list[dict], add: Callable[[str, str, str, bool], None]) -> None:
+    """Per run that measured fair shares: every queue at every level within 5 points of its fair share over
+    every hour it has demand; useful GPU at least proportion's; at most 2% of the GPU-time lost to evictions; 0
+    capability violations; with a usage history, a queue over its fair share when every queue has work comes
+    down to it within one half-life. Then, per timeline and scheduler, in how many of the runs each was met."""
+    tally: dict[tuple[str, str, str], list[int]] = {}
+    for sc in timeline:
+        peer = _run(sc, "proportion")
+        theirs = peer["summary"] if peer is not None else None
+        for scheduler in FAIR_SCHEDULERS:
+            run = _run(sc, scheduler)
+            if run is None or not run["summary"].get("fairness"):
+                continue
+            for target, measured, met in _fair_checks(run["summary"], theirs):
+                add(f"fair shares, each run: {target}", f"{timeline_label(sc)}: {scheduler}", measured, met)
+                counts = tally.setdefault((sc["name"], scheduler, target), [0, 0])
+                counts[0] += bool(met)
+                counts[1] += 1
+    for (name, scheduler, target), (times, runs) in tally.items():
+        add(f"fair shares, every run: {target}", f"{name}: {scheduler}", f"met in {times} of {runs}", times == runs)
+
+
+def _fair_checks(mine: dict, theirs: dict | None) -> list[tuple[str, str, bool]]:
+    """(target, measured, met) for one run's summary; `theirs`: proportion's on the same workload, if it ran."""
+    queue, gap = _largest_gap(mine)
+    shown = f"{100 * gap:.1f} points ({queue})"
+    if theirs is not None and theirs.get("fairness"):
+        peer_queue, peer_gap = _largest_gap(theirs)
+        shown += f" vs proportion {100 * peer_gap:.1f} ({peer_queue})"
+    out = [("every queue within 5 points of its fair share, every hour it has demand", shown, gap <= FAIR_GAP)]
+    if theirs is not None:
+        useful, peer = mine["gpu_useful_mean"], theirs["gpu_useful_mean"]
+        out.append(("useful GPU at least proportion's", f"{pct(useful)} vs {pct(peer)}", useful >= peer))
+    lost = mine.get("gpu_lost_mean") or 0.0
+    out.append(
+        ("GPU-time lost to evictions at most 2%", f"{pct(lost)} ({mine['evictions']} evictions)", lost <= MOST_LOST)
+    )
+    caps = mine["capability_violations"]
+    out.append(("0 capability violations at any level", str(caps), caps == 0))
+    half_life = mine.get("half_life") or 0.0
+    if half_life > 0:
+        over = [(q, f) for q, f in mine["fairness"]["tenants"].items() if f.get("over_when_all_came")]
+        late = [q for q, f in over if f["yielded_after"] is None or f["yielded_after"] > half_life]
+        shown = (
+            "no queue over its share when every queue had work"
+            if not over
+            else ", ".join(
+                f"{q} {'not in window' if f['yielded_after'] is None else _minutes(f['yielded_after'])}"
+                for q, f in over
+            )
+        )
+        out.append(
+            (f"a queue over its fair share yields within one half-life ({_minutes(half_life)})", shown, not late)
+        )
+    return out
+
+
+def _largest_gap(summary: dict) -> tuple[str, float]:
+    """The queue furthest from its fair share over an hour, and how far (a fraction of the cluster)."""
+    gaps = {q: f["max_hourly_deviation"] for q, f in summary["fairness"]["tenants"].items()}
+    worst = max(gaps, key=lambda q: gaps[q])
+    return worst, gaps[worst]
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min"

@@ -547,6 +547,7 @@ def simulate(
             tenant_delay_p95=tenants.tenant_delays(jobs, {j.gang.name: j.gang.queue for j in jobs}),
             capability_violations=violations,
             gpus=total_gpus,
+            half_life=HALF_LIFE if with_history else 0.0,  # the usage history its fair shares counted (0: none)
         )
     return {
         "scheduler": scheduler if isinstance(scheduler, str) else "custom",

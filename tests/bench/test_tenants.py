@@ -7,7 +7,7 @@ from bench_clusters import cluster_objects, gang, gpu_nodes
 
 from gangsolve.bench import manifests
 from gangsolve.bench.baselines import proportion
-from gangsolve.bench.report import plots
+from gangsolve.bench.report import plots, targets
 from gangsolve.bench.tenants import (
     DEPARTMENTS,
     TEAMS,
@@ -160,3 +160,97 @@ def test_the_shares_plot_draws_each_scheduler_against_its_fair_share(tmp_path):
     (path,) = plots.plot_shares([sc, sc], tmp_path)  # one plot per scenario
     assert path.name == "shares-two-queues.png"
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def _summary(gap: float, useful: float, lost: float, caps: int = 0, half_life: float = 0.0, yielded=False) -> dict:
+    """A run's summary as the simulation writes it: queue a furthest from its share; `yielded`: False when no
+    queue was over its share as every queue came, else the seconds a took to come down (None: never)."""
+    over = yielded is not False
+    tenants = {
+        "a": {"max_hourly_deviation": gap, "over_when_all_came": over, "yielded_after": yielded if over else None},
+        "b": {"max_hourly_deviation": gap / 2, "over_when_all_came": False, "yielded_after": None},
+    }
+    return {
+        "fairness": {"tenants": tenants, "jain": 1.0},
+        "gpu_useful_mean": useful,
+        "gpu_lost_mean": lost,
+        "evictions": 3,
+        "capability_violations": caps,
+        "half_life": half_life,
+    }
+
+
+def _checked(*runs: list[tuple[str, dict]]) -> dict[tuple[str, str], tuple[bool, str]]:
+    timeline = [
+        {
+            "name": "timeline/t",
+            "seed": seed,
+            "estimates": "exact",
+            "runs": [{"scheduler": s, "summary": m} for s, m in r],
+        }
+        for seed, r in enumerate(runs, 1)
+    ]
+    found = {}
+    targets.fairness_targets(timeline, lambda target, sc, measured, met: found.update({(target, sc): (met, measured)}))
+    return found
+
+
+EACH, EVERY = "fair shares, each run: ", "fair shares, every run: "
+GAP = "every queue within 5 points of its fair share, every hour it has demand"
+USEFUL, LOST, CAPS = (
+    "useful GPU at least proportion's",
+    "GPU-time lost to evictions at most 2%",
+    "0 capability violations at any level",
+)
+
+
+def test_fairness_targets_hold_each_run_to_the_issues_bounds_against_proportions_run():
+    proportion = ("proportion", _summary(0.09, 0.93, 0.0))
+    at_the_bounds = [("gangsolve", _summary(0.05, 0.93, 0.02)), proportion]
+    past_them = [("gangsolve", _summary(0.051, 0.929, 0.021, caps=1)), proportion]
+    found = _checked(at_the_bounds, past_them)
+    first, second = "timeline/t seed 1 exact: gangsolve", "timeline/t seed 2 exact: gangsolve"
+    for target in (GAP, USEFUL, LOST, CAPS):
+        assert found[(EACH + target, first)][0] is True, target
+        assert found[(EACH + target, second)][0] is False, target
+        assert found[(EVERY + target, "timeline/t: gangsolve")] == (False, "met in 1 of 2")
+    assert found[(EACH + GAP, first)][1] == "5.0 points (a) vs proportion 9.0 (a)"
+    assert found[(EACH + USEFUL, second)][1] == "92.9% vs 93.0%"
+    assert not any("half-life" in target for target, _sc in found)  # no history: nothing to yield by
+
+
+def test_with_a_history_a_queue_over_its_share_must_yield_within_one_half_life():
+    target = EACH + "a queue over its fair share yields within one half-life (60 min)"
+    runs = [
+        [("gangsolve-history", _summary(0.01, 0.9, 0.0, half_life=3600, yielded=3600))],
+        [("gangsolve-history", _summary(0.01, 0.9, 0.0, half_life=3600, yielded=3660))],
+        [("gangsolve-history", _summary(0.01, 0.9, 0.0, half_life=3600, yielded=None))],
+        [("gangsolve-history", _summary(0.01, 0.9, 0.0, half_life=3600))],
+    ]
+    found = _checked(*runs)
+    seen = [found[(target, f"timeline/t seed {s} exact: gangsolve-history")] for s in (1, 2, 3, 4)]
+    assert seen == [
+        (True, "a 60 min"),
+        (False, "a 61 min"),
+        (False, "a not in window"),
+        (True, "no queue over its share when every queue had work"),
+    ]
+    assert not any(t.startswith(EACH + USEFUL) for t, _sc in found)  # no proportion run to compare with
+
+
+def test_a_tenants_run_reports_the_fairness_targets_with_its_results():
+    """Through the simulation: both gangsolve runs are checked, the usage history's yield only where it counts."""
+    jobs = [_queued(f"a{i}", "a", 1, 1, 0, 20 * PERIOD) for i in range(16)]
+    jobs += [_queued(f"b{i}", "b", 1, 1, 10 * PERIOD, 20 * PERIOD) for i in range(16)]
+    objs = [queue_object("a", 1), queue_object("b", 1), *cluster_objects(gpu_nodes(2), *jobs)]
+    runs = [simulate(objs, s, time_limit=0.5) for s in ("gangsolve", "gangsolve-history", "proportion")]
+    sc = {"name": "timeline/t", "seed": 1, "estimates": "exact", "runs": runs}
+    checked = {(t["target"], t["scenario"]): t for t in targets.check_targets({"scenarios": [], "timeline": [sc]})}
+    for scheduler in ("gangsolve", "gangsolve-history"):
+        assert checked[(EACH + CAPS, f"timeline/t seed 1 exact: {scheduler}")]["met"]
+        assert (EACH + USEFUL, f"timeline/t seed 1 exact: {scheduler}") in checked
+    yields = [key for key in checked if "half-life" in key[0]]
+    assert {scenario for _target, scenario in yields} == {
+        "timeline/t seed 1 exact: gangsolve-history",
+        "timeline/t: gangsolve-history",
+    }
