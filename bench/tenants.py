@@ -204,6 +204,8 @@ def fairness(
             "share": float(gpu_hours / (has.sum() * capacity)) if has.any() else 0.0,
             "fair_share": float(fair_hours / (has.sum() * capacity)) if has.any() else 0.0,
             "max_hourly_deviation": float(worst),
+            # GPUs it held on average before every team had work (the cluster's, for the team that ran alone)
+            "held_before_all_came": float(held[:everyone].mean()) if everyone else 0.0,
             **_yielded(steady, held, fair, everyone),
         }
         if fair_hours > 0 and t in leaves:
