@@ -226,8 +226,8 @@ class Relaxation:
                 domain[labelled], np.minimum(problem.fit[part.cls, labelled], len(part.pods)), minlength=size
             )
         ids = np.flatnonzero(room >= gang.need)
-        bound = [problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index]
-        return ids[ids == domain[bound[0]]] if bound else ids
+        fixed = problem.members_domain(g)  # its bound members' domain; -1 (they disagree) matches no id
+        return ids if fixed is None else ids[ids == fixed]
 
     def _least_slots(self, g: int) -> np.ndarray:
         """Per class c0, the fewest c0-slots the gang's minimum uses: its `need` pods holding the fewest copies

@@ -97,9 +97,9 @@ def _domain_masks(problem: Problem, g: int, hinted: GangCounts, most: int = 4) -
     eligible = np.zeros(len(problem.nodes), dtype=bool)
     for part in problem.parts[g]:
         eligible |= problem.fit[part.cls] > 0
-    bound = [problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index]
-    if bound:
-        return [domain == domain[bound[0]]]
+    fixed = problem.members_domain(g)
+    if fixed is not None:  # its bound members' domain; none where they disagree or lack the label
+        return [domain == fixed] if fixed >= 0 else []
     ids = domain[eligible & (domain >= 0)]
     if len(ids) == 0:
         return []

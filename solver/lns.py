@@ -170,9 +170,9 @@ class Search:
                     domain[labelled], np.minimum(problem.fit[part.cls, labelled], len(part.pods)), minlength=len(room)
                 )
             ids = np.flatnonzero(room >= gang.need)
-            bound = [problem.node_index[n] for n in gang.bound_nodes if n in problem.node_index]
-            if bound:
-                ids = ids[ids == domain[bound[0]]]
+            fixed = problem.members_domain(target)  # its bound members' domain; -1 (they disagree) matches no id
+            if fixed is not None:
+                ids = ids[ids == fixed]
             if len(ids) == 0:
                 return np.zeros(0, dtype=np.int64)
             return np.flatnonzero((domain == ids[int(self.rng.integers(len(ids)))]) & reach)

@@ -95,6 +95,24 @@ def test_the_extra_pods_of_a_co_located_gang_at_its_minimum_join_its_members_nod
     assert not [p for p in placement.bindings if p.startswith("g0-")]
 
 
+def test_a_co_located_gang_whose_bound_members_disagree_counts_in_no_stage_not_even_the_bound():
+    """Its members run in racks r0 and r1 (another scheduler bound them): nothing pending can repair that, so
+    every stage leaves it, and the bound must not count it either. It read the first member's rack, so the
+    cycle reported a gang more than could ever be placed (and searched for it)."""
+    nodes = (
+        node("m0", gpus=8, labels={"rack": "r0"}),
+        node("m1", gpus=8, labels={"rack": "r1"}),
+        node("e0", gpus=8, labels={"rack": "r0"}),
+    )
+    split = Gang("split", (pod("split-2", gpus=1),), 3, ("m0", "m1"), "rack")
+    other = Gang("other", (pod("other-0", gpus=2), pod("other-1", gpus=2)), 2)
+    cluster = Cluster(nodes, (split, other))
+    placement = solve(cluster, SolveConfig(time_limit=1, steps=30))
+    assert validate(cluster, placement) == []
+    assert set(placement.bindings) == {"other-0", "other-1"}
+    assert placement.best_bound == 1
+
+
 def test_greedy_packs_a_gang_into_the_fewest_preferred_domains():
     for preferred, racks in (((), 2), (("rack",), 1)):  # best fit alone takes rack a's two half-free nodes
         cluster = four_by_four(preferred)
