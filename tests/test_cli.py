@@ -597,6 +597,7 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
             "end": "2026-01-01T01:05:00Z",
             "pods": {"default/quick": "n0"},
             "held": True,
+            "guessed": False,
         },
         {
             "gang": "default/long",
@@ -604,6 +605,7 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
             "end": "2026-01-01T03:00:00Z",
             "pods": {"default/long": "n1"},
             "held": True,
+            "guessed": False,
         },
         {
             "gang": "default/old",
@@ -611,6 +613,7 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
             "end": None,
             "pods": {"default/old": "n0"},
             "held": True,
+            "guessed": False,
         },
     ]
 
@@ -637,7 +640,14 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
     )
     assert out["reservations"] == []
     old = [p for p in out["plan"] if p["gang"] == "default/old"]
-    assert [(p["start"], p["held"]) for p in old] == [("2026-01-01T01:30:00Z", False)]
+    assert [(p["start"], p["held"], p["guessed"]) for p in old] == [("2026-01-01T01:30:00Z", False, True)]
+    # A gang starting now on the default runtime: its end is a guess, its start is not.
+    alone = yaml.safe_dump_all([k8s_node("n0", gpus=4), k8s_pod("solo", gpus=1, owner="solo")])
+    now = ["--now", "2026-01-01T01:00:00Z", "--default-runtime", "1h"]
+    out = orjson.loads(solve("-", "-o", "json", *now, input=alone).stdout)
+    assert [(p["gang"], p["end"], p["held"], p["guessed"]) for p in out["plan"]] == [
+        ("default/solo", "2026-01-01T02:00:00Z", True, True)
+    ]
 
 
 @pytest.mark.parametrize(

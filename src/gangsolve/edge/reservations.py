@@ -60,16 +60,33 @@ def rfc3339(seconds: float | None) -> str | None:
 def plan_json(placement: Placement, gangs: Iterable[Gang], now: float) -> list[dict]:
     """The plan, one entry per planned gang: those starting now (their bindings, ending after their estimated
     runtime), those holding a reservation (start null while what they wait for has no expected end), then the
-    forecasts past the plan's depth (`held` false)."""
+    forecasts past the plan's depth (`held` false). `guessed`: a time of the entry rests on a runtime nobody
+    declared (learned or the default): a forecast's start, or the end of a gang starting now."""
     out = []
     for gang in gangs:
         pods = {p.name: placement.bindings[p.name] for p in gang.pods if p.name in placement.bindings}
         if pods:
             end = now + gang.runtime if gang.runtime is not None else None
-            out.append({"gang": gang.name, "start": rfc3339(now), "end": rfc3339(end), "pods": pods, "held": True})
+            out.append(
+                {
+                    "gang": gang.name,
+                    "start": rfc3339(now),
+                    "end": rfc3339(end),
+                    "pods": pods,
+                    "held": True,
+                    "guessed": end is not None and gang.guessed,
+                }
+            )
     for r in (*placement.reservations, *placement.forecasts):
         out.append(
-            {"gang": r.gang, "start": rfc3339(r.start), "end": rfc3339(r.end), "pods": dict(r.bindings), "held": r.held}
+            {
+                "gang": r.gang,
+                "start": rfc3339(r.start),
+                "end": rfc3339(r.end),
+                "pods": dict(r.bindings),
+                "held": r.held,
+                "guessed": r.guessed,
+            }
         )
     return out
 

@@ -189,6 +189,7 @@ def _pending(result: CycleResult) -> list[dict]:
                 "reason": reservations.pending_message(res.reason, r, now) or "waiting for the rest of the gang",
                 "start": reservations.rfc3339(r.start) if r is not None else None,
                 "held": r.held if r is not None else None,
+                "guessed": r.guessed if r is not None else None,
                 "nodes": list(r.nodes) if r is not None else [],
             }
         )
