@@ -206,12 +206,25 @@ def fairness(
             "max_hourly_deviation": float(worst),
             # GPUs it held on average before every team had work (the cluster's, for the team that ran alone)
             "held_before_all_came": float(held[:everyone].mean()) if everyone else 0.0,
+            **_first_hour(held, fair, everyone, capacity),
             **_yielded(steady, held, fair, everyone),
         }
         if fair_hours > 0 and t in leaves:
             ratios.append(gpu_hours / fair_hours)
     jain = float(sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))) if ratios else None
     return {"tenants": out, "jain": jain}
+
+
+def _first_hour(held: np.ndarray, fair: np.ndarray, everyone: int | None, capacity: int) -> dict:
+    """Its share of the cluster, and its instantaneous fair share, over the hour from the first cycle every team
+    had work (None: no such cycle): a queue that had the cluster yields if it holds less than its fair share."""
+    if everyone is None:
+        return {"first_hour_share": None, "first_hour_fair_share": None}
+    hour = slice(everyone, everyone + HOUR_CYCLES)
+    return {
+        "first_hour_share": float(held[hour].mean() / capacity),
+        "first_hour_fair_share": float(fair[hour].mean() / capacity),
+    }
 
 
 def _yielded(steady: list[dict], held: np.ndarray, fair: np.ndarray, everyone: int | None) -> dict:
@@ -243,6 +256,7 @@ TENANT_COLUMNS = (
     "fair share",
     "max hourly gap",
     "down to fair share after",
+    "first hour all had work: share / fair",
     "Jain",
     "queue delay p95",
     "GPU alloc (mean)",
@@ -300,6 +314,7 @@ def _rows(scenario: str, scheduler: str, summary: dict, gpus: str) -> list[tuple
                 f"{f['fair_share']:.1%}",
                 f"{100 * f['max_hourly_deviation']:.1f} pp",
                 _after(f),
+                _first(f),
                 f"{fair['jain']:.3f}",
                 "-" if delay is None else f"{delay:.0f}s",
                 gpus,
@@ -307,6 +322,14 @@ def _rows(scenario: str, scheduler: str, summary: dict, gpus: str) -> list[tuple
             )
         )
     return rows
+
+
+def _first(f: dict) -> str:
+    """Its share over the first hour every team had work, against its instantaneous fair share then ('-' when
+    that hour never came, or in results from before this was measured)."""
+    if f.get("first_hour_share") is None:
+        return "-"
+    return f"{f['first_hour_share']:.1%} / {f['first_hour_fair_share']:.1%}"
 
 
 def _after(f: dict) -> str:

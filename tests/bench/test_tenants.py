@@ -11,9 +11,11 @@ from gangsolve.bench.report import plots, targets
 from gangsolve.bench.tenants import (
     DEPARTMENTS,
     TEAMS,
+    TENANT_COLUMNS,
     fair_split,
     fairness,
     queue_object,
+    tenant_rows,
     tenants_timeline,
     tree_split,
 )
@@ -147,6 +149,10 @@ def test_fairness_says_how_soon_a_queue_over_its_share_comes_down_when_the_other
     ]
     result = fairness(cycles, {"a": 1, "b": 1}, 8, (0, len(held) * PERIOD))["tenants"]
     assert (result["a"]["held_before_all_came"], result["b"]["held_before_all_came"]) == (8, 0)
+    # The hour from cycle 10 (all the 23 cycles left): a holds (6 + 6 + 5 + 4 x 20) / 23 of 8 GPUs, its fair 4.
+    assert result["a"]["first_hour_share"] == pytest.approx((6 + 6 + 5 + 80) / 23 / 8)
+    assert result["a"]["first_hour_fair_share"] == pytest.approx(0.5)
+    assert result["b"]["first_hour_share"] == pytest.approx((2 + 2 + 3 + 80) / 23 / 8)
     assert (result["a"]["over_when_all_came"], result["a"]["yielded_after"]) == (True, 3 * PERIOD)
     assert (result["b"]["over_when_all_came"], result["b"]["yielded_after"]) == (False, None)
     stuck = [dict(c, held={"a": 8, "b": 0}) for c in cycles]
@@ -266,3 +272,28 @@ def test_a_tenants_run_reports_the_fairness_targets_with_its_results():
         "timeline/t seed 1 exact: gangsolve-history",
         "timeline/t: gangsolve-history",
     }
+
+
+def test_the_tenants_table_shows_each_queues_first_hour_against_its_fair_share():
+    """a has the 8 GPUs alone, b comes at cycle 10: in the hour from there a holds 6, 6, 5, then 4 of them."""
+    held = [8] * 10 + [6, 6, 5] + [4] * 57
+    cycles = [
+        {"time": t * PERIOD, "held": {"a": h, "b": 8 - h}, "demand": {"a": 99, "b": 0 if t < 10 else 99}}
+        for t, h in enumerate(held)
+    ]
+    summary = {
+        "fairness": fairness(cycles, {"a": 1, "b": 1}, 8, (0, len(held) * PERIOD)),
+        "tenant_delay_p95": {"a": 60.0, "b": 120.0},
+        "gpu_allocation_mean": 1.0,
+        "capability_violations": 0,
+    }
+    sc = {
+        "name": "timeline/t",
+        "seed": 1,
+        "estimates": "exact",
+        "runs": [{"scheduler": "gangsolve", "summary": summary}],
+    }
+    rows = {row[2]: dict(zip(TENANT_COLUMNS, row, strict=True)) for row in tenant_rows([sc])}
+    column = "first hour all had work: share / fair"
+    assert rows["a (1)"][column] == f"{(6 + 6 + 5 + 4 * 57) / 60 / 8:.1%} / 50.0%"
+    assert rows["b (1)"][column] == f"{(2 + 2 + 3 + 4 * 57) / 60 / 8:.1%} / 50.0%"
