@@ -124,10 +124,11 @@ async def test_a_cycle_shows_the_pending_gang_with_its_pods_reason_and_start_and
     assert data["cycle"] == 1
     (pending,) = data["pending"]
     expected_start = (started + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert (pending["gang"], pending["start"], pending["held"], pending["nodes"]) == (
+    assert (pending["gang"], pending["start"], pending["held"], pending["guessed"], pending["nodes"]) == (
         "default/big",
         expected_start,
         True,
+        False,  # the running pod declares its 30 minutes
         ["n1"],
     )
     fb = Feedback(FakeKube(), s, Metrics(), Unfenced(), identity="t", scheduler_name="gangsolve")
