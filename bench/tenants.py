@@ -313,7 +313,7 @@ def _rows(scenario: str, scheduler: str, summary: dict, gpus: str) -> list[tuple
                 f"{f['share']:.1%}",
                 f"{f['fair_share']:.1%}",
                 f"{100 * f['max_hourly_deviation']:.1f} pp",
-                _after(f),
+                came_down_after(f),
                 _first(f),
                 f"{fair['jain']:.3f}",
                 "-" if delay is None else f"{delay:.0f}s",
@@ -332,7 +332,7 @@ def _first(f: dict) -> str:
     return f"{f['first_hour_share']:.1%} / {f['first_hour_fair_share']:.1%}"
 
 
-def _after(f: dict) -> str:
+def came_down_after(f: dict) -> str:
     """How soon a queue over its fair share when every team had work came down to it: '-' when it was not over
     (or in results from before this was measured), 'not in window' when it never did."""
     if not f.get("over_when_all_came"):

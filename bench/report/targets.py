@@ -8,6 +8,7 @@ from statistics import median
 from gangsolve.bench.placement_metrics import priority_key, worth
 from gangsolve.bench.report.format import num, pct, secs
 from gangsolve.bench.report.tables import PREEMPTION_TITLES, by_time, run_median, timeline_label
+from gangsolve.bench.tenants import came_down_after
 
 BASELINES = ("per-pod-least", "per-pod-most", "greedy-gang", "tas-bestfit")
 
@@ -376,9 +377,10 @@ def _fair_checks(mine: dict, theirs: dict | None) -> list[tuple[str, str, bool]]
         if not f.get("over_when_all_came"):
             shown, met = f"{heavy} not over its share when every queue had work", True
         else:
-            shown = f"{heavy} {'not in window' if after is None else _minutes(after)}"
-            met = after is not None and after <= half_life
-        out.append((f"the queue that had the cluster yields within one half-life ({_minutes(half_life)})", shown, met))
+            shown, met = f"{heavy} {came_down_after(f)}", after is not None and after <= half_life
+        out.append(
+            (f"the queue that had the cluster yields within one half-life ({half_life / 60:.0f} min)", shown, met)
+        )
     return out
 
 
@@ -387,7 +389,3 @@ def _largest_gap(summary: dict) -> tuple[str, float]:
     gaps = {q: f["max_hourly_deviation"] for q, f in summary["fairness"]["tenants"].items()}
     worst = max(gaps, key=lambda q: gaps[q])
     return worst, gaps[worst]
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min"
