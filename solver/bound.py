@@ -215,19 +215,7 @@ class Relaxation:
 
     def _domains(self, g: int) -> np.ndarray:
         """The values of co-located gang g's label whose nodes hold its minimum, pods counted node by node."""
-        problem = self.problem
-        gang = problem.gangs[g]
-        domain = problem.domains(gang.colocate or "")
-        labelled = domain >= 0
-        size = int(domain.max()) + 1 if labelled.any() else 0
-        room = np.zeros(size)
-        for part in problem.parts[g]:
-            room += np.bincount(
-                domain[labelled], np.minimum(problem.fit[part.cls, labelled], len(part.pods)), minlength=size
-            )
-        ids = np.flatnonzero(room >= gang.need)
-        fixed = problem.members_domain(g)  # its bound members' domain; -1 (they disagree) matches no id
-        return ids if fixed is None else ids[ids == fixed]
+        return self.problem.domains_holding(g)
 
     def _least_slots(self, g: int) -> np.ndarray:
         """Per class c0, the fewest c0-slots the gang's minimum uses: its `need` pods holding the fewest copies

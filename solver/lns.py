@@ -163,16 +163,7 @@ class Search:
         reach = self.reach(target)
         if gang.colocate:
             domain = problem.domains(gang.colocate)
-            labelled = reach & (domain >= 0)
-            room = np.zeros(int(domain.max()) + 1 if labelled.any() else 0)
-            for part in problem.parts[target]:
-                room += np.bincount(
-                    domain[labelled], np.minimum(problem.fit[part.cls, labelled], len(part.pods)), minlength=len(room)
-                )
-            ids = np.flatnonzero(room >= gang.need)
-            fixed = problem.members_domain(target)  # its bound members' domain; -1 (they disagree) matches no id
-            if fixed is not None:
-                ids = ids[ids == fixed]
+            ids = problem.domains_holding(target, reach)
             if len(ids) == 0:
                 return np.zeros(0, dtype=np.int64)
             return np.flatnonzero((domain == ids[int(self.rng.integers(len(ids)))]) & reach)

@@ -406,6 +406,22 @@ class Problem:
             return None
         return fixed.pop() if len(fixed) == 1 else -1
 
+    def domains_holding(self, g: int, within: np.ndarray | None = None) -> np.ndarray:
+        """The domains of co-located gang g's required level whose nodes (of `within`, a node mask; all when None)
+        hold its minimum, pods counted node by node; only its bound members' domain where it has one."""
+        gang = self.gangs[g]
+        domain = self.domains(gang.colocate or "")
+        labelled = domain >= 0 if within is None else within & (domain >= 0)
+        size = int(domain.max()) + 1 if labelled.any() else 0
+        room = np.zeros(size)
+        for part in self.parts[g]:
+            room += np.bincount(
+                domain[labelled], np.minimum(self.fit[part.cls, labelled], len(part.pods)), minlength=size
+            )
+        ids = np.flatnonzero(room >= gang.need)
+        fixed = self.members_domain(g)  # -1 (members that disagree) matches no domain
+        return ids if fixed is None else ids[ids == fixed]
+
     def gang_priority_levels(self) -> list[Level]:
         """Every gang's level (priority, fair-share tier, starving), highest first."""
         return sorted({g.level for g in self.gangs}, reverse=True)
