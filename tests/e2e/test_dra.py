@@ -284,6 +284,25 @@ def test_a_failed_bind_leaves_no_reservation(control_plane, gangsolve_factory, m
         },
     )
     try:
+        # The apiserver loads a new policy through its own informer: until it has, a binding goes through. A
+        # dry-run binding of a pod that does not exist tells the two apart (the policy answers before the lookup).
+        def policy_active() -> bool:
+            try:
+                control_plane.request(
+                    "POST",
+                    f"/api/v1/namespaces/{namespace}/pods/absent/binding?dryRun=All",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Binding",
+                        "metadata": {"name": "absent"},
+                        "target": {"kind": "Node", "name": nodes[0]},
+                    },
+                )
+            except ApiError as e:
+                return "refused (test)" in e.body
+            return False
+
+        poll(policy_active, timeout=60, what="the binding policy in force")
         _template(control_plane, namespace, device_class)
         g = gangsolve_factory()
 
