@@ -297,21 +297,24 @@ def timeline_medians(timeline: list[dict]) -> list[tuple[str, ...]]:
 
 PROMISE_COLUMNS = (
     "timeline",
-    "jobs started",
+    "jobs judged",
     "start - first shown p5",
     "p50",
     "p95",
     "max",
     "later by > 1 cycle",
+    "never started",
     "held a reservation",
     "start - first held p95",
     "max",
     "later by > 1 cycle",
+    "never started",
 )
 
 
 def promise_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
-    """gangsolve's promises, per run: each started job's start minus the first start it was shown."""
+    """gangsolve's promises, per run: each job's start minus the first start it was shown (one never started:
+    the run's end)."""
     out = []
     for sc in timeline:
         for r in sc["runs"]:
@@ -323,9 +326,11 @@ def promise_rows(timeline: list[dict]) -> list[tuple[str, ...]]:
                         str(p["jobs"]),
                         *(num(p[key], "{:.0f}s") for key in ("p5", "p50", "p95", "max")),
                         str(p["late"]),
+                        str(p.get("unstarted", "-")),  # results written before it was counted have none
                         str(held.get("jobs", "-")),
                         *(num(held.get(key), "{:.0f}s") for key in ("p95", "max")),
                         str(held.get("late", "-")),
+                        str(held.get("unstarted", "-")),
                     )
                 )
     return out

@@ -538,7 +538,9 @@ def simulate(
     summary = summarize(jobs, cycles, window, total_gpus, now, nodes, lost)
     summary.update(reservations_pushed_later=later, backfilled=backfilled, bindings_refused=refused)
     if scheduler == "gangsolve":
-        summary["promises"] = promise_accuracy(jobs)
+        for job in pending:  # never started: the first start each was shown, to be counted against the run's end
+            job.shown, job.promised = shown.get(job.gang.name), promised_at.get(job.gang.name)
+        summary["promises"] = promise_accuracy(jobs, now)
     if tenants_mode:
         weights = {q.name: q.weight for q in queues}
         caps = {q.name: float(q.capability[GPU]) for q in queues if GPU in q.capability}
@@ -564,13 +566,18 @@ SIZES = {"1 GPU": (0, 1), "2-8 GPUs": (2, 8), ">8 GPUs": (9, 1 << 30)}
 BSLD_FLOOR = 10.0  # seconds: bounded slowdown's threshold for very short jobs (the usual 10 s)
 
 
-def promise_accuracy(jobs: list[Job]) -> dict:
-    """How each started job's start compared with the first start it was shown (a reservation's or a
-    forecast's, or now if it started at once), and, for the jobs that held a reservation, with the first start
-    it held: the distributions of actual minus expected (negative: sooner), and how many started later by more
-    than one cycle period (a planned start between two cycles is kept at the next one)."""
+def promise_accuracy(jobs: list[Job], end: float) -> dict:
+    """How each job's start compared with the first start it was shown (a reservation's or a forecast's, or now
+    if it started at once), and, for the jobs that held a reservation, with the first start it held: the
+    distributions of actual minus expected (negative: sooner), how many started later by more than one cycle
+    period (a planned start between two cycles is kept at the next one), and how many never started though the
+    start shown had come. Such a job counts as starting at the run's `end` (as its queue delay does: a lower
+    bound), so a plan that starves a job it showed a start is not judged on the jobs it did start alone; one
+    whose start shown is still to come at the end is not judged."""
 
-    def distribution(late: list[float]) -> dict:
+    def distribution(expected: list[tuple[float | None, float]]) -> dict:
+        came = [(start, first) for start, first in expected if start is not None or first < end]
+        late = [(end if start is None else start) - first for start, first in came]
         return {
             "jobs": len(late),
             "p5": placement_metrics.percentile(late, 5),
@@ -578,10 +585,11 @@ def promise_accuracy(jobs: list[Job]) -> dict:
             "p95": placement_metrics.percentile(late, 95),
             "max": max(late, default=None),
             "late": sum(1 for d in late if d > PERIOD),
+            "unstarted": sum(1 for start, _first in came if start is None),
         }
 
-    shown = [j.start - j.shown for j in jobs if j.start is not None and j.shown is not None]
-    held = [j.start - j.promised for j in jobs if j.start is not None and j.promised is not None]
+    shown = [(j.start, j.shown) for j in jobs if j.shown is not None]
+    held = [(j.start, j.promised) for j in jobs if j.promised is not None]
     return {**distribution(shown), "held": distribution(held)}
 
 

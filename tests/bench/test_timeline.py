@@ -20,8 +20,10 @@ from gangsolve.bench.timeline.simulation import (
     TRACE_SEEDS,
     TRACE_START,
     TRACE_TENANTS,
+    Job,
     jobs_of,
     parse_settings,
+    promise_accuracy,
     simulate,
 )
 from gangsolve.solver import Cluster, Running
@@ -64,6 +66,24 @@ def test_gangsolve_in_the_timeline():
     s = simulate(workload(), "gangsolve", time_limit=0.5)["summary"]
     assert s["started"] == 3
     assert s["cycle_p99"] is not None
+
+
+def test_a_job_shown_a_start_that_came_and_went_counts_as_starting_when_the_run_ended():
+    def shown(name: str, start: float | None, first: float, held: bool = False) -> Job:
+        at = {"start": start, "shown": first, "promised": first if held else None}
+        return Job(solver_gang(name, 1, 1), arrival=0.0, duration=60.0, declared=60.0, workload=name, **at)
+
+    jobs = [
+        shown("on-time", 120.0, 120.0, held=True),
+        shown("early", 60.0, 300.0),
+        shown("starved", None, 200.0, held=True),  # its start came at 200 s; the run ended at 600 s
+        shown("not-yet", None, 900.0, held=True),  # its start is still to come: not judged
+    ]
+    accuracy = promise_accuracy(jobs, end=600.0)
+    assert (accuracy["jobs"], accuracy["unstarted"], accuracy["late"]) == (3, 1, 1)
+    assert (accuracy["p5"] < 0, accuracy["max"]) == (True, 400.0)  # at least 400 s late: a lower bound
+    held = accuracy["held"]
+    assert (held["jobs"], held["unstarted"], held["max"]) == (2, 1, 400.0)
 
 
 def starved_workload() -> list[dict]:
