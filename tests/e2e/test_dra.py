@@ -248,7 +248,7 @@ def test_a_failed_bind_leaves_no_reservation(control_plane, gangsolve_factory, m
     tag = {"gangsolve.dev/test": namespace}
     nodes = make_nodes(1, gpus=0, labels=tag)
     device_class = _devices(control_plane, namespace, nodes)
-    policy = f"refuse-binding-{namespace}"
+    policy, refusal = f"refuse-binding-{namespace}", f"binding refused in {namespace} (test)"
     admission = "/apis/admissionregistration.k8s.io/v1"
     control_plane.request(
         "POST",
@@ -269,7 +269,7 @@ def test_a_failed_bind_leaves_no_reservation(control_plane, gangsolve_factory, m
                         }
                     ]
                 },
-                "validations": [{"expression": f'request.namespace != "{namespace}"', "message": "refused (test)"}],
+                "validations": [{"expression": f'request.namespace != "{namespace}"', "message": refusal}],
             },
         },
     )
@@ -299,7 +299,7 @@ def test_a_failed_bind_leaves_no_reservation(control_plane, gangsolve_factory, m
                     },
                 )
             except ApiError as e:
-                return "refused (test)" in e.body
+                return refusal in e.body
             return False
 
         poll(policy_active, timeout=60, what="the binding policy in force")
