@@ -303,8 +303,8 @@ def run_live_preemption(
     multiple=True,
     metavar="NAME=VALUE",
     help="One of gangsolve's settings (repeatable): a SolveConfig field (reservations=32, plan_relaxation=0.25, "
-    "parallel=2), or, in the time-based mode, how a gang starves (starvation_age=2700, starvation_by_width=false); "
-    "shown in the results.",
+    "order=arrival, parallel=2), or, in the time-based mode, how a gang starves (starvation_age=2700, "
+    "starvation_by_width=false); shown in the results.",
 )
 @click.option(
     "--live",

@@ -30,14 +30,17 @@ class Scorer(Protocol):
 
 def queue_order(problem: Problem) -> list[int]:
     """Gangs in scheduling-queue order: by level (priority; gangs within their queue's fair share first; starving
-    gangs first), then the poorest queue's first (its weighted dominant share), then the oldest member."""
+    gangs first), then the poorest queue's first (its weighted dominant share), then by the problem's order (the
+    largest expansion factor first, or none), then the oldest member."""
     if problem not in _queue_orders:  # sorted once a cycle: every pass and check walks it (0.1 s at 10,000 gangs)
         gangs = problem.gangs
-        _queue_orders[problem] = tuple(
-            sorted(
-                range(len(gangs)), key=lambda g: (desc(gangs[g].level), gangs[g].share, gangs[g].order, gangs[g].name)
-            )
-        )
+        by_expansion = problem.order == "expansion"
+
+        def key(g: int) -> tuple[object, ...]:
+            gang = gangs[g]
+            return (desc(gang.level), gang.share, -gang.expansion if by_expansion else 0.0, gang.order, gang.name)
+
+        _queue_orders[problem] = tuple(sorted(range(len(gangs)), key=key))
     return list(_queue_orders[problem])
 
 

@@ -24,6 +24,14 @@ Level = tuple[int, int, int]
 DEFAULT_QUEUE = "default"  # the queue of gangs that name none
 PLAN_DEPTH = 2  # pending gangs planned (holding a reservation) per cycle by default (SolveConfig.reservations)
 FORECAST_DEPTH = 30  # pending gangs past those given a forecast start by default (SolveConfig.forecasts)
+# How gangs of one level and fair share are ordered (SolveConfig.order). "expansion": the largest expansion
+# factor first, (wait + runtime) / runtime, so a short job passes a long one only until it has waited a
+# comparable share of its runtime; "arrival": first come first served.
+ORDERS = ("expansion", "arrival")
+# The runtime the factor divides by is held between these: a job of seconds is not made urgent by a few
+# seconds' wait, and a job of hours or weeks (or of unknown length) ages as one of an hour does.
+EXPANSION_FLOOR = 60.0
+EXPANSION_CAP = 3600.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,7 @@ class Gang:
     # The runtime is a guess (learned from history, or the default), not declared: the plan shows the gang a
     # start but holds nothing for it, and counts on no end of it (planning.py).
     guessed: bool = False
+    waited: float = 0.0  # seconds pending: since its oldest pending member was created (or the job arrived)
 
     @property
     def need(self) -> int:
@@ -163,6 +172,13 @@ class Gang:
     @cached_property
     def order(self) -> int:
         return min((p.order for p in self.pods), default=0)
+
+    @cached_property
+    def expansion(self) -> float:
+        """(wait + runtime) / runtime, the runtime held between EXPANSION_FLOOR and EXPANSION_CAP: what its
+        wait has stretched its time in the system by. 1 when it has just arrived."""
+        runtime = min(max(self.runtime if self.runtime is not None else EXPANSION_CAP, EXPANSION_FLOOR), EXPANSION_CAP)
+        return (self.waited + runtime) / runtime
 
     @property
     def preempts(self) -> bool:
@@ -269,6 +285,10 @@ class SolveConfig:
     reclaim_min_runtime: float = 0.0
     # Pending gangs past those planned that are given an expected start that holds nothing (a forecast).
     forecasts: int = FORECAST_DEPTH
+    # How gangs of one level and fair share are ordered (ORDERS): the walk that starts and plans them, the
+    # greedy hint, and which gangs the plan reaches. Largest expansion factor first by default: over time it
+    # is ahead of first come first served on most figures of every timeline measured (docs/benchmarks.md).
+    order: str = "expansion"
     # Seconds between the cycles that start planned gangs, as Slurm's bf_resolution: the plan's times are
     # rounded up to them (a gang planned for 10:04:17 starts at the 10:05 cycle, and its nodes free a minute
     # later too), so a chain of planned gangs on a node stays whole. 0: cycles run when pods end, as live.

@@ -94,7 +94,7 @@ def _place_pool(
     previous: Mapping[str, str] | None,
     exclusions: pools.Exclusions | None = None,
 ) -> Placement:
-    problem = Problem(cluster)
+    problem = Problem(cluster, config.order)
     begun = time.perf_counter()
     # Queue order, as Volcano allocates, holding reservations for the gangs that cannot start (the plan): the
     # baseline never to fall below. Without reservations it is the plain greedy allocator.

@@ -17,7 +17,19 @@ import numpy as np
 from gangsolve.solver import node_table, queues
 from gangsolve.solver.constraints.affinity import affinity_holds, label_keys, reads_node_name, selector_mismatch
 from gangsolve.solver.constraints.taints import untolerated
-from gangsolve.solver.model import GPU, GPU_MEMORY_LABEL, PODS, SHARE, WHOLE, Cluster, Gang, Level, Node, Pod
+from gangsolve.solver.model import (
+    GPU,
+    GPU_MEMORY_LABEL,
+    PODS,
+    SHARE,
+    WHOLE,
+    Cluster,
+    Gang,
+    Level,
+    Node,
+    Pod,
+    SolveConfig,
+)
 
 DEVICE = "gangsolve.io/device-gpu"  # + index: a column of what is left on that GPU of each node (Problem._shares)
 
@@ -128,8 +140,9 @@ class Problem:
     class c's request; `eligible[c, n]` whether class c may use node n at all; `fit[c, n]` how many pods of
     class c node n holds on its own."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, order: str = SolveConfig.order) -> None:
         self.cluster = cluster
+        self.order = order  # how gangs of one level and fair share are ordered (SolveConfig.order)
         self.nodes: Sequence[Node] = cluster.nodes
         self.gangs: Sequence[Gang] = queues.rank(cluster)  # with their fair-share tier set
         self.table = node_table.table(self.nodes)

@@ -47,14 +47,16 @@ def solve_with(
         if not use_cpsat:  # greedy gang allocation as Volcano does it: a required level, no preferred ones
             gangs = tuple(replace(g, preferred=(), queue=DEFAULT_QUEUE) for g in cluster.gangs)
             cluster = replace(cluster, gangs=gangs, queues=())  # no queues: the proportion peer has them
-        # Greedy gang allocation is Volcano's: no reservations.
+        # Greedy gang allocation is Volcano's: no reservations, first come first served within a priority.
         reservations = settings.get("reservations", SolveConfig.reservations) * use_cpsat
+        order = settings.get("order", SolveConfig.order) if use_cpsat else "arrival"
         config = SolveConfig(
             **{
                 **settings,
                 "time_limit": limit,
                 "use_cpsat": use_cpsat,
                 "reservations": reservations,
+                "order": order,
                 "steps": steps,
                 "plan_resolution": plan_resolution,
             }

@@ -44,7 +44,19 @@ from gangsolve.bench.static.runner import SCHEDULERS, Scheduler, solve_with
 from gangsolve.edge.estimates import EXPECTED_RUNTIME_ANNOTATION, Estimator, declared_runtime, workload_key
 from gangsolve.edge.gangs import POD_GROUP_LABEL, STARVATION_SECONDS, build_cluster, starvation_age
 from gangsolve.edge.usage import accrue
-from gangsolve.solver.model import GPU, SHARE, WHOLE, Cluster, Gang, Node, Queue, Reservation, Running, SolveConfig
+from gangsolve.solver.model import (
+    GPU,
+    ORDERS,
+    SHARE,
+    WHOLE,
+    Cluster,
+    Gang,
+    Node,
+    Queue,
+    Reservation,
+    Running,
+    SolveConfig,
+)
 from gangsolve.solver.planning import expected_end
 
 ESTIMATES = ("exact", "noisy", "absent")
@@ -95,6 +107,10 @@ class Job:
     @property
     def gpus(self) -> float:
         return sum(gpus_in(p.requests) for p in self.gang.pods)
+
+    def waited(self, now: float) -> float:
+        """Seconds its pods have been pending at `now` (Gang.waited; what the starvation age counts)."""
+        return now - max(self.arrival, self.created)
 
 
 def gpus_in(amounts: Mapping[str, int]) -> float:
@@ -256,7 +272,7 @@ def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
     kinds: dict[str, type] = {
         f.name: type(f.default)
         for f in fields(SolveConfig)
-        if isinstance(f.default, bool | int | float) and f.name not in FIXED_SETTINGS
+        if isinstance(f.default, bool | int | float | str) and f.name not in FIXED_SETTINGS
     }
     kinds.update(TIMELINE_SETTINGS)
     out: dict[str, Any] = {}
@@ -265,6 +281,8 @@ def parse_settings(pairs: Sequence[str]) -> dict[str, Any]:
         kind = kinds.get(name)
         if not sep or kind is None:
             raise ValueError(f"{pair!r}: not NAME=VALUE with NAME one of {', '.join(sorted(kinds))}")
+        if name == "order" and text not in ORDERS:
+            raise ValueError(f"{pair!r}: {text!r} is not one of {', '.join(ORDERS)}")
         try:
             if kind is bool and text.lower() not in ("true", "false"):
                 raise ValueError(text)
@@ -424,9 +442,10 @@ def simulate(
                 j.gang,
                 pods=tuple(p for p in j.gang.pods if p.name not in j.bound),
                 bound_nodes=tuple(j.bound.values()),
-                starving=now - max(j.arrival, j.created) > starvation_age(math.ceil(j.gpus), widest, starvation),
+                starving=j.waited(now) > starvation_age(math.ceil(j.gpus), widest, starvation),
                 runtime=estimator.choose(j.declared, j.workload),
                 guessed=j.declared is None,  # learned or the default, as the live scheduler marks it
+                waited=j.waited(now),
             )
             for j in pending
         )

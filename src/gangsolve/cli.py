@@ -103,8 +103,8 @@ class Seconds(click.ParamType):
     type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"]),
     default=None,
     help="The cycle's clock (RFC 3339): gangs pending longer than the starvation age by then (30 minutes, "
-    "sooner for gangs wider than a node) rank as starving, "
-    "gangs that cannot start are planned from running pods' expected ends, and pods that may "
+    "sooner for gangs wider than a node) rank as starving, the others by how long they have waited for their "
+    "runtime (queue-order), gangs that cannot start are planned from running pods' expected ends, and pods that may "
     "still get a gang definition wait for it, as in the live scheduler. Default: the time "
     "`gangsolve export` took the snapshot; without either, no gang is starving and no pod waits.",
 )

@@ -141,13 +141,15 @@ def test_settings_reach_gangsolve_and_how_a_timeline_starves_its_gangs():
 
 
 def test_settings_are_typed_and_a_bad_one_is_named():
-    assert parse_settings(["reservations=32", "plan_starving_only=true", "starvation_age=2700"]) == {
+    assert parse_settings(["reservations=32", "plan_starving_only=true", "starvation_age=2700", "order=arrival"]) == {
         "reservations": 32,
         "plan_starving_only": True,
         "starvation_age": 2700.0,
+        "order": "arrival",
     }
     for bad, said in [
         ("reservations=many", "'many' is not a int"),
+        ("order=fifo", "'fifo' is not one of expansion, arrival"),
         ("plan_starving_only=yes", "'yes' is not a bool"),
         ("steps=10", "NAME one of"),  # the bench's own budget, not a setting
         ("use_cpsat=false", "NAME one of"),  # greedy gang is a scheduler of its own
@@ -252,6 +254,7 @@ def test_an_evicted_job_starves_from_its_pods_new_creation_not_from_its_arrival(
         gpu_nodes(2), job("a", 1, 1, 0, 100 * PERIOD), job("long", 1, 1, 0, 100 * PERIOD), job("big", 2, 4, 0, PERIOD)
     )
     waiting: dict[float, bool] = {}  # job a's starving flag each minute it waits after its eviction
+    waited: dict[float, float] = {}  # and its wait then (the expansion order's)
 
     def schedule(cluster: Cluster, _snapshot: str, _limit: float) -> tuple[dict[str, str], dict]:
         if cluster.now == 0:
@@ -262,9 +265,11 @@ def test_an_evicted_job_starves_from_its_pods_new_creation_not_from_its_arrival(
         for g in cluster.gangs:
             if g.name.endswith("/a"):
                 waiting[cluster.now] = g.starving
+                waited[cluster.now] = g.waited
         return {}, {}
 
     simulate(objs, schedule, time_limit=0.5, estimates="exact")
+    assert all(wait == minute - 40 * PERIOD for minute, wait in waited.items())
     assert waiting, "job a waited after its eviction"
     assert not any(starving for minute, starving in waiting.items() if minute <= 70 * PERIOD)
     assert all(starving for minute, starving in waiting.items() if minute > 70 * PERIOD)

@@ -260,8 +260,9 @@ def test_gangs_pending_past_the_starvation_age_are_starving():
     )
     assert result["default/a"].starving
     assert not result["default/b"].starving
+    assert (result["default/a"].waited, result["default/b"].waited) == (3660.0, 60.0)  # the expansion order's wait
     assert not any(
-        g.starving for g in gangs(k8s_pod("old", created="2026-01-01T00:00:00Z")).values()
+        g.starving or g.waited for g in gangs(k8s_pod("old", created="2026-01-01T00:00:00Z")).values()
     )  # no clock, no age
 
 

@@ -80,7 +80,11 @@ def gangs(draw):
         colocate = draw(st.sampled_from((None, None, "kubernetes.io/hostname", "zone")))
         # Some elastic gangs already have a member bound (to a node that may not exist any more).
         bound = (f"n{draw(st.integers(0, 12))}",) if draw(st.integers(0, 5)) == 0 else ()
-        out.append(Gang(f"g{g}", pods, draw(st.integers(1, size + len(bound) + 1)), bound, colocate))
+        # How long it has waited and is expected to run: the expansion order (the default) sorts by them.
+        waited = draw(st.sampled_from((0.0, 60.0, 900.0, 7200.0)))
+        runtime = draw(st.sampled_from((None, 300.0, 3600.0)))
+        minimum = draw(st.integers(1, size + len(bound) + 1))
+        out.append(Gang(f"g{g}", pods, minimum, bound, colocate, runtime=runtime, waited=waited))
     return out
 
 

@@ -1,6 +1,7 @@
 """Scenario tables for the solver: what a cycle must decide, checked with the independent validator."""
 
 import time
+from dataclasses import replace
 
 import pytest
 from ortools.sat.python import cp_model
@@ -349,3 +350,33 @@ def test_a_small_problem_is_solved_exactly_when_the_bound_leaves_a_level_open():
     assert proven
     assert stage.status == "OPTIMAL"
     assert set(counts) == {1, 2}
+
+
+def test_by_expansion_factor_a_short_job_that_waited_its_length_goes_before_a_long_one_that_waited_longer():
+    # One node, two gangs that each need all of it. First come first served starts the long job that arrived
+    # first; by expansion factor, (wait + runtime) / runtime, the short job has waited twice its length
+    # (factor 2) and the long one half of the hour its runtime counts as (1.5), so the short one starts.
+    nodes = [node("n0", gpus=4)]
+    long = replace(gang("a-long", 1, gpus=4), runtime=4 * 3600.0, waited=1800.0)
+    short = replace(gang("b-short", 1, gpus=4), runtime=600.0, waited=600.0)
+    for use_cpsat in (False, True):
+        assert placed(run(nodes, [long, short], use_cpsat=use_cpsat, order="arrival")) == {"a-long"}
+        assert placed(run(nodes, [long, short], use_cpsat=use_cpsat, order="expansion")) == {"b-short"}
+    # Waiting on, the long job's factor passes the short one's: 2.5 after 90 minutes against 2.
+    assert placed(run(nodes, [replace(long, waited=5400.0), short])) == {"a-long"}
+
+
+def test_the_expansion_factor_counts_a_runtime_between_a_minute_and_an_hour():
+    g = gang("g", 1, gpus=1)
+    assert replace(g, runtime=7 * 24 * 3600.0, waited=3600.0).expansion == 2.0  # a week's job ages as an hour's
+    assert replace(g, runtime=None, waited=3600.0).expansion == 2.0  # so does one of unknown length
+    assert replace(g, runtime=5.0, waited=60.0).expansion == 2.0  # and a few seconds' as a minute's
+    assert replace(g, runtime=600.0, waited=0.0).expansion == 1.0
+
+
+def test_a_starving_gang_outranks_one_with_a_larger_expansion_factor():
+    # The order by expansion factor is within a level: starving (past the starvation age) still goes first.
+    nodes = [node("n0", gpus=4)]
+    starving = replace(gang("old", 1, gpus=4), runtime=3600.0, waited=7300.0, starving=True)
+    eager = replace(gang("new", 1, gpus=4), runtime=60.0, waited=600.0)  # factor 11 against 3
+    assert placed(run(nodes, [starving, eager])) == {"old"}

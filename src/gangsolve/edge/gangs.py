@@ -662,7 +662,8 @@ def build_with_origins(
         objs_ = [p for _o, p in pods]
         born = [c for c in (p.metadata.creationTimestamp for _o, p in pods if not p.bound) if c is not None]
         age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), statics.most_gpus, starvation_seconds)
-        starving = bool(now and born and (now - min(born)).total_seconds() > age)
+        waited = (now - min(born)).total_seconds() if now and born else 0.0
+        starving = waited > age
         name = names.of(key)
         origins[name] = Origin(key.rule, grouper.fallback(key, objs_))
         gangs.append(
@@ -673,6 +674,7 @@ def build_with_origins(
                 bound_nodes=tuple(str(p.spec.nodeName) for p in objs_ if p.bound),
                 colocate=grouper.colocate(key, objs_),
                 starving=starving,
+                waited=waited,
                 preferred=grouper.preferred(key, objs_),
                 group_priority=grouper.group_priority(key),
                 queue=queue,

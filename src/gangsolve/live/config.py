@@ -24,6 +24,7 @@ from gangsolve.cycle import Rules
 from gangsolve.edge.estimates import Estimator
 from gangsolve.edge.gangs import DEFINITION_GRACE, STARVATION_FLOOR, STARVATION_SECONDS, Grace
 from gangsolve.solver import SolveConfig
+from gangsolve.solver.model import ORDERS
 
 
 class ConfigError(ValueError):
@@ -96,6 +97,12 @@ class Config:
         "seconds pending after which a gang outranks its priority peers and may hold a reservation "
         "(docs/planning.md); for a gang wider than the widest node, that node's share of it, at least "
         f"{STARVATION_FLOOR:g} (or the age, if shorter)",
+    )
+    queue_order: str = setting(
+        SolveConfig.order,
+        "how gangs of one priority and fair-share standing are ordered: expansion (the largest expansion factor "
+        "first, (wait + runtime) / runtime, so a short job passes a long one only until it has waited its share; "
+        "docs/planning.md) or arrival (first come first served)",
     )
     reservations: int = setting(
         SolveConfig.reservations,
@@ -201,6 +208,7 @@ class Config:
             parallel=self.solver_processes,
             preemption=self.preemption,
             reservations=self.reservations,
+            order=self.queue_order,
             preempt_min_runtime=self.preempt_min_runtime,
             reclaim_min_runtime=self.reclaim_min_runtime,
         )
@@ -218,6 +226,7 @@ CYCLE_SETTINGS = (
     "training_kinds",
     "preemption",
     "starvation_age",
+    "queue_order",
     "reservations",
     "solver_workers",
     "solver_processes",
@@ -236,7 +245,11 @@ def key_of(name: str) -> str:
     return name.replace("_", "-")
 
 
-_CHOICES = {"log_format": ("text", "json"), "log_level": ("debug", "info", "warning", "error")}
+_CHOICES = {
+    "log_format": ("text", "json"),
+    "log_level": ("debug", "info", "warning", "error"),
+    "queue_order": ORDERS,
+}
 _POSITIVE = {
     "time_limit",
     "debounce",
