@@ -1,5 +1,6 @@
 """Each queue's capability left as a placement is built gang by gang: a ledger over `Problem.cap_left` (one
-row per queue, one for the capacity gangs that would borrow may use) that each pass copies and charges."""
+row per queue, one per priority for the capacity gangs that would borrow may use) that each pass copies and
+charges."""
 
 from __future__ import annotations
 

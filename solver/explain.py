@@ -174,7 +174,7 @@ def _over_capability(problem: Problem, g: int, counts: Counts) -> str | None:
         for r in np.flatnonzero(problem.floor[g] > left).tolist():
             name = problem.resources[r]
             needs = f"needs {quantity(name, int(problem.floor[g, r]))} {name}"
-            if row == problem.borrow_row:
+            if row >= problem.borrow_row:
                 return (
                     f"queue {problem.gangs[g].queue} is at its fair share: {needs}, and the free capacity is held "
                     "for queues below theirs"

@@ -254,10 +254,12 @@ class Problem:
 
     def _caps(self, cluster: Cluster) -> None:
         """Rows of `cap_left`, what may still be taken per resource: one per queue (capability less what it and
-        the queues under it hold), then one for every gang that would borrow (the free capacity less the minimums
-        of the possible gangs within their queue's fair share: capacity a queue below its share waits for is not
-        lent). `queue_rows[g]`: the rows of gang g's queue and every queue above it; `cap_rows[g]`: the rows gang
-        g draws from."""
+        the queues under it hold), then one per priority of gangs that would borrow (the free capacity less the
+        minimums of the possible gangs within their queue's fair share at that priority or above: capacity a
+        queue below its share waits for is not lent, but a higher priority is never held back for a lower one).
+        A borrowing gang draws from its priority's row and those above it (what it takes is gone for them too).
+        `queue_rows[g]`: the rows of gang g's queue and every queue above it; `cap_rows[g]`: the rows gang g
+        draws from."""
         self.queue_names, by_queue = queues.capability_left(cluster, self.gangs, self.resources)
         row = {name: i for i, name in enumerate(self.queue_names)}
         self.queue_of = np.array([row[g.queue] for g in self.gangs], dtype=np.int64)
@@ -265,16 +267,20 @@ class Problem:
         self.queue_rows = [
             tuple(row[q] for q in reversed(tree.path(g.queue)) if q in row) or (row[g.queue],) for g in self.gangs
         ]
-        borrow = np.full(len(self.resources), queues.UNLIMITED, dtype=np.int64)
-        if not all(g.fair for g in self.gangs):
-            usable = self.table.statics.usable
+        self.borrow_row = len(self.queue_names)  # the first row of borrowing gangs
+        borrowing = sorted({gang.priority for gang in self.gangs if not gang.fair})
+        borrow = np.full((max(len(borrowing), 1), len(self.resources)), queues.UNLIMITED, dtype=np.int64)
+        if borrowing:
+            free = np.maximum(self.free[self.table.statics.usable], 0).sum(axis=0)
             owed = [g for g, gang in enumerate(self.gangs) if gang.fair and gang.need > 0 and self._may_fit(g)]
-            borrow = np.maximum(self.free[usable], 0).sum(axis=0) - self.floor[owed].sum(axis=0)
-        self.borrow_row = len(self.queue_names)
-        self.cap_left = np.vstack([by_queue, borrow[None, :]])
+            for i, priority in enumerate(borrowing):
+                borrow[i] = free - self.floor[[g for g in owed if self.gangs[g].priority >= priority]].sum(axis=0)
+        self.cap_left = np.vstack([by_queue, borrow])
         self.capped: np.ndarray = np.any(self.cap_left < queues.UNLIMITED, axis=1)
         self.cap_rows = [
-            self.queue_rows[g] if gang.fair else (*self.queue_rows[g], self.borrow_row)
+            self.queue_rows[g]
+            if gang.fair
+            else (*self.queue_rows[g], *(self.borrow_row + i for i, p in enumerate(borrowing) if p >= gang.priority))
             for g, gang in enumerate(self.gangs)
         ]
 

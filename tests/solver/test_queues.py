@@ -164,6 +164,22 @@ def test_capacity_a_queue_below_its_share_waits_for_is_not_lent():
     assert solve(alone, SolveConfig(time_limit=0.5)).bindings == {"small": "n0"}
 
 
+def test_capacity_is_held_for_a_queue_below_its_share_only_against_gangs_of_its_priority_or_below():
+    """The same cluster: queue a's pod, now of a higher priority than b's waiting gang, takes the 4 free GPUs,
+    as a higher priority is never left pending for a lower one (a bug once held it back); of the same priority
+    as b's gang, it waits."""
+    nodes_ = tuple(replace(node(f"n{i}", gpus=8), used={GPU: gpus, "pods": 1}) for i, gpus in enumerate((4, 8)))
+    held = {GPU: 12, "pods": 2}
+    for b_priority, a_placed in ((0, True), (10, False)):
+        big = Gang("b/big", (pod("big", gpus=8, priority=b_priority),), 1, queue="b")
+        small = Gang("a/small", (pod("small", gpus=4, order=1, priority=10),), 1, queue="a")
+        cluster = Cluster(nodes_, (big, small), queues=(Queue("a", allocated=held), Queue("b")))
+        for use_cpsat in (True, False):
+            placement = solve(cluster, SolveConfig(time_limit=0.5, use_cpsat=use_cpsat, preemption=False))
+            assert validate(cluster, placement) == []
+            assert placement.bindings == ({"small": "n0"} if a_placed else {}), (b_priority, use_cpsat)
+
+
 def test_a_preemptor_keeps_within_its_queues_capability():
     """Preemption places gangs too: a higher-priority gang evicts only if its queue's cap leaves it room."""
     urgent = Gang("urgent", (pod("urgent-0", gpus=4, priority=10),), queue="a")
