@@ -663,7 +663,6 @@ def build_with_origins(
         born = [c for c in (p.metadata.creationTimestamp for _o, p in pods if not p.bound) if c is not None]
         age = starvation_age(sum(p.requests.get(GPU, 0) for p in pending), statics.most_gpus, starvation_seconds)
         waited = (now - min(born)).total_seconds() if now and born else 0.0
-        starving = waited > age
         name = names.of(key)
         origins[name] = Origin(key.rule, grouper.fallback(key, objs_))
         gangs.append(
@@ -673,16 +672,14 @@ def build_with_origins(
                 min_member=grouper.min_member(key, objs_),
                 bound_nodes=tuple(str(p.spec.nodeName) for p in objs_ if p.bound),
                 colocate=grouper.colocate(key, objs_),
-                starving=starving,
+                starving=waited > age,
                 waited=waited,
                 preferred=grouper.preferred(key, objs_),
                 group_priority=grouper.group_priority(key),
                 queue=queue,
             )
         )
-        for p in objs_:
-            if not p.bound and p.status.nominatedNodeName:
-                nominated[p.key] = p.status.nominatedNodeName
+        nominated |= {p.key: p.status.nominatedNodeName for p in objs_ if not p.bound and p.status.nominatedNodeName}
     running, budgets = _running(grouper, bound, scheduler_name, members, names, queue_of)
     queues = [objects.queue(q, allocated[name], now, usage_half_life) for name, q in sorted(objs.queues.items())]
     _check_tree(queues, objs.queues)
