@@ -147,9 +147,7 @@ class Preemption:
             ),
             key=lambda g: (-g.priority, -int(g.starving), g.order, g.name),
         )
-        self.problem = Problem(
-            Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus, queues=cluster.queues), config.order
-        )
+        self.problem = Problem(Cluster(cluster.nodes, tuple(self.preemptors), gpus=cluster.gpus, queues=cluster.queues))
         p = self.problem
         # Reservations hold their nodes against every gang not above all their holders (planning.py); the
         # placement kept those gangs off them, and preemption must not undo that: such a preemptor's pods go
