@@ -47,6 +47,11 @@ def test_file_then_flags(tmp_path):
     assert cfg.log_format == "json"
 
 
+def test_the_queue_order_reaches_the_cycle(tmp_path):
+    assert build().solve_config().order == "expansion"
+    assert build(write(tmp_path, {"queue-order": "arrival"})).solve_config().order == "arrival"
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -57,6 +62,7 @@ def test_file_then_flags(tmp_path):
         ({"leader-elect": "yes"}, "leader-elect: expected true or false, got 'yes'"),
         ({"metrics-addr": "localhost"}, "metrics-addr: expected HOST:PORT, got 'localhost'"),
         ({"log-format": "xml"}, "log-format: expected one of text, json, got 'xml'"),
+        ({"queue-order": "fifo"}, "queue-order: expected one of expansion, arrival, got 'fifo'"),
         ({"leader-elect": True, "lease-duration": 5, "renew-deadline": 5}, "renew-deadline: must be shorter"),
         ({"leader-elect": True, "renew-deadline": 2, "retry-period": 2}, "retry-period: must be shorter"),
         ({"lease-duration": 7.5}, "lease-duration: expected a whole number >= 1, got 7.5"),
