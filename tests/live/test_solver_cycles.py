@@ -300,3 +300,40 @@ async def test_pods_waiting_for_their_gang_definition_are_reported_and_placed_wh
         tg.cancel_scope.cancel()
     assert gang_plan.gang == "default/j"
     assert len(gang_plan.pods) == 2
+
+
+@pytest.mark.asyncio
+async def test_the_implicit_queue_reports_every_pod_of_ours_it_holds_even_when_a_cycle_reads_only_what_is_pending():
+    # Without Queue objects a cycle reads only pending pods and their gangs' (a partial view); what the implicit
+    # `default` queue holds is still every bound or assumed pod of ours, and a cycle with nothing pending keeps
+    # reporting it rather than dropping the queue's series (the dashboard's queue panels went blank).
+    s = ClusterStore()
+    s.apply(Resync(NODE, [k8s_node("n1", gpus=8)]))
+    s.apply(Resync(XPG, [k8s_pod_group("new", 2), k8s_pod_group("old", 1)]))
+    pods = [member("new-0", "new"), member("new-1", "new"), member("old-0", "old", gpus=3, node="n1")]
+    pods.append(k8s_pod("other", gpus=1, node_name="n1", scheduler="default-scheduler"))
+    for p in pods:  # one priority: nothing to preempt, so every cycle reads a partial view
+        p["spec"]["priority"] = 0
+    s.apply(Resync(POD, pods))
+    a = actor(s)
+    send, _receive = anyio.create_memory_object_stream[GangPlan](math.inf)
+    results: Latest[CycleResult] = Latest()
+    sample = a.metrics.registry.get_sample_value
+
+    def held() -> float | None:
+        return sample("gangsolve_queue_allocated", {"queue": "default", "resource": "nvidia.com/gpu"})
+
+    await a.cycle(send, results)
+    assert a.whole_views == 0
+    assert (await results.take()).placement.bindings.keys() == {"default/new-0", "default/new-1"}
+    assert held() == 5  # the bound gang the view did not read, and the two pods placed; not the other scheduler's
+    assert sample("gangsolve_queue_share", {"queue": "default"}) == 5 / 8
+
+    s.apply(Event(NODE, "MODIFIED", k8s_node("n1", gpus=16)))  # room freed: a full cycle, with nothing pending
+    await a.cycle(send, results)
+    assert (await results.take()).cluster.gangs == ()
+    assert held() == 5  # the placed pods are assumed: still held
+
+    s.apply(Event(POD, "DELETED", pods[2]))  # the old gang ended
+    await a.cycle(send, results)
+    assert held() == 2

@@ -9,6 +9,7 @@ per cycle.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gangsolve.edge.errors import InputError
@@ -131,3 +132,5 @@ class View:
     freed: int  # the store's `freed` when the view was taken
     partial: bool = False  # only the pods a cycle of one scheduler reads: not every possible victim of preemption
     lowest_bound: float = -math.inf  # the lowest priority of a pod bound or assumed (inf: none is)
+    # A partial view's: what the scheduler's pods bound or assumed hold, all of them (the implicit queue's usage).
+    held: Mapping[str, int] = field(default_factory=dict)

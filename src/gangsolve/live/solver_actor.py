@@ -57,6 +57,7 @@ from gangsolve.live.plan_page import PlanView, ShareHistory, carried_running, st
 from gangsolve.live.queue import SchedulingQueue, Signature
 from gangsolve.live.store import ClusterStore
 from gangsolve.solver import Cluster, Gang, GangResult, Placement, Pod, Reservation, SolveConfig
+from gangsolve.solver.model import DEFAULT_QUEUE, Queue
 from gangsolve.solver.queues import queue_key
 
 # Where the gangs waiting at start-up together ask for no more than the cluster has free, the first cycle solves
@@ -279,6 +280,8 @@ class SolverActor:
         )
         self._converter.end()
         cluster = grouped.cluster
+        if view.partial:  # no Queue exists: the implicit one holds every pod of ours, not just those read
+            cluster = replace(cluster, queues=(Queue(DEFAULT_QUEUE, allocated=dict(view.held)),))
         signatures = {g.name: self._converter.signature(g) for g in cluster.gangs}
         todo = self.queue.to_solve(cluster.gangs, signatures, lambda g: self._holds(g, cluster), full)
         if self.cycles == 0 and len(todo) > self.first_cycle_gangs and _room_for_all(cluster, todo):

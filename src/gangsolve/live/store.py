@@ -162,6 +162,7 @@ class ClusterStore:
         self._nodes: dict[str, Node] = {}  # node name -> converted (readable ones)
         self._bad_nodes: dict[str, InputError] = {}
         self._used: dict[str, Requests] = {}  # node name -> requests of the pods bound or assumed there
+        self._held: dict[str, Requests] = {}  # spec.schedulerName -> requests of its pods bound (observed)
         self._gpu_shares = GpuShares()  # the GPU shares of the pods bound or assumed on each node
         self._views: dict[str, Node] = {}  # node name -> its Node with `used`, rebuilt when dirty
         self._dirty: set[str] = set()
@@ -332,8 +333,10 @@ class ClusterStore:
                 # Room is freed unless the pod's new self holds at least as much of it on the same node.
                 kept = old_node == new_node and _covers(new_requests, old_requests)
                 self._use(old_node, old_requests, -1, freed=not kept)
+                _add(self._held, _scheduler_name(old), old_requests, -1)  # (spec.schedulerName is immutable)
             if new_node and new_requests is not None:
                 self._use(new_node, new_requests, +1)
+                _add(self._held, _scheduler_name(new), new_requests, +1)
         if new is None:
             self._pod_gone(key)
             confirmed = False
@@ -745,7 +748,14 @@ class ClusterStore:
         lowest = min(
             (-math.inf if p is None else p for p in self._bound_priorities), default=math.inf
         )  # (a pod without spec.priority may be of any)
-        return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest)
+        held: Requests = {}
+        if scheduler_name is not None:  # what its queue holds, which the pods a partial view reads do not tell
+            held = dict(self._held.get(scheduler_name, {}))
+            for key, a in self._assumed.items():
+                pod = self.pod(key)
+                if pod is not None and not _node_name(pod) and _scheduler_name(pod) == scheduler_name:
+                    held = {r: held.get(r, 0) + a.requests.get(r, 0) for r in held.keys() | a.requests.keys()}
+        return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest, held)
 
     def _node_tuple(self) -> tuple[Node, ...]:
         """The readable nodes' views in node order: the kept list, patched as views are rebuilt, copied (gathering
