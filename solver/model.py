@@ -275,8 +275,9 @@ class SolveConfig:
     # forecast. Off by default: the timelines measured trade one figure for another with it (docs/benchmarks.md).
     plan_starving_only: bool = False
     # Relaxed backfill (Ward, Mahood and West, 2002): a reservation is held no sooner than (1 + this) times the
-    # gang's earliest wait from now (the first time it fits from then on), so more gangs may start now on its
-    # nodes; the gang still starts as soon as it fits, and keeps the start it is shown. 0: at its earliest start.
+    # gang's earliest wait from now (the first time it fits from then on), and at most this times its runtime past
+    # that, so more gangs may start now on its nodes; the gang still starts as soon as it fits, and keeps the
+    # start it is shown. 0: at its earliest start.
     plan_relaxation: float = 0.0
     # Seconds a running pod must have run before it may be evicted for a higher priority (preemption) or for
     # another queue's fair share (reclaim): a restarted job loses its work since its last checkpoint. A queue's

@@ -277,7 +277,8 @@ class Planner(Limits):
 
     `starving_only`: a gang that is not starving takes no reservation (it gets a forecast), so the depth goes to
     the gangs past their starvation age. `relaxation`: a reservation is held no sooner than (1 + it) times its
-    gang's earliest wait from now (`SolveConfig.plan_relaxation`)."""
+    gang's earliest wait from now, and at most it times the gang's runtime past its earliest start
+    (`SolveConfig.plan_relaxation`)."""
 
     def __init__(
         self,
@@ -333,10 +334,11 @@ class Planner(Limits):
         if found is not None and self.relaxation and found[0] > now:
             # Relaxed backfill: held no sooner than (1 + relaxation) times its wait from now, so gangs started
             # now may run on until then; it still starts as soon as it fits (the walk starts it), and each
-            # cycle's shorter wait moves the hold sooner. Only if it fits then: where another hold takes its
-            # room at that time, the next fit can be days after it (that hold's whole run), and it is held at
-            # its earliest start instead.
-            hold_from = self.timeline.cycle(now + (1 + self.relaxation) * (found[0] - now))
+            # cycle's shorter wait moves the hold sooner. At most `relaxation` times its own runtime later than
+            # its earliest start: on waits of days, relaxed holds chained behind each other moved short gangs'
+            # starts out by days. Only if it fits then: where another hold takes its room at that time, the
+            # next fit can be days after it (that hold's whole run), and it is held at its earliest start.
+            hold_from = self.timeline.cycle(found[0] + self.relaxation * min(found[0] - now, runtime))
             relaxed = self.timeline.fit_at(g, hold_from, runtime, starts)
             if relaxed is not None:
                 found = (hold_from, relaxed)

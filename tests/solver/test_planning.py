@@ -114,15 +114,26 @@ def test_a_relaxed_reservation_is_held_later_so_a_gang_that_ends_before_then_sta
 
 
 def test_a_relaxed_hold_that_another_hold_would_push_back_stays_at_its_earliest_start():
-    # One node, free at 600 s. `long` (10 h) is relaxed to 1,200 s; `short` (5 minutes) fits at 600 s and ends
-    # before then. Relaxed to 1,200 s it would not fit until `long` ends (37,200 s): it is held at 600 s.
+    # One node, free at 600 s. `long` (10 h) is relaxed to 1,200 s; `short` (10 minutes) fits at 600 s and ends
+    # by then. Relaxed to 1,200 s it would not fit until `long` ends (37,200 s): it is held at 600 s.
     running = [busy("n0", 4, 600.0)]
     long = starving(gang("long", 1, gpus=4), 10 * HOUR)
-    short = starving(gang("short", 1, gpus=4), 300.0)
+    short = starving(gang("short", 1, gpus=4), 600.0)
     cluster = cluster_with([long, short], running, nodes=[node("n0", gpus=4)])
     relaxed = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=1.0))
     assert [(r.gang, r.start) for r in relaxed.reservations] == [("long", 1200.0), ("short", 600.0)]
     assert validate(cluster, relaxed) == []
+
+
+def test_a_relaxed_hold_is_at_most_the_relaxation_times_its_runtime_past_its_earliest_start():
+    # n0 frees its 4 GPUs at 10,000 s. `short` runs 300 s: relaxed by its wait it would be held from 20,000 s,
+    # 9,700 s past its earliest start for a 5-minute job; it is held from 10,300 s. `long` (10 h) may be held
+    # as late as its wait allows (20,000 s).
+    running = [busy("n0", 4, 10_000.0)]
+    for runtime, start in ((300.0, 10_300.0), (10 * HOUR, 20_000.0)):
+        cluster = cluster_with([starving(gang("g", 1, gpus=4), runtime)], running, nodes=[node("n0", gpus=4)])
+        relaxed = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=1.0))
+        assert [(r.gang, r.start) for r in relaxed.reservations] == [("g", start)]
 
 
 def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
