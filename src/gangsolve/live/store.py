@@ -329,14 +329,15 @@ class ClusterStore:
         if shared:  # the GPU it holds a share of may have changed with it
             self._dirty.update(n for n in (old_node, new_node) if n)
         if (old_node, old_requests) != (new_node, new_requests):
+            scheduler = _scheduler_name(new or old or {})  # (spec.schedulerName is immutable)
             if old_node and old_requests is not None:
                 # Room is freed unless the pod's new self holds at least as much of it on the same node.
                 kept = old_node == new_node and _covers(new_requests, old_requests)
                 self._use(old_node, old_requests, -1, freed=not kept)
-                _add(self._held, _scheduler_name(old), old_requests, -1)  # (spec.schedulerName is immutable)
+                _add(self._held, scheduler, old_requests, -1)
             if new_node and new_requests is not None:
                 self._use(new_node, new_requests, +1)
-                _add(self._held, _scheduler_name(new), new_requests, +1)
+                _add(self._held, scheduler, new_requests, +1)
         if new is None:
             self._pod_gone(key)
             confirmed = False
