@@ -755,7 +755,8 @@ class ClusterStore:
             for key, a in self._assumed.items():
                 pod = self.pod(key)
                 if pod is not None and not _node_name(pod) and _scheduler_name(pod) == scheduler_name:
-                    held = {r: held.get(r, 0) + a.requests.get(r, 0) for r in held.keys() | a.requests.keys()}
+                    for r, q in a.requests.items():
+                        held[r] = held.get(r, 0) + q
         return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest, held)
 
     def _node_tuple(self) -> tuple[Node, ...]:
