@@ -127,6 +127,7 @@ class Assumption:
     requests: Requests  # what it adds to the node's used capacity until confirmed or dropped
     priority: int | None  # the pod's spec.priority
     gpu: int | None = None  # the GPU of its node it takes a share of (None: no share)
+    scheduler: str = ""  # the pod's spec.schedulerName
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class ClusterStore:
         self._nodes: dict[str, Node] = {}  # node name -> converted (readable ones)
         self._bad_nodes: dict[str, InputError] = {}
         self._used: dict[str, Requests] = {}  # node name -> requests of the pods bound or assumed there
-        self._held: dict[str, Requests] = {}  # spec.schedulerName -> requests of its pods bound (observed)
+        self._held: dict[str, Requests] = {}  # spec.schedulerName -> requests of its pods bound or assumed
         self._gpu_shares = GpuShares()  # the GPU shares of the pods bound or assumed on each node
         self._views: dict[str, Node] = {}  # node name -> its Node with `used`, rebuilt when dirty
         self._dirty: set[str] = set()
@@ -451,6 +452,7 @@ class ClusterStore:
         a = self._assumed.pop(key)
         _unlink(self._assumed_on, a.node, key)
         _add(self._used, a.node, a.requests, -1)
+        _add(self._held, a.scheduler, a.requests, -1)
         self._count_priority(a.priority, -1)
         self._dirty.add(a.node)
         if freed:
@@ -484,11 +486,12 @@ class ClusterStore:
 
     def _assume_one(self, key: str, uid: str, node: str, gang: str, gpu: int | None) -> None:
         requests = dict(self._requests.get(key) or {})
-        priority = _priority(self.pod(key))
-        self._assumed[key] = Assumption(node, uid, gang, requests, priority, gpu)
+        pod = self.pod(key)
+        self._assumed[key] = a = Assumption(node, uid, gang, requests, _priority(pod), gpu, _scheduler_name(pod or {}))
         self._assumed_on.setdefault(node, set()).add(key)
         _add(self._used, node, requests, +1)
-        self._count_priority(priority, +1)
+        _add(self._held, a.scheduler, requests, +1)
+        self._count_priority(a.priority, +1)
         self._dirty.add(node)
 
     def forget(self, key: str, uid: str) -> bool:
@@ -749,14 +752,7 @@ class ClusterStore:
         lowest = min(
             (-math.inf if p is None else p for p in self._bound_priorities), default=math.inf
         )  # (a pod without spec.priority may be of any)
-        held: Requests = {}
-        if scheduler_name is not None:  # what its queue holds, which the pods a partial view reads do not tell
-            held = dict(self._held.get(scheduler_name, {}))
-            for key, a in self._assumed.items():
-                pod = self.pod(key)
-                if pod is not None and not _node_name(pod) and _scheduler_name(pod) == scheduler_name:
-                    for r, q in a.requests.items():
-                        held[r] = held.get(r, 0) + q
+        held = dict(self._held.get(scheduler_name, {})) if scheduler_name is not None else {}  # (View.held)
         return View(snapshot, nodes, tuple(unreadable), self.freed, scheduler_name is not None, lowest, held)
 
     def _node_tuple(self) -> tuple[Node, ...]:
