@@ -52,6 +52,11 @@ def test_the_queue_order_reaches_the_cycle(tmp_path):
     assert build(write(tmp_path, {"queue-order": "arrival"})).solve_config().order == "arrival"
 
 
+def test_the_plan_relaxation_reaches_the_cycle(tmp_path):
+    assert build().solve_config().plan_relaxation == 0.0
+    assert build(write(tmp_path, {"plan-relaxation": 0.5})).solve_config().plan_relaxation == 0.5
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -63,6 +68,7 @@ def test_the_queue_order_reaches_the_cycle(tmp_path):
         ({"metrics-addr": "localhost"}, "metrics-addr: expected HOST:PORT, got 'localhost'"),
         ({"log-format": "xml"}, "log-format: expected one of text, json, got 'xml'"),
         ({"queue-order": "fifo"}, "queue-order: expected one of expansion, arrival, got 'fifo'"),
+        ({"plan-relaxation": -0.5}, "plan-relaxation: expected a number >= 0, got -0.5"),
         ({"leader-elect": True, "lease-duration": 5, "renew-deadline": 5}, "renew-deadline: must be shorter"),
         ({"leader-elect": True, "renew-deadline": 2, "retry-period": 2}, "retry-period: must be shorter"),
         ({"lease-duration": 7.5}, "lease-duration: expected a whole number >= 1, got 7.5"),

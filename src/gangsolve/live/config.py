@@ -109,6 +109,12 @@ class Config:
         "pending gangs planned per cycle, queue order: each that cannot start holds a reservation at its expected "
         "start, which no gang started later delays (docs/planning.md); 0 turns the plan off",
     )
+    plan_relaxation: float = setting(
+        SolveConfig.plan_relaxation,
+        "relaxed backfill: a gang's reservation is held no sooner than (1 + this) times its wait for room, and at "
+        "most this times its runtime past it, so more gangs start now on its nodes; 0.5 cuts the median wait on "
+        "mixes of wide gangs with declared runtimes, at a cost on traces of long jobs (docs/planning.md)",
+    )
     solver_workers: int = setting(
         help="threads CP-SAT searches a cycle's placement on; by default one per core the pod is given (its CPU "
         "limit, or exclusive cores) less one for watching and binding, and 1 where it has only a CPU request",
@@ -208,6 +214,7 @@ class Config:
             parallel=self.solver_processes,
             preemption=self.preemption,
             reservations=self.reservations,
+            plan_relaxation=self.plan_relaxation,
             order=self.queue_order,
             preempt_min_runtime=self.preempt_min_runtime,
             reclaim_min_runtime=self.reclaim_min_runtime,
@@ -228,6 +235,7 @@ CYCLE_SETTINGS = (
     "starvation_age",
     "queue_order",
     "reservations",
+    "plan_relaxation",
     "solver_workers",
     "solver_processes",
     "preempt_min_runtime",
