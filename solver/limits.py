@@ -22,6 +22,8 @@ class Planned:
     gang: int
     start: float | None  # None: it would fit once running pods without an estimate end
     counts: GangCounts  # the nodes it takes at `start` (empty when start is None)
+    # The earliest it could start, where the plan holds it later (`SolveConfig.plan_relaxation`); None: `start`.
+    earliest: float | None = None
 
 
 @dataclass(frozen=True)

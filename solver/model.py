@@ -335,6 +335,8 @@ class Reservation:
     end: float | None = None  # start plus the gang's estimated runtime; None: no estimate (or no start)
     held: bool = True  # False: a forecast past the plan's depth, which holds nothing and promises nothing
     guessed: bool = False  # a forecast because its start counts on a runtime nobody declared (planning.py)
+    # The earliest it could start, where the plan holds it later (`SolveConfig.plan_relaxation`); None: `start`.
+    earliest: float | None = None
 
 
 @dataclass(frozen=True)

@@ -662,4 +662,5 @@ def _reservation(problem: Problem, planned: Planned) -> Reservation:
     bindings = problem.bindings(planned.gang, planned.counts)
     runtime = problem.gangs[planned.gang].runtime
     end = planned.start + runtime if planned.start is not None and runtime is not None else None
-    return Reservation(problem.gangs[planned.gang].name, tuple(nodes), planned.start, gpus, bindings, end)
+    name = problem.gangs[planned.gang].name
+    return Reservation(name, tuple(nodes), planned.start, gpus, bindings, end, earliest=planned.earliest)

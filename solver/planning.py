@@ -330,6 +330,7 @@ class Planner(Limits):
         runtime = gang.runtime if gang.runtime is not None else FOREVER
         starts = [r.start for r in self.plan.reservations if r.start is not None]
         found = self.timeline.earliest(g, runtime, starts)
+        earliest = found[0] if found is not None else None
         now = self.problem.cluster.now
         if found is not None and self.relaxation and found[0] > now:
             # Relaxed backfill: held no sooner than (1 + relaxation) times its wait from now, so gangs started
@@ -363,7 +364,8 @@ class Planner(Limits):
             if self.timeline.unknown.any() and self.timeline.fits_eventually(g):
                 self.plan.reservations.append(Planned(g, None, {}))
         else:
-            self._hold(Planned(g, *found))
+            start, counts = found
+            self._hold(Planned(g, start, counts, earliest if earliest is not None and earliest < start else None))
         self._refresh()
 
     def _hold(self, r: Planned) -> None:

@@ -204,8 +204,12 @@ class Preemption:
         )
         # When the plan expects each pending gang to start without evictions (reservations, then forecasts).
         self.clock = clock
+        # A relaxed reservation is held past when its gang could start: the wait reclaim would save is to the
+        # earliest start, not to the hold (which the plan chose, and would move sooner were the gang waiting).
         self.expected = {
-            r.gang: r.start for r in (*placement.forecasts, *placement.reservations) if r.start is not None
+            r.gang: r.start if r.earliest is None else r.earliest
+            for r in (*placement.forecasts, *placement.reservations)
+            if r.start is not None
         }
         # For gangs the plan did not reach: the GPUs free once this cycle's placement is in, and the running pods'
         # expected ends with the GPUs each gives back (a gang cannot start before enough are free, anywhere).

@@ -75,3 +75,22 @@ def test_work_lost_counts_seconds_not_whole_minutes():
     # Ending in 100 s, the wait costs more than the 50 s run: reclaimed.
     later = replace(cluster, running=tuple(replace(r, end=NOW + 100) for r in cluster.running))
     assert solve(later, CONFIG).evictions
+
+
+def test_reclaim_weighs_the_wait_to_the_earliest_start_not_to_a_relaxed_hold():
+    """team-b's gangs (started 100 s ago) end in 60 s, when team-a's 10-minute gang could start; relaxed, the plan
+    holds it from 120 s. Evicting throws away 800 GPU-seconds, waiting for the earliest start costs 480: team-a
+    waits. Counted to the relaxed hold (960) the reclaim looked worth it, though the hold is the plan's choice."""
+    cluster = reclaim_case(started=NOW - 100)
+    cluster = replace(
+        cluster,
+        running=tuple(replace(r, end=NOW + 60) for r in cluster.running),
+        gangs=tuple(replace(g, runtime=600.0) for g in cluster.gangs),
+    )
+    relaxed = solve(cluster, replace(CONFIG, plan_relaxation=1.0))
+    assert [(r.gang, r.start, r.earliest) for r in relaxed.reservations] == [("a/x", NOW + 120, NOW + 60)]
+    assert not relaxed.evictions
+    assert not solve(cluster, CONFIG).evictions
+    # Were the earliest start 200 s away (1,600 GPU-seconds of waiting), the reclaim pays either way.
+    late = replace(cluster, running=tuple(replace(r, end=NOW + 200) for r in cluster.running))
+    assert solve(late, replace(CONFIG, plan_relaxation=1.0)).evictions

@@ -104,8 +104,10 @@ def test_a_relaxed_reservation_is_held_later_so_a_gang_that_ends_before_then_sta
     held = solve(cluster, SolveConfig(time_limit=0.5))
     assert [(r.nodes, r.start) for r in held.reservations if r.gang == "big"] == [(("n0",), 600.0)]
     assert len(held.bindings) == 1
+    assert {r.earliest for r in held.reservations} == {None}  # each held from its earliest start
     relaxed = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=1.0))
-    assert [(r.nodes, r.start) for r in relaxed.reservations if r.gang == "big"] == [(("n0",), 1200.0)]
+    big = [(r.nodes, r.start, r.earliest) for r in relaxed.reservations if r.gang == "big"]
+    assert big == [(("n0",), 1200.0, 600.0)]  # and it could start at 600 s
     assert sorted(relaxed.bindings.values()) == ["n0", "n1"]
     assert validate(cluster, relaxed) == []
     # A cycle later (at 300 s) its wait is shorter: the hold moves sooner (to twice the 300 s left), never later.
