@@ -277,8 +277,10 @@ class SolveConfig:
     # Relaxed backfill (Ward, Mahood and West, 2002): a reservation is held no sooner than (1 + this) times the
     # gang's earliest wait from now (the first time it fits from then on), and at most this times its runtime past
     # that, so more gangs may start now on its nodes; the gang still starts as soon as it fits, and keeps the
-    # start it is shown. 0: at its earliest start.
-    plan_relaxation: float = 0.0
+    # start it is shown. 0: at its earliest start. Not where queues compete (a reservation is within its queue's
+    # fair share, and relaxed its room would go to other queues' gangs). 1 is ahead of 0 on every timeline's
+    # targets but one figure (docs/benchmarks.md).
+    plan_relaxation: float = 1.0
     # Seconds a running pod must have run before it may be evicted for a higher priority (preemption) or for
     # another queue's fair share (reclaim): a restarted job loses its work since its last checkpoint. A queue's
     # own `min_runtime` overrides both for its pods.

@@ -107,7 +107,9 @@ def _place_pool(
         seconds,
         config.plan_resolution,
         starving_only=config.plan_starving_only,
-        relaxation=config.plan_relaxation,
+        # Every reservation is within its queue's fair share (planning.py): where queues compete, relaxing it would
+        # lend its room to other queues' gangs while its own waits below its share.
+        relaxation=0.0 if queues.competing(problem.gangs) else config.plan_relaxation,
     )
     counts = shares.repair(problem, counts, queue_order(problem))
     took = time.perf_counter() - begun

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -243,11 +243,17 @@ def queue_key(gang: Gang) -> tuple[int, int, int]:
     return (-gang.priority, -gang.starving, gang.order)
 
 
+def competing(gangs: Sequence[Gang]) -> bool:
+    """Whether queues compete for the cluster: two or more hold pending gangs (with fewer there is nothing to
+    share)."""
+    return len({g.queue for g in gangs if g.pods}) > 1
+
+
 def rank(cluster: Cluster) -> tuple[Gang, ...]:
-    """The cluster's gangs with `fair` and `share` set (see the module's docstring). With fewer than two
-    queues holding pending gangs there is nothing to share: every gang is fair, as without queues."""
+    """The cluster's gangs with `fair` and `share` set (see the module's docstring). Where queues do not compete
+    every gang is fair, as without queues."""
     gangs = cluster.gangs
-    if len({g.queue for g in gangs if g.pods}) < 2:
+    if not competing(gangs):
         return tuple(
             g if (g.fair, g.share, g.tier) == (True, 0.0, 0) else dataclasses.replace(g, fair=True, share=0.0, tier=0)
             for g in gangs

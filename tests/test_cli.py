@@ -567,7 +567,8 @@ def test_now_marks_long_pending_gangs_starving():
 
 def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends():
     # n0 frees at 01:10 (its pod declares 70 minutes), n1 runs a pod without an estimate: the old 4-GPU gang
-    # holds n0 from 01:10; a new gang expected to run 2 h keeps off n0, one of 5 minutes backfills it.
+    # holds n0 from 01:20 (twice its wait: plan-relaxation 1, the default); a new gang expected to run 2 h keeps
+    # off n0, one of 5 minutes backfills it.
     runtime = "gangsolve.io/expected-runtime"
     docs = [
         k8s_node("n0", gpus=4),
@@ -587,7 +588,8 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
     ]
     text = yaml.safe_dump_all(docs)
     out = orjson.loads(solve("-", "-o", "json", "--now", "2026-01-01T01:00:00Z", input=text).stdout)
-    assert out["reservations"] == [{"gang": "default/old", "nodes": ["n0"], "start": "2026-01-01T01:10:00Z", "gpus": 4}]
+    old = {"gang": "default/old", "nodes": ["n0"], "start": "2026-01-01T01:20:00Z", "gpus": 4}
+    assert out["reservations"] == [{**old, "earliest": "2026-01-01T01:10:00Z"}]  # it could start at 01:10
     assert out["bindings"] == {"default/quick": "n0", "default/long": "n1"}
     # The plan: the gangs starting now, until their estimated ends, and the one waiting (no estimate: no end).
     assert sorted(out["plan"], key=lambda p: (p["start"], p["end"] or "")) == [
@@ -609,16 +611,17 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
         },
         {
             "gang": "default/old",
-            "start": "2026-01-01T01:10:00Z",
+            "start": "2026-01-01T01:20:00Z",
             "end": None,
             "pods": {"default/old": "n0"},
             "held": True,
             "guessed": False,
+            "earliest": "2026-01-01T01:10:00Z",
         },
     ]
 
     wide = CliRunner().invoke(cli, ["solve", "-", "--now", "2026-01-01T01:00:00Z"], input=text, env={"COLUMNS": "300"})
-    assert "expected to start at about 2026-01-01 01:10 UTC on node n0 (4 GPUs held)" in wide.stdout
+    assert "expected to start at about 2026-01-01 01:20 UTC on node n0 (4 GPUs held)" in wide.stdout
 
     # Without an estimate for n0's pod either, the old gang waits for one, and nothing is held.
     docs[2]["metadata"]["annotations"] = {}

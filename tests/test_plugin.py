@@ -63,7 +63,8 @@ def test_a_preempting_gang_waits_for_its_victims():
 
 def reservation_cluster() -> list[dict]:
     """n0 frees at 01:10 (its pod declares 70 minutes), n1's pod has no estimate: the starving 4-GPU gang `old`
-    holds n0 from 01:10, `quick` backfills n0 before it, `long` runs on n1 (as tests/test_cli.py)."""
+    holds n0 from 01:20 (relaxed, the default), `quick` backfills n0 before it, `long` runs on n1 (as
+    tests/test_cli.py)."""
     return [
         k8s_node("n0", gpus=4),
         k8s_node("n1", gpus=4),
@@ -88,7 +89,7 @@ def test_the_plan_lists_gangs_binding_now_then_reserved_ones_by_start():
     assert [(r["gang"], r["expectedStart"], r["nodes"]) for r in rows] == [
         ("default/long", "2026-01-01T01:00:00Z", ["n1"]),
         ("default/quick", "2026-01-01T01:00:00Z", ["n0"]),
-        ("default/old", "2026-01-01T01:10:00Z", ["n0"]),
+        ("default/old", "2026-01-01T01:20:00Z", ["n0"]),
     ]
     old = plugin.why(cycle, "default/old")
     assert old["state"] == "reserved"
@@ -164,7 +165,7 @@ def test_tables_for_people_are_plain_aligned_text_when_piped():
     assert lines[0] == "Plan (pending gangs, in the order they are expected to start)"
     assert lines[1].split() == ["GANG", "QUEUE", "PRIORITY", "PLACED/MIN", "START", "STATE", "NODES", "REASON"]
     assert [line.split()[0] for line in lines[2:5]] == ["default/long", "default/quick", "default/old"]
-    assert lines[4].split()[4:8] == ["2026-01-01T01:10:00Z", "reserved", "n0", "needs"]
+    assert lines[4].split()[4:8] == ["2026-01-01T01:20:00Z", "reserved", "n0", "needs"]
     why = _plain(plugin.print_why, plugin.why(cycle, "default/old"))
     assert why[0].split() == ["object:", "default/old"]
     assert "unblock:       the running pods on n0 ending (expected by 2026-01-01T01:10:00Z)" in why

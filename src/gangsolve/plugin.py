@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 def planned_starts(answer: dict) -> dict[str, dict]:
     """Planned gang -> its planned start (RFC 3339, None while waiting for an estimate) and nodes, from solve's
     JSON plan (the gangs starting now included)."""
-    return {p["gang"]: {"start": p["start"], "nodes": sorted(set(p["pods"].values()))} for p in answer["plan"]}
+    return {
+        p["gang"]: {"start": p["start"], "earliest": p.get("earliest"), "nodes": sorted(set(p["pods"].values()))}
+        for p in answer["plan"]
+    }
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,8 @@ def gang_view(cycle: Cycle, name: str) -> dict:
         state, start, why_not = "binds now", cycle.now, "nothing: it is placed"
     elif planned and planned["start"]:
         state, start, nodes = "reserved", planned["start"], planned["nodes"]
-        why_not = f"the running pods on {_some(nodes)} ending (expected by {start})"
+        # Held later than it could start (relaxed): what it waits for ends by the earliest start.
+        why_not = f"the running pods on {_some(nodes)} ending (expected by {planned['earliest'] or start})"
     elif planned:
         state, start, nodes, why_not = "waiting for an estimate", None, planned["nodes"], WAITING_FOR_ESTIMATE
     else:

@@ -97,11 +97,11 @@ def starved_workload() -> list[dict]:
 
 
 def big_job_delays(starvation: float) -> dict[str, float]:
+    """The big job's delay under each scheduler, gangsolve holding reservations from their earliest starts."""
     big = {}
     for scheduler in ("greedy-gang", "easy-backfill", "gangsolve"):
-        result = simulate(
-            starved_workload(), scheduler, time_limit=0.5, estimates="exact", settings={"starvation_age": starvation}
-        )
+        settings = {"starvation_age": starvation, "plan_relaxation": 0.0}
+        result = simulate(starved_workload(), scheduler, time_limit=0.5, estimates="exact", settings=settings)
         big[scheduler] = result["summary"]["queue_delay_by_size"]["2-8 GPUs"]["p50"]
         assert result["summary"]["started"] == 14
     return big
@@ -115,6 +115,11 @@ def test_reservations_start_the_big_job_when_the_long_one_ends():
     assert big["easy-backfill"] == 39 * PERIOD
     assert big["gangsolve"] == 39 * PERIOD
     assert big["greedy-gang"] > 43 * PERIOD
+    # Relaxed (the default), it is held up to its 10-minute runtime later, so small jobs backfill its GPUs until
+    # then; it starts once they end, still before greedy gang starts it.
+    relaxed = big_job_delay_with({})
+    assert 39 * PERIOD < relaxed <= 49 * PERIOD
+    assert relaxed < big["greedy-gang"]
 
 
 def test_a_gang_passed_over_past_its_share_of_the_age_gets_the_reservation_first_come_first_served_would():
@@ -130,13 +135,14 @@ def big_job_delay_with(settings: dict) -> float:
 
 
 def test_settings_reach_gangsolve_and_how_a_timeline_starves_its_gangs():
-    assert big_job_delay_with({}) == 39 * PERIOD
+    held = {"plan_relaxation": 0.0}  # reservations from their earliest starts
+    assert big_job_delay_with(held) == 39 * PERIOD
     # No plan: the small jobs take every GPU the big one waits for, as under greedy gang.
     assert big_job_delay_with({"reservations": 0}) == big_job_delays(30 * 60)["greedy-gang"]
     # Reservations for starving gangs only: planned once it starves, which at 15 minutes is before the small jobs
     # hold the GPUs it needs, at 30 minutes (the same for every width) after some do.
-    assert big_job_delay_with({"plan_starving_only": True, "starvation_age": 900.0}) == 39 * PERIOD
-    late = {"plan_starving_only": True, "starvation_age": 1800.0, "starvation_by_width": False}
+    assert big_job_delay_with({**held, "plan_starving_only": True, "starvation_age": 900.0}) == 39 * PERIOD
+    late = {**held, "plan_starving_only": True, "starvation_age": 1800.0, "starvation_by_width": False}
     assert big_job_delay_with(late) > 39 * PERIOD
 
 

@@ -53,7 +53,7 @@ def test_the_queue_order_reaches_the_cycle(tmp_path):
 
 
 def test_the_plan_relaxation_reaches_the_cycle(tmp_path):
-    assert build().solve_config().plan_relaxation == 0.0
+    assert build().solve_config().plan_relaxation == 1.0
     assert build(write(tmp_path, {"plan-relaxation": 0.5})).solve_config().plan_relaxation == 0.5
 
 

@@ -1,5 +1,6 @@
 """Reservations and backfill: a starving gang that cannot start holds the nodes running pods free first; other
-gangs start only where they leave that whole (they end first, or use other capacity)."""
+gangs start only where they leave that whole (they end first, or use other capacity). Reservations are held
+from their earliest starts here (plan_relaxation 0); the relaxation, on by default, has tests of its own."""
 
 import itertools
 from dataclasses import replace
@@ -12,7 +13,7 @@ from gangsolve.solver.explain import _fits_within
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.limits import Limits
 from gangsolve.solver.lns import Search
-from gangsolve.solver.model import GPU, Gang
+from gangsolve.solver.model import GPU, Gang, Queue
 from gangsolve.solver.pipeline import _placement
 from gangsolve.solver.planning import MIN_EXTENSION, expected_end
 from gangsolve.solver.problem import Problem
@@ -55,7 +56,7 @@ def test_a_starving_gang_gets_the_nodes_that_free_first_and_only_short_gangs_bac
     big = starving(gang("big", 1, gpus=4))
     short = timed(gang("short", 1, gpus=1), 300.0)  # ends before the reservation starts
     long = timed(gang("long", 1, gpus=1), 2 * HOUR)
-    placement = solve(cluster_with([big, short, long], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([big, short, long], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
 
     assert [(r.gang, r.nodes, r.start, r.gpus) for r in placement.reservations] == [("big", ("n0",), 600.0, 4)]
     assert placement.bindings == {"short-0": "n0", "long-0": "n1"}
@@ -67,10 +68,10 @@ def test_without_reservations_the_long_gang_takes_the_node_the_big_one_waits_for
     big = starving(gang("big", 1, gpus=4))
     long = timed(gang("long", 1, gpus=1), 2 * HOUR)
     cluster = cluster_with([big, long], running)
-    placement = solve(cluster, SolveConfig(time_limit=0.5, reservations=0))
+    placement = solve(cluster, SolveConfig(time_limit=0.5, reservations=0, plan_relaxation=0.0))
     assert placement.reservations == ()
     assert placement.bindings == {"long-0": "n0"}  # best fit: the first node; big now waits 2 h, not 10 min
-    held = solve(cluster, SolveConfig(time_limit=0.5))
+    held = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert held.bindings == {"long-0": "n1"}
 
 
@@ -79,7 +80,7 @@ def test_reservations_for_starving_gangs_only_leave_a_gang_not_yet_starving_a_fo
     # so `long` takes the node that frees first (best fit); starving, it holds n0 as it does by default.
     running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
     long = timed(gang("long", 1, gpus=1), 2 * HOUR)
-    config = SolveConfig(time_limit=0.5, plan_starving_only=True)
+    config = SolveConfig(time_limit=0.5, plan_starving_only=True, plan_relaxation=0.0)
     waiting = solve(cluster_with([timed(gang("big", 1, gpus=4), HOUR), long], running), config)
     assert waiting.reservations == ()
     assert [(r.gang, r.guessed) for r in waiting.forecasts] == [("big", False)]  # forecast as not starving
@@ -101,7 +102,7 @@ def test_a_relaxed_reservation_is_held_later_so_a_gang_that_ends_before_then_sta
     gangs = [starving(gang("big", 1, gpus=4)), timed(gang("mid1", 1, gpus=1), 900.0)]
     gangs.append(timed(gang("mid2", 1, gpus=1), 900.0))
     cluster = cluster_with(gangs, running)
-    held = solve(cluster, SolveConfig(time_limit=0.5))
+    held = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert [(r.nodes, r.start) for r in held.reservations if r.gang == "big"] == [(("n0",), 600.0)]
     assert len(held.bindings) == 1
     assert {r.earliest for r in held.reservations} == {None}  # each held from its earliest start
@@ -113,6 +114,21 @@ def test_a_relaxed_reservation_is_held_later_so_a_gang_that_ends_before_then_sta
     # A cycle later (at 300 s) its wait is shorter: the hold moves sooner (to twice the 300 s left), never later.
     later = solve(replace(cluster, now=300.0, promised=relaxed.reservations), SolveConfig(plan_relaxation=1.0))
     assert [r.start for r in later.reservations if r.gang == "big"] == [900.0]
+
+
+def test_where_queues_compete_a_reservation_is_held_from_its_earliest_start_however_relaxed():
+    # The cluster above, `big` in team-a's queue and the 15-minute gangs in team-b's: every reservation is within
+    # its queue's fair share, and relaxed, its room would go to the other queue's gangs. Held from 600 s, as R = 0.
+    running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
+    gangs = [replace(starving(gang("big", 1, gpus=4)), queue="team-a")]
+    gangs += [replace(timed(gang(f"mid{i}", 1, gpus=1), 900.0), queue="team-b") for i in (1, 2)]
+    cluster = replace(cluster_with(gangs, running), queues=(Queue("team-a"), Queue("team-b")))
+    relaxed = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=1.0))
+    assert [(r.nodes, r.start, r.earliest) for r in relaxed.reservations if r.gang == "big"] == [(("n0",), 600.0, None)]
+    assert len(relaxed.bindings) == 1
+    # One queue alone: relaxed as above.
+    alone = replace(cluster, gangs=tuple(replace(g, queue="team-a") for g in cluster.gangs))
+    assert [r.start for r in solve(alone, SolveConfig(time_limit=0.5, plan_relaxation=1.0)).reservations] == [1200.0]
 
 
 def test_a_relaxed_hold_that_another_hold_would_push_back_stays_at_its_earliest_start():
@@ -142,10 +158,10 @@ def test_a_higher_priority_gang_is_never_held_back_by_a_lower_reservation():
     running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
     big = starving(gang("big", 1, gpus=4))
     urgent = timed(gang("urgent", 1, gpus=1, priority=10), 2 * HOUR)
-    placement = solve(cluster_with([big, urgent], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([big, urgent], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert placement.bindings == {"urgent-0": "n0"}
     lower = timed(gang("lower", 1, gpus=1), 2 * HOUR)
-    placement = solve(cluster_with([big, lower], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([big, lower], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert placement.bindings == {}
     assert placement.reservations[0].nodes == ("n0",)
     reason = {g.name: g.reason for g in placement.gangs}["lower"]
@@ -158,12 +174,14 @@ def test_a_start_that_counts_on_a_guessed_end_is_shown_not_held():
     running = [replace(busy("n0", 3, 600.0), guessed=True), busy("n1", 3, HOUR)]
     big = starving(gang("big", 1, gpus=4))
     long = timed(gang("long", 1, gpus=1), 2 * HOUR)
-    placement = solve(cluster_with([big, long], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([big, long], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert placement.reservations == ()
     assert placement.bindings == {"long-0": "n0"}
     assert [(r.gang, r.start, r.guessed) for r in placement.forecasts] == [("big", HOUR, True)]  # `long` took n0
     # The same end declared: held, and `long` keeps off n0.
-    declared = solve(cluster_with([big, long], [busy("n0", 3, 600.0), running[1]]), SolveConfig(time_limit=0.5))
+    declared = solve(
+        cluster_with([big, long], [busy("n0", 3, 600.0), running[1]]), SolveConfig(time_limit=0.5, plan_relaxation=0.0)
+    )
     assert [(r.gang, r.nodes, r.start) for r in declared.reservations] == [("big", ("n0",), 600.0)]
     assert declared.bindings == {"long-0": "n1"}
 
@@ -171,7 +189,7 @@ def test_a_start_that_counts_on_a_guessed_end_is_shown_not_held():
 def test_a_gang_whose_own_runtime_is_a_guess_holds_nothing():
     running = [busy("n0", 3, 600.0), busy("n1", 3, HOUR)]
     big = replace(starving(gang("big", 1, gpus=4)), guessed=True)
-    placement = solve(cluster_with([big], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([big], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert placement.reservations == ()
     assert [(r.gang, r.start, r.guessed) for r in placement.forecasts] == [("big", 600.0, True)]
 
@@ -182,10 +200,12 @@ def test_a_gang_started_on_a_guessed_runtime_is_not_counted_on_to_end_before_a_r
     running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
     big = starving(gang("big", 1, gpus=4))
     short = replace(timed(gang("short", 1, gpus=1), 300.0), guessed=True)
-    placement = solve(cluster_with([big, short], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([big, short], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("big", ("n0",), 600.0)]
     assert placement.bindings == {}
-    declared = solve(cluster_with([big, replace(short, guessed=False)], running), SolveConfig(time_limit=0.5))
+    declared = solve(
+        cluster_with([big, replace(short, guessed=False)], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0)
+    )
     assert declared.bindings == {"short-0": "n0"}
 
 
@@ -193,20 +213,24 @@ def test_a_gang_without_an_estimate_may_backfill_only_capacity_the_reservation_l
     running = [busy("n0", 2, 600.0), busy("n1", 4, HOUR)]
     big = starving(gang("big", 1, gpus=3))  # at 600 s n0 has 4 free: one GPU is left over
     unknown = [timed(gang(f"u{i}", 1, gpus=1), None) for i in range(2)]
-    placement = solve(cluster_with([big, *unknown], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([big, *unknown], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert len(placement.bindings) == 1
     assert placement.reservations[0].start == 600.0
 
 
 def test_running_pods_without_an_estimate_leave_the_gang_waiting_for_one():
     running = [busy("n0", 4, None), busy("n1", 4, None)]
-    placement = solve(cluster_with([starving(gang("big", 1, gpus=4))], running), SolveConfig(time_limit=0.5))
+    placement = solve(
+        cluster_with([starving(gang("big", 1, gpus=4))], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0)
+    )
     assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("big", (), None)]
 
 
 def test_a_gang_that_can_never_fit_holds_nothing():
     running = [busy("n0", 3, 600.0)]
-    placement = solve(cluster_with([starving(gang("huge", 1, gpus=8))], running), SolveConfig(time_limit=0.5))
+    placement = solve(
+        cluster_with([starving(gang("huge", 1, gpus=8))], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0)
+    )
     assert placement.reservations == ()
 
 
@@ -214,12 +238,16 @@ def test_later_reservations_queue_behind_earlier_ones():
     running = [busy("n0", 4, 600.0), busy("n1", 4, HOUR)]
     first = starving(gang("first", 1, gpus=4), runtime=2 * HOUR)
     second = starving(gang("second", 1, gpus=4), runtime=HOUR)
-    placement = solve(cluster_with([first, second], running), SolveConfig(time_limit=0.5, reservations=2))
+    placement = solve(
+        cluster_with([first, second], running), SolveConfig(time_limit=0.5, reservations=2, plan_relaxation=0.0)
+    )
     assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [
         ("first", ("n0",), 600.0),
         ("second", ("n1",), HOUR),
     ]
-    one = solve(cluster_with([first, second], running), SolveConfig(time_limit=0.5, reservations=1))
+    one = solve(
+        cluster_with([first, second], running), SolveConfig(time_limit=0.5, reservations=1, plan_relaxation=0.0)
+    )
     assert [r.gang for r in one.reservations] == ["first"]
 
 
@@ -229,7 +257,7 @@ def test_every_gang_that_cannot_start_is_planned_in_queue_order_and_none_delays_
     running = [busy("n0", 3, 600.0), busy("n1", 4, HOUR)]
     fresh = timed(gang("fresh", 1, gpus=4), HOUR)
     small = timed(gang("small", 1, gpus=1), 2 * HOUR)
-    placement = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5))
+    placement = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert [(r.gang, r.nodes, r.start, r.end) for r in placement.reservations] == [
         ("fresh", ("n0",), 600.0, 600.0 + HOUR),
         ("small", ("n1",), HOUR, 3 * HOUR),
@@ -237,20 +265,23 @@ def test_every_gang_that_cannot_start_is_planned_in_queue_order_and_none_delays_
     assert placement.bindings == {}
     # With a plan one gang deep (Slurm's bf_max_job_test=1), the second gang is not planned and starts now
     # wherever it delays no planned gang: n1 is full, n0 is held.
-    one = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5, reservations=1))
+    one = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5, reservations=1, plan_relaxation=0.0))
     assert [r.gang for r in one.reservations] == ["fresh"]
     assert one.bindings == {}
     # It is still told when it is expected to start, by the same rule, as a forecast that holds nothing.
     assert [(r.gang, r.nodes, r.start, r.held) for r in one.forecasts] == [("small", ("n1",), HOUR, False)]
-    none = solve(cluster_with([fresh, small], running), SolveConfig(time_limit=0.5, reservations=1, forecasts=0))
+    none = solve(
+        cluster_with([fresh, small], running),
+        SolveConfig(time_limit=0.5, reservations=1, forecasts=0, plan_relaxation=0.0),
+    )
     assert none.forecasts == ()
 
 
 def test_the_same_cluster_gives_the_same_reservations():
     running = [busy("n0", 3, 600.0), busy("n1", 2, 1200.0)]
     gangs = [starving(gang("big", 1, gpus=4)), timed(gang("s", 3, min_member=1, gpus=1), 900.0)]
-    first = solve(cluster_with(gangs, running), SolveConfig(time_limit=0.5))
-    again = solve(cluster_with(gangs, running, now=60.0), SolveConfig(time_limit=0.5))
+    first = solve(cluster_with(gangs, running), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
+    again = solve(cluster_with(gangs, running, now=60.0), SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert first.reservations == again.reservations
 
 
@@ -269,7 +300,7 @@ def test_extra_pods_of_an_elastic_gang_keep_off_reserved_capacity():
     big = starving(gang("big", 1, gpus=4))
     elastic = timed(gang("elastic", 4, min_member=1, gpus=1), 2 * HOUR)
     cluster = cluster_with([big, elastic], running)
-    placement = solve(cluster, SolveConfig(time_limit=0.5))
+    placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert placement.reservations[0].nodes == ("n0",)
     assert sorted(placement.bindings.values()) == ["n1", "n1"]
     assert reservation_violations(cluster, placement) == []
@@ -383,12 +414,12 @@ def test_no_placement_the_pipeline_returns_delays_a_reservation(cluster, most, d
     """Every path (hints, warm start from any earlier plan, exact CP-SAT, search, locality) keeps the limits; and
     the cycle is never worse than the queue-order greedy pass holding the same reservations."""
     previous = data.draw(previous_plans(cluster))
-    config = SolveConfig(time_limit=0.3, reservations=most)
+    config = SolveConfig(time_limit=0.3, reservations=most, plan_relaxation=0.0)
     placement = solve(cluster, config, previous=previous)
     assert validate(cluster, placement) == []
     assert reservation_violations(cluster, placement) == []
 
-    greedy = solve(cluster, SolveConfig(use_cpsat=False, reservations=most))
+    greedy = solve(cluster, SolveConfig(use_cpsat=False, reservations=most, plan_relaxation=0.0))
     assert reservation_violations(cluster, greedy) == []
     assert gangs_placed_per_level(cluster, placement.bindings) >= gangs_placed_per_level(cluster, greedy.bindings)
 
@@ -424,8 +455,8 @@ def test_every_search_step_keeps_the_limits(cluster, seed):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(timed_clusters())
 def test_more_time_never_gives_a_worse_answer_with_reservations(cluster):
-    short = solve(cluster, SolveConfig(time_limit=0.1, reservations=2))
-    longer = solve(cluster, SolveConfig(time_limit=1.0, reservations=2))
+    short = solve(cluster, SolveConfig(time_limit=0.1, reservations=2, plan_relaxation=0.0))
+    longer = solve(cluster, SolveConfig(time_limit=1.0, reservations=2, plan_relaxation=0.0))
     assert worth(cluster, longer.bindings) >= worth(cluster, short.bindings)
 
 
@@ -435,7 +466,7 @@ def test_the_oracle_sees_a_gang_that_runs_into_a_reservation():
     big = starving(gang("big", 1, gpus=4))
     long = timed(gang("long", 1, gpus=1), 2 * HOUR)
     cluster = cluster_with([big, long], running)
-    placement = solve(cluster, SolveConfig(time_limit=0.5))
+    placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert placement.bindings == {"long-0": "n1"}
     assert reservation_violations(cluster, placement) == []
     moved = replace(placement, bindings={"long-0": "n0"})
@@ -450,7 +481,7 @@ def test_preemption_never_starts_a_gang_a_reservation_holds_back():
     small = replace(gang("small", 1, gpus=1), runtime=300.0)  # would fit on n1 now, but runs past 60 s
     starving = replace(gang("starving", 1, gpus=8), runtime=300.0, starving=True)
     cluster = cluster_with([high, small, starving], [busy("n1", 1, 60.0)], nodes)
-    placement = solve(cluster, SolveConfig(time_limit=0.5, reservations=1))
+    placement = solve(cluster, SolveConfig(time_limit=0.5, reservations=1, plan_relaxation=0.0))
     assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("starving", ("n1",), 60.0)]
     assert "small-0" not in placement.bindings
     assert reservation_violations(cluster, placement) == []

@@ -123,7 +123,8 @@ def test_a_promised_gang_the_walk_starts_elsewhere_holds_no_node_a_later_reserva
     small = replace(gang("c-small", 1, gpus=2, cpu=1), runtime=3600.0)
     cluster = cluster_with([promised, big, small], running, nodes)
     cluster = replace(cluster, promised=(Reservation("a-promised", ("n0",), 0.0, 2, {"a-promised-0": "n0"}, 3600.0),))
-    for config in (SolveConfig(time_limit=0.5, reservations=100), SolveConfig(use_cpsat=False, reservations=100)):
+    held = SolveConfig(time_limit=0.5, reservations=100, plan_relaxation=0.0)  # b-big at its earliest start
+    for config in (held, replace(held, use_cpsat=False)):
         placement = solve(cluster, config)
         assert validate(cluster, placement) == []
         assert reservation_violations(cluster, placement) == []

@@ -86,9 +86,15 @@ def plan_json(placement: Placement, gangs: Iterable[Gang], now: float) -> list[d
                 "pods": dict(r.bindings),
                 "held": r.held,
                 "guessed": r.guessed,
+                **_earliest(r),
             }
         )
     return out
+
+
+def _earliest(reservation: Reservation) -> dict[str, str | None]:
+    """When a relaxed reservation's gang could start, where the plan holds it later (SolveConfig.plan_relaxation)."""
+    return {"earliest": rfc3339(reservation.earliest)} if reservation.earliest is not None else {}
 
 
 def as_json(reservation: Reservation) -> dict:
@@ -97,6 +103,7 @@ def as_json(reservation: Reservation) -> dict:
         "nodes": list(reservation.nodes),
         "start": start_rfc3339(reservation),
         "gpus": reservation.gpus,
+        **_earliest(reservation),
     }
 
 

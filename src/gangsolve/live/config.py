@@ -112,8 +112,8 @@ class Config:
     plan_relaxation: float = setting(
         SolveConfig.plan_relaxation,
         "relaxed backfill: a gang's reservation is held no sooner than (1 + this) times its wait for room, and at "
-        "most this times its runtime past it, so more gangs start now on its nodes; 0.5 cuts the median wait on "
-        "mixes of wide gangs with declared runtimes, at a cost on traces of long jobs (docs/planning.md)",
+        "most this times its runtime past it, so more gangs start now on its nodes (not while queues compete); 0 "
+        "holds every reservation from its earliest start (docs/planning.md)",
     )
     solver_workers: int = setting(
         help="threads CP-SAT searches a cycle's placement on; by default one per core the pod is given (its CPU "
