@@ -27,7 +27,8 @@ def test_a_reservation_shows_on_the_pod_the_podgroup_and_in_metrics(
     control_plane, make_nodes, namespace, pod_group_crds, gangsolve_factory, tmp_path
 ):
     config = tmp_path / "gangsolve.yaml"
-    config.write_text(yaml.safe_dump({"resync-period": 1}))
+    # Reservations from their earliest starts: the times below are the running pods' ends.
+    config.write_text(yaml.safe_dump({"resync-period": 1, "plan-relaxation": 0}))
     g = gangsolve_factory("--config", str(config))
     tag = {"gangsolve.dev/test": namespace}
     (node,) = make_nodes(1, gpus=8, labels=tag)

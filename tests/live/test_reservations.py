@@ -19,6 +19,7 @@ from gangsolve.live.messages import CycleResult, Event, GangPlan, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
+from gangsolve.solver import SolveConfig
 from gangsolve.live.watchers import succeeded_pods
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.actors import solver_actor
@@ -70,6 +71,7 @@ def store_with(pods: list[dict], gpus: int = 4) -> ClusterStore:
 
 
 def actor(s: ClusterStore, metrics: Metrics | None = None, **kw) -> SolverActor:
+    """The solver actor, holding reservations from their earliest starts unless `plan_relaxation` says."""
     return solver_actor(
         s,
         metrics or Metrics(),
@@ -78,7 +80,7 @@ def actor(s: ClusterStore, metrics: Metrics | None = None, **kw) -> SolverActor:
         time_limit=0.5,
         debounce=0,
         resync_period=1,
-        **kw,
+        **{"plan_relaxation": 0.0, **kw},
     )
 
 
@@ -119,6 +121,26 @@ async def test_a_starving_gang_holds_a_reservation_that_its_pods_podgroup_and_me
     (status,) = [b["status"] for p, b in kube.patches if "/podgroups/big/status" in p]
     assert status["conditions"][0]["message"] == condition["message"]
     assert [e["note"] for e in kube.events] == [condition["message"]]
+
+
+@pytest.mark.asyncio
+async def test_by_default_a_reservation_is_relaxed_and_its_pod_shows_the_later_start():
+    """The cycle's default relaxation reaches the live scheduler: `big` could start when `long` ends in 20 minutes,
+    and is held from 20 minutes after that (twice its wait; its runtime, 1 hour, is longer)."""
+    started = NOW - timedelta(minutes=10)
+    big = big_gang(timedelta(hours=2))
+    big[0]["metadata"]["annotations"] = {EXPECTED_RUNTIME_ANNOTATION: "1h"}
+    s = store_with([running("long", 3, started, "30m"), *big])
+    result = await one_cycle(actor(s, plan_relaxation=SolveConfig.plan_relaxation))
+    (reservation,) = result.placement.reservations
+    earliest = (started + timedelta(minutes=30)).timestamp()
+    assert reservation.earliest == earliest
+    assert earliest + 20 * 60 - 30 <= reservation.start <= earliest + 20 * 60  # the wait read on the wall clock
+    kube = FakeKube()
+    await Feedback(kube, s, Metrics(), Unfenced(), identity="t", scheduler_name="gangsolve").apply(result)
+    (condition,) = [b["status"]["conditions"][0] for p, b in kube.patches if p.endswith("/big-0/status")]
+    when = datetime.fromtimestamp(reservation.start, UTC)
+    assert f"{when:%H:%M} UTC on node n1 (4 GPUs held)" in condition["message"]
 
 
 @pytest.mark.asyncio

@@ -53,7 +53,8 @@ def full_node_store(pending_priority: int) -> ClusterStore:
     return s
 
 
-def solver(store: ClusterStore, preemption: bool = True) -> SolverActor:
+def solver(store: ClusterStore, preemption: bool = True, plan_relaxation: float = 0.0) -> SolverActor:
+    """The solver actor; reservations held from their earliest starts unless `plan_relaxation` says."""
     return solver_actor(
         store,
         Metrics(),
@@ -63,6 +64,7 @@ def solver(store: ClusterStore, preemption: bool = True) -> SolverActor:
         debounce=0,
         resync_period=3600,
         preemption=preemption,
+        plan_relaxation=plan_relaxation,
     )
 
 
