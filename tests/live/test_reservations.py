@@ -19,8 +19,8 @@ from gangsolve.live.messages import CycleResult, Event, GangPlan, Resync
 from gangsolve.live.metrics import Metrics
 from gangsolve.live.solver_actor import SolverActor
 from gangsolve.live.store import ClusterStore
-from gangsolve.solver import SolveConfig
 from gangsolve.live.watchers import succeeded_pods
+from gangsolve.solver import SolveConfig
 from tests.builders import k8s_node, k8s_pod, k8s_pod_group
 from tests.live.actors import solver_actor
 from tests.live.fake_kube import FakeKube
