@@ -278,8 +278,8 @@ class SolveConfig:
     # gang's earliest wait from now (the first time it fits from then on), and at most this times its runtime past
     # that, so more gangs may start now on its nodes; the gang still starts as soon as it fits, and keeps the
     # start it is shown. 0: at its earliest start. Not where queues compete (a reservation is within its queue's
-    # fair share, and relaxed its room would go to other queues' gangs). 1 is ahead of 0 on every timeline's
-    # targets but one figure (docs/benchmarks.md).
+    # fair share, and relaxed its room would go to other queues' gangs). 1: more of the time-based timelines'
+    # targets met than with 0, at a cost to the synthetic mix's tail on other seeds (docs/benchmarks.md).
     plan_relaxation: float = 1.0
     # Seconds a running pod must have run before it may be evicted for a higher priority (preemption) or for
     # another queue's fair share (reclaim): a restarted job loses its work since its last checkpoint. A queue's
