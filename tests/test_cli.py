@@ -621,7 +621,9 @@ def test_now_reserves_nodes_for_a_starving_gang_from_running_pods_expected_ends(
     ]
 
     wide = CliRunner().invoke(cli, ["solve", "-", "--now", "2026-01-01T01:00:00Z"], input=text, env={"COLUMNS": "300"})
-    assert "expected to start at about 2026-01-01 01:20 UTC on node n0 (4 GPUs held)" in wide.stdout
+    assert "expected to start at about 2026-01-01 01:20 UTC on node n0 (4 GPUs held; its room frees at about" in (
+        wide.stdout
+    )
 
     # Without an estimate for n0's pod either, the old gang waits for one, and nothing is held.
     docs[2]["metadata"]["annotations"] = {}

@@ -217,6 +217,12 @@ def test_reservation_messages():
     )
     many = Reservation("default/big", tuple(f"n{i}" for i in range(8)), at, 64)
     assert message(many, now=at).endswith("14:05 UTC on nodes n0, n1, n2, n3, n4, 3 more (64 GPUs held)")
+    # Relaxed: held later than its room frees, so that gangs that end by then start on it now.
+    relaxed = replace(few, earliest=at - 300)
+    assert message(relaxed, now=at - 600) == (
+        "expected to start at about 14:05 UTC on nodes a, b, c (24 GPUs held; its room frees at about 14:00 UTC, "
+        "and gangs that end by 14:05 UTC may use it first)"
+    )
     waiting = Reservation("default/big", (), None)
     assert message(waiting) == WAITING_FOR_ESTIMATE
     forecast = Reservation("default/big", ("a",), at, 8, held=False)

@@ -140,7 +140,8 @@ async def test_by_default_a_reservation_is_relaxed_and_its_pod_shows_the_later_s
     await Feedback(kube, s, Metrics(), Unfenced(), identity="t", scheduler_name="gangsolve").apply(result)
     (condition,) = [b["status"]["conditions"][0] for p, b in kube.patches if p.endswith("/big-0/status")]
     when = datetime.fromtimestamp(reservation.start, UTC)
-    assert f"{when:%H:%M} UTC on node n1 (4 GPUs held)" in condition["message"]
+    room = datetime.fromtimestamp(earliest, UTC)
+    assert f"{when:%H:%M} UTC on node n1 (4 GPUs held; its room frees at about {room:%H:%M} UTC" in condition["message"]
 
 
 @pytest.mark.asyncio

@@ -29,20 +29,29 @@ def start_rfc3339(reservation: Reservation) -> str | None:
 
 def message(reservation: Reservation, now: float | None = None, tz: tzinfo = UTC) -> str:
     """`expected to start at about 14:05 UTC on nodes a, b (16 GPUs held)`, the date added when the start is
-    not on the day of `now`; or why there is no time yet."""
+    not on the day of `now`, and when its room frees where the plan holds it later; or why there is no time yet."""
     if reservation.start is None:
         return WAITING_FOR_ESTIMATE
     nodes = list(reservation.nodes[:MAX_NODES_SHOWN])
     if len(reservation.nodes) > MAX_NODES_SHOWN:
         nodes.append(f"{len(reservation.nodes) - MAX_NODES_SHOWN} more")
-    start = datetime.fromtimestamp(reservation.start, tz)
-    same_day = now is not None and datetime.fromtimestamp(now, tz).date() == start.date()
-    when = start.strftime("%H:%M %Z" if same_day else "%Y-%m-%d %H:%M %Z")
-    held = f" ({reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'} held)" if reservation.gpus else ""
+    when = _when(reservation.start, now, tz)
+    notes = [f"{reservation.gpus} GPU{'' if reservation.gpus == 1 else 's'} held"] if reservation.gpus else []
+    if reservation.earliest is not None:  # held later than it could start (SolveConfig.plan_relaxation)
+        room = _when(reservation.earliest, now, tz)
+        notes.append(f"its room frees at about {room}, and gangs that end by {when} may use it first")
+    held = f" ({'; '.join(notes)})" if notes else ""
     if not reservation.held:
         held = GUESSED if reservation.guessed else " (a forecast: nothing is held for it yet)"
     noun = "node" if len(reservation.nodes) == 1 else "nodes"
     return f"expected to start at about {when} on {noun} {', '.join(nodes)}{held}"
+
+
+def _when(seconds: float, now: float | None, tz: tzinfo) -> str:
+    """`14:05 UTC`, or `2026-01-02 14:05 UTC` when not on the day of `now`."""
+    at = datetime.fromtimestamp(seconds, tz)
+    same_day = now is not None and datetime.fromtimestamp(now, tz).date() == at.date()
+    return at.strftime("%H:%M %Z" if same_day else "%Y-%m-%d %H:%M %Z")
 
 
 def pending_message(reason: str, reservation: Reservation | None, now: float | None = None) -> str:
