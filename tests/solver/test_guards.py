@@ -90,7 +90,7 @@ def test_reclaim_weighs_the_wait_to_the_earliest_start_not_to_a_relaxed_hold():
     relaxed = solve(cluster, replace(CONFIG, plan_relaxation=1.0))
     assert [(r.gang, r.start, r.earliest) for r in relaxed.reservations] == [("a/x", NOW + 120, NOW + 60)]
     assert not relaxed.evictions
-    assert not solve(cluster, CONFIG).evictions
+    assert not solve(cluster, replace(CONFIG, plan_relaxation=0.0)).evictions  # held from its earliest start
     # Were the earliest start 200 s away (1,600 GPU-seconds of waiting), the reclaim pays either way.
     late = replace(cluster, running=tuple(replace(r, end=NOW + 200) for r in cluster.running))
     assert solve(late, replace(CONFIG, plan_relaxation=1.0)).evictions
