@@ -238,7 +238,12 @@ def test_competing_gangs_one_runs_whole_other_holds_nothing(
         ws, ls = (w or {}).get("status") or {}, (lo or {}).get("status") or {}
         return (
             (ws, ls)
-            if ws.get("phase") == "Running" and ws.get("running") == 5 and ls.get("phase") == "Pending"
+            if ws.get("phase") == "Running"
+            and ws.get("running") == 5
+            and ls.get("phase") == "Pending"
+            # the loser's first status may be written before its fifth pod is seen ("waiting for more
+            # members"); the cycle that sees all five says what it lacks
+            and "nvidia.com/gpu" in ((ls.get("conditions") or [{}])[0].get("message") or "")
             else None
         )
 
@@ -246,7 +251,6 @@ def test_competing_gangs_one_runs_whole_other_holds_nothing(
     assert ws["conditions"][0]["type"] == "Scheduled"
     assert ls["running"] == 0
     assert ls["conditions"][0]["type"] == "Unschedulable"
-    assert "nvidia.com/gpu" in ls["conditions"][0]["message"], ls
     assert g.metric("gangsolve_pending_gangs") == 1
     lines = [orjson.loads(line) for line in g.log().splitlines()]
     assert {"ts", "level", "msg"} <= set(lines[0])
