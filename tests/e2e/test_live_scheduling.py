@@ -113,10 +113,12 @@ def test_users_tfjob_runs_whole_on_gpu_nodes(control_plane, make_nodes, namespac
 
 
 def pod_scheduled_conditions(cp, namespace, selector, count):
-    """PodScheduled conditions of the selected pods once all `count` pods show False/Unschedulable, else None."""
+    """PodScheduled conditions of the selected pods once all `count` pods show False/Unschedulable with one
+    message (a cycle that saw only part of the job says so on the pods it saw; the next rewrites them), else None."""
     job = pods(cp, namespace, selector)
     conds = [next((c for c in p["status"].get("conditions", []) if c["type"] == "PodScheduled"), None) for p in job]
     ok = len(job) == count and all(c and c["status"] == "False" and c["reason"] == "Unschedulable" for c in conds)
+    ok = ok and len({c["message"] for c in conds}) == 1
     return conds if ok else None
 
 
