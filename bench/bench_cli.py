@@ -411,10 +411,10 @@ def bench_command(
     if not console.is_terminal:
         console = Console(width=200)  # logs and CI: keep the wide tables on one line per row
     if dra_seeds:
-        _compare_dra(console, dra_seeds, repeat, time_limit or 1.0)
+        _compare_dra(console, dra_seeds, repeat, time_limit or 1.0, solve_settings)
         return
     if plan_seeds:
-        _compare_plan(console, plan_seeds, repeat, time_limit or 1.0)
+        _compare_plan(console, plan_seeds, repeat, time_limit or 1.0, solve_settings)
         return
     if list_only:
         registries = (SCENARIOS, TIMELINES, LIVE_SCENARIOS, PREEMPTION_SCENARIOS, LIVE_PREEMPTION_SCENARIOS)
@@ -494,18 +494,18 @@ def bench_command(
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'}, " + ", ".join(str(p) for p in paths))
 
 
-def _compare_dra(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
+def _compare_dra(console: Console, seeds: int, repeat: int, time_limit: float, settings: dict) -> None:
     from gangsolve.bench.static import dra_comparison
 
-    results = {n: dra_comparison.compare(n, seeds, repeat, time_limit) for n in dra_comparison.SIZES}
+    results = {n: dra_comparison.compare(n, seeds, repeat, time_limit, settings) for n in dra_comparison.SIZES}
     title = f"GPUs as DRA devices vs extended resources ({seeds} seeds x {repeat} cycles, {time_limit:g} s)"
     _print_comparison(console, title, dra_comparison.table(results), results)
 
 
-def _compare_plan(console: Console, seeds: int, repeat: int, time_limit: float) -> None:
+def _compare_plan(console: Console, seeds: int, repeat: int, time_limit: float, settings: dict) -> None:
     from gangsolve.bench.static import plan_cost
 
-    results = {n: plan_cost.compare(n, seeds, repeat, time_limit) for n in plan_cost.SIZES}
+    results = {n: plan_cost.compare(n, seeds, repeat, time_limit, settings) for n in plan_cost.SIZES}
     title = f"The plan's cost per cycle ({seeds} seeds x {repeat} cycles, {time_limit:g} s)"
     _print_comparison(console, title, plan_cost.table(results), results)
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -43,11 +45,11 @@ class Variant:
     unallocated: int = 0
 
 
-def cycle(text: bytes, time_limit: float) -> tuple[float, Placement, list[str], list[str]]:
+def cycle(text: bytes, time_limit: float, settings: Mapping[str, Any]) -> tuple[float, Placement, list[str], list[str]]:
     snap = parse(text.decode())
     start = time.perf_counter()
     cluster = build_cluster(snap, manifests.SCHEDULER)
-    placement = solve(cluster, SolveConfig(time_limit=time_limit))
+    placement = solve(cluster, SolveConfig(**{**settings, "time_limit": time_limit}))
     state = dra.model(snap, manifests.SCHEDULER).state
     placement, allocations = allocate(cluster, placement, state)
     seconds = time.perf_counter() - start
@@ -65,7 +67,10 @@ def worth(placement: Placement, requests: dict[str, dict[str, int]]) -> tuple[in
     return (*(levels[k] for k in sorted(levels, reverse=True)), gpus, cpu)
 
 
-def compare(nodes: int, seeds: int, repeat: int, time_limit: float) -> dict[str, Variant]:
+def compare(
+    nodes: int, seeds: int, repeat: int, time_limit: float, settings: Mapping[str, Any] | None = None
+) -> dict[str, Variant]:
+    """Both encodings of each seed's cluster, cycle by cycle; `settings`: SolveConfig fields (the bench's `--set`)."""
     out = {"extended": Variant([], [], [], []), "dra": Variant([], [], [], [])}
     for seed in range(seeds):
         objs = synthetic(nodes, SIZES[nodes], seed=nodes + seed)
@@ -75,7 +80,7 @@ def compare(nodes: int, seeds: int, repeat: int, time_limit: float) -> dict[str,
         texts = {"extended": manifests.dumps(objs), "dra": orjson.dumps(manifests.as_list(as_dra(objs)))}
         for _ in range(repeat):
             for name, text in texts.items():
-                seconds, placement, violations, device_violations = cycle(text, time_limit)
+                seconds, placement, violations, device_violations = cycle(text, time_limit, settings or {})
                 v = out[name]
                 v.cycles.append(seconds)
                 v.violations += len(violations)

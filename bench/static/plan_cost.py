@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import orjson
@@ -46,19 +48,23 @@ def busy_cluster(nodes: int, gangs: int, seed: int) -> Cluster:
     return replace(cluster, running=running, gangs=timed)
 
 
-def compare(nodes: int, seeds: int, repeat: int, time_limit: float) -> dict[str, Variant]:
+def compare(
+    nodes: int, seeds: int, repeat: int, time_limit: float, settings: Mapping[str, Any] | None = None
+) -> dict[str, Variant]:
+    """Each seed's cluster solved with the plan off and on, alternately; `settings`: SolveConfig fields (the
+    bench's `--set`: `plan_relaxation`, `forecasts`, ...; `reservations` is the variant's)."""
     variants = {"no plan": Variant(), f"plan ({PLAN_DEPTH} gangs)": Variant()}
     depths = {"no plan": 0, f"plan ({PLAN_DEPTH} gangs)": PLAN_DEPTH}
     for seed in range(1, seeds + 1):
         cluster = busy_cluster(nodes, SIZES[nodes], seed)
         for _ in range(repeat):
             for name, variant in variants.items():
-                depth = depths[name]
+                config = SolveConfig(**{**(settings or {}), "time_limit": time_limit, "reservations": depths[name]})
                 begun = time.perf_counter()
-                planning.plan(Problem(cluster), depth)
+                planning.plan(Problem(cluster), config.reservations, relaxation=config.plan_relaxation)
                 variant.planning.append(time.perf_counter() - begun)
                 begun = time.perf_counter()
-                placement = solve(cluster, SolveConfig(time_limit=time_limit, reservations=depth))
+                placement = solve(cluster, config)
                 variant.cycles.append(time.perf_counter() - begun)
                 variant.gangs.append(sum(1 for g in placement.gangs if g.placed and g.placed_pods))
                 variant.reservations.append(sum(1 for r in placement.reservations if r.start is not None))

@@ -9,6 +9,7 @@ from gangsolve.bench.static.runner import PEERS_ONLY, SCHEDULERS
 from gangsolve.cli import cli
 from gangsolve.edge.gangs import build_cluster
 from gangsolve.edge.snapshot import read
+from gangsolve.solver.model import PLAN_DEPTH
 
 
 def test_bench_runs_a_tiny_scenario_end_to_end(tmp_path):
@@ -107,3 +108,27 @@ def test_settings_reach_gangsolve_on_static_scenarios(tmp_path):
     runs = {r["scheduler"]: r for r in scenario["runs"]}
     assert runs["gangsolve"]["settings"] == {"reservations": 0, "parallel": 2}
     assert "settings" not in runs["greedy-gang"]  # a peer runs as it is
+
+
+def test_the_side_by_side_comparisons_take_the_settings_given(monkeypatch):
+    """`--set` reaches the plan-cost and DRA comparisons' solver (it was read and silently dropped)."""
+    from gangsolve.bench.static import dra_comparison, plan_cost
+
+    seen = []
+    monkeypatch.setattr(plan_cost, "SIZES", {30: 40})
+    monkeypatch.setattr(dra_comparison, "SIZES", {10: 5})
+    for module in (plan_cost, dra_comparison):
+
+        def recording(cluster, config, real=module.solve):
+            seen.append(config)
+            return real(cluster, config)
+
+        monkeypatch.setattr(module, "solve", recording)
+    for mode, depths in (("--plan-cost", {0, PLAN_DEPTH}), ("--dra", {PLAN_DEPTH})):
+        seen.clear()
+        args = ["bench", mode, "1", "--repeat", "1", "--time-limit", "0.3", "--set", "plan_relaxation=0.25"]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        assert seen, mode
+        assert {(c.plan_relaxation, c.time_limit) for c in seen} == {(0.25, 0.3)}, mode
+        assert {c.reservations for c in seen} == depths  # the plan-cost variants keep their own depth
