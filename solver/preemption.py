@@ -65,6 +65,9 @@ from gangsolve.solver.validate import validate
 Place = Callable[[Cluster, Budget], Placement]
 
 _SLACK = 1e-6  # fair shares are water-filled floats: held amounts within this are at them
+# A wait reclaim would save that rests on a guessed runtime (learned from history, or the default) counts half:
+# the work its victims lose is certain, the guess is not (measured: docs/benchmarks.md, issue 24).
+GUESSED_WAIT_WEIGHT = 0.5
 
 
 def cycle(cluster: Cluster, config: SolveConfig, budget: Budget, place: Place) -> Placement:
@@ -207,7 +210,7 @@ class Preemption:
         # A relaxed reservation is held past when its gang could start: the wait reclaim would save is to the
         # earliest start, not to the hold (which the plan chose, and would move sooner were the gang waiting).
         self.expected = {
-            r.gang: r.start if r.earliest is None else r.earliest
+            r.gang: (r.start if r.earliest is None else r.earliest, r.guessed)
             for r in (*placement.forecasts, *placement.reservations)
             if r.start is not None
         }
@@ -215,7 +218,10 @@ class Preemption:
         # expected ends with the GPUs each gives back (a gang cannot start before enough are free, anywhere).
         gpu = p.res_index.get(GPU)
         self.free_gpus = int(np.maximum(self.free[:, gpu], 0).sum()) if gpu is not None else 0
-        self.ends = sorted((r.end, int(r.requests.get(GPU, 0))) for r in cluster.running if r.end is not None)
+        self.ends = sorted(
+            (r.end, int(r.requests.get(GPU, 0)), r.guessed) for r in cluster.running if r.end is not None
+        )
+        self.first_guessed_end = min((end for end, _gpus, guess in self.ends if guess), default=math.inf)
         recency = sorted(range(len(pool)), key=lambda i: (-pool[i].started, pool[i].name))
         self.rank = np.zeros(len(pool), dtype=np.int64)
         self.rank[recency] = np.arange(len(pool))
@@ -514,20 +520,23 @@ class Preemption:
         """Whether reclaim saves more than it throws away: the GPU-seconds gang g would wait for the start the
         plan expects without it (running pods' ends) against the GPU-seconds its victims have run. For a gang
         the plan did not reach, the first time enough GPUs are free anywhere (a bound: it waits at least that
-        long). A gang that may wait for ever (running pods without an expected end): always worth it."""
+        long). A gang that may wait for ever (running pods without an expected end): always worth it. A wait
+        that rests on a guessed runtime counts `GUESSED_WAIT_WEIGHT` of itself."""
         gang = self.problem.gangs[g]
         gpu = self.problem.res_index.get(GPU)
         gpus = int(self.problem.floor[g][gpu]) if gpu is not None else 0
-        start = self.expected.get(gang.name)
+        start, guessed = self.expected.get(gang.name, (None, False))
+        if start is not None:
+            guessed = guessed or self.first_guessed_end <= start  # a forecast past a guessed end may count on it
         if start is None:
             free, start = self.free_gpus, self.clock
-            for end, given in self.ends:
+            for end, given, guess in self.ends:
                 if free >= gpus and start > self.clock:
                     break  # enough GPUs free by then, and something ended that may bring them together
-                free, start = free + given, end
+                free, start, guessed = free + given, end, guessed or guess
             if free < gpus:
                 return True
-        saved = gpus * max(0.0, start - self.clock)
+        saved = gpus * max(0.0, start - self.clock) * (GUESSED_WAIT_WEIGHT if guessed else 1.0)
         return int(sum(int(self.work_lost[i]) for i in victims)) <= saved
 
     def _room(self, g: int, allowed: np.ndarray) -> np.ndarray | None:

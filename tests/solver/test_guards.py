@@ -94,3 +94,20 @@ def test_reclaim_weighs_the_wait_to_the_earliest_start_not_to_a_relaxed_hold():
     # Were the earliest start 200 s away (1,600 GPU-seconds of waiting), the reclaim pays either way.
     late = replace(cluster, running=tuple(replace(r, end=NOW + 200) for r in cluster.running))
     assert solve(late, replace(CONFIG, plan_relaxation=1.0)).evictions
+
+
+def test_a_wait_that_rests_on_a_guessed_end_counts_half():
+    """team-b's gangs (started 100 s ago, 800 GPU-seconds of work) end in 150 s, when team-a's 8-GPU gang could
+    start: 1,200 GPU-seconds of waiting. Declared, that end is worth the reclaim; guessed (a runtime learned from
+    history, or the default), the wait counts 600 and team-a waits for the guess rather than throw work away."""
+    cluster = reclaim_case(started=NOW - 100)
+    cluster = replace(cluster, gangs=tuple(replace(g, runtime=600.0) for g in cluster.gangs))
+    declared = replace(cluster, running=tuple(replace(r, end=NOW + 150) for r in cluster.running))
+    assert solve(declared, CONFIG).evictions
+    guessed = replace(cluster, running=tuple(replace(r, end=NOW + 150, guessed=True) for r in cluster.running))
+    placement = solve(guessed, CONFIG)
+    assert not placement.evictions
+    assert [(r.gang, r.start, r.guessed) for r in placement.forecasts] == [("a/x", NOW + 150, True)]
+    # A guess twice as far away (2,400 GPU-seconds, counted 1,200) pays for the reclaim all the same.
+    later = replace(cluster, running=tuple(replace(r, end=NOW + 300, guessed=True) for r in cluster.running))
+    assert solve(later, CONFIG).evictions
