@@ -526,8 +526,6 @@ class Preemption:
         gpu = self.problem.res_index.get(GPU)
         gpus = int(self.problem.floor[g][gpu]) if gpu is not None else 0
         start, guessed = self.expected.get(gang.name, (None, False))
-        if start is not None:
-            guessed = guessed or self.first_guessed_end <= start  # a forecast past a guessed end may count on it
         if start is None:
             free, start = self.free_gpus, self.clock
             for end, given, guess in self.ends:
@@ -536,6 +534,8 @@ class Preemption:
                 free, start, guessed = free + given, end, guessed or guess
             if free < gpus:
                 return True
+        else:
+            guessed = guessed or self.first_guessed_end <= start  # a start past a guessed end may count on it
         saved = gpus * max(0.0, start - self.clock) * (GUESSED_WAIT_WEIGHT if guessed else 1.0)
         return int(sum(int(self.work_lost[i]) for i in victims)) <= saved
 
