@@ -58,6 +58,11 @@ def expected_end(start: float, estimate: float | None, now: float) -> float | No
     return end if end > now else now + max(MIN_EXTENSION, 0.5 * (now - start))
 
 
+def overran(start: float, estimate: float | None, now: float) -> bool:
+    """Whether a pod started at `start` has outrun its runtime `estimate` at `now` (`expected_end` extends it)."""
+    return estimate is not None and start + estimate <= now
+
+
 class Timeline:
     """What is free on each node over time: free now plus capacity changes (releases at estimated ends,
     reservations taking and giving back), each at the first cycle at or after it (`resolution` seconds apart

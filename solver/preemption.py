@@ -218,8 +218,9 @@ class Preemption:
         # expected ends with the GPUs each gives back (a gang cannot start before enough are free, anywhere).
         gpu = p.res_index.get(GPU)
         self.free_gpus = int(np.maximum(self.free[:, gpu], 0).sum()) if gpu is not None else 0
+        # An end that is a guess: a learned or default runtime, or the extension of one that proved short.
         self.ends = sorted(
-            (r.end, int(r.requests.get(GPU, 0)), r.guessed) for r in cluster.running if r.end is not None
+            (r.end, int(r.requests.get(GPU, 0)), r.guessed or r.overran) for r in cluster.running if r.end is not None
         )
         self.first_guessed_end = min((end for end, _gpus, guess in self.ends if guess), default=math.inf)
         recency = sorted(range(len(pool)), key=lambda i: (-pool[i].started, pool[i].name))

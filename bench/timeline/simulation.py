@@ -57,7 +57,7 @@ from gangsolve.solver.model import (
     Running,
     SolveConfig,
 )
-from gangsolve.solver.planning import expected_end
+from gangsolve.solver.planning import expected_end, overran
 
 ESTIMATES = ("exact", "noisy", "absent")
 NOISE_SIGMA = 1.0  # noisy estimates: actual = estimate x lognormal(0, NOISE_SIGMA)
@@ -455,6 +455,7 @@ def simulate(
                 requests[pod],
                 expected_end(j.start or 0.0, j.estimate, now),
                 guessed=j.declared is None,
+                overran=overran(j.start or 0.0, j.estimate, now),
                 name=pod,
                 priority=priority[pod],
                 gang=j.gang.name,

@@ -170,6 +170,7 @@ def test_running_pods_get_expected_ends_and_pending_gangs_runtimes():
     ]
     assert [g.runtime for g in cluster.gangs] == [1200.0]
     assert [r.guessed for r in cluster.running] == [False, False, False, True]  # only the default is a guess
+    assert [r.overran for r in cluster.running] == [False, True, False, False]  # its end extended: reclaim's guess
     assert [g.guessed for g in cluster.gangs] == [False]
     unknown = with_estimates(snap, build_cluster(snap, now=now), now, Estimator(default=None))
     assert [r.guessed for r in unknown.running] == [False] * 4  # no end at all is no guessed end

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gangsolve.solver import Cluster, Queue, SolveConfig, solve
+from gangsolve.solver.planning import expected_end, overran
 from tests.builders import node
 from tests.solver.test_preemption import preemptor, running, with_running
 from tests.solver.test_reclaim import team_b_holds_everything
@@ -111,3 +112,21 @@ def test_a_wait_that_rests_on_a_guessed_end_counts_half():
     # A guess twice as far away (2,400 GPU-seconds, counted 1,200) pays for the reclaim all the same.
     later = replace(cluster, running=tuple(replace(r, end=NOW + 300, guessed=True) for r in cluster.running))
     assert solve(later, CONFIG).evictions
+
+
+def test_an_end_extended_past_a_short_estimate_counts_as_a_guess():
+    """A pod that outran its declared runtime is expected to run on for a while (`expected_end`'s extension):
+    that end is a guess as much as a learned one, and the wait resting on it counts half too."""
+    cluster = reclaim_case(started=NOW - 100)
+    cluster = replace(cluster, gangs=tuple(replace(g, runtime=600.0) for g in cluster.gangs))
+    overran = replace(cluster, running=tuple(replace(r, end=NOW + 150, overran=True) for r in cluster.running))
+    assert not solve(overran, CONFIG).evictions
+    assert solve(replace(overran, running=tuple(replace(r, overran=False) for r in overran.running)), CONFIG).evictions
+
+
+def test_overran_says_when_an_estimate_proved_short():
+    assert overran(0.0, 100.0, 100.0)  # its end is now: extended from here on
+    assert not overran(0.0, 100.0, 99.0)
+    assert not overran(0.0, None, 1e9)  # no estimate, nothing to outrun
+    assert expected_end(0.0, 100.0, 99.0) == 100.0
+    assert expected_end(0.0, 100.0, 400.0) == 600.0  # half its run so far

@@ -30,7 +30,7 @@ from gangsolve.edge.gangs import POD_GROUP_LABEL, UPSTREAM_GROUP, VOLCANO_ANNOTA
 from gangsolve.edge.quantity import parse_duration
 from gangsolve.edge.snapshot import Snapshot
 from gangsolve.solver.model import Cluster
-from gangsolve.solver.planning import expected_end
+from gangsolve.solver.planning import expected_end, overran
 
 EXPECTED_RUNTIME_ANNOTATION = "gangsolve.io/expected-runtime"
 
@@ -237,7 +237,8 @@ def with_estimates(
     running = []
     for r in cluster.running:  # every bound, unfinished pod, as build_cluster found them
         pod = pods.get(r.name)
-        end, guessed = None, False  # a terminating pod holds its capacity until it is gone, with no estimate of when
+        # A terminating pod holds its capacity until it is gone, with no estimate of when.
+        end, guessed, over = None, False, False
         if pod is not None and not r.leaving:
             started = _time(pod, "status.startTime") or _time(pod, "metadata.creationTimestamp")
             group, owner = _group_of(snap, pod), owner_of(pod)
@@ -246,5 +247,6 @@ def with_estimates(
                 estimator.estimate([pod], group, owner) if ours else (declared_runtime([pod], group, owner), False)
             )
             end = expected_end(started.timestamp(), estimate, clock) if started else None
-        running.append(r.ending(end, guessed and end is not None))
+            over = started is not None and overran(started.timestamp(), estimate, clock)
+        running.append(r.ending(end, guessed and end is not None, over))
     return replace(cluster, gangs=tuple(gangs), running=tuple(running), now=clock)
