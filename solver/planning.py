@@ -49,18 +49,17 @@ IDLE_WEIGHT = 2 * GPU_WEIGHT
 MOST_CANDIDATE_TIMES = 128
 
 
+def overran(start: float, estimate: float | None, now: float) -> bool:
+    """Whether a pod started at `start` has outrun its runtime `estimate` at `now` (`expected_end` extends it)."""
+    return estimate is not None and start + estimate <= now
+
+
 def expected_end(start: float, estimate: float | None, now: float) -> float | None:
     """When a pod started at `start` with a runtime `estimate` is expected to end, seen at `now` (always
     after `now`); None without an estimate."""
     if estimate is None:
         return None
-    end = start + estimate
-    return end if end > now else now + max(MIN_EXTENSION, 0.5 * (now - start))
-
-
-def overran(start: float, estimate: float | None, now: float) -> bool:
-    """Whether a pod started at `start` has outrun its runtime `estimate` at `now` (`expected_end` extends it)."""
-    return estimate is not None and start + estimate <= now
+    return now + max(MIN_EXTENSION, 0.5 * (now - start)) if overran(start, estimate, now) else start + estimate
 
 
 class Timeline:
