@@ -119,9 +119,9 @@ def test_an_end_extended_past_a_short_estimate_counts_as_a_guess():
     that end is a guess as much as a learned one, and the wait resting on it counts half too."""
     cluster = reclaim_case(started=NOW - 100)
     cluster = replace(cluster, gangs=tuple(replace(g, runtime=600.0) for g in cluster.gangs))
-    overran = replace(cluster, running=tuple(replace(r, end=NOW + 150, overran=True) for r in cluster.running))
-    assert not solve(overran, CONFIG).evictions
-    assert solve(replace(overran, running=tuple(replace(r, overran=False) for r in overran.running)), CONFIG).evictions
+    outran = replace(cluster, running=tuple(replace(r, end=NOW + 150, overran=True) for r in cluster.running))
+    assert not solve(outran, CONFIG).evictions
+    assert solve(replace(outran, running=tuple(replace(r, overran=False) for r in outran.running)), CONFIG).evictions
 
 
 def test_overran_says_when_an_estimate_proved_short():

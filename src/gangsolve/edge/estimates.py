@@ -246,7 +246,8 @@ def with_estimates(
             estimate, guessed = (
                 estimator.estimate([pod], group, owner) if ours else (declared_runtime([pod], group, owner), False)
             )
-            end = expected_end(started.timestamp(), estimate, clock) if started else None
-            over = started is not None and overran(started.timestamp(), estimate, clock)
+            if started:
+                since = started.timestamp()
+                end, over = expected_end(since, estimate, clock), overran(since, estimate, clock)
         running.append(r.ending(end, guessed and end is not None, over))
     return replace(cluster, gangs=tuple(gangs), running=tuple(running), now=clock)
