@@ -252,3 +252,38 @@ def test_solve_output_on_the_examples_is_what_the_schema_says(args: list[str], m
     result = CliRunner().invoke(cli, ["solve", *args, "--time-limit", "0.5", "-o", "json"])
     assert result.exit_code == 0, result.stderr
     jsonschema.validate(json.loads(result.stdout), SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+_FENCED = re.compile(r"^```.*?^```", re.S | re.M)
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: the text without markup, lower case, punctuation dropped,
+    spaces as hyphens; a repeated one gets -1, -2, ..."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+)$", _FENCED.sub("", text), re.M):
+        plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("*", "").strip().lower()
+        anchor = re.sub(r"[^\w\- ]", "", plain).replace(" ", "-")
+        anchors.add(f"{anchor}-{seen[anchor]}" if anchor in seen else anchor)
+        seen[anchor] = seen.get(anchor, 0) + 1
+    return anchors
+
+
+def test_every_link_in_the_docs_leads_somewhere() -> None:
+    """A relative link names a file of the repository, and a #fragment one of its headings: the docs link
+    across pages to their figures, and a section moved or renamed must take its links along."""
+    pages = {**PAGES, "CHANGELOG.md": (ROOT / "CHANGELOG.md").read_text()}
+    broken = []
+    for page, text in pages.items():
+        for link in _LINK.findall(_FENCED.sub("", text)):
+            if re.match(r"[a-z]+:", link):  # https:, mailto:
+                continue
+            path, _, fragment = link.partition("#")
+            target = (ROOT / page).parent / path if path else ROOT / page
+            if not target.exists():
+                broken.append(f"{page}: {link} (no such file)")
+            elif fragment and target.suffix == ".md" and fragment not in _anchors(target.read_text()):
+                broken.append(f"{page}: {link} (no such heading)")
+    assert broken == []
