@@ -1,8 +1,10 @@
-"""The docs cannot drift from the code: the generated references are what the code writes, and every setting,
-flag, metric, watched kind, RBAC rule and JSON sample the docs name is the code's."""
+"""The docs cannot drift from the code: the generated references are what the code writes, every setting,
+flag, metric, watched kind, RBAC rule and JSON sample the docs name is the code's, and every link leads to a
+file and heading."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import replace
@@ -258,12 +260,13 @@ _FENCED = re.compile(r"^```.*?^```", re.S | re.M)
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
-def _anchors(text: str) -> set[str]:
+@functools.cache
+def _anchors(page: Path) -> set[str]:
     """The anchors GitHub gives a page's headings: the text without markup, lower case, punctuation dropped,
     spaces as hyphens; a repeated one gets -1, -2, ..."""
     anchors: set[str] = set()
     seen: dict[str, int] = {}
-    for heading in re.findall(r"^#{1,6} (.+)$", _FENCED.sub("", text), re.M):
+    for heading in re.findall(r"^#{1,6} (.+)$", _FENCED.sub("", page.read_text()), re.M):
         plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("*", "").strip().lower()
         anchor = re.sub(r"[^\w\- ]", "", plain).replace(" ", "-")
         anchors.add(f"{anchor}-{seen[anchor]}" if anchor in seen else anchor)
@@ -284,6 +287,6 @@ def test_every_link_in_the_docs_leads_somewhere() -> None:
             target = (ROOT / page).parent / path if path else ROOT / page
             if not target.exists():
                 broken.append(f"{page}: {link} (no such file)")
-            elif fragment and target.suffix == ".md" and fragment not in _anchors(target.read_text()):
+            elif fragment and target.suffix == ".md" and fragment not in _anchors(target.resolve()):
                 broken.append(f"{page}: {link} (no such heading)")
     assert broken == []
