@@ -101,6 +101,46 @@ class Timeline:
                     self.guessed_from[n] = min(self.guessed_from[n], self.cycle(pod.end))
         if unknown_nodes:
             np.add.at(self.unknown, np.array(unknown_nodes), np.stack(vectors)[unknown_shapes])
+        self._whole_again()
+
+    def _whole_again(self) -> None:
+        """A GPU that shares hold part of is out of the GPU column (`Problem.free`: whole-GPU pods never take
+        it) until the last share on it ends; then it comes back. Without this a gang of whole GPUs would never
+        fit, in the plan, on a node holding a share, and would get no start at all."""
+        problem = self.problem
+        if not problem.table.shared().any():
+            return
+        shares: dict[int, list[tuple[int | None, int, float | None]]] = {}  # node -> (GPU, milli, end)
+        for pod in problem.cluster.running:
+            n = problem.node_index.get(pod.node)
+            if n is not None and pod.requests.get(SHARE, 0) > 0 and not pod.requests.get(GPU, 0):
+                shares.setdefault(n, []).append((pod.gpu, pod.requests[SHARE], pod.end))
+        gpu = problem.res_index[GPU]
+        share = problem.res_index.get(SHARE) if problem.shared else None
+        for n, pods in shares.items():
+            held = problem.nodes[n].gpu_shares
+            named = {d for d, _m, _e in pods if d is not None}
+            unnamed = [(m, e) for d, m, e in pods if d is None]
+            # One GPU per named index, one of its own per share that names none (edge/shares.py); where the pods
+            # do not match the node's GPUs so, all of the node's shared GPUs come back when its last share ends.
+            if named == {d for d in held if d >= 0} and len(unnamed) == sum(1 for d in held if d < 0):
+                groups = [[(m, e) for d2, m, e in pods if d2 == d] for d in sorted(named)] + [[u] for u in unnamed]
+                counted = [max(WHOLE - held[d], 0) for d in sorted(named)] + [0] * len(unnamed)
+                devices = [1] * len(groups)
+            else:
+                groups = [[(m, e) for _d, m, e in pods]]
+                counted = [sum(max(WHOLE - t, 0) for d, t in held.items() if d >= 0)]
+                devices = [len(held)]
+            for group, room, count in zip(groups, counted, devices, strict=True):
+                back = np.zeros(len(problem.resources), dtype=np.int64)
+                back[gpu] = count
+                if share is not None:  # its shares give back their milli as they end; the rest comes with it
+                    back[share] = max(WHOLE * count - room - sum(m for m, _e in group), 0)
+                ends = [e for _m, e in group if e is not None]
+                if len(ends) < len(group):  # a share nobody gave an end: whole again only once it ends
+                    self.unknown[n] += back
+                else:
+                    self.events.append((self.cycle(max(ends)), n, back))
 
     def cycle(self, time: float) -> float:
         """The first cycle at or after `time` (now, if it is past)."""

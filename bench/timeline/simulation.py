@@ -462,6 +462,7 @@ def simulate(
                 min_member=j.gang.min_member,
                 started=j.start or 0.0,
                 queue=j.gang.queue,
+                gpu=gpu_of.get(pod),
             )
             for j in running
             for pod, node in j.bound.items()

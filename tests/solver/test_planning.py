@@ -5,6 +5,7 @@ from their earliest starts here (plan_relaxation 0); the relaxation, on by defau
 import itertools
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,7 @@ from gangsolve.solver.explain import _fits_within
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.limits import Limits
 from gangsolve.solver.lns import Search
-from gangsolve.solver.model import GPU, Gang, Queue
+from gangsolve.solver.model import GPU, SHARE, Gang, Queue
 from gangsolve.solver.pipeline import _placement
 from gangsolve.solver.planning import MIN_EXTENSION, expected_end
 from gangsolve.solver.problem import Problem
@@ -232,6 +233,38 @@ def test_a_gang_that_can_never_fit_holds_nothing():
         cluster_with([starving(gang("huge", 1, gpus=8))], running), SolveConfig(time_limit=0.5, plan_relaxation=0.0)
     )
     assert placement.reservations == ()
+
+
+@pytest.mark.parametrize("device", [0, None])
+@pytest.mark.parametrize("share_pending", [False, True])
+def test_a_gpu_that_held_a_share_is_whole_again_when_its_last_share_ends(device, share_pending):
+    # n0's four GPUs are free but for a share on one of them until 10 minutes from now (its GPU named, or not:
+    # then a GPU of its own); n1 is busy for an hour. A 4-GPU pod fits on n0 once the share ends, not before;
+    # if the share's GPU never counted as whole again it would wait for n1, an hour.
+    share = Running("n0", {SHARE: 500, "cpu": 1000, "pods": 1}, 600.0, name="t/share", gpu=device)
+    running = [share, busy("n1", 4, HOUR)]
+    nodes = [replace(node("n0", gpus=4), gpu_shares={0 if device is not None else -1: 500}), node("n1", gpus=4)]
+    wide = starving(gang("wide", 1, gpus=4))
+    gangs = [wide]
+    if share_pending:  # then the plan counts shares in milli-GPU too (the SHARE column)
+        small = timed(gang("small", 1, cpu=1), 300.0)  # ends before the wide pod's start: it starts now
+        gangs.append(replace(small, pods=tuple(replace(p, requests={**p.requests, SHARE: 900}) for p in small.pods)))
+    cluster = cluster_with(gangs, running, nodes)
+    placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
+    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("wide", ("n0",), 600.0)]
+    assert placement.bindings == ({"small-0": "n0"} if share_pending else {})
+    assert validate(cluster, placement) == []
+
+
+def test_a_gpu_with_shares_of_different_ends_is_whole_again_only_when_the_last_ends():
+    first = Running("n0", {SHARE: 300, "pods": 1}, 600.0, name="t/first", gpu=1)
+    last = Running("n0", {SHARE: 300, "pods": 1}, 1200.0, name="t/last", gpu=1)
+    nodes = [replace(node("n0", gpus=4), gpu_shares={1: 600}), node("n1", gpus=4)]
+    running = [first, last, busy("n1", 4, HOUR)]
+    placement = solve(
+        cluster_with([starving(gang("wide", 1, gpus=4))], running, nodes), SolveConfig(plan_relaxation=0.0)
+    )
+    assert [(r.nodes, r.start) for r in placement.reservations] == [(("n0",), 1200.0)]
 
 
 def test_later_reservations_queue_behind_earlier_ones():
