@@ -262,6 +262,10 @@ class Search:
         # Starving gangs are served first come first served (every hint places them first, oldest first), as the
         # CP-SAT model keeps them: a step that takes one off is not kept, however many others it places.
         served = all(g in after for g in before if problem.gangs[g].starving)
+        # A gang holding a reservation that the placement starts now gave the reservation back, and gangs placed
+        # since may run on its room: taken off again, it would be held there once more, under them.
+        if self.limits is not None:
+            served = served and all(g in after for g in before if g in self.limits.started)
         gained = (
             self.gained[0] + score.gangs(problem, after) - score.gangs(problem, before),
             self.gained[1] + score.gpus(problem, after) - score.gpus(problem, before),

@@ -485,6 +485,30 @@ def test_every_search_step_keeps_the_limits(cluster, seed):
         assert validate(cluster, placement) == []
 
 
+def test_a_search_step_never_takes_off_a_reserved_gang_it_started_now():
+    # Found by the property above. `d-elastic` holds n0 and n2 from 300 s; a step starts it now on n1 after all
+    # (its reservation given back) and moves `a-forever` and `e-guessed` (never counted on to end) onto n2. A
+    # later step that took `d-elastic` off again would bring its reservation back on n2, under those two.
+    nodes = [node(f"n{i}", gpus=8, labels={"zone": f"z{i % 2}"}) for i in range(3)]
+    gangs = [
+        gang("a-forever", 1, gpus=1),
+        timed(gang("b-zoned", 1, gpus=8, cpu=4, colocate="zone"), 300.0),
+        starving(gang("c-first", 1, gpus=8), 300.0),
+        timed(gang("d-elastic", 2, min_member=1, gpus=8, cpu=4), 300.0),
+        replace(timed(gang("e-guessed", 1, gpus=1), 300.0), guessed=True),
+    ]
+    cluster = Cluster(tuple(nodes), tuple(gangs), (), now=0.0)
+    problem = Problem(cluster)
+    counts, plan = planning.plan(problem, 2)
+    assert [(problem.gangs[r.gang].name, r.start) for r in plan.reservations] == [("d-elastic", 300.0)]
+    search = Search(problem, counts, seed=0, nodes=3, extra=2, limits=Limits(problem, plan))
+    for _ in range(20):
+        if search.step(set(problem.gang_priority_levels())) is None:
+            break
+        placement = _placement(problem, search.counts, [], {}, None, "X", 0.0, plan)
+        assert reservation_violations(cluster, placement) == []
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(timed_clusters())
 def test_more_time_never_gives_a_worse_answer_with_reservations(cluster):
