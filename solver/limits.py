@@ -112,6 +112,10 @@ class Limits:
             else:
                 self.started.discard(g)
 
+    def fits(self, g: int) -> bool:
+        """Whether gang g's reservation, held (g not started now), fits on its nodes at every check it is active at."""
+        return all(bool((self.rooms[k][held.any(axis=1)] >= 0).all()) for k, held in self.reserved.get(g, []))
+
     def blocked(self, g: int, free: np.ndarray) -> None:
         """Gang g does not fit now (greedy calls this): plain limits do nothing."""
 

@@ -263,9 +263,9 @@ class Search:
         # CP-SAT model keeps them: a step that takes one off is not kept, however many others it places.
         served = all(g in after for g in before if problem.gangs[g].starving)
         # A gang holding a reservation that the placement starts now gave the reservation back, and gangs placed
-        # since may run on its room: taken off again, it would be held there once more, under them.
-        if self.limits is not None:
-            served = served and all(g in after for g in before if g in self.limits.started)
+        # since may run on its room: taken off again, it is held there once more, and must still fit.
+        if limits is not None and self.limits is not None:
+            served = served and all(limits.fits(g) for g in before if g in self.limits.started and g not in after)
         gained = (
             self.gained[0] + score.gangs(problem, after) - score.gangs(problem, before),
             self.gained[1] + score.gpus(problem, after) - score.gpus(problem, before),
