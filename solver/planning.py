@@ -102,6 +102,10 @@ class Timeline:
         if unknown_nodes:
             np.add.at(self.unknown, np.array(unknown_nodes), np.stack(vectors)[unknown_shapes])
         self._whole_again()
+        # With shares pending: each node's whole GPUs as `reopen` last saw them, and per node the GPUs shares this
+        # pass started opened, with the end of the last of those shares (when they are whole again).
+        self.whole_seen = free[:, problem.res_index[GPU]].copy() if problem.shared else None
+        self.reopened: dict[int, tuple[int, float]] = {}  # node -> (GPUs, when)
 
     def _whole_again(self) -> None:
         """A GPU that shares hold part of is out of the GPU column (`Problem.free`: whole-GPU pods never take
@@ -142,6 +146,24 @@ class Timeline:
                 else:
                     self.events.append((self.cycle(max(ends)), n, back))
 
+    def reopen(self, g: int, counts: GangCounts, end: float) -> None:
+        """Gang g started now on `counts` until `end`. A share that opens a whole GPU takes it out of the GPU
+        column (`Problem.take`); it comes back whole when the last share this pass started on its node ends, not
+        at the first one's end (a later share may have taken the rest of that GPU), and never if one has no end."""
+        if self.whole_seen is None:
+            return
+        problem = self.problem
+        gpu = problem.res_index[GPU]
+        for n in sorted({n for (_p, n) in counts}):
+            parts = [(problem.parts[g][p].cls, k) for (p, m), k in counts.items() if m == n]
+            opened = int(self.whole_seen[n] - self.free[n, gpu]) - sum(k * problem.demand[c, gpu] for c, k in parts)
+            self.whole_seen[n] = self.free[n, gpu]
+            if not any(problem.share_of[c] for c, _k in parts):
+                continue
+            count, when = self.reopened.get(n, (0, self.now))
+            self.reopened[n] = (count + max(opened, 0), max(when, end))
+            self._sorted = None
+
     def cycle(self, time: float) -> float:
         """The first cycle at or after `time` (now, if it is past)."""
         if time <= self.now or not self.resolution:
@@ -171,10 +193,20 @@ class Timeline:
     def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._sorted is None:
             self.events.sort(key=lambda e: e[0])
-            times = np.array([e[0] for e in self.events], dtype=float)
-            nodes = np.array([e[1] for e in self.events], dtype=np.int64)
+            events = self.events
+            if self.reopened:  # the GPUs this pass's shares opened, whole again (`reopen`)
+                gpu = self.problem.res_index[GPU]
+                back = []
+                for n, (count, when) in self.reopened.items():
+                    if count and when < FOREVER:
+                        vector = np.zeros(self.free.shape[1], dtype=np.int64)
+                        vector[gpu] = count
+                        back.append((self.cycle(when), n, vector))
+                events = sorted(events + back, key=lambda e: e[0])
+            times = np.array([e[0] for e in events], dtype=float)
+            nodes = np.array([e[1] for e in events], dtype=np.int64)
             width = self.free.shape[1]
-            changes = np.stack([e[2] for e in self.events]) if self.events else np.zeros((0, width), np.int64)
+            changes = np.stack([e[2] for e in events]) if events else np.zeros((0, width), np.int64)
             self._sorted = (times, nodes, changes)
         return self._sorted
 
@@ -352,6 +384,8 @@ class Planner(Limits):
         gangs planned after it count on those, and may plan on the nodes it was promised."""
         super().take(g, counts, sign)
         self.timeline.add(float(self.ends[g]), counts, g, sign)
+        if sign > 0:
+            self.timeline.reopen(g, counts, float(self.ends[g]))
         promise = self.promised.pop(g, None) if sign > 0 else None
         if promise is not None and promise.start is not None:
             self.timeline.hold(g, promise.start, promise.counts, -1)

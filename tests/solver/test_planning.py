@@ -14,7 +14,7 @@ from gangsolve.solver.explain import _fits_within
 from gangsolve.solver.greedy import place_colocated, place_gang
 from gangsolve.solver.limits import Limits
 from gangsolve.solver.lns import Search
-from gangsolve.solver.model import GPU, SHARE, Gang, Queue
+from gangsolve.solver.model import GPU, SHARE, Gang, Queue, Reservation
 from gangsolve.solver.pipeline import _placement
 from gangsolve.solver.planning import MIN_EXTENSION, expected_end
 from gangsolve.solver.problem import Problem
@@ -265,6 +265,23 @@ def test_a_gpu_with_shares_of_different_ends_is_whole_again_only_when_the_last_e
         cluster_with([starving(gang("wide", 1, gpus=4))], running, nodes), SolveConfig(plan_relaxation=0.0)
     )
     assert [(r.nodes, r.start) for r in placement.reservations] == [(("n0",), 1200.0)]
+
+
+def test_a_gpu_a_share_started_now_opens_is_whole_again_when_it_ends():
+    # `b-held` holds n0 from 600 s (its CPU is taken until then), on the one GPU of n0 no pod holds. `a-short`, a
+    # share walked first, starts now on that GPU and ends at 300 s, before the hold: the GPU must count as whole
+    # again then, or the hold would no longer fit and move (a promise broken by the plan's own bookkeeping).
+    n0 = node("n0", cpu=16, gpus=2)
+    running = [busy("n0", 1, None), Running("n0", {"cpu": 12000, "pods": 1}, 600.0, name="t/cpu")]
+    short = timed(gang("a-short", 1, cpu=1), 300.0)
+    short = replace(short, pods=tuple(replace(p, requests={**p.requests, SHARE: 500}) for p in short.pods))
+    held = timed(gang("b-held", 1, gpus=1, cpu=8), HOUR)
+    promise = Reservation("b-held", ("n0",), 600.0, 1, {"b-held-0": "n0"}, 600.0 + HOUR)
+    cluster = replace(cluster_with([short, held], running, [n0]), promised=(promise,))
+    placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
+    assert placement.bindings == {"a-short-0": "n0"}
+    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("b-held", ("n0",), 600.0)]
+    assert validate(cluster, placement) == []
 
 
 def test_later_reservations_queue_behind_earlier_ones():
