@@ -502,7 +502,7 @@ def test_every_search_step_keeps_the_limits(cluster, seed):
         assert validate(cluster, placement) == []
 
 
-def test_a_search_step_never_takes_off_a_reserved_gang_it_started_now():
+def test_a_search_step_takes_a_started_reserved_gang_off_only_where_its_reservation_fits():
     # Found by the property above. `d-elastic` holds n0 and n2 from 300 s; a step starts it now on n1 after all
     # (its reservation given back) and moves `a-forever` and `e-guessed` (never counted on to end) onto n2. A
     # later step that took `d-elastic` off again would bring its reservation back on n2, under those two.
