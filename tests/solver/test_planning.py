@@ -21,6 +21,7 @@ from gangsolve.solver.problem import Problem
 from tests.builders import gang, node
 from tests.solver.test_lns import worth
 from tests.solver.test_properties import gangs_placed_per_level
+from tests.solver.test_shares import frac
 
 HOUR = 3600.0
 
@@ -247,8 +248,7 @@ def test_a_gpu_that_held_a_share_is_whole_again_when_its_last_share_ends(device,
     wide = starving(gang("wide", 1, gpus=4))
     gangs = [wide]
     if share_pending:  # then the plan counts shares in milli-GPU too (the SHARE column)
-        small = timed(gang("small", 1, cpu=1), 300.0)  # ends before the wide pod's start: it starts now
-        gangs.append(replace(small, pods=tuple(replace(p, requests={**p.requests, SHARE: 900}) for p in small.pods)))
+        gangs.append(timed(Gang("small", (frac("small-0", 900),), 1), 300.0))  # ends before the wide pod starts
     cluster = cluster_with(gangs, running, nodes)
     placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
     assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("wide", ("n0",), 600.0)]
@@ -273,8 +273,7 @@ def test_a_gpu_a_share_started_now_opens_is_whole_again_when_it_ends():
     # again then, or the hold would no longer fit and move (a promise broken by the plan's own bookkeeping).
     n0 = node("n0", cpu=16, gpus=2)
     running = [busy("n0", 1, None), Running("n0", {"cpu": 12000, "pods": 1}, 600.0, name="t/cpu")]
-    short = timed(gang("a-short", 1, cpu=1), 300.0)
-    short = replace(short, pods=tuple(replace(p, requests={**p.requests, SHARE: 500}) for p in short.pods))
+    short = timed(Gang("a-short", (frac("a-short-0", 500),), 1), 300.0)
     held = timed(gang("b-held", 1, gpus=1, cpu=8), HOUR)
     promise = Reservation("b-held", ("n0",), 600.0, 1, {"b-held-0": "n0"}, 600.0 + HOUR)
     cluster = replace(cluster_with([short, held], running, [n0]), promised=(promise,))
