@@ -101,11 +101,18 @@ class Timeline:
                     self.guessed_from[n] = min(self.guessed_from[n], self.cycle(pod.end))
         if unknown_nodes:
             np.add.at(self.unknown, np.array(unknown_nodes), np.stack(vectors)[unknown_shapes])
+        # GPUs that running shares hold part of, whole again when their last share ends (`_whole_again`): (time,
+        # node, GPU index or None where the node's shares do not say which, change). Kept apart from `events`
+        # because a share this pass starts on such a GPU moves that time later (`_arrays`).
+        self.whole_again: list[tuple[float, int, int | None, np.ndarray]] = []
         self._whole_again()
-        # With shares pending: each node's whole GPUs as `reopen` last saw them, and per node the GPUs shares this
-        # pass started opened, with the end of the last of those shares (when they are whole again).
+        # With shares pending: each node's whole GPUs and what is left on each of its GPUs as `reopen` last saw
+        # them; per node the GPUs shares this pass started opened, with the end of the last of those shares (when
+        # they are whole again); per node and GPU already shared, the end of the last share this pass put there.
         self.whole_seen = free[:, problem.res_index[GPU]].copy() if problem.shared else None
+        self.rooms_seen = free[:, problem.devices].copy() if problem.shared else None
         self.reopened: dict[int, tuple[int, float]] = {}  # node -> (GPUs, when)
+        self.shared_until: dict[int, dict[int, float]] = {}  # node -> GPU index -> when
 
     def _whole_again(self) -> None:
         """A GPU that shares hold part of is out of the GPU column (`Problem.free`: whole-GPU pods never take
@@ -127,15 +134,18 @@ class Timeline:
             unnamed = [(m, e) for d, m, e in pods if d is None]
             # One GPU per named index, one of its own per share that names none (edge/shares.py); where the pods
             # do not match the node's GPUs so, all of the node's shared GPUs come back when its last share ends.
+            # An unnamed share's GPU has no room a new share could take (`devices`): it needs no index here.
             if named == {d for d in held if d >= 0} and len(unnamed) == sum(1 for d in held if d < 0):
                 groups = [[(m, e) for d2, m, e in pods if d2 == d] for d in sorted(named)] + [[u] for u in unnamed]
                 counted = [max(WHOLE - held[d], 0) for d in sorted(named)] + [0] * len(unnamed)
                 devices = [1] * len(groups)
+                indices: list[int | None] = [*sorted(named), *[-1] * len(unnamed)]
             else:
                 groups = [[(m, e) for _d, m, e in pods]]
                 counted = [sum(max(WHOLE - t, 0) for d, t in held.items() if d >= 0)]
                 devices = [len(held)]
-            for group, room, count in zip(groups, counted, devices, strict=True):
+                indices = [None]
+            for group, room, count, index in zip(groups, counted, devices, indices, strict=True):
                 back = np.zeros(len(problem.resources), dtype=np.int64)
                 back[gpu] = count
                 if share is not None:  # its shares give back their milli as they end; the rest comes with it
@@ -144,20 +154,26 @@ class Timeline:
                 if len(ends) < len(group):  # a share nobody gave an end: whole again only once it ends
                     self.unknown[n] += back
                 else:
-                    self.events.append((self.cycle(max(ends)), n, back))
+                    self.whole_again.append((self.cycle(max(ends)), n, index, back))
 
     def reopen(self, g: int, counts: GangCounts, end: float) -> None:
         """Gang g started now on `counts` until `end`. A share that opens a whole GPU takes it out of the GPU
         column (`Problem.take`); it comes back whole when the last share this pass started on its node ends, not
-        at the first one's end (a later share may have taken the rest of that GPU), and never if one has no end."""
-        if self.whole_seen is None:
+        at the first one's end (a later share may have taken the rest of that GPU), and never if one has no end.
+        A share on a GPU running shares already hold keeps it from coming back whole before the share ends."""
+        if self.whole_seen is None or self.rooms_seen is None:
             return
         problem = self.problem
         gpu = problem.res_index[GPU]
         for n in sorted({n for (_p, n) in counts}):
             parts = [(problem.parts[g][p].cls, k) for (p, m), k in counts.items() if m == n]
             opened = int(self.whole_seen[n] - self.free[n, gpu]) - sum(k * problem.demand[c, gpu] for c, k in parts)
+            rooms = self.free[n, problem.devices]
+            for d in np.flatnonzero((rooms < self.rooms_seen[n]) & (self.rooms_seen[n] < WHOLE)):
+                until = self.shared_until.setdefault(n, {})
+                until[int(d)] = max(until.get(int(d), self.now), end)
             self.whole_seen[n] = self.free[n, gpu]
+            self.rooms_seen[n] = rooms
             if not any(problem.share_of[c] for c, _k in parts):
                 continue
             count, when = self.reopened.get(n, (0, self.now))
@@ -194,14 +210,20 @@ class Timeline:
         if self._sorted is None:
             self.events.sort(key=lambda e: e[0])
             events = self.events
+            back = []
+            for time, n, d, vector in self.whole_again:  # no sooner than the shares this pass put on that GPU
+                later = [w for e, w in self.shared_until.get(n, {}).items() if d in (e, None)]
+                when = max([time, *later])
+                if when < FOREVER:
+                    back.append((self.cycle(when), n, vector))
             if self.reopened:  # the GPUs this pass's shares opened, whole again (`reopen`)
                 gpu = self.problem.res_index[GPU]
-                back = []
                 for n, (count, when) in self.reopened.items():
                     if count and when < FOREVER:
                         vector = np.zeros(self.free.shape[1], dtype=np.int64)
                         vector[gpu] = count
                         back.append((self.cycle(when), n, vector))
+            if back:
                 events = sorted(events + back, key=lambda e: e[0])
             times = np.array([e[0] for e in events], dtype=float)
             nodes = np.array([e[1] for e in events], dtype=np.int64)

@@ -283,6 +283,23 @@ def test_a_gpu_a_share_started_now_opens_is_whole_again_when_it_ends():
     assert validate(cluster, placement) == []
 
 
+def test_a_gpu_a_share_started_now_joins_is_whole_again_only_when_that_share_ends():
+    # n0's GPU 0 holds a share until 600 s, GPU 2 one with no end, GPU 1 is whole. `a-small`, walked first, starts
+    # now on GPU 0 (the tightest that holds it) until 1,200 s. The 2-GPU pod then finds two whole GPUs on n0 at
+    # 1,200 s, not at 600 s, when GPU 0 still holds `a-small`: were GPU 0 whole again when its running share ends,
+    # its start would be one the cluster cannot keep.
+    ending = Running("n0", {SHARE: 500, "cpu": 1000, "pods": 1}, 600.0, name="t/ending", gpu=0)
+    staying = Running("n0", {SHARE: 200, "cpu": 1000, "pods": 1}, None, name="t/staying", gpu=2)
+    nodes = [replace(node("n0", gpus=3), gpu_shares={0: 500, 2: 200}), node("n1", gpus=2)]
+    small = timed(Gang("a-small", (frac("a-small-0", 300),), 1), 1200.0)
+    pair = timed(gang("b-pair", 1, gpus=2), HOUR)
+    cluster = cluster_with([small, pair], [ending, staying, busy("n1", 2, HOUR)], nodes)
+    placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
+    assert placement.bindings == {"a-small-0": "n0"}
+    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [("b-pair", ("n0",), 1200.0)]
+    assert validate(cluster, placement) == []
+
+
 def test_later_reservations_queue_behind_earlier_ones():
     running = [busy("n0", 4, 600.0), busy("n1", 4, HOUR)]
     first = starving(gang("first", 1, gpus=4), runtime=2 * HOUR)
