@@ -22,7 +22,7 @@ from ortools.sat.python import cp_model
 
 from gangsolve.solver import score
 from gangsolve.solver.budget import MIN_STAGE_SECONDS
-from gangsolve.solver.model import Level
+from gangsolve.solver.model import GPU, Level
 from gangsolve.solver.problem import Counts, Problem, eligible_to_any
 from gangsolve.solver.shares import DeviceVars
 
@@ -189,11 +189,16 @@ class GangModel:
             self._within(keys, problem.cap_left[q])
 
     def limit(
-        self, gangs: Collection[int], room: np.ndarray, given_back: Sequence[tuple[int, np.ndarray]] = ()
+        self,
+        gangs: Collection[int],
+        room: np.ndarray,
+        given_back: Sequence[tuple[int, np.ndarray]] = (),
+        whole_held: np.ndarray | None = None,
     ) -> None:
         """Pods of `gangs` together fit, node by node, in `room` (nodes x resources): capacity beyond what is
         free now, e.g. what a reservation leaves at its start for the gangs still running then. `given_back`:
-        (gang, capacity) that `room` gains when that gang is placed (a reservation it no longer needs)."""
+        (gang, capacity) that `room` gains when that gang is placed (a reservation it no longer needs).
+        `whole_held`: nodes where each GPU share counts as a whole GPU too (`Limits.take`)."""
         chosen = set(gangs)
         back = [(self.placed[g], held) for g, held in given_back if g in self.placed]
         per_node: dict[int, list[tuple[int, int, int]]] = {}
@@ -201,7 +206,7 @@ class GangModel:
             if key[0] in chosen:
                 per_node.setdefault(key[2], []).append(key)
         for n, keys in per_node.items():
-            self._within(keys, room[n], back, n)
+            self._within(keys, room[n], back, n, whole_held is not None and bool(whole_held[n]))
 
     def _within(
         self,
@@ -209,11 +214,16 @@ class GangModel:
         room: np.ndarray,
         back: Sequence[tuple[cp_model.IntVar, np.ndarray]] = (),
         node: int = 0,
+        share_as_gpu: bool = False,
     ) -> None:
         """The pods of variables `keys` together take at most `room` of each resource (a constraint only for
         resources they could exceed it in); `back`: (placed variable, capacity per node) that adds to `room` at
-        `node` when that gang is placed."""
-        demand = self.problem.demand[[self.problem.parts[g][p].cls for g, p, _n in keys]]
+        `node` when that gang is placed; `share_as_gpu`: a GPU share takes a whole GPU of `room` too."""
+        classes = [self.problem.parts[g][p].cls for g, p, _n in keys]
+        demand = self.problem.demand[classes]
+        if share_as_gpu:
+            demand = demand.copy()
+            demand[:, self.problem.res_index[GPU]] += self.problem.share_of[classes] > 0
         most = np.array([self.ub[k] for k in keys]) @ demand
         for r in np.flatnonzero(most > room).tolist():
             used = np.flatnonzero(demand[:, r] > 0).tolist()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gangsolve.solver.model import GPU, SHARE
 from gangsolve.solver.problem import GangCounts, Problem
 
 FOREVER = math.inf
@@ -62,7 +63,9 @@ class Limits:
         # it backfills only where it leaves every reservation whole for ever (a guess never delays a promise).
         self.counted_ends = np.where([gang.guessed for gang in problem.gangs], FOREVER, self.ends)
         self.priority = np.array([gang.priority for gang in problem.gangs], dtype=np.int64)
+        self._gpu = problem.res_index.get(GPU, 0)
         self.reserved = reserved_at_checks(problem, plan)
+        self.whole_held = whole_held_at_checks(problem, self.reserved, len(plan.checks))
         self.started: set[int] = set()  # gangs holding a reservation that this pass starts now after all
 
     def copy(self) -> Limits:
@@ -90,20 +93,43 @@ class Limits:
         itself when no check holds it back."""
         own = dict(self.reserved.get(g, [])) if g not in self.started else {}
         room = free
+        milli = self._least_share(g)
         for k in range(len(self.rooms)):
             if self.subject(g, k):
                 room = np.minimum(room, self.rooms[k] + own[k] if k in own else self.rooms[k])
+                if milli and self.whole_held[k] is not None:
+                    # Each share counts as a whole GPU where a reservation holds whole ones (`take`): as many
+                    # shares as the check has GPUs left, of the gang's least share each.
+                    nodes = self.whole_held[k]
+                    gpus = (self.rooms[k] + own[k] if k in own else self.rooms[k])[nodes, self._gpu]
+                    share = self.problem.res_index[SHARE]
+                    room[nodes, share] = np.minimum(room[nodes, share], np.maximum(gpus, 0) * milli)
         return room
+
+    def _least_share(self, g: int) -> int:
+        """The least GPU share (milli-GPU) one of gang g's pods asks for; 0: none asks for a share."""
+        if not self.problem.shared:
+            return 0
+        shares = [int(self.problem.share_of[part.cls]) for part in self.problem.parts[g]]
+        return min((m for m in shares if m), default=0)
 
     def take(self, g: int, counts: GangCounts, sign: int = 1) -> None:
         """Pods of gang g start with `counts` (sign 1), or are taken off again (-1): they hold room at every
         check while they run, whether or not they are subject to it. A gang holding a reservation that starts
         now gives the reservation back (and takes it again when taken off)."""
         for (p, n), k in counts.items():
-            demand = sign * k * self.problem.demand[self.problem.parts[g][p].cls]
+            cls = self.problem.parts[g][p].cls
+            demand = sign * k * self.problem.demand[cls]
+            share = self.problem.shared and bool(self.problem.share_of[cls])
             for c, room in enumerate(self.rooms):
                 if self.running_at(g, c):
                     room[n] -= demand
+                    # The checks see a node's GPUs as two columns: a share may open a whole GPU a reservation
+                    # counts on, or hold one it counts on coming back whole. Where a reservation holds whole
+                    # GPUs, each share counts as one (more than it may take: never less).
+                    held = self.whole_held[c]
+                    if share and held is not None and held[n]:
+                        room[n, self._gpu] -= sign * k
         if g in self.reserved and (sign > 0) != (g in self.started):
             for k, held in self.reserved[g]:
                 self.rooms[k] += sign * held
@@ -118,6 +144,23 @@ class Limits:
 
     def blocked(self, g: int, free: np.ndarray) -> None:
         """Gang g does not fit now (greedy calls this): plain limits do nothing."""
+
+
+def whole_held_at_checks(
+    problem: Problem, reserved: dict[int, list[tuple[int, np.ndarray]]], checks: int
+) -> list[np.ndarray | None]:
+    """Per check, with shares pending: the nodes where a reservation active then holds whole GPUs (None: none)."""
+    out: list[np.ndarray | None] = [None] * checks
+    if not problem.shared:
+        return out
+    gpu = problem.res_index[GPU]
+    for held in reserved.values():
+        for k, capacity in held:
+            nodes = capacity[:, gpu] > 0
+            before = out[k]
+            if nodes.any():
+                out[k] = nodes if before is None else before | nodes
+    return out
 
 
 def reserved_at_checks(problem: Problem, plan: Plan) -> dict[int, list[tuple[int, np.ndarray]]]:

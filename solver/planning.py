@@ -33,7 +33,16 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from gangsolve.solver.greedy import GPU_WEIGHT, Scorer, greedy, node_scores, place_colocated, place_gang
-from gangsolve.solver.limits import FOREVER, Check, Limits, Plan, Planned, reserved_at_checks, runtime_of
+from gangsolve.solver.limits import (
+    FOREVER,
+    Check,
+    Limits,
+    Plan,
+    Planned,
+    reserved_at_checks,
+    runtime_of,
+    whole_held_at_checks,
+)
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Resources
 from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
 
@@ -483,6 +492,7 @@ class Planner(Limits):
         self.plan.checks = checks(self.timeline, self.plan, self.priority)
         self.rooms = [c.room.copy() for c in self.plan.checks]
         self.reserved = reserved_at_checks(self.problem, self.plan)
+        self.whole_held = whole_held_at_checks(self.problem, self.reserved, len(self.plan.checks))
         self.started = set()
 
 

@@ -300,6 +300,31 @@ def test_a_gpu_a_share_started_now_joins_is_whole_again_only_when_that_share_end
     assert validate(cluster, placement) == []
 
 
+@pytest.mark.parametrize("runtime", [60.0, 1200.0])
+def test_a_share_waits_where_it_would_take_part_of_a_gpu_a_promise_needs_whole(runtime):
+    # n0: GPU 0 holds a share until 500 s, GPU 1 one for good and one until 500 s, GPU 2 a whole-GPU pod until
+    # 500 s. `b-pair` was promised n0 at 500 s: GPUs 0 and 2, whole by then. A share of 370 fits now only on GPU 0
+    # (GPU 1 has 130 left), and two columns alone cannot tell: at 500 s they count two whole GPUs and 2,080
+    # milli-GPU on n0. Run past 500 s it would keep GPU 0 from being whole, and the promise would move; so it
+    # waits. One that ends first starts.
+    running = [
+        Running("n0", {SHARE: 320, "cpu": 1000, "pods": 1}, 500.0, name="t/s0", gpu=0),
+        Running("n0", {SHARE: 550, "cpu": 1000, "pods": 1}, None, name="t/s1", gpu=1),
+        Running("n0", {SHARE: 320, "cpu": 1000, "pods": 1}, 500.0, name="t/s2", gpu=1),
+        busy("n0", 1, 500.0),
+        busy("n1", 2, HOUR),
+    ]
+    nodes = [replace(node("n0", gpus=3), gpu_shares={0: 320, 1: 870}), node("n1", gpus=2)]
+    small = timed(Gang("a-small", (frac("a-small-0", 370),), 1), runtime)
+    pair = timed(gang("b-pair", 1, gpus=2), HOUR)
+    promise = Reservation("b-pair", ("n0",), 500.0, 2, {"b-pair-0": "n0"}, 500.0 + HOUR)
+    cluster = replace(cluster_with([small, pair], running, nodes), promised=(promise,))
+    placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
+    assert ("b-pair", ("n0",), 500.0) in [(r.gang, r.nodes, r.start) for r in placement.reservations]
+    assert placement.bindings == ({"a-small-0": "n0"} if runtime < 500.0 else {})
+    assert validate(cluster, placement) == []
+
+
 def test_later_reservations_queue_behind_earlier_ones():
     running = [busy("n0", 4, 600.0), busy("n1", 4, HOUR)]
     first = starving(gang("first", 1, gpus=4), runtime=2 * HOUR)
