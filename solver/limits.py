@@ -172,7 +172,7 @@ def reserved_at_checks(problem: Problem, plan: Plan) -> dict[int, list[tuple[int
             continue
         held = np.zeros_like(problem.free)
         for (p, n), k in r.counts.items():
-            held[n] += k * problem.held(problem.parts[r.gang][p].cls, n)
+            held[n] += k * problem.demand[problem.parts[r.gang][p].cls]
         end = r.start + runtime_of(problem, r.gang)
         for k, check in enumerate(plan.checks):
             if r.start <= check.time < end:

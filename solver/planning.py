@@ -195,17 +195,13 @@ class Timeline:
             return max(time, self.now)
         return self.now + math.ceil((time - self.now) / self.resolution - 1e-9) * self.resolution
 
-    def add(self, time: float, counts: GangCounts, g: int, sign: int, held: bool = False) -> None:
-        """Gang g's pods on `counts` give back their capacity at `time` (sign 1) or take it (-1); `held`: what a
-        reservation holds for them (`Problem.held`), not what they ask."""
+    def add(self, time: float, counts: GangCounts, g: int, sign: int) -> None:
         if time == FOREVER:
             return
         time = self.cycle(time)
         guessed = sign > 0 and self.problem.gangs[g].guessed
         for (p, n), k in counts.items():
-            cls = self.problem.parts[g][p].cls
-            vector = self.problem.held(cls, n) if held else self.problem.demand[cls]
-            self.events.append((time, n, sign * k * vector))
+            self.events.append((time, n, sign * k * self.problem.demand[self.problem.parts[g][p].cls]))
             if guessed:
                 self.guessed_from[n] = min(self.guessed_from[n], time)
         self._sorted = None
@@ -216,8 +212,8 @@ class Timeline:
 
     def hold(self, g: int, start: float, counts: GangCounts, sign: int = 1) -> None:
         """Gang g's reservation from `start` for its runtime takes its capacity (sign 1), or gives it back (-1)."""
-        self.add(start, counts, g, -sign, held=True)
-        self.add(start + runtime_of(self.problem, g), counts, g, sign, held=True)
+        self.add(start, counts, g, -sign)
+        self.add(start + runtime_of(self.problem, g), counts, g, sign)
 
     def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._sorted is None:
@@ -303,16 +299,7 @@ class Timeline:
                 window = np.minimum(window, free)
         if need and int((np.maximum(window, 0) @ self.problem.gpus).sum()) < need:
             return None
-        counts = _place(self.problem, g, window, self._idle_aware)
-        if counts is not None and self.problem.shared:  # a share's hold may take a whole GPU (`Problem.held`)
-            columns = [self.problem.res_index[GPU], self.problem.res_index[SHARE]]
-            nodes = sorted({n for (_p, n) in counts})
-            held = window[np.ix_(nodes, columns)]
-            for (p, n), k in counts.items():
-                held[nodes.index(n)] -= k * self.problem.held(self.problem.parts[g][p].cls, n)[columns]
-            if (held < 0).any():
-                return None
-        return counts
+        return _place(self.problem, g, window, self._idle_aware)
 
     def _bisect(
         self, g: int, runtime: float, candidates: list[float], at_start: dict[float, np.ndarray], need: int
@@ -343,7 +330,7 @@ class Timeline:
         for room in at_start.values():
             window = np.minimum(window, room)
         for (p, n), k in counts.items():
-            window[n] -= k * self.problem.held(self.problem.parts[g][p].cls, n)
+            window[n] -= k * self.problem.demand[self.problem.parts[g][p].cls]
         return bool((window >= 0).all())
 
     def _idle_aware(self, problem: Problem, cls: int, free: np.ndarray, rows: Rows = slice(None)) -> np.ndarray:

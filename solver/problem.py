@@ -154,7 +154,6 @@ class Problem:
         self._positions: dict[str, np.ndarray] = {}  # label key -> each node's index in its grouped order
         self._nested: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # (outer, inner) -> see `nested`
         self._fitting: dict[int, np.ndarray] = {}
-        self._held: dict[tuple[int, int], np.ndarray] = {}  # (class, node) -> see `held`
         # Per (pod class, scorer): what the greedy walk's nodes hold and score, kept up to date by it (greedy.py).
         self.scored: dict[tuple[int, object], object] = {}
 
@@ -334,24 +333,6 @@ class Problem:
         if self.shared and self.share_of[cls]:  # each share on one GPU: what fits GPU by GPU
             count = np.minimum(count, (np.maximum(sub[:, self.devices], 0) // self.share_of[cls]).sum(axis=1))
         return np.where(self.eligible[cls][rows], count, 0)
-
-    def held(self, cls: int, n: int) -> np.ndarray:
-        """What a reservation holds for one pod of class `cls` on node n: its demand; for a GPU share that no GPU
-        of n already shared has room for (as the cycle begins), also the whole GPU it will open (as `take` does).
-        Held as milli-GPU alone, that GPU could go to a whole-GPU pod in the meantime."""
-        milli = int(self.share_of[cls])
-        demand: np.ndarray = self.demand[cls]
-        if not milli:
-            return demand
-        key = (cls, n)
-        if key not in self._held:
-            rooms = self.free[n, self.devices]
-            vector = demand
-            if not ((rooms >= milli) & (rooms < WHOLE)).any():
-                vector = vector.copy()
-                vector[self.res_index[GPU]] += 1
-            self._held[key] = vector
-        return self._held[key]
 
     def take(self, cls: int, free: np.ndarray, n: int, k: int) -> None:
         """Take k pods of class `cls` from node n's `free`; with shares pending, on its GPUs too: each share on

@@ -325,33 +325,6 @@ def test_a_share_waits_where_it_would_take_part_of_a_gpu_a_promise_needs_whole(r
     assert validate(cluster, placement) == []
 
 
-@pytest.mark.parametrize("promised", [False, True])
-def test_a_share_held_for_later_keeps_the_whole_gpu_it_will_open(promised):
-    # n0's GPU 1 is whole; GPUs 2 and 3 hold shares for good with 400 milli-GPU left each; its cpu is busy until
-    # 600 s. `a-share` (500) is held on n0 from 600 s, where only GPU 1 can take it. `b-whole` could start on GPU 1
-    # now, and the two columns would still show 1,300 milli-GPU at 600 s; but then no GPU would hold the share,
-    # and its start would move. So the hold keeps GPU 1, and `b-whole` waits for n1.
-    running = [
-        busy("n0", 1, 2 * HOUR),
-        Running("n0", {"cpu": 12000, "pods": 1}, 600.0, name="t/cpu"),
-        Running("n0", {SHARE: 600, "cpu": 500, "pods": 1}, None, name="t/s2", gpu=2),
-        Running("n0", {SHARE: 600, "cpu": 500, "pods": 1}, None, name="t/s3", gpu=3),
-        busy("n1", 1, HOUR),
-    ]
-    nodes = [replace(node("n0", cpu=16, gpus=4), gpu_shares={2: 600, 3: 600}), node("n1", gpus=1)]
-    share = timed(Gang("a-share", (frac("a-share-0", 500, cpu=8),), 1), HOUR)
-    whole = timed(gang("b-whole", 1, gpus=1, cpu=1), HOUR)
-    promise = Reservation("a-share", ("n0",), 600.0, 0, {"a-share-0": "n0"}, 600.0 + HOUR)
-    cluster = replace(cluster_with([share, whole], running, nodes), promised=(promise,) if promised else ())
-    placement = solve(cluster, SolveConfig(time_limit=0.5, plan_relaxation=0.0))
-    assert placement.bindings == {}
-    assert [(r.gang, r.nodes, r.start) for r in placement.reservations] == [
-        ("a-share", ("n0",), 600.0),
-        ("b-whole", ("n1",), HOUR),
-    ]
-    assert validate(cluster, placement) == []
-
-
 def test_later_reservations_queue_behind_earlier_ones():
     running = [busy("n0", 4, 600.0), busy("n1", 4, HOUR)]
     first = starving(gang("first", 1, gpus=4), runtime=2 * HOUR)
