@@ -8,6 +8,7 @@ constraints.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,9 +64,8 @@ class Limits:
         # it backfills only where it leaves every reservation whole for ever (a guess never delays a promise).
         self.counted_ends = np.where([gang.guessed for gang in problem.gangs], FOREVER, self.ends)
         self.priority = np.array([gang.priority for gang in problem.gangs], dtype=np.int64)
-        self._gpu = problem.res_index.get(GPU, 0)
         self.reserved = reserved_at_checks(problem, plan)
-        self.whole_held = whole_held_at_checks(problem, self.reserved, len(plan.checks))
+        self.whole = WholeGpus.of(problem, self.reserved, len(plan.checks))
         self.started: set[int] = set()  # gangs holding a reservation that this pass starts now after all
 
     def copy(self) -> Limits:
@@ -74,6 +74,7 @@ class Limits:
         other.__dict__.update(self.__dict__)
         other.rooms = [room.copy() for room in self.rooms]
         other.started = set(self.started)
+        other.whole = self.whole.copy() if self.whole is not None else None
         return other
 
     def running_at(self, g: int, k: int) -> bool:
@@ -97,11 +98,11 @@ class Limits:
         for k in range(len(self.rooms)):
             if self.subject(g, k):
                 room = np.minimum(room, self.rooms[k] + own[k] if k in own else self.rooms[k])
-                if milli and self.whole_held[k] is not None:
-                    # Each share counts as a whole GPU where a reservation holds whole ones (`take`): as many
+                if milli and self.whole is not None:
+                    # Each share counts as a whole GPU where a reservation holds whole ones (`WholeGpus`): as many
                     # shares as the check has GPUs left, of the gang's least share each.
-                    nodes = self.whole_held[k]
-                    gpus = (self.rooms[k] + own[k] if k in own else self.rooms[k])[nodes, self._gpu]
+                    nodes = self.whole.held[k] > 0
+                    gpus = (self.rooms[k] + own[k] if k in own else self.rooms[k])[nodes, self.whole.gpu]
                     share = self.problem.res_index[SHARE]
                     room[nodes, share] = np.minimum(room[nodes, share], np.maximum(gpus, 0) * milli)
         return room
@@ -117,22 +118,23 @@ class Limits:
         """Pods of gang g start with `counts` (sign 1), or are taken off again (-1): they hold room at every
         check while they run, whether or not they are subject to it. A gang holding a reservation that starts
         now gives the reservation back (and takes it again when taken off)."""
+        whole = self.whole
         for (p, n), k in counts.items():
             cls = self.problem.parts[g][p].cls
             demand = sign * k * self.problem.demand[cls]
-            share = self.problem.shared and bool(self.problem.share_of[cls])
+            share = whole is not None and bool(self.problem.share_of[cls])
             for c, room in enumerate(self.rooms):
                 if self.running_at(g, c):
                     room[n] -= demand
-                    # The checks see a node's GPUs as two columns: a share may open a whole GPU a reservation
-                    # counts on, or hold one it counts on coming back whole. Where a reservation holds whole
-                    # GPUs, each share counts as one (more than it may take: never less).
-                    held = self.whole_held[c]
-                    if share and held is not None and held[n]:
-                        room[n, self._gpu] -= sign * k
+                    if whole is not None and share:
+                        whole.shares[c][n] += sign * k
+                        whole.settle(self.rooms, c, [n])
         if g in self.reserved and (sign > 0) != (g in self.started):
             for k, held in self.reserved[g]:
                 self.rooms[k] += sign * held
+                if whole is not None:  # its whole GPUs no longer held (or held again)
+                    whole.held[k] -= sign * held[:, whole.gpu]
+                    whole.settle(self.rooms, k, np.flatnonzero(held[:, whole.gpu]))
             if sign > 0:
                 self.started.add(g)
             else:
@@ -146,21 +148,53 @@ class Limits:
         """Gang g does not fit now (greedy calls this): plain limits do nothing."""
 
 
-def whole_held_at_checks(
-    problem: Problem, reserved: dict[int, list[tuple[int, np.ndarray]]], checks: int
-) -> list[np.ndarray | None]:
-    """Per check, with shares pending: the nodes where a reservation active then holds whole GPUs (None: none)."""
-    out: list[np.ndarray | None] = [None] * checks
-    if not problem.shared:
-        return out
-    gpu = problem.res_index[GPU]
-    for held in reserved.values():
-        for k, capacity in held:
-            nodes = capacity[:, gpu] > 0
-            before = out[k]
-            if nodes.any():
-                out[k] = nodes if before is None else before | nodes
-    return out
+class WholeGpus:
+    """Per check and node, with shares pending: the whole GPUs reservations not started hold there, the shares
+    the pass started that still run then, and how much of the check's GPU room those shares are charged.
+
+    The checks see a node's GPUs as two columns, whole GPUs and milli-GPU: a share may open a whole GPU a
+    reservation counts on, or keep one it counts on from coming back whole, and the columns cannot tell. So where
+    a reservation holds whole GPUs, each share counts as one (more than it may take, never less); where none does
+    (any more), none is charged. Kept as counts, any order of takes and undos leaves the same charge."""
+
+    def __init__(self, gpu: int, held: list[np.ndarray]) -> None:
+        self.gpu = gpu
+        self.held = held
+        self.shares = [np.zeros_like(h) for h in held]
+        self.charged = [np.zeros_like(h) for h in held]
+
+    @classmethod
+    def of(
+        cls,
+        problem: Problem,
+        reserved: dict[int, list[tuple[int, np.ndarray]]],
+        checks: int,
+        skip: Collection[int] = (),
+    ) -> WholeGpus | None:
+        """For the reservations `reserved` (but those of gangs in `skip`, started already); None without shares
+        pending or checks."""
+        if not problem.shared or not checks:
+            return None
+        gpu = problem.res_index[GPU]
+        held = [np.zeros(len(problem.nodes), dtype=np.int64) for _ in range(checks)]
+        for g, at in reserved.items():
+            if g not in skip:
+                for k, capacity in at:
+                    held[k] += capacity[:, gpu]
+        return cls(gpu, held)
+
+    def copy(self) -> WholeGpus:
+        other = WholeGpus(self.gpu, [h.copy() for h in self.held])
+        other.shares = [s.copy() for s in self.shares]
+        other.charged = [c.copy() for c in self.charged]
+        return other
+
+    def settle(self, rooms: list[np.ndarray], k: int, nodes: Sequence[int] | np.ndarray) -> None:
+        """Charge check k's room on `nodes` what their shares count for now."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        due = np.where(self.held[k][nodes] > 0, self.shares[k][nodes], 0)
+        rooms[k][nodes, self.gpu] -= due - self.charged[k][nodes]
+        self.charged[k][nodes] = due
 
 
 def reserved_at_checks(problem: Problem, plan: Plan) -> dict[int, list[tuple[int, np.ndarray]]]:

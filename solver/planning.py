@@ -39,9 +39,9 @@ from gangsolve.solver.limits import (
     Limits,
     Plan,
     Planned,
+    WholeGpus,
     reserved_at_checks,
     runtime_of,
-    whole_held_at_checks,
 )
 from gangsolve.solver.model import GPU, SHARE, WHOLE, Resources
 from gangsolve.solver.problem import Counts, GangCounts, Problem, Rows
@@ -404,6 +404,7 @@ class Planner(Limits):
         self.relaxation = relaxation
         self.timeline = Timeline(problem, free, resolution)
         self.past_depth: list[int] = []  # blocked gangs the walk found past `most`, in its order
+        self.begun: set[int] = set()  # gangs the walk started
         self.promised = {r.gang: r for r in promised}
         for r in promised:
             self._hold(r)
@@ -416,7 +417,10 @@ class Planner(Limits):
         super().take(g, counts, sign)
         self.timeline.add(float(self.ends[g]), counts, g, sign)
         if sign > 0:
+            self.begun.add(g)
             self.timeline.reopen(g, counts, float(self.ends[g]))
+        else:
+            self.begun.discard(g)
         promise = self.promised.pop(g, None) if sign > 0 else None
         if promise is not None and promise.start is not None:
             self.timeline.hold(g, promise.start, promise.counts, -1)
@@ -492,7 +496,8 @@ class Planner(Limits):
         self.plan.checks = checks(self.timeline, self.plan, self.priority)
         self.rooms = [c.room.copy() for c in self.plan.checks]
         self.reserved = reserved_at_checks(self.problem, self.plan)
-        self.whole_held = whole_held_at_checks(self.problem, self.reserved, len(self.plan.checks))
+        # Gangs this pass started keep their place in the plan (`take`), but hold no GPU a share could take.
+        self.whole = WholeGpus.of(self.problem, self.reserved, len(self.plan.checks), skip=self.begun)
         self.started = set()
 
 
