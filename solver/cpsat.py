@@ -198,7 +198,7 @@ class GangModel:
         """Pods of `gangs` together fit, node by node, in `room` (nodes x resources): capacity beyond what is
         free now, e.g. what a reservation leaves at its start for the gangs still running then. `given_back`:
         (gang, capacity) that `room` gains when that gang is placed (a reservation it no longer needs).
-        `whole_held`: nodes where each GPU share counts as a whole GPU too (`Limits.take`)."""
+        `whole_held`: nodes where each GPU share counts as a whole GPU too (`limits.WholeGpus`)."""
         chosen = set(gangs)
         back = [(self.placed[g], held) for g, held in given_back if g in self.placed]
         per_node: dict[int, list[tuple[int, int, int]]] = {}
