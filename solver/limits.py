@@ -97,12 +97,13 @@ class Limits:
         milli = self._least_share(g)
         for k in range(len(self.rooms)):
             if self.subject(g, k):
-                room = np.minimum(room, self.rooms[k] + own[k] if k in own else self.rooms[k])
+                check = self.rooms[k] + own[k] if k in own else self.rooms[k]
+                room = np.minimum(room, check)
                 if milli and self.whole is not None:
                     # Each share counts as a whole GPU where a reservation holds whole ones (`WholeGpus`): as many
                     # shares as the check has GPUs left, of the gang's least share each.
-                    nodes = self.whole.held[k] > 0
-                    gpus = (self.rooms[k] + own[k] if k in own else self.rooms[k])[nodes, self.whole.gpu]
+                    nodes = self.whole.holding(k)
+                    gpus = check[nodes, self.whole.gpu]
                     share = self.problem.res_index[SHARE]
                     room[nodes, share] = np.minimum(room[nodes, share], np.maximum(gpus, 0) * milli)
         return room
@@ -188,6 +189,10 @@ class WholeGpus:
         other.shares = [s.copy() for s in self.shares]
         other.charged = [c.copy() for c in self.charged]
         return other
+
+    def holding(self, k: int) -> np.ndarray:
+        """The nodes where a reservation not started holds whole GPUs at check k (a mask)."""
+        return self.held[k] > 0
 
     def settle(self, rooms: list[np.ndarray], k: int, nodes: Sequence[int] | np.ndarray) -> None:
         """Charge check k's room on `nodes` what their shares count for now."""

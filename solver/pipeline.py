@@ -582,7 +582,7 @@ def _limit(model: GangModel, problem: Problem, plan: Plan | None) -> None:
             given_back.setdefault(k, []).append((g, capacity))
     for k, check in enumerate(limits.plan.checks):
         subject = [g for g in range(len(problem.gangs)) if limits.subject(g, k)]
-        model.limit(subject, check.room, given_back.get(k, []), limits.whole.held[k] > 0 if limits.whole else None)
+        model.limit(subject, check.room, given_back.get(k, []), limits.whole.holding(k) if limits.whole else None)
 
 
 # --- the answer -------------------------------------------------------------------------------------------------
